@@ -1,0 +1,15 @@
+# ==================================================================================================================
+# GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
+# source hash (spec + templates + generator): 70e2b1d9618f83f3
+# ==================================================================================================================
+"""Llama for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, LlamaConfig
+from .factory import LlamaForCausalLMFactory
+from .model import LlamaForCausalLM
+
+CONFIG_CLASS = LlamaConfig
+MODEL_CLASS = LlamaForCausalLM
+SPEC = "specs/llama.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "LlamaConfig", "LlamaForCausalLM", "LlamaForCausalLMFactory"]

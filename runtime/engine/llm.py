@@ -1,0 +1,228 @@
+"""The generate loop: load a checkpoint through its generated module, then continuous batching over a paged cache.
+
+Scheduling (one step = one model call): admit waiting requests whose prompts fit in free KV blocks (prefill), else
+decode every running request. On the rocm target admitted prompts and running decodes share a step. When a decode
+needs a block and none is free, the most recently admitted request is preempted (its blocks freed, its tokens
+recomputed later); a request that cannot fit even alone raises :class:`CacheFullError`.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from .. import backends
+from ..kv_cache import allocate_kv_cache
+from ..loader.checkpoint import Checkpoint, read_json_if_exists
+from .block_manager import BlockManager, CacheFullError
+from .registry import find_model
+from .runners import NeuronRunner, RocmRunner, Work
+from .sampler import SamplingParams, sample
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def eos_token_ids(checkpoint_dir: Path) -> set[int]:
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        cfg = read_json_if_exists(checkpoint_dir / name) or {}
+        eos = cfg.get("eos_token_id")
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(e) for e in eos)
+        if ids:
+            break
+    return ids
+
+
+@dataclass
+class _Request:
+    seq_id: int
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+    output: list[int] = field(default_factory=list)
+    computed: int = 0  # tokens whose K/V are in the cache
+    done: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+
+@dataclass
+class GenerateStats:
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    steps: int = 0
+    preemptions: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            **self.__dict__,
+            "decode_tokens_per_s": self.decode_tokens / self.decode_s if self.decode_s else None,
+            "prefill_tokens_per_s": self.prefill_tokens / self.prefill_s if self.prefill_s else None,
+        }
+
+
+class LLM:
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        target: str = "rocm",
+        dtype: str | torch.dtype | None = None,
+        device: str | torch.device = "cpu",
+        *,
+        max_model_len: int | None = None,
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        max_num_seqs: int = 8,
+        compile: bool = False,
+        prefill_buckets: list[int] | None = None,
+        decode_buckets: list[int] | None = None,
+    ):
+        self.checkpoint_dir = Path(checkpoint)
+        hf_config = read_json_if_exists(self.checkpoint_dir / "config.json")
+        if hf_config is None:
+            raise FileNotFoundError(f"{self.checkpoint_dir}: no config.json")
+        self.target = target
+        self.module = find_model(hf_config.get("architectures"), target)
+        self.backend, self.backend_reason = backends.select(target)
+        self.device = torch.device(device)
+        if dtype is None:
+            dtype = hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32"
+        self.dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+        self.config = self.module.CONFIG_CLASS.from_hf_config(hf_config)
+        with default_dtype(self.dtype), self.device:
+            self.model = self.module.MODEL_CLASS(self.config)
+        self.model.eval()
+        with Checkpoint(self.checkpoint_dir) as ckpt:
+            t0 = time.perf_counter()
+            if target == "neuron":
+                self.model.load_weights(ckpt, device=self.device)
+            else:
+                self.model.load_weights(ckpt)
+            self.load_seconds = time.perf_counter() - t0
+
+        self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)
+        self.max_num_seqs = max_num_seqs
+        kv_spec = self.model.get_kv_spec()
+        if num_blocks is None:
+            num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
+        self.blocks = BlockManager(num_blocks, block_size)
+        self.model.bind_kv_cache(allocate_kv_cache(kv_spec, num_blocks, block_size, self.device))
+        if target == "neuron":
+            self.runner = NeuronRunner(
+                self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
+                prefill_buckets=prefill_buckets, decode_buckets=decode_buckets, compile=compile,
+            )
+        else:
+            self.runner = RocmRunner(self.model, self.blocks, self.device)
+        self.eos_ids = eos_token_ids(self.checkpoint_dir)
+        self._next_id = 0
+        self.stats = GenerateStats()
+
+    # ------------------------------------------------------------------------------------------------------ generate
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Generated token ids (prompt excluded) for each prompt, in order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        reqs = []
+        for prompt, p in zip(prompts, plist):
+            if not prompt:
+                raise ValueError("empty prompt")
+            if len(prompt) + p.max_new_tokens > self.max_model_len:
+                raise ValueError(
+                    f"prompt ({len(prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) exceeds max_model_len "
+                    f"{self.max_model_len}"
+                )
+            gen = None
+            if p.temperature > 0:
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed(p.seed if p.seed is not None else torch.seed())
+            reqs.append(_Request(self._next_id, list(prompt), p, gen, done=p.max_new_tokens == 0))
+            self._next_id += 1
+        waiting = [r for r in reqs if not r.done]
+        running: list[_Request] = []
+        self.stats = GenerateStats()
+        while waiting or running:
+            self._step(waiting, running)
+        return [r.output for r in reqs]
+
+    def _admit(self, waiting: list[_Request], running: list[_Request]) -> list[_Request]:
+        admitted = []
+        while waiting and len(running) + len(admitted) < self.max_num_seqs:
+            r = waiting[0]
+            need = len(r.tokens)
+            if self.blocks.blocks_needed(need) > self.blocks.num_blocks:
+                raise CacheFullError(
+                    f"request {r.seq_id} needs {self.blocks.blocks_needed(need)} KV blocks but the cache has only "
+                    f"{self.blocks.num_blocks}; raise num_blocks or shorten the prompt"
+                )
+            if not self.blocks.can_allocate(r.seq_id, need):
+                break
+            self.blocks.ensure(r.seq_id, need)
+            admitted.append(waiting.pop(0))
+        return admitted
+
+    def _preempt(self, waiting: list[_Request], running: list[_Request]) -> None:
+        victim = running.pop()  # most recently admitted
+        self.blocks.release(victim.seq_id)
+        victim.computed = 0
+        waiting.insert(0, victim)
+        self.stats.preemptions += 1
+
+    def _step(self, waiting: list[_Request], running: list[_Request]) -> None:
+        admitted = self._admit(waiting, running)
+        decoding: list[_Request] = []
+        if not admitted or self.runner.mixes_prefill_and_decode:
+            for r in list(running):
+                while r in running and not self.blocks.can_allocate(r.seq_id, len(r.tokens)):
+                    if len(running) == 1 and not admitted:
+                        raise CacheFullError(f"request {r.seq_id} alone exceeds the KV cache ({self.blocks.num_blocks} blocks)")
+                    self._preempt(waiting, running)
+                if r in running:
+                    self.blocks.ensure(r.seq_id, len(r.tokens))
+            decoding = list(running)
+        work = [Work(r.seq_id, r.tokens[r.computed :], r.computed) for r in admitted + decoding]
+        if not work:
+            if waiting and not running:
+                raise CacheFullError("no request fits in the KV cache")
+            return
+        t0 = time.perf_counter()
+        logits = self.runner.step(work)
+        tokens = sample(logits, [r.params for r in admitted + decoding], [r.generator for r in admitted + decoding])
+        dt = time.perf_counter() - t0
+        if admitted:
+            self.stats.prefill_tokens += sum(len(w.token_ids) for w in work)
+            self.stats.prefill_s += dt
+        else:
+            self.stats.decode_tokens += len(work)
+            self.stats.decode_s += dt
+        self.stats.steps += 1
+        running.extend(admitted)
+        for r, tok in zip(admitted + decoding, tokens):
+            r.computed = len(r.tokens)
+            r.output.append(tok)
+            stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
+            if stop or len(r.output) >= r.params.max_new_tokens:
+                r.done = True
+                running.remove(r)
+                self.blocks.release(r.seq_id)
+

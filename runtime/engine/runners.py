@@ -1,0 +1,214 @@
+"""Target runners: turn a scheduled step into each target's model inputs and return next-token logits.
+
+A step is a list of :class:`Work` items: a sequence's new tokens and the position of the first one. The rocm runner
+flattens them into one varlen batch (prefill and decode may mix). The neuron runner pads to compiled buckets,
+builds the per-layer ``attn_metadata`` dict of the vLLM Neuron runner and calls the fixed forward signature.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..layers.attention import AttentionMetadata
+from .block_manager import BlockManager
+
+
+@dataclass
+class Work:
+    seq_id: int
+    token_ids: list[int]  # new tokens fed this step
+    start_pos: int  # position of token_ids[0]
+
+
+def _pad_tables(tables: list[list[int]], width: int) -> list[list[int]]:
+    return [t + [0] * (width - len(t)) for t in tables]
+
+
+class RocmRunner:
+    """ATOM-style: flattened tokens, :class:`AttentionMetadata`, ``forward`` + ``compute_logits``."""
+
+    mixes_prefill_and_decode = True
+
+    def __init__(self, model: torch.nn.Module, blocks: BlockManager, device: torch.device):
+        self.model, self.blocks, self.device = model, blocks, device
+
+    @torch.inference_mode()
+    def step(self, work: list[Work]) -> torch.Tensor:
+        ids, pos, slots, cu, ctx = [], [], [], [0], []
+        for w in work:
+            n = len(w.token_ids)
+            ids += w.token_ids
+            pos += range(w.start_pos, w.start_pos + n)
+            slots += [self.blocks.slot(w.seq_id, p) for p in range(w.start_pos, w.start_pos + n)]
+            cu.append(cu[-1] + n)
+            ctx.append(w.start_pos + n)
+        tables = [self.blocks.tables[w.seq_id] for w in work]
+        width = max(len(t) for t in tables)
+        dev = self.device
+        meta = AttentionMetadata(
+            is_prefill=any(len(w.token_ids) > 1 for w in work),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
+            context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
+            block_tables=torch.tensor(_pad_tables(tables, width), dtype=torch.int32, device=dev),
+            max_seqlen_q=max(len(w.token_ids) for w in work),
+        )
+        input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
+        positions = torch.tensor(pos, dtype=torch.int64, device=dev)
+        hidden = self.model(input_ids, positions, meta)
+        last = torch.tensor(cu[1:], device=dev) - 1
+        return self.model.compute_logits(hidden.index_select(0, last))
+
+
+def default_buckets(limit: int, start: int = 16) -> list[int]:
+    out, b = [], start
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return out + [limit]
+
+
+class NeuronRunner:
+    """vLLM Neuron-style: static buckets, per-layer metadata dict, optional ``torch.compile(fullgraph=True)``.
+
+    Prefill buckets are token counts (``num_batched_tokens_buckets``); decode buckets are request counts
+    (``num_seqs_buckets``). Block tables always have ``max_blocks_per_seq`` columns and ``max_num_seqs`` rows in
+    prefill, so every bucket has one static shape.
+    """
+
+    mixes_prefill_and_decode = False
+    decode_token_threshold = 1
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        blocks: BlockManager,
+        device: torch.device,
+        *,
+        max_model_len: int,
+        max_num_seqs: int,
+        prefill_buckets: list[int] | None = None,
+        decode_buckets: list[int] | None = None,
+        compile: bool = False,
+    ):
+        self.model, self.blocks, self.device = model, blocks, device
+        self.max_num_seqs = max_num_seqs
+        self.max_blocks_per_seq = blocks.blocks_needed(max_model_len)
+        self.prefill_buckets = sorted(prefill_buckets or default_buckets(max_model_len))
+        self.decode_buckets = sorted(decode_buckets or default_buckets(max_num_seqs, start=1))
+        self.layer_names = [layer.name for layer in model.get_kv_spec().layers]
+        self.forward = model.forward
+        if compile:
+            from torch import _dynamo
+
+            # One graph per bucket and path; raise the per-function cache limit above the bucket count.
+            _dynamo.config.cache_size_limit = max(64, 4 * (len(self.prefill_buckets) + len(self.decode_buckets)))
+            _dynamo.config.accumulated_cache_size_limit = 4 * _dynamo.config.cache_size_limit
+            self.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
+        self.rank = torch.tensor(_tp_rank(), dtype=torch.int64, device=device)
+
+    def _bucket(self, n: int, buckets: list[int], what: str) -> int:
+        for b in buckets:
+            if n <= b:
+                return b
+        raise ValueError(f"{what} {n} exceeds the largest compiled bucket {buckets[-1]}")
+
+    def _metadata(self, slots, block_table, max_query_len, seq_ids) -> dict:
+        dev = self.device
+        common = {
+            "block_table_tensor": torch.tensor(block_table, dtype=torch.int32, device=dev),
+            "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=dev),
+            "max_query_len": max_query_len,
+            "block_size": self.blocks.block_size,
+            "max_blocks_per_seq": self.max_blocks_per_seq,
+            "decode_token_threshold": self.decode_token_threshold,
+            "cached_seq_len": torch.zeros(len(block_table), 1, dtype=torch.int32, device=dev),
+            "kv_segment_size": 0,
+            "seq_ids": torch.tensor(seq_ids, dtype=torch.int32, device=dev),
+        }
+        return {name: common for name in self.layer_names}
+
+    def build_inputs(self, work: list[Work]) -> tuple[dict, int]:
+        """Padded forward kwargs for one step, and the number of real requests."""
+        decode = all(len(w.token_ids) == 1 for w in work)
+        tables = [self.blocks.tables[w.seq_id] for w in work]
+        if decode:
+            n_pad = self._bucket(len(work), self.decode_buckets, "decode batch")
+            ids = [w.token_ids[0] for w in work] + [0] * (n_pad - len(work))
+            pos = [w.start_pos for w in work] + [0] * (n_pad - len(work))
+            slots = [self.blocks.slot(w.seq_id, w.start_pos) for w in work] + [-1] * (n_pad - len(work))
+            seq_ids = list(range(len(work))) + [-1] * (n_pad - len(work))
+            rows = _pad_tables(tables, self.max_blocks_per_seq) + [[0] * self.max_blocks_per_seq] * (n_pad - len(work))
+            sampling = list(range(n_pad))
+            max_query_len = 1
+        else:
+            if any(w.start_pos for w in work):
+                raise NotImplementedError("neuron prefill covers whole prompts (no segmented prefill)")
+            total = sum(len(w.token_ids) for w in work)
+            t_pad = self._bucket(total, self.prefill_buckets, "prefill tokens")
+            ids, pos, slots, seq_ids, sampling = [], [], [], [], []
+            for r, w in enumerate(work):
+                n = len(w.token_ids)
+                ids += w.token_ids
+                pos += range(n)
+                slots += [self.blocks.slot(w.seq_id, p) for p in range(n)]
+                seq_ids += [r] * n
+                sampling.append(len(ids) - 1)
+            pad = t_pad - total
+            ids += [0] * pad
+            pos += [0] * pad
+            slots += [-1] * pad
+            seq_ids += [-1] * pad
+            sampling += [0] * (self.max_num_seqs - len(work))
+            rows = _pad_tables(tables, self.max_blocks_per_seq) + [[0] * self.max_blocks_per_seq] * (
+                self.max_num_seqs - len(work)
+            )
+            max_query_len = t_pad  # bucket-static so the graph guard never sees a new value
+        dev = self.device
+        kwargs = dict(
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(pos, dtype=torch.int64, device=dev),
+            attn_metadata=self._metadata(slots, rows, max_query_len, seq_ids),
+            sampling_positions=torch.tensor(sampling, dtype=torch.int64, device=dev),
+            sampling_params=None,
+            spec_decode_metadata=None,
+            logit_mask=None,
+            rank=self.rank,
+            inputs_embeds=None,
+            is_token_ids=None,
+        )
+        return kwargs, len(work)
+
+    @torch.inference_mode()
+    def step(self, work: list[Work]) -> torch.Tensor:
+        kwargs, n = self.build_inputs(work)
+        return self.forward(**kwargs)[:n]
+
+    @torch.inference_mode()
+    def warmup(self) -> None:
+        """Trace every prefill and decode bucket with padding-only inputs (slot -1: the cache is untouched)."""
+        for t in self.prefill_buckets:
+            kwargs = self._synthetic(t, prefill=True)
+            self.forward(**kwargs)
+        for r in self.decode_buckets:
+            self.forward(**self._synthetic(r, prefill=False))
+
+    def _synthetic(self, n: int, prefill: bool) -> dict:
+        dev = self.device
+        rows = self.max_num_seqs if prefill else n
+        table = [[0] * self.max_blocks_per_seq] * rows
+        return dict(
+            input_ids=torch.zeros(n, dtype=torch.int64, device=dev),
+            positions=torch.zeros(n, dtype=torch.int64, device=dev),
+            attn_metadata=self._metadata([-1] * n, table, n if prefill else 1, [-1] * n),
+            sampling_positions=torch.zeros(rows, dtype=torch.int64, device=dev),
+            sampling_params=None, spec_decode_metadata=None, logit_mask=None, rank=self.rank,
+            inputs_embeds=None, is_token_ids=None,
+        )
+
+
+def _tp_rank() -> int:
+    from .. import distributed
+
+    return distributed.tp_rank()

@@ -1,0 +1,1 @@
+"""ATOM-style modules for the rocm target: parallel linear layers with ``weight_loader``s, norms, RoPE, attention."""

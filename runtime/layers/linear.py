@@ -1,0 +1,124 @@
+"""Tensor-parallel linear layers in ATOM/vLLM style.
+
+Every parameter carries ``weight_loader(param, loaded_weight, shard_id=None)`` which takes the *full* checkpoint
+tensor and copies this rank's shard into place, so the loader only needs names and shard ids (from the generated
+``packed_modules_mapping``), never sharding arithmetic. Weights are ``[out_features, in_features]`` as in HF.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .. import distributed as dist
+
+
+def _check_shape(param: nn.Parameter, expected: tuple[int, ...], got: torch.Tensor, what: str) -> None:
+    if tuple(got.shape) != tuple(expected):
+        raise ValueError(f"{what}: checkpoint tensor has shape {tuple(got.shape)}, expected {tuple(expected)}")
+
+
+class LinearBase(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
+            self.bias.weight_loader = self.weight_loader
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        _check_shape(param, param.shape, loaded, "replicated weight")
+        param.data.copy_(loaded)
+
+
+class ReplicatedLinear(LinearBase):
+    """Same full weight on every rank (routers, small projections)."""
+
+
+class ColumnParallelLinear(LinearBase):
+    """Output features split across ranks; output stays sharded (``gather_output=False``)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, gather_output: bool = False):
+        self.tp_rank, self.tp_size = dist.tp_rank(), dist.tp_size()
+        super().__init__(in_features, dist.divide(out_features, self.tp_size, "output features"), bias)
+        self.gather_output = gather_output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight, self.bias)
+        return dist.all_gather(y, -1) if self.gather_output else y
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        n = param.shape[0]
+        _check_shape(param, (n * self.tp_size, *param.shape[1:]), loaded, "column-parallel weight")
+        param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
+
+
+class RowParallelLinear(LinearBase):
+    """Input features split across ranks; partial outputs are summed (all-reduce), bias added once after."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        self.tp_rank, self.tp_size = dist.tp_rank(), dist.tp_size()
+        super().__init__(dist.divide(in_features, self.tp_size, "input features"), out_features, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = dist.all_reduce(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        if param.dim() == 1:  # bias: replicated
+            _check_shape(param, param.shape, loaded, "row-parallel bias")
+            param.data.copy_(loaded)
+            return
+        n = param.shape[1]
+        _check_shape(param, (param.shape[0], n * self.tp_size), loaded, "row-parallel weight")
+        param.data.copy_(loaded.narrow(1, self.tp_rank * n, n))
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel outputs stacked in one GEMM (gate/up -> gate_up); shard ids are 0, 1, ..."""
+
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool):
+        self.output_sizes = output_sizes
+        super().__init__(in_features, sum(output_sizes), bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        if shard_id is None:
+            raise ValueError("merged column weight needs a shard id (0, 1, ...)")
+        local = [s // self.tp_size for s in self.output_sizes]
+        offset, size = sum(local[:shard_id]), local[shard_id]
+        _check_shape(param, (self.output_sizes[shard_id], *param.shape[1:]), loaded, f"shard {shard_id}")
+        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, self.tp_rank * size, size))
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """Fused Q/K/V projection; shard ids ``"q"``, ``"k"``, ``"v"``. KV heads are replicated when fewer than ranks."""
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool):
+        world = dist.tp_size()
+        self.head_dim = head_dim
+        self.total_num_heads, self.total_num_kv_heads = num_heads, num_kv_heads
+        self.num_heads = dist.divide(num_heads, world, "num_attention_heads")
+        self.num_kv_heads, self.kv_replicas = dist.kv_heads_per_rank(num_kv_heads, world)
+        local_out = (self.num_heads + 2 * self.num_kv_heads) * head_dim
+        super().__init__(hidden_size, local_out * world, bias)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        d = self.head_dim
+        q, kv = self.num_heads * d, self.num_kv_heads * d
+        if shard_id == "q":
+            offset, size, start, total = 0, q, self.tp_rank * q, self.total_num_heads * d
+        elif shard_id in ("k", "v"):
+            head0 = dist.kv_head_offset(self.tp_rank, self.total_num_kv_heads, self.tp_size)
+            offset = q if shard_id == "k" else q + kv
+            size, start, total = kv, head0 * d, self.total_num_kv_heads * d
+        else:
+            raise ValueError(f"QKV weight needs shard id q, k or v, got {shard_id!r}")
+        _check_shape(param, (total, *param.shape[1:]), loaded, f"{shard_id}_proj")
+        param.data.narrow(0, offset, size).copy_(loaded.narrow(0, start, size))

@@ -1,0 +1,41 @@
+"""RoPE module: a float32 cos/sin table buffer built from the HF rope parameters, applied to q and k."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..ops.rope import apply_rope, cos_sin_cache
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(
+        self, head_dim: int, rotary_dim: int, max_position: int, base: float, scaling: dict[str, Any] | None, style: str
+    ):
+        super().__init__()
+        self.head_dim, self.rotary_dim, self.style = head_dim, rotary_dim, style
+        # Table covers the scaled context when rope scaling extends it (factor x original).
+        factor = float((scaling or {}).get("factor") or 1.0)
+        cache_len = int(max_position * max(factor, 1.0)) if (scaling or {}).get("rope_type") == "dynamic" else max_position
+        self.register_buffer("cos_sin_cache", cos_sin_cache(rotary_dim, base, scaling, max_position, cache_len), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q [tokens, heads, head_dim]``, ``k [tokens, kv_heads, head_dim]``."""
+        q = apply_rope(q, self.cos_sin_cache, positions, self.rotary_dim, self.style)
+        k = apply_rope(k, self.cos_sin_cache, positions, self.rotary_dim, self.style)
+        return q, k
+
+
+_ROPE_CACHE: dict[tuple, RotaryEmbedding] = {}
+
+
+def get_rope(
+    head_dim: int, rotary_dim: int, max_position: int, base: float, scaling: dict[str, Any] | None, style: str
+) -> RotaryEmbedding:
+    """One shared module per distinct parameter set, so N layers hold one cos/sin table (as ATOM's ``get_rope``)."""
+    device = torch.get_default_device()
+    key = (head_dim, rotary_dim, max_position, float(base), repr(sorted((scaling or {}).items())), style, str(device))
+    if key not in _ROPE_CACHE:
+        _ROPE_CACHE[key] = RotaryEmbedding(head_dim, rotary_dim, max_position, base, scaling, style)
+    return _ROPE_CACHE[key]

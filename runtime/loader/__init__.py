@@ -1,0 +1,1 @@
+"""Runtime weight loader: reads safetensors checkpoints and maps them onto generated models."""

@@ -1,0 +1,456 @@
+"""Checkpoint reader for safetensors weights (single file, directory, or sharded with an index).
+
+The reader validates the whole checkpoint up front, cheaply: it parses every file's
+safetensors header itself (8-byte little-endian length + JSON) so that names, shapes,
+dtypes and byte offsets are known without touching tensor data, and it checks that
+the file is long enough to hold every tensor the header promises.  Tensor data is then
+read lazily through ``safetensors.safe_open`` (memory-mapped).
+
+Every problem is reported as a :class:`CheckpointError` whose message names the file
+and/or tensor concerned, so a user can tell at once which download is broken.
+
+Pickle checkpoints (``*.bin``, ``*.pt``, ...) are deliberately never loaded: unpickling
+can run arbitrary code.
+
+Layouts accepted by :class:`Checkpoint`:
+
+* a directory holding ``model.safetensors.index.json`` and the shards its
+  ``weight_map`` names (other ``*.safetensors`` files in the directory are ignored, e.g.
+  Mistral's ``consolidated.safetensors`` next to HF shards);
+* a directory without an index: every ``*.safetensors`` file in it (sorted by name);
+* a single ``.safetensors`` file, or an ``*.safetensors.index.json`` file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+__all__ = ["CheckpointError", "Checkpoint", "read_json_if_exists", "SAFETENSORS_DTYPES"]
+
+INDEX_NAME = "model.safetensors.index.json"
+_INDEX_SUFFIX = ".safetensors.index.json"
+# safetensors itself refuses headers above 100 MB; anything bigger is corruption.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_MAX_LISTED = 5
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be read.  The message names the file and/or tensor concerned."""
+
+
+def _build_dtype_table() -> dict[str, tuple[torch.dtype | None, int | None]]:
+    """safetensors dtype string -> (torch dtype or None if torch lacks it, bytes per element).
+
+    Bytes per element is None for sub-byte formats, whose size is not checked.
+    """
+    table: dict[str, tuple[torch.dtype | None, int | None]] = {
+        "F64": (torch.float64, 8),
+        "F32": (torch.float32, 4),
+        "F16": (torch.float16, 2),
+        "BF16": (torch.bfloat16, 2),
+        "I64": (torch.int64, 8),
+        "I32": (torch.int32, 4),
+        "I16": (torch.int16, 2),
+        "I8": (torch.int8, 1),
+        "U8": (torch.uint8, 1),
+        "BOOL": (torch.bool, 1),
+        "C64": (torch.complex64, 8),
+    }
+    optional = {
+        "F8_E4M3": ("float8_e4m3fn", 1),
+        "F8_E5M2": ("float8_e5m2", 1),
+        "F8_E4M3FNUZ": ("float8_e4m3fnuz", 1),
+        "F8_E5M2FNUZ": ("float8_e5m2fnuz", 1),
+        "F8_E8M0": ("float8_e8m0fnu", 1),
+        "U16": ("uint16", 2),
+        "U32": ("uint32", 4),
+        "U64": ("uint64", 8),
+    }
+    for code, (attr, size) in optional.items():
+        table[code] = (getattr(torch, attr, None), size)
+    # Sub-byte formats: known to safetensors, no torch dtype, size not checkable per element.
+    for code in ("F4", "F6_E2M3", "F6_E3M2"):
+        table[code] = (None, None)
+    return table
+
+
+#: safetensors dtype string -> (torch.dtype or None, itemsize in bytes or None)
+SAFETENSORS_DTYPES = _build_dtype_table()
+
+
+@dataclass(frozen=True)
+class _TensorInfo:
+    file: pathlib.Path
+    dtype: str  # safetensors dtype string, e.g. "BF16"
+    shape: tuple[int, ...]
+    begin: int  # byte offsets relative to the start of the data section
+    end: int
+
+
+def read_json_if_exists(path: str | os.PathLike) -> dict | None:
+    """Return the JSON object stored at ``path``, or None if there is no such file.
+
+    Raises CheckpointError (naming the file) if it exists but is not a JSON object.
+    """
+    p = pathlib.Path(path)
+    if not p.is_file():
+        return None
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{p}: cannot read JSON file: {e}") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{p}: not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{p}: expected a JSON object at top level, got {type(data).__name__}")
+    return data
+
+
+def _read_header(path: pathlib.Path) -> tuple[dict[str, _TensorInfo], dict[str, str]]:
+    """Parse and validate a safetensors header without reading tensor data.
+
+    Returns (tensor name -> info, __metadata__).  Raises CheckpointError naming the file.
+    """
+    try:
+        file_size = path.stat().st_size
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise CheckpointError(
+                    f"{path}: not a safetensors file: only {file_size} bytes, "
+                    f"too short for the 8-byte header length (truncated or empty file?)"
+                )
+            header_len = int.from_bytes(prefix, "little")
+            if header_len > _MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{path}: corrupt safetensors file: header length field says {header_len} bytes, "
+                    f"which is implausible (limit {_MAX_HEADER_BYTES}); the file is not safetensors "
+                    f"or its first 8 bytes are damaged"
+                )
+            if 8 + header_len > file_size:
+                raise CheckpointError(
+                    f"{path}: corrupt or truncated safetensors file: header length field says "
+                    f"{header_len} bytes but the file has only {file_size} bytes"
+                )
+            raw = f.read(header_len)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read file: {e}") from e
+
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors file: header is not valid JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            f"{path}: corrupt safetensors file: header is a JSON {type(header).__name__}, expected an object"
+        )
+
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors file: __metadata__ is not a JSON object")
+
+    data_size = file_size - 8 - header_len
+    infos: dict[str, _TensorInfo] = {}
+    max_end = 0
+    max_end_name = None
+    for name, entry in header.items():
+        where = f"{path}: corrupt safetensors header for tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{where}: entry is not a JSON object")
+        dtype = entry.get("dtype")
+        shape = entry.get("shape")
+        offsets = entry.get("data_offsets")
+        if not isinstance(dtype, str):
+            raise CheckpointError(f"{where}: missing or non-string 'dtype'")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+            raise CheckpointError(f"{where}: 'shape' must be a list of non-negative integers, got {shape!r}")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            and offsets[0] <= offsets[1]
+        ):
+            raise CheckpointError(f"{where}: 'data_offsets' must be [begin, end] with 0 <= begin <= end, got {offsets!r}")
+        begin, end = offsets
+        itemsize = SAFETENSORS_DTYPES.get(dtype, (None, None))[1]
+        if itemsize is not None:
+            expected = math.prod(shape) * itemsize
+            if end - begin != expected:
+                raise CheckpointError(
+                    f"{where}: data_offsets span {end - begin} bytes but dtype {dtype} with shape "
+                    f"{tuple(shape)} needs {expected} bytes"
+                )
+        if end > max_end:
+            max_end, max_end_name = end, name
+        infos[name] = _TensorInfo(path, dtype, tuple(shape), begin, end)
+
+    if max_end > data_size:
+        raise CheckpointError(
+            f"{path}: truncated or corrupt safetensors file: tensor {max_end_name!r} ends at data byte "
+            f"{max_end} (file byte {8 + header_len + max_end}) but the file has only {file_size} bytes "
+            f"({max_end - data_size} bytes missing; re-download it?)"
+        )
+    return infos, {str(k): str(v) for k, v in metadata.items()}
+
+
+def _pickle_note(files: list[pathlib.Path]) -> str:
+    if not files:
+        return ""
+    names = ", ".join(p.name for p in files[:_MAX_LISTED]) + (", ..." if len(files) > _MAX_LISTED else "")
+    return (
+        f"; found pickle checkpoint file(s) ({names}) which are not loaded, on purpose "
+        f"(unpickling can execute arbitrary code) - convert them to safetensors first"
+    )
+
+
+def _list(items: list[str], limit: int = _MAX_LISTED) -> str:
+    shown = ", ".join(repr(x) for x in items[:limit])
+    if len(items) > limit:
+        shown += f", ... ({len(items) - limit} more)"
+    return shown
+
+
+class Checkpoint:
+    """Read-only view of a safetensors checkpoint; see the module docstring for layouts."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = pathlib.Path(path)
+        self.index_path: pathlib.Path | None = None
+        self._tensors: dict[str, _TensorInfo] = {}
+        self._metadata: dict[pathlib.Path, dict[str, str]] = {}
+        self._handles: dict[pathlib.Path, Any] = {}
+        self._closed = False
+
+        files, index_map = self._discover()
+        self._files = files
+
+        # Parse every header ourselves (cheap, no data read) and find duplicates.
+        for f in files:
+            infos, meta = _read_header(f)
+            self._metadata[f] = meta
+            for name, info in infos.items():
+                prev = self._tensors.get(name)
+                if prev is not None:
+                    raise CheckpointError(
+                        f"tensor {name!r} is present in two files: {prev.file} and {f}"
+                    )
+                self._tensors[name] = info
+
+        if index_map is not None:
+            self._check_index(index_map)
+
+        # Open every file with safetensors (memory-mapped; data is read lazily).
+        from safetensors import safe_open
+
+        try:
+            for f in files:
+                try:
+                    self._handles[f] = safe_open(str(f), framework="pt")
+                except Exception as e:  # safetensors raises SafetensorError / OSError
+                    raise CheckpointError(f"{f}: safetensors cannot open this file: {e}") from e
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ discovery
+    def _discover(self) -> tuple[list[pathlib.Path], dict[str, pathlib.Path] | None]:
+        """Return (files to open, index weight_map resolved to paths or None)."""
+        p = self.path
+        if p.is_file():
+            if p.name.endswith(_INDEX_SUFFIX) or p.name.endswith(".index.json"):
+                return self._from_index(p)
+            if p.suffix in _PICKLE_SUFFIXES:
+                raise CheckpointError(f"{p}: not a safetensors file" + _pickle_note([p]))
+            return [p], None
+        if not p.exists():
+            raise CheckpointError(f"{p}: checkpoint path does not exist")
+        if not p.is_dir():
+            raise CheckpointError(f"{p}: checkpoint path is neither a file nor a directory")
+
+        index = p / INDEX_NAME
+        if not index.is_file():
+            candidates = sorted(x for x in p.glob("*" + _INDEX_SUFFIX) if x.is_file())
+            if len(candidates) == 1:
+                index = candidates[0]
+            elif len(candidates) > 1:
+                raise CheckpointError(
+                    f"{p}: no {INDEX_NAME} but several index files ({_list([c.name for c in candidates])}); "
+                    f"pass the index file to use"
+                )
+        if index.is_file():
+            return self._from_index(index)
+
+        files = sorted(x for x in p.glob("*.safetensors") if x.is_file())
+        if not files:
+            pickles = sorted(x for x in p.iterdir() if x.suffix in _PICKLE_SUFFIXES and x.is_file())
+            raise CheckpointError(
+                f"{p}: no safetensors checkpoint found (no {INDEX_NAME} and no *.safetensors files)"
+                + _pickle_note(pickles)
+            )
+        return files, None
+
+    def _from_index(self, index: pathlib.Path) -> tuple[list[pathlib.Path], dict[str, pathlib.Path]]:
+        self.index_path = index
+        data = read_json_if_exists(index)
+        if data is None:
+            raise CheckpointError(f"{index}: index file does not exist")
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index}: index has no 'weight_map' object (or it is empty)")
+        root = index.parent
+        by_shard: dict[str, list[str]] = {}
+        for tensor, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard:
+                raise CheckpointError(f"{index}: weight_map entry for tensor {tensor!r} is not a file name: {shard!r}")
+            by_shard.setdefault(shard, []).append(tensor)
+
+        # Resolve shard names; different spellings of one file ("a" vs "./a") are one shard.
+        files: list[pathlib.Path] = []
+        canonical: dict[str, pathlib.Path] = {}  # resolved -> first path spelling
+        shard_path: dict[str, pathlib.Path] = {}
+        missing: list[str] = []
+        for shard in sorted(by_shard):
+            sp = root / shard
+            if not sp.is_file():
+                missing.append(
+                    f"{sp} (should hold {len(by_shard[shard])} tensor(s): {_list(sorted(by_shard[shard]))})"
+                )
+                continue
+            key = os.path.realpath(sp)
+            if key not in canonical:
+                canonical[key] = sp
+                files.append(sp)
+            shard_path[shard] = canonical[key]
+        if missing:
+            raise CheckpointError(
+                f"{index}: index names shard file(s) that do not exist: " + "; ".join(missing)
+            )
+        return files, {t: shard_path[s] for t, s in weight_map.items()}
+
+    def _check_index(self, index_map: dict[str, pathlib.Path]) -> None:
+        wrong = []
+        for tensor in sorted(index_map):
+            shard = index_map[tensor]
+            info = self._tensors.get(tensor)
+            if info is None or info.file != shard:
+                actual = f" (it is in {info.file})" if info is not None else ""
+                wrong.append(f"tensor {tensor!r} is not in shard {shard}{actual}")
+        if wrong:
+            more = f"; ... ({len(wrong) - _MAX_LISTED} more)" if len(wrong) > _MAX_LISTED else ""
+            raise CheckpointError(
+                f"{self.index_path}: index does not match the shard contents: "
+                + "; ".join(wrong[:_MAX_LISTED])
+                + more
+            )
+
+    # ------------------------------------------------------------------ lookup
+    def _info(self, name: str) -> _TensorInfo:
+        info = self._tensors.get(name)
+        if info is not None:
+            return info
+        keys = list(self._tensors)
+        close = difflib.get_close_matches(str(name), keys, n=_MAX_LISTED, cutoff=0.6)
+        if close:
+            hint = f"; did you mean: {_list(close)}?"
+        else:
+            hint = f"; checkpoint has {len(keys)} tensors, e.g. {_list(sorted(keys))}"
+        raise CheckpointError(f"tensor {name!r} not found in checkpoint {self.path}{hint}")
+
+    def _handle(self, info: _TensorInfo, name: str):
+        if self._closed:
+            raise CheckpointError(f"{info.file}: checkpoint is closed (reading tensor {name!r})")
+        return self._handles[info.file]
+
+    @property
+    def files(self) -> list[pathlib.Path]:
+        return list(self._files)
+
+    def keys(self) -> list[str]:
+        return sorted(self._tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._tensors
+
+    def file_of(self, name: str) -> pathlib.Path:
+        return self._info(name).file
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._info(name).shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        info = self._info(name)
+        dt = SAFETENSORS_DTYPES.get(info.dtype, (None, None))[0]
+        if dt is None:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} has dtype {info.dtype!r}, which has no torch equivalent here"
+            )
+        return dt
+
+    def metadata(self, file: str | os.PathLike | None = None) -> dict[str, str]:
+        """The ``__metadata__`` of one file (default: the first file)."""
+        f = self._files[0] if file is None else pathlib.Path(file)
+        if f not in self._metadata:
+            raise CheckpointError(f"{f}: not a file of checkpoint {self.path}")
+        return dict(self._metadata[f])
+
+    def get_slice(self, name: str):
+        info = self._info(name)
+        try:
+            return self._handle(info, name).get_slice(name)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"{info.file}: cannot read tensor {name!r}: {e}") from e
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        info = self._info(name)
+        try:
+            return self._handle(info, name).get_tensor(name)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"{info.file}: cannot read tensor {name!r}: {e}") from e
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        handles, self._handles = self._handles, {}
+        self._closed = True
+        for h in handles.values():
+            exit_ = getattr(h, "__exit__", None)
+            if exit_ is not None:
+                try:
+                    exit_(None, None, None)
+                except Exception:
+                    pass
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.path)!r}, files={len(self._files)}, tensors={len(self._tensors)})"

@@ -1,0 +1,68 @@
+"""neuron-target loading (vLLM Neuron style): ``parameter -> [checkpoint keys]`` mappings + transform closures.
+
+Each parameter may carry a loader whose ``transform(slices, rank)`` receives lazy safetensors slices (one per mapped
+key) and returns this rank's tensor; parameters without one are loaded as-is. Renames are applied to checkpoint keys
+before the mappings are looked up.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .checkpoint import Checkpoint, CheckpointError
+from .names import IgnoreRules, apply_renames
+from .report import Coverage
+
+
+def load_mapped_weights(
+    model: nn.Module,
+    checkpoint: Checkpoint,
+    mappings: Mapping[str, Sequence[str]],
+    *,
+    rank: int,
+    ignored: tuple[str, ...],
+    renames: tuple[tuple[str, str], ...],
+    device: torch.device | str = "cpu",
+) -> None:
+    canonical = {apply_renames(k, renames): k for k in checkpoint.keys()}
+    rules = IgnoreRules(ignored)
+    params = dict(model.named_parameters())
+    coverage = Coverage(checkpoint.keys(), [(name, None) for name in params])
+    for key in checkpoint.keys():
+        pattern = rules.match(apply_renames(key, renames))
+        if pattern is not None:
+            coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
+    used: set[str] = set()
+    for name, param in params.items():
+        keys = mappings.get(name)
+        if keys is None:
+            continue  # reported as missing
+        if any(k not in canonical for k in keys):
+            continue  # reported as missing, and the present keys as unexpected
+        originals = [canonical[k] for k in keys]
+        slices = [checkpoint.get_slice(k) for k in originals]
+        loader = getattr(param, "weight_loader", None)
+        try:
+            tensor = loader.transform(slices, rank) if loader is not None else slices[0][:]
+        except ValueError as e:
+            raise CheckpointError(f"{checkpoint.file_of(originals[0])}: {originals} -> parameter '{name}': {e}") from None
+        if tuple(tensor.shape) != tuple(param.shape):
+            raise CheckpointError(
+                f"{checkpoint.file_of(originals[0])}: tensor '{originals[0]}' (shape "
+                f"{tuple(checkpoint.shape(originals[0]))}, dtype {checkpoint.dtype(originals[0])}) -> parameter "
+                f"'{name}': expected shape {tuple(param.shape)}, got {tuple(tensor.shape)} after the transform"
+            )
+        if tensor.is_floating_point() != param.is_floating_point():
+            raise CheckpointError(
+                f"{checkpoint.file_of(originals[0])}: tensor '{originals[0]}' has dtype {tensor.dtype}, "
+                f"parameter '{name}' expects {param.dtype}"
+            )
+        with torch.no_grad():
+            param.data = tensor.to(device=device, dtype=param.dtype).contiguous()
+        # A key may feed several parameters (tied embeddings are mapped twice, never aliased).
+        coverage.expected.discard((name, None))
+        used.update(originals)
+    coverage.unused -= used
+    coverage.check(str(checkpoint.files[0].parent))

@@ -1,0 +1,98 @@
+"""Functional ops for the neuron target (``import runtime.neuron.functional as NF``).
+
+Weights are stored ``[in_features, out_features]`` (the layout the Neuron guide's loaders produce with
+``is_storage_transposed=True``), so projections are ``x @ W``. No op branches on tensor values and no op changes shape
+with data, so every bucket traces to one static graph.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import backends
+from .. import distributed as dist
+from ..ops import attention as attn_ops
+from ..ops.activation import GATED_ACTIVATIONS
+from ..ops.norm import rms_norm as _rms_norm
+from ..ops.rope import apply_rope
+
+BACKEND, BACKEND_REASON = backends.select("neuron")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    y = x @ weight
+    return y + bias if bias is not None else y
+
+
+def qkv_proj(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return linear(x, weight, bias)
+
+
+def o_proj(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Row-parallel output projection: partial sums reduced across ranks, bias added once."""
+    y = dist.all_reduce(x @ weight)
+    return y + bias if bias is not None else y
+
+
+def mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str,
+    gate_bias: torch.Tensor | None = None,
+    up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gated MLP ``down(act(gate(x)) * up(x))`` with column-parallel gate/up and row-parallel down."""
+    gate_up = torch.cat([linear(x, gate_weight, gate_bias), linear(x, up_weight, up_bias)], dim=-1)
+    return o_proj(GATED_ACTIVATIONS[activation](gate_up), down_weight, down_bias)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return _rms_norm(x, weight, eps)
+
+
+def rope(x: torch.Tensor, cos_sin: torch.Tensor, positions: torch.Tensor, rotary_dim: int, style: str) -> torch.Tensor:
+    return apply_rope(x, cos_sin, positions, rotary_dim, style)
+
+
+def embedding(input_ids: torch.Tensor, weight: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """Vocab-dim-sharded embedding: each rank holds rows ``[rank * V_local, (rank + 1) * V_local)``.
+
+    ``rank`` is the forward's scalar tensor, so one traced graph serves every rank.
+    """
+    per_rank = weight.shape[0]
+    local = input_ids - rank * per_rank
+    inside = (local >= 0) & (local < per_rank)
+    out = torch.nn.functional.embedding(local.clamp(0, per_rank - 1), weight)
+    return dist.all_reduce(out * inside[:, None].to(out.dtype))
+
+
+def lm_head(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Column-parallel LM head (weight ``[hidden, V_local]``): local logits gathered to the full vocabulary."""
+    return dist.all_gather(hidden @ weight, -1)[:, :vocab_size]
+
+
+def write_kv_cache(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    attn_ops.write_paged_kv_static(k, v, k_cache, v_cache, slot_mapping)
+
+
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Prefill: causal attention among one bucket's packed prompt tokens."""
+    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale)
+
+
+def attention_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Decode: one query per request over its paged context (``positions + 1`` cached tokens, its own included)."""
+    return attn_ops.paged_decode_attention(q, k_cache, v_cache, block_table, positions + 1, scale)
