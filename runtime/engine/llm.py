@@ -139,6 +139,17 @@ class LLM:
         self._next_id = 0
         self.stats = GenerateStats()
 
+    # ------------------------------------------------------------------------------------------------------ scoring
+    def score(self, prompt: list[int]) -> torch.Tensor:
+        """Teacher-forced logits ``[len(prompt), V]`` of one prompt (a single prefill through the paged cache)."""
+        seq_id = self._next_id
+        self._next_id += 1
+        self.blocks.ensure(seq_id, len(prompt))
+        try:
+            return self.runner.step([Work(seq_id, list(prompt), 0)], all_positions=True)
+        finally:
+            self.blocks.release(seq_id)
+
     # ------------------------------------------------------------------------------------------------------ generate
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Generated token ids (prompt excluded) for each prompt, in order."""

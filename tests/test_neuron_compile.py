@@ -1,0 +1,50 @@
+"""Neuron rules: every prefill and decode bucket traces with torch.compile(fullgraph=True) (a graph break raises),
+and after warm-up, serving requests never recompiles (torch.compiler.set_stance("fail_on_recompile"))."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.engine.llm import LLM
+from runtime.engine.sampler import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+
+def test_buckets_trace_fullgraph_and_never_recompile(llama_checkpoint):
+    torch._dynamo.reset()
+    path, hf = llama_checkpoint("gqa")
+    llm = LLM(
+        path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
+        prefill_buckets=[16, 64], decode_buckets=[1, 2, 4], compile=True,
+    )
+    llm.runner.warmup()  # fullgraph=True: any graph break in any bucket raises here
+    prompts = [[1, 5, 9, 33], [1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 12], [1, 99]]
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    eager = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
+                prefill_buckets=[16, 64], decode_buckets=[1, 2, 4])
+    expected = eager.generate(prompts, params)
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate(prompts, params)  # batches of 3 -> bucket 4, then 1-2 -> buckets 1/2
+        got_single = llm.generate([prompts[1]], params)
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == expected
+    assert got_single == [expected[1]]
+
+
+def test_recompile_guard_is_live(llama_checkpoint):
+    """The stance really rejects a shape outside the warmed buckets (so the test above can fail)."""
+    torch._dynamo.reset()
+    path, _ = llama_checkpoint("gqa")
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
+              prefill_buckets=[16], decode_buckets=[1], compile=True)
+    llm.runner.warmup()
+    llm.runner.decode_buckets = [2]  # a bucket that was never traced
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        with pytest.raises(Exception, match="(?i)recompil"):
+            llm.generate([[1, 2, 3]], SamplingParams(max_new_tokens=3, ignore_eos=True))
+    finally:
+        torch.compiler.set_stance("default")
