@@ -47,7 +47,11 @@ def load_mapped_weights(
         try:
             tensor = loader.transform(slices, rank) if loader is not None else slices[0][:]
         except ValueError as e:
-            raise CheckpointError(f"{checkpoint.file_of(originals[0])}: {originals} -> parameter '{name}': {e}") from None
+            got = ", ".join(f"'{k}' shape {tuple(checkpoint.shape(k))} dtype {checkpoint.dtype(k)}" for k in originals)
+            raise CheckpointError(
+                f"{checkpoint.file_of(originals[0])}: {got} -> parameter '{name}' (shape {tuple(param.shape)} on "
+                f"rank {rank}): {e}"
+            ) from None
         if tuple(tensor.shape) != tuple(param.shape):
             raise CheckpointError(
                 f"{checkpoint.file_of(originals[0])}: tensor '{originals[0]}' (shape "
