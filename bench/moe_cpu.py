@@ -7,6 +7,7 @@ full model picks in transformers 5.x). Run: ``cd /work/main && PYTHONPATH=. pyth
 from __future__ import annotations
 
 import argparse
+import os
 import copy
 import statistics
 import time
@@ -19,15 +20,20 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBl
 from runtime.ops.moe import fused_moe, fused_moe_static, route
 
 
-def median_ms(fn, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+def interleaved_median_ms(fns: dict, runs: int, warmup: int = 2) -> dict:
+    """Median wall time per candidate; candidates alternate within each round so background load hits all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    for r in range(runs):
+        names = list(fns)
+        names = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for name in names:
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def main() -> None:
@@ -61,6 +67,7 @@ def main() -> None:
         w, ids = route(F.linear(h, router), 8, renormalize=True)
         return fused_moe_static(h, w13, w2, w.to(h.dtype), ids)
 
+    print(f"load average before: {os.getloadavg()[0]:.2f} (on {os.cpu_count()} CPUs)")
     print(f"Qwen3-MoE-like layer H=1024 I=768 E=64 top_k=8, fp32, {args.threads} threads, median of {args.runs}")
     header = f"{'T':>5} | {'HF eager ms':>11} | {'HF grouped_mm ms':>16} | {'ours ms':>8} | {'eager/ours':>10} | " \
              f"{'grouped/ours':>12} | {'static ms':>9}"
@@ -72,10 +79,11 @@ def main() -> None:
             h = x.view(T, 1024)
             ref = blocks["eager"](x).view(T, 1024)
             torch.testing.assert_close(ours(h), ref, atol=1e-5, rtol=1e-4)
-            t_eager = median_ms(lambda: blocks["eager"](x), args.runs)
-            t_grouped = median_ms(lambda: blocks["grouped_mm"](x), args.runs)
-            t_ours = median_ms(lambda: ours(h), args.runs)
-            t_static = median_ms(lambda: ours_static(h), max(3, args.runs // 3), warmup=1)
+            m = interleaved_median_ms({
+                "eager": lambda: blocks["eager"](x), "grouped": lambda: blocks["grouped_mm"](x), "ours": lambda: ours(h),
+                "static": lambda: ours_static(h),
+            }, args.runs)
+            t_eager, t_grouped, t_ours, t_static = m["eager"], m["grouped"], m["ours"], m["static"]
             print(f"{T:>5} | {t_eager:>11.2f} | {t_grouped:>16.2f} | {t_ours:>8.2f} | {t_eager / t_ours:>10.2f} | "
                   f"{t_grouped / t_ours:>12.2f} | {t_static:>9.2f}")
 

@@ -40,7 +40,17 @@ class Rope:
 
 
 @dataclass(frozen=True)
+class QKNorm:
+    kind: str
+    eps: str
+    enabled: str  # Python source; "True" when always on
+    q_name: str
+    k_name: str
+
+
+@dataclass(frozen=True)
 class Attention:
+    class_name: str
     name: str
     kind: str
     num_heads: str
@@ -49,30 +59,64 @@ class Attention:
     qkv_bias: str
     o_bias: str
     scale: str  # "" = head_dim ** -0.5
+    qk_norm: QKNorm | None
     rope: Rope
     kv_cache_kind: str
 
 
 @dataclass(frozen=True)
 class MLP:
+    """Gated MLP; the class takes its intermediate width at construction (dense layers and shared experts)."""
+
+    class_name: str
     name: str
-    kind: str
+    kind: str  # "gated"
     activation: str
     intermediate_size: str
     bias: str
 
 
 @dataclass(frozen=True)
+class Router:
+    name: str
+    scoring: str
+    top_k: str
+    renormalize: str
+    n_group: str  # "None" when not grouped
+    topk_group: str
+    correction_bias: bool
+    routed_scaling_factor: str
+    float32: bool
+
+
+@dataclass(frozen=True)
+class SharedExperts:
+    name: str
+    intermediate_size: str
+
+
+@dataclass(frozen=True)
+class MoE:
+    class_name: str
+    name: str
+    kind: str  # "moe"
+    num_experts: str
+    intermediate_size: str
+    activation: str
+    router: Router
+    shared: SharedExperts | None
+    experts_name: str
+    mlp_class: str  # gated MLP class used by the shared experts
+
+
+@dataclass(frozen=True)
 class Block:
     key: str  # block name in the spec
-    class_name: str  # e.g. LlamaDecoderLayer
-    attention_class: str  # e.g. LlamaAttention
-    mlp_class: str  # e.g. LlamaMLP
     residual: str
     attention_norm: Norm
     attention: Attention
     mlp_norm: Norm
-    mlp: MLP
+    mlp: MLP | MoE
 
 
 @dataclass(frozen=True)
@@ -82,11 +126,18 @@ class Fusion:
 
 
 @dataclass(frozen=True)
+class Experts:
+    per_expert: tuple[tuple[str, str], ...]  # (gate|up|down, pattern with {e}) relative to the MoE module
+    fused: tuple[tuple[str, str], ...]  # (gate_up|down, name) relative to the MoE module; () when absent
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     prefix: str
     fusions: tuple[Fusion, ...]
     ignore: tuple[str, ...]
     rename: tuple[tuple[str, str], ...]
+    experts: Experts | None
 
 
 @dataclass(frozen=True)
@@ -104,6 +155,10 @@ class ModelIR:
     layer_block: str | None  # the single block every layer uses, or None when a rule decides
     layer_block_rule: str | None  # Python source over config fields and `i`
     blocks: tuple[Block, ...]
+    attentions: tuple[Attention, ...]  # distinct attention classes, in first-use order
+    mlps: tuple[MLP | MoE, ...]  # distinct MLP / MoE classes (gated first: MoE uses it for shared experts)
+    decoder_class: str
+    requires: tuple[tuple[str, str], ...]  # (Python source over config fields, message)
     embedding_name: str
     vocab_size: str
     hidden_size: str
@@ -115,3 +170,7 @@ class ModelIR:
 
     def block(self, key: str) -> Block:
         return next(b for b in self.blocks if b.key == key)
+
+    @property
+    def moe(self) -> MoE | None:
+        return next((m for m in self.mlps if isinstance(m, MoE)), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -215,52 +216,121 @@ class _Lowerer:
     def norm(self, path: tuple[Any, ...], n: Any) -> ir.Norm:
         return ir.Norm(name=n.name, kind=n.kind, eps=self.src(path + ("eps",), n.eps))
 
-    def block(self, key: str, b: Any) -> ir.Block:
-        p = ("blocks", key)
-        a = b.attention
-        ap = p + ("attention",)
+    def attention(self, p: tuple[Any, ...], a: Any) -> ir.Attention:
         rope = ir.Rope(
             style=a.rope.style,
-            theta=self.src(ap + ("rope", "theta"), a.rope.theta),
-            scaling=self.src(ap + ("rope", "scaling"), a.rope.scaling) if a.rope.scaling is not None else "None",
-            max_position=self.src(ap + ("rope", "max_position"), a.rope.max_position),
-            partial_factor=self.src(ap + ("rope", "partial_factor"), a.rope.partial_factor),
+            theta=self.src(p + ("rope", "theta"), a.rope.theta),
+            scaling=self.src(p + ("rope", "scaling"), a.rope.scaling) if a.rope.scaling is not None else "None",
+            max_position=self.src(p + ("rope", "max_position"), a.rope.max_position),
+            partial_factor=self.src(p + ("rope", "partial_factor"), a.rope.partial_factor),
         )
-        head_dim = self.src(ap + ("head_dim",), a.head_dim)
-        attention = ir.Attention(
-            name=a.name, kind=a.kind,
-            num_heads=self.src(ap + ("num_heads",), a.num_heads),
-            num_kv_heads=self.src(ap + ("num_kv_heads",), a.num_kv_heads),
-            head_dim=head_dim,
-            qkv_bias=self.src(ap + ("qkv_bias",), a.qkv_bias),
-            o_bias=self.src(ap + ("o_bias",), a.o_bias),
-            scale=self.src(ap + ("scale",), a.scale) if a.scale is not None else "",
-            rope=rope, kv_cache_kind=a.kv_cache.kind,
+        qk = None
+        if a.qk_norm is not None:
+            q = a.qk_norm
+            qk = ir.QKNorm(
+                kind=q.kind, eps=self.src(p + ("qk_norm", "eps"), q.eps),
+                enabled=self.src(p + ("qk_norm", "enabled"), q.enabled), q_name=q.q_name, k_name=q.k_name,
+            )
+        return ir.Attention(
+            class_name="", name=a.name, kind=a.kind,
+            num_heads=self.src(p + ("num_heads",), a.num_heads),
+            num_kv_heads=self.src(p + ("num_kv_heads",), a.num_kv_heads),
+            head_dim=self.src(p + ("head_dim",), a.head_dim),
+            qkv_bias=self.src(p + ("qkv_bias",), a.qkv_bias),
+            o_bias=self.src(p + ("o_bias",), a.o_bias),
+            scale=self.src(p + ("scale",), a.scale) if a.scale is not None else "",
+            qk_norm=qk, rope=rope, kv_cache_kind=a.kv_cache.kind,
         )
-        m = b.mlp
-        mp = p + ("mlp",)
-        mlp = ir.MLP(
-            name=m.name, kind=m.kind, activation=m.activation,
-            intermediate_size=self.src(mp + ("intermediate_size",), m.intermediate_size),
-            bias=self.src(mp + ("bias",), m.bias),
+
+    def mlp(self, p: tuple[Any, ...], m: Any) -> ir.MLP | ir.MoE:
+        if m.kind == "gated":
+            return ir.MLP(
+                class_name="", name=m.name, kind=m.kind, activation=m.activation,
+                intermediate_size=self.src(p + ("intermediate_size",), m.intermediate_size),
+                bias=self.src(p + ("bias",), m.bias),
+            )
+        r, rp = m.router, p + ("router",)
+        if (r.n_group is None) != (r.topk_group is None):
+            self.error(rp, "grouped top-k needs both n_group and topk_group")
+        router = ir.Router(
+            name=r.name, scoring=r.scoring, top_k=self.src(rp + ("top_k",), r.top_k),
+            renormalize=self.src(rp + ("renormalize",), r.renormalize),
+            n_group=self.src(rp + ("n_group",), r.n_group) if r.n_group is not None else "None",
+            topk_group=self.src(rp + ("topk_group",), r.topk_group) if r.topk_group is not None else "None",
+            correction_bias=r.correction_bias,
+            routed_scaling_factor=self.src(rp + ("routed_scaling_factor",), r.routed_scaling_factor),
+            float32=r.float32,
         )
-        # One block kind: LlamaAttention / LlamaMLP / LlamaDecoderLayer; several: Qwen3MoeSparseDecoderLayer, ...
-        stem = self.spec.class_prefix
-        if len(self.spec.blocks) > 1:
-            stem += "".join(w.title() for w in key.split("_"))
-        return ir.Block(
-            key=key, class_name=stem + "DecoderLayer", attention_class=stem + "Attention", mlp_class=stem + "MLP",
-            residual=b.residual,
-            attention_norm=self.norm(p + ("attention_norm",), b.attention_norm), attention=attention,
-            mlp_norm=self.norm(p + ("mlp_norm",), b.mlp_norm), mlp=mlp,
+        shared = None
+        if m.shared_experts is not None:
+            shared = ir.SharedExperts(
+                name=m.shared_experts.name,
+                intermediate_size=self.src(p + ("shared_experts", "intermediate_size"), m.shared_experts.intermediate_size),
+            )
+        return ir.MoE(
+            class_name="", name=m.name, kind=m.kind, num_experts=self.src(p + ("num_experts",), m.num_experts),
+            intermediate_size=self.src(p + ("intermediate_size",), m.intermediate_size), activation=m.activation,
+            router=router, shared=shared, experts_name=m.experts_name, mlp_class="",
         )
+
+    def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Attention, ...], tuple[Any, ...]]:
+        """Lower every block, then give each *distinct* attention / MLP its class name (shared across blocks)."""
+        P = self.spec.class_prefix
+        raw = []
+        for key, b in self.spec.blocks.items():
+            p = ("blocks", key)
+            raw.append((key, b, self.attention(p + ("attention",), b.attention), self.mlp(p + ("mlp",), b.mlp)))
+        attentions: dict[ir.Attention, str] = {}
+        for _, _, a, _ in raw:
+            attentions.setdefault(a, "")
+        for n, a in enumerate(attentions):
+            attentions[a] = f"{P}Attention" if len(attentions) == 1 else f"{P}Attention{n}"
+        mlps: dict[Any, str] = {}
+        needs_gated = any(isinstance(m, ir.MoE) and m.shared is not None for *_, m in raw)
+        gated_proto = None
+        for *_, m in raw:
+            if isinstance(m, ir.MLP):
+                mlps.setdefault(replace(m, intermediate_size=""), f"{P}MLP")
+                gated_proto = gated_proto or m
+        if needs_gated and gated_proto is None:  # MoE with shared experts but no dense layer: still one MLP class
+            mlps[ir.MLP(class_name="", name="mlp", kind="gated", activation="silu", intermediate_size="", bias="False")] = f"{P}MLP"
+        if len({k for k in mlps if isinstance(k, ir.MLP)}) > 1:
+            self.error(("blocks",), "dense MLPs of different blocks must agree in activation and bias")
+        for *_, m in raw:
+            if isinstance(m, ir.MoE):
+                mlps.setdefault(m, f"{P}SparseMoeBlock")
+        if len([k for k in mlps if isinstance(k, ir.MoE)]) > 1:
+            self.error(("blocks",), "MoE blocks of different layers must be identical")
+        first = raw[0][1]
+        for key, b, _, _ in raw:
+            for field_ in ("attention_norm", "mlp_norm"):
+                if getattr(b, field_) != getattr(first, field_):
+                    self.error(("blocks", key, field_), f"{field_} must be the same in every block")
+            if b.attention.name != first.attention.name or b.mlp.name != first.mlp.name:
+                self.error(("blocks", key), "attention / mlp module names must be the same in every block")
+        blocks = []
+        for key, b, a, m in raw:
+            a = replace(a, class_name=attentions[a])
+            if isinstance(m, ir.MLP):
+                m = replace(m, class_name=mlps[replace(m, intermediate_size="")])
+            else:
+                m = replace(m, class_name=mlps[m], mlp_class=f"{P}MLP")
+            p = ("blocks", key)
+            blocks.append(ir.Block(
+                key=key, residual=b.residual, attention_norm=self.norm(p + ("attention_norm",), b.attention_norm),
+                attention=a, mlp_norm=self.norm(p + ("mlp_norm",), b.mlp_norm), mlp=m,
+            ))
+        uniq_attn = tuple(dict.fromkeys(b.attention for b in blocks))
+        gated = [replace(k, class_name=v) for k, v in mlps.items() if isinstance(k, ir.MLP)]
+        moes = tuple(dict.fromkeys(b.mlp for b in blocks if isinstance(b.mlp, ir.MoE)))
+        return tuple(blocks), uniq_attn, tuple(gated) + moes
 
     def checkpoint(self) -> ir.Checkpoint:
         ck = self.spec.checkpoint
         allowed: dict[str, set[Any]] = {}
         for b in self.spec.blocks.values():
             allowed.update(FUSED_PARAMS.get(("attention", b.attention.kind), {}))
-            allowed.update(FUSED_PARAMS.get(("mlp", b.mlp.kind), {}))
+            allowed.update(FUSED_PARAMS.get(("mlp", "gated"), {}))  # dense MLPs and shared experts
         fusions = []
         for param, shards in ck.fuse.items():
             path = ("checkpoint", "fuse", param)
@@ -274,14 +344,35 @@ class _Lowerer:
                 self.error(path, f"shard ids {sorted(map(str, ids))} do not match {sorted(map(str, allowed[param]))}")
                 continue
             fusions.append(ir.Fusion(param=param, shards=tuple((repr(k), v) for k, v in shards.items())))
+        has_moe = any(b.mlp.kind == "moe" for b in self.spec.blocks.values())
+        experts = None
+        if ck.experts is not None:
+            if not has_moe:
+                self.error(("checkpoint", "experts"), "expert names given but no block has an moe mlp")
+            pe = ck.experts.per_expert
+            if set(pe) != {"gate", "up", "down"}:
+                self.error(("checkpoint", "experts", "per_expert"), "needs gate, up and down")
+            for k, v in pe.items():
+                if "{e}" not in v:
+                    self.error(("checkpoint", "experts", "per_expert", k), "pattern must contain {e} (expert index)")
+            fused = ck.experts.fused or {}
+            if fused and set(fused) != {"gate_up", "down"}:
+                self.error(("checkpoint", "experts", "fused"), "needs gate_up and down")
+            experts = ir.Experts(
+                per_expert=tuple((k, pe[k]) for k in ("gate", "up", "down") if k in pe),
+                fused=tuple((k, fused[k]) for k in ("gate_up", "down") if k in fused),
+            )
+        elif has_moe:
+            self.error(("checkpoint",), "an moe block needs checkpoint.experts (per-expert checkpoint names)")
         return ir.Checkpoint(
-            prefix=ck.prefix, fusions=tuple(fusions), ignore=tuple(ck.ignore), rename=tuple(ck.rename.items())
+            prefix=ck.prefix, fusions=tuple(fusions), ignore=tuple(ck.ignore), rename=tuple(ck.rename.items()),
+            experts=experts,
         )
 
     def lower(self, spec_path: str, source_hash: str, text: str) -> ir.ModelIR:
         s = self.spec
         config_values = self.config_values()
-        blocks = tuple(self.block(k, b) for k, b in s.blocks.items())
+        blocks, attentions, mlps = self.blocks()
         rule_src = None
         if s.layers.block is not None and s.layers.block not in s.blocks:
             self.error(("layers", "block"), f"no block named '{s.layers.block}'; blocks: {', '.join(s.blocks)}")
@@ -289,21 +380,49 @@ class _Lowerer:
             expr = self.parse(("layers", "block_rule"), s.layers.block_rule, extra_names=("i",))
             if expr is not None:
                 rule_src = expr.to_python(lambda n: n if n == "i" else f"self.{n}")
+                for lit in _string_literals(expr):
+                    if lit not in s.blocks:
+                        self.error(("layers", "block_rule"), f"rule yields '{lit}', which is not a block ({', '.join(s.blocks)})")
+        requires = []
+        for n, req in enumerate(s.requires):
+            expr = self.parse(("requires", n, "check"), req.check)
+            if expr is not None:
+                requires.append((expr.to_python(), req.message))
         model = ir.ModelIR(
             spec_path=spec_path, source_hash=source_hash, name=s.name, class_prefix=s.class_prefix,
             description=s.description, architectures=tuple(s.hf.architectures), model_type=s.hf.model_type,
             modeling=s.hf.modeling, config_values=config_values,
             num_layers=self.src(("layers", "count"), s.layers.count),
             layer_block=s.layers.block, layer_block_rule=rule_src, blocks=blocks,
+            attentions=attentions, mlps=mlps, decoder_class=f"{s.class_prefix}DecoderLayer",
+            requires=tuple(requires),
             embedding_name=s.embedding.name,
             vocab_size=self.src(("embedding", "vocab_size"), s.embedding.vocab_size),
-            hidden_size=self.src(("embedding", "hidden_size"), s.embedding.hidden_size), final_norm=self.norm(("final_norm",), s.final_norm),
+            hidden_size=self.src(("embedding", "hidden_size"), s.embedding.hidden_size),
+            final_norm=self.norm(("final_norm",), s.final_norm),
             lm_head_name=s.lm_head.name, tie_embeddings=self.src(("lm_head", "tie"), s.lm_head.tie),
             checkpoint=self.checkpoint(), spec_text=text,
         )
         if self.issues:
             raise SpecError(self.issues)
         return model
+
+
+def _string_literals(expr: Expr) -> list[str]:
+    """The string constants a rule can *return* (branches of conditionals), not those it compares against."""
+    import ast
+
+    out: list[str] = []
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.IfExp):
+            walk(node.body)
+            walk(node.orelse)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value)
+
+    walk(expr.tree.body)
+    return out
 
 
 def templates_digest() -> str:

@@ -55,6 +55,37 @@ def _rotary_dim(a: Attention) -> str:
     return f"int(self.head_dim * {a.rope.partial_factor})"
 
 
+def _constructor(module) -> str:
+    """Source that builds one attention / MLP / MoE module inside a decoder layer's ``__init__``."""
+    if module.kind == "gated":
+        return f"{module.class_name}(config, {module.intermediate_size})"
+    if module.kind == "moe":
+        return f"{module.class_name}(config)"
+    return f"{module.class_name}(config, layer_idx)"
+
+
+def _submodules(ir: ModelIR, indent: str) -> str:
+    """Decoder-layer lines choosing each sub-module; a layer schedule with several blocks dispatches on
+    ``config.layer_block(layer_idx)`` only for the slots whose module differs between blocks."""
+    lines: list[str] = []
+    slots = [(ir.blocks[0].attention.name, [(b.key, b.attention) for b in ir.blocks]),
+             (ir.blocks[0].mlp.name, [(b.key, b.mlp) for b in ir.blocks])]
+    if ir.layer_block_rule and any(len({m for _, m in mods}) > 1 for _, mods in slots):
+        lines.append("block = config.layer_block(layer_idx)")
+    for attr, mods in slots:
+        distinct = list(dict.fromkeys(m for _, m in mods))
+        if len(distinct) == 1:
+            lines.append(f"self.{attr} = {_constructor(distinct[0])}")
+            continue
+        for n, (key, m) in enumerate(mods):
+            if n == len(mods) - 1:
+                lines.append("else:")
+            else:
+                lines.append(f"{'if' if n == 0 else 'elif'} block == {key!r}:")
+            lines.append(f"    self.{attr} = {_constructor(m)}")
+    return "\n".join(indent + line for line in lines)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -67,6 +98,8 @@ def _environment() -> jinja2.Environment:
     env.filters["pytuple"] = _pytuple
     env.filters["cfg"] = lambda src: src.replace("config.", "")
     env.globals["rotary_dim"] = _rotary_dim
+    env.globals["submodules"] = _submodules
+    env.globals["dict"] = dict
     env.globals["activation_class"] = lambda m: {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}[m.activation]
     return env
 
@@ -82,12 +115,13 @@ def _context(ir: ModelIR, target: str) -> dict:
     qkv = fusions.get("qkv_proj", {"q": "q_proj", "k": "k_proj", "v": "v_proj"})
     gate_up = fusions.get("gate_up_proj", {0: "gate_proj", 1: "up_proj"})
     readers = sorted({"as_dict"} | {v.reader for v in ir.config_values if v.kind == "read"}
-                     | ({"require"} if any(v.required for v in ir.config_values) else set()))
+                     | ({"require"} if any(v.required for v in ir.config_values) else set())
+                     | ({"ConfigError"} if ir.requires else set()))
     return {
         "ir": ir, "target": target, "version": GENERATOR_VERSION, "P": ir.class_prefix, "pre": ir.checkpoint.prefix,
         "readers": readers,
         "qkv": [qkv["q"], qkv["k"], qkv["v"]], "gate_up": [gate_up[0], gate_up[1]],
-        "activation_classes": sorted({_environment().globals["activation_class"](b.mlp) for b in ir.blocks}),
+        "activation_classes": sorted({_environment().globals["activation_class"](m) for m in ir.mlps if m.kind == "gated"}),
     }
 
 

@@ -85,6 +85,16 @@ class KVCacheSpec(_Strict):
     kind: Literal["paged_kv"] = Field(description="paged_kv: K and V blocks [num_blocks, kv_heads, block_size, head_dim]")
 
 
+class QKNormSpec(_Strict):
+    """Per-head RMSNorm of queries and keys before RoPE (Qwen3 ``q_norm``/``k_norm``, GLM4-MoE ``use_qk_norm``)."""
+
+    kind: Literal["rms"]
+    eps: Expression
+    enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
+    q_name: str = "q_norm"
+    k_name: str = "k_norm"
+
+
 class AttentionSpec(_Strict):
     name: str = Field(description="module / checkpoint name, e.g. self_attn")
     kind: Literal["gqa"] = Field(description="gqa: multi-/grouped-/multi-query attention (kv heads divide heads)")
@@ -94,6 +104,7 @@ class AttentionSpec(_Strict):
     qkv_bias: Expression = False
     o_bias: Expression = False
     scale: Expression | None = Field(default=None, description="softmax scale; default head_dim ** -0.5")
+    qk_norm: QKNormSpec | None = None
     rope: RopeSpec
     kv_cache: KVCacheSpec
 
@@ -106,12 +117,42 @@ class MLPSpec(_Strict):
     bias: Expression = False
 
 
+class RouterSpec(_Strict):
+    """Top-k expert selection (HF ``*TopKRouter``): scores, optional grouped top-k and bias, renormalisation."""
+
+    name: str = Field(default="gate", description="module / checkpoint name of the router linear")
+    scoring: Literal["softmax", "sigmoid"] = Field(description="softmax: Mixtral/Qwen3-MoE; sigmoid: GLM4-MoE/DeepSeek-V3")
+    top_k: Expression
+    renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
+    n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
+    topk_group: Expression | None = Field(default=None, description="grouped top-k: groups kept per token")
+    correction_bias: bool = Field(default=False, description="e_score_correction_bias: added for selection only")
+    routed_scaling_factor: Expression = 1.0
+    float32: bool = Field(default=False, description="router weight and math kept in float32 (GLM4-MoE)")
+
+
+class SharedExpertsSpec(_Strict):
+    name: str = "shared_experts"
+    intermediate_size: Expression = Field(description="total width of the shared expert MLP")
+
+
+class MoESpec(_Strict):
+    name: str = Field(description="module / checkpoint name, e.g. mlp")
+    kind: Literal["moe"] = Field(description="moe: routed experts (+ optional shared experts), fused MoE op")
+    num_experts: Expression
+    intermediate_size: Expression = Field(description="per-expert intermediate width (moe_intermediate_size)")
+    activation: Literal["silu"]
+    router: RouterSpec
+    shared_experts: SharedExpertsSpec | None = None
+    experts_name: str = "experts"
+
+
 class BlockSpec(_Strict):
     residual: Literal["pre_norm"] = Field(description="pre_norm: x + f(norm(x)) around each sub-layer")
     attention_norm: NormSpec
     attention: AttentionSpec
     mlp_norm: NormSpec
-    mlp: MLPSpec
+    mlp: Annotated[Union[MLPSpec, MoESpec], Field(discriminator="kind")]
 
 
 class LayersSpec(_Strict):
@@ -140,6 +181,25 @@ class LMHeadSpec(_Strict):
 
 
 # --------------------------------------------------------------------------------------------------------- checkpoint
+class ExpertCheckpointSpec(_Strict):
+    """Checkpoint names of routed experts, relative to the MoE module; ``{e}`` is the expert index.
+
+    Both layouts load into the stacked ``w13`` ``[E, 2I, H]`` (gate then up) and ``w2`` ``[E, H, I]`` parameters.
+    """
+
+    per_expert: dict[Literal["gate", "up", "down"], str] = Field(
+        description="e.g. {gate: experts.{e}.gate_proj.weight, up: experts.{e}.up_proj.weight, down: ...}"
+    )
+    fused: dict[Literal["gate_up", "down"], str] | None = Field(
+        default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]"
+    )
+
+
+class Requirement(_Strict):
+    check: Expression = Field(description="expression over config fields that must be true")
+    message: str
+
+
 class CheckpointSpec(_Strict):
     prefix: str = Field(default="model", description="module prefix of the backbone in HF names (model.layers...)")
     fuse: dict[str, dict[Union[str, int], str]] = Field(
@@ -148,8 +208,10 @@ class CheckpointSpec(_Strict):
     )
     ignore: list[str] = Field(default_factory=list, description="checkpoint keys dropped on purpose (* = any segment)")
     rename: dict[str, str] = Field(
-        default_factory=dict, description="suffix renames applied to checkpoint keys (weight_scale_inv: weight_scale)"
+        default_factory=dict,
+        description="substring renames applied to checkpoint keys (weight_scale_inv: weight_scale, .block_sparse_moe.: .mlp.)",
     )
+    experts: ExpertCheckpointSpec | None = None
 
     @field_validator("fuse")
     @classmethod
@@ -168,6 +230,9 @@ class Spec(_Strict):
     hf: HFSection
     config: dict[str, ConfigField]
     derived: dict[str, Expression] = Field(default_factory=dict)
+    requires: list[Requirement] = Field(
+        default_factory=list, description="config checks the generated from_hf_config enforces (unsupported features)"
+    )
     layers: LayersSpec
     blocks: Annotated[dict[str, BlockSpec], Field(min_length=1)]
     embedding: EmbeddingSpec

@@ -6,7 +6,7 @@ before the mappings are looked up.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -19,7 +19,7 @@ from .report import Coverage
 def load_mapped_weights(
     model: nn.Module,
     checkpoint: Checkpoint,
-    mappings: Mapping[str, Sequence[str]],
+    mappings: Mapping[str, Sequence[str]] | Callable[[set[str]], Mapping[str, Sequence[str]]],
     *,
     rank: int,
     ignored: tuple[str, ...],
@@ -27,6 +27,8 @@ def load_mapped_weights(
     device: torch.device | str = "cpu",
 ) -> None:
     canonical = {apply_renames(k, renames): k for k in checkpoint.keys()}
+    if callable(mappings):  # built from the (renamed) keys present, e.g. fused vs per-expert expert tensors
+        mappings = mappings(set(canonical))
     rules = IgnoreRules(ignored)
     params = dict(model.named_parameters())
     coverage = Coverage(checkpoint.keys(), [(name, None) for name in params])

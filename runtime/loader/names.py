@@ -1,6 +1,6 @@
 """Checkpoint-name rewriting, free of model and tensor state so it is unit-tested on its own (ATOM weight_names.py).
 
-* ``apply_renames``: suffix renames (``weight_scale_inv`` -> ``weight_scale``), applied to every checkpoint key.
+* ``apply_renames``: substring renames (``weight_scale_inv`` -> ``weight_scale``), applied to every checkpoint key.
 * ``IgnoreRules``: glob-like patterns (``*`` = one dotted segment or part of one) of keys dropped on purpose.
 * ``resolve_packed``: HF module name -> (fused parameter, shard id) via ``packed_modules_mapping``.
 """
@@ -11,9 +11,10 @@ from typing import Iterable, Mapping
 
 
 def apply_renames(key: str, renames: Iterable[tuple[str, str]]) -> str:
+    """Substring renames, applied in order (``weight_scale_inv`` -> ``weight_scale``, ``.block_sparse_moe.`` -> ``.mlp.``)."""
     for old, new in renames:
-        if key.endswith(old):
-            return key[: -len(old)] + new
+        if old in key:
+            key = key.replace(old, new)
     return key
 
 

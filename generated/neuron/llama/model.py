@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 70e2b1d9618f83f3
+# source hash (spec + templates + generator): 0d0b97e5d6491f71
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -119,11 +119,11 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)); intermediate dim sharded across ranks."""
 
-    def __init__(self, config: LlamaConfig):
+    def __init__(self, config: LlamaConfig, intermediate_size: int):
         super().__init__()
         world = dist.tp_size()
         hidden_size = config.hidden_size
-        self.intermediate_size_per_rank = dist.divide(config.intermediate_size, world, "intermediate_size")
+        self.intermediate_size_per_rank = dist.divide(intermediate_size, world, "intermediate_size")
         inter = self.intermediate_size_per_rank
         for name in ("gate_proj_weight", "up_proj_weight"):
             setattr(self, name, _param(hidden_size, inter))
@@ -156,7 +156,7 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, config: LlamaConfig, layer_idx: int):
         super().__init__()
         self.self_attn = LlamaAttention(config, layer_idx)
-        self.mlp = LlamaMLP(config)
+        self.mlp = LlamaMLP(config, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -181,9 +181,7 @@ class LlamaModel(nn.Module):
         self.vocab_per_rank = -(-vocab_size // world)
         self.embed_tokens_weight = _param(self.vocab_per_rank, hidden_size)
         set_weight_loader(self.embed_tokens_weight, padded_vocab_loader(vocab_size, self.vocab_per_rank))
-        self.layers = nn.ModuleList(
-            [LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
-        )
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(hidden_size, eps=config.rms_norm_eps)
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
@@ -275,6 +273,11 @@ class LlamaForCausalLM(nn.Module):
     def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
         """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
         load_mapped_weights(
-            self, checkpoint, checkpoint_mappings(self.config), rank=dist.tp_rank(), ignored=IGNORED_KEYS,
-            renames=RENAMES, device=device,
+            self,
+            checkpoint,
+            lambda available: checkpoint_mappings(self.config, available),
+            rank=dist.tp_rank(),
+            ignored=IGNORED_KEYS,
+            renames=RENAMES,
+            device=device,
         )

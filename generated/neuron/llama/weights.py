@@ -1,10 +1,10 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 70e2b1d9618f83f3
+# source hash (spec + templates + generator): 0d0b97e5d6491f71
 # ==================================================================================================================
 """Checkpoint mappings of LlamaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
-``load_weights`` builds them. A list of several keys feeds a fused parameter's loader in that order."""
+``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
 from __future__ import annotations
 
 from .config import LlamaConfig
@@ -12,11 +12,22 @@ from .config import LlamaConfig
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ('model.layers.*.self_attn.rotary_emb.inv_freq',)
 
-# Suffix renames applied to every checkpoint key before the mappings are looked up.
+# Substring renames applied to every checkpoint key before the mappings are looked up.
 RENAMES = (('weight_scale_inv', 'weight_scale'),)
 
 
-def checkpoint_mappings(config: LlamaConfig) -> dict[str, list[str]]:
+def _gated_mlp(mappings: dict[str, list[str]], mlp: str, bias: bool) -> None:
+    mappings[f"{mlp}.gate_proj_weight"] = [f"{mlp}.gate_proj.weight"]
+    mappings[f"{mlp}.up_proj_weight"] = [f"{mlp}.up_proj.weight"]
+    mappings[f"{mlp}.down_proj_weight"] = [f"{mlp}.down_proj.weight"]
+    if bias:
+        mappings[f"{mlp}.gate_proj_bias"] = [f"{mlp}.gate_proj.bias"]
+        mappings[f"{mlp}.up_proj_bias"] = [f"{mlp}.up_proj.bias"]
+        mappings[f"{mlp}.down_proj_bias"] = [f"{mlp}.down_proj.bias"]
+
+
+def checkpoint_mappings(config: LlamaConfig, available: set[str]) -> dict[str, list[str]]:
+    """``available``: the checkpoint's keys after RENAMES (chooses fused vs per-expert expert tensors)."""
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
@@ -28,13 +39,7 @@ def checkpoint_mappings(config: LlamaConfig) -> dict[str, list[str]]:
         mappings[f"{attn}.o_proj_weight"] = [f"{attn}.o_proj.weight"]
         if config.attention_bias:
             mappings[f"{attn}.o_proj_bias"] = [f"{attn}.o_proj.bias"]
-        mappings[f"{mlp}.gate_proj_weight"] = [f"{mlp}.gate_proj.weight"]
-        mappings[f"{mlp}.up_proj_weight"] = [f"{mlp}.up_proj.weight"]
-        mappings[f"{mlp}.down_proj_weight"] = [f"{mlp}.down_proj.weight"]
-        if config.mlp_bias:
-            mappings[f"{mlp}.gate_proj_bias"] = [f"{mlp}.gate_proj.bias"]
-            mappings[f"{mlp}.up_proj_bias"] = [f"{mlp}.up_proj.bias"]
-            mappings[f"{mlp}.down_proj_bias"] = [f"{mlp}.down_proj.bias"]
+        _gated_mlp(mappings, mlp, config.mlp_bias)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
     mappings["model.norm.weight"] = ["model.norm.weight"]
