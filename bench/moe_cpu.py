@@ -80,8 +80,8 @@ def main() -> None:
             ref = blocks["eager"](x).view(T, 1024)
             torch.testing.assert_close(ours(h), ref, atol=1e-5, rtol=1e-4)
             m = interleaved_median_ms({
-                "eager": lambda: blocks["eager"](x), "grouped": lambda: blocks["grouped_mm"](x), "ours": lambda: ours(h),
-                "static": lambda: ours_static(h),
+                "eager": lambda: blocks["eager"](x), "grouped": lambda: blocks["grouped_mm"](x),
+                "ours": lambda: ours(h), "static": lambda: ours_static(h),
             }, args.runs)
             t_eager, t_grouped, t_ours, t_static = m["eager"], m["grouped"], m["ours"], m["static"]
             print(f"{T:>5} | {t_eager:>11.2f} | {t_grouped:>16.2f} | {t_ours:>8.2f} | {t_eager / t_ours:>10.2f} | "

@@ -87,6 +87,7 @@ class Router:
     correction_bias: bool
     routed_scaling_factor: str
     float32: bool
+    weights_in_model_dtype: bool
 
 
 @dataclass(frozen=True)

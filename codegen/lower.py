@@ -259,7 +259,7 @@ class _Lowerer:
             topk_group=self.src(rp + ("topk_group",), r.topk_group) if r.topk_group is not None else "None",
             correction_bias=r.correction_bias,
             routed_scaling_factor=self.src(rp + ("routed_scaling_factor",), r.routed_scaling_factor),
-            float32=r.float32,
+            float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype,
         )
         shared = None
         if m.shared_experts is not None:

@@ -81,7 +81,7 @@ def _submodules(ir: ModelIR, indent: str) -> str:
             if n == len(mods) - 1:
                 lines.append("else:")
             else:
-                lines.append(f"{'if' if n == 0 else 'elif'} block == {key!r}:")
+                lines.append(f"{'if' if n == 0 else 'elif'} block == \"{key}\":")
             lines.append(f"    self.{attr} = {_constructor(m)}")
     return "\n".join(indent + line for line in lines)
 

@@ -129,6 +129,9 @@ class RouterSpec(_Strict):
     correction_bias: bool = Field(default=False, description="e_score_correction_bias: added for selection only")
     routed_scaling_factor: Expression = 1.0
     float32: bool = Field(default=False, description="router weight and math kept in float32 (GLM4-MoE)")
+    weights_in_model_dtype: bool = Field(
+        default=False, description="top-k weights cast to the model dtype before combining (Qwen3-MoE)"
+    )
 
 
 class SharedExpertsSpec(_Strict):

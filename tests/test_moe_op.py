@@ -1,7 +1,6 @@
 """runtime/ops/moe.py against transformers' MoE blocks, and runtime/loader/experts.py staging."""
 from __future__ import annotations
 
-import copy
 import random
 import threading
 import time
@@ -80,16 +79,16 @@ def _block(kind: str, impl: str = "eager", seed: int = 0, **overrides):
 
 def _route_like_hf(block, kind: str, h: torch.Tensor):
     """Our router fed the way the generated model feeds it (logits dtype as HF computes them)."""
-    cfg = block.gate
+    gate = block.gate
     if kind in ("mixtral", "qwen3"):
-        logits = F.linear(h, block.gate.weight)
-        renorm = True if kind == "mixtral" else block.gate.norm_topk_prob
-        return route(logits, block.gate.top_k, scoring="softmax", renormalize=renorm)
+        logits = F.linear(h, gate.weight)
+        renorm = True if kind == "mixtral" else gate.norm_topk_prob
+        return route(logits, gate.top_k, scoring="softmax", renormalize=renorm)
     logits = F.linear(h.float(), block.gate.weight.float())  # GLM4 / DeepSeek-V3 route in float32
     return route(
-        logits, cfg.top_k, scoring="sigmoid", renormalize=cfg.norm_topk_prob, n_group=cfg.num_group,
-        topk_group=cfg.topk_group, e_score_correction_bias=cfg.e_score_correction_bias,
-        routed_scaling_factor=cfg.routed_scaling_factor,
+        logits, gate.top_k, scoring="sigmoid", renormalize=gate.norm_topk_prob, n_group=gate.num_group,
+        topk_group=gate.topk_group, e_score_correction_bias=gate.e_score_correction_bias,
+        routed_scaling_factor=gate.routed_scaling_factor,
     )
 
 

@@ -1,18 +1,28 @@
 """rocm-target loading (ATOM style): stream checkpoint tensors, route each to a parameter's ``weight_loader``.
 
 Routing uses the generated tables of ``generated/rocm/<model>/weights.py``: renames, ignore patterns, the
-``packed_modules_mapping`` (q/k/v -> qkv_proj, gate/up -> gate_up_proj) and tied parameters.
+``packed_modules_mapping`` (q/k/v -> qkv_proj, gate/up -> gate_up_proj), the expert mappings (per-expert names with
+``{e}`` and transformers v5 fused names) and tied parameters.
+
+Per-expert tensors go through :class:`~runtime.loader.experts.ExpertStager`: with more than one loader thread
+(``MODELGEN_LOADER_NUM_THREADS``, default 16) they are read on a thread pool and copied once per stacked parameter;
+with one thread each expert is copied through the module's ``weight_loader`` as it is read.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError
+from .experts import ExpertStager, default_num_threads
 from .names import IgnoreRules, apply_renames, resolve_packed
 from .report import Coverage
+
+EXPERTS = "experts"  # coverage slot of a stacked expert parameter
 
 
 def _expected_slots(model: nn.Module, packed: Mapping[str, tuple[str, Any]], skip: set[str]) -> list[tuple[str, Any]]:
@@ -26,11 +36,55 @@ def _expected_slots(model: nn.Module, packed: Mapping[str, tuple[str, Any]], ski
             continue
         seen.add(id(param))
         module_name = name.split(".")[-2] if "." in name else ""
-        if module_name in shards_of:
+        if getattr(param, "is_expert_param", False):
+            slots.append((name, EXPERTS))
+        elif module_name in shards_of:
             slots += [(name, s) for s in shards_of[module_name]]
         else:
             slots.append((name, None))
     return slots
+
+
+def _expert_rules(mapping: Sequence[tuple[str, str, str]]) -> list[tuple[re.Pattern, str, str]]:
+    """``("experts.w13_weight", "experts.{e}.gate_proj.weight", "w1")`` -> (regex over full keys, param suffix, shard)."""
+    rules = []
+    for param, pattern, shard in mapping:
+        body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
+        rules.append((re.compile(rf"^(?P<block>.+)\.{body}$"), param, shard))
+    return rules
+
+
+class _ExpertLoads:
+    """Per-expert tensors of every stacked parameter, staged until each parameter is complete."""
+
+    def __init__(self, params: dict[str, nn.Parameter], modules: dict[str, nn.Module], num_threads: int):
+        self.params, self.modules = params, modules
+        self.num_threads = num_threads
+        self.executor = ThreadPoolExecutor(num_threads, thread_name_prefix="modelgen-load") if num_threads > 1 else None
+        self.stagers: dict[str, ExpertStager] = {}
+
+    def stager(self, param_name: str) -> ExpertStager:
+        if param_name not in self.stagers:
+            module = self.modules[param_name.rsplit(".", 1)[0]]
+            param = self.params[param_name]
+            shards = ("w1", "w3") if param_name.endswith("w13_weight") else ("w2",)
+            offset = module.expert_offset
+            self.stagers[param_name] = ExpertStager(
+                module.num_local_experts, shards,
+                lambda stacked, m=module, p=param: m.load_stacked(p, stacked),
+                self.num_threads, name=param_name, executor=self.executor,
+                per_expert_loader=lambda e, s, t, m=module, p=param: m.weight_loader(p, t, s, e + offset),
+            )
+        return self.stagers[param_name]
+
+    def finish(self) -> list[str]:
+        try:
+            for stager in self.stagers.values():
+                stager.finish()
+        finally:
+            if self.executor is not None:
+                self.executor.shutdown(wait=True)
+        return list(self.stagers)
 
 
 def load_packed_weights(
@@ -41,6 +95,9 @@ def load_packed_weights(
     ignored: tuple[str, ...],
     renames: tuple[tuple[str, str], ...],
     tied: Mapping[str, str],
+    expert_mapping: Sequence[tuple[str, str, str]] = (),
+    fused_expert_mapping: Sequence[tuple[str, str, str]] = (),
+    num_threads: int | None = None,
 ) -> None:
     """Fill every parameter of ``model`` from ``checkpoint``; raise CheckpointError on any mismatch.
 
@@ -48,38 +105,83 @@ def load_packed_weights(
     when the config ties them: it is filled through its twin, and a checkpoint copy of it is ignored.
     """
     params = dict(model.named_parameters(remove_duplicate=False))
+    modules = dict(model.named_modules())
     rules = IgnoreRules(ignored)
     coverage = Coverage(checkpoint.keys(), _expected_slots(model, packed_modules_mapping, set(tied)))
-    for key in checkpoint.keys():
-        name = apply_renames(key, renames)
-        pattern = rules.match(name)
-        if pattern is not None:
-            coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
-            continue
-        if name in tied:
-            coverage.ignore(key, f"tied to {tied[name]}")
-            continue
-        param_name, shard = resolve_packed(name, packed_modules_mapping)
-        param = params.get(param_name)
-        if param is None:
-            continue  # reported as unexpected by coverage
-        tensor = checkpoint.get_tensor(key)
-        if tensor.is_floating_point() != param.is_floating_point():
-            raise CheckpointError(
-                f"{checkpoint.file_of(key)}: tensor '{key}' has dtype {tensor.dtype}, "
-                f"parameter '{param_name}' expects {param.dtype}"
-            )
-        loader = getattr(param, "weight_loader", None)
-        try:
-            if loader is None:
-                if tuple(tensor.shape) != tuple(param.shape):
-                    raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
-                param.data.copy_(tensor)
-            else:
-                loader(param, tensor, shard) if shard is not None else loader(param, tensor)
-        except ValueError as e:
-            raise CheckpointError(
-                f"{checkpoint.file_of(key)}: tensor '{key}' (dtype {tensor.dtype}) -> parameter '{param_name}': {e}"
-            ) from None
-        coverage.fill(param_name, shard, key)
+    per_expert = _expert_rules(expert_mapping)
+    fused_experts = {pattern: (param, shard) for param, pattern, shard in fused_expert_mapping}
+    experts = _ExpertLoads(params, modules, default_num_threads() if num_threads is None else num_threads)
+
+    def fail(key: str, param_name: str, err: Exception) -> CheckpointError:
+        return CheckpointError(
+            f"{checkpoint.file_of(key)}: tensor '{key}' (shape {tuple(checkpoint.shape(key))}, dtype "
+            f"{checkpoint.dtype(key)}) -> parameter '{param_name}': {err}"
+        )
+
+    try:
+        for key in checkpoint.keys():
+            name = apply_renames(key, renames)
+            pattern = rules.match(name)
+            if pattern is not None:
+                coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
+                continue
+            if name in tied:
+                coverage.ignore(key, f"tied to {tied[name]}")
+                continue
+            expert_hit = _match_expert(name, per_expert, params)
+            if expert_hit is not None:
+                param_name, shard, expert = expert_hit
+                module = modules[param_name.rsplit(".", 1)[0]]
+                local = module.local_index(expert)
+                coverage.unused.discard(key)
+                if local is not None:
+                    experts.stager(param_name).add(local, shard, lambda k=key: checkpoint.get_tensor(k))
+                continue
+            param_name, shard = _match_fused_expert(name, fused_experts, params) or resolve_packed(name, packed_modules_mapping)
+            param = params.get(param_name)
+            if param is None:
+                continue  # reported as unexpected by coverage
+            tensor = checkpoint.get_tensor(key)
+            if tensor.is_floating_point() != param.is_floating_point():
+                raise CheckpointError(
+                    f"{checkpoint.file_of(key)}: tensor '{key}' has dtype {tensor.dtype}, "
+                    f"parameter '{param_name}' expects {param.dtype}"
+                )
+            loader = getattr(param, "weight_loader", None)
+            try:
+                if loader is None:
+                    if tuple(tensor.shape) != tuple(param.shape):
+                        raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+                    param.data.copy_(tensor)
+                elif getattr(param, "is_expert_param", False):
+                    loader(param, tensor, shard)  # fused tensor of every expert
+                    shard = EXPERTS
+                else:
+                    loader(param, tensor, shard) if shard is not None else loader(param, tensor)
+            except ValueError as e:
+                raise fail(key, param_name, e) from None
+            coverage.fill(param_name, shard, key)
+        for param_name in experts.finish():
+            coverage.fill(param_name, EXPERTS, f"per-expert tensors of {param_name}")
+    except ValueError as e:  # a staged per-expert copy with a wrong shape
+        raise CheckpointError(str(e)) from None
     coverage.check(str(checkpoint.files[0].parent))
+
+
+def _match_expert(name: str, rules, params) -> tuple[str, str, int] | None:
+    for rx, param_suffix, shard in rules:
+        m = rx.match(name)
+        if m:
+            param_name = f"{m['block']}.{param_suffix}"
+            if param_name in params:
+                return param_name, shard, int(m["e"])
+    return None
+
+
+def _match_fused_expert(name: str, fused: dict[str, tuple[str, str]], params) -> tuple[str, str] | None:
+    for pattern, (param_suffix, shard) in fused.items():
+        if name.endswith("." + pattern):
+            param_name = name[: -len(pattern)] + param_suffix
+            if param_name in params:
+                return param_name, shard
+    return None

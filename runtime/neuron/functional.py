@@ -11,6 +11,7 @@ import torch
 from .. import backends
 from .. import distributed as dist
 from ..ops import attention as attn_ops
+from ..ops import moe as moe_ops
 from ..ops.activation import GATED_ACTIVATIONS
 from ..ops.norm import rms_norm as _rms_norm
 from ..ops.rope import apply_rope
@@ -96,3 +97,41 @@ def attention_decode(
 ) -> torch.Tensor:
     """Decode: one query per request over its paged context (``positions + 1`` cached tokens, its own included)."""
     return attn_ops.paged_decode_attention(q, k_cache, v_cache, block_table, positions + 1, scale)
+
+
+def router(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    top_k: int,
+    *,
+    scoring: str,
+    renormalize: bool,
+    n_group: int | None = None,
+    topk_group: int | None = None,
+    e_score_correction_bias: torch.Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+    weights_in_model_dtype: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits in the router weight's dtype (float32 routers cast the hidden states up), then top-k."""
+    logits = linear(hidden.to(weight.dtype), weight.t())
+    weights, ids = moe_ops.route(
+        logits, top_k, scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
+        e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor,
+    )
+    return (weights.to(logits.dtype) if weights_in_model_dtype else weights), ids
+
+
+def moe(
+    hidden: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    expert_offset: int,
+) -> torch.Tensor:
+    """Shape-static fused MoE over this rank's experts ``[expert_offset, expert_offset + L)``; summed across ranks."""
+    out = moe_ops.fused_moe_static(
+        hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset=expert_offset, num_local_experts=w13.shape[0]
+    )
+    return dist.all_reduce(out)

@@ -115,3 +115,120 @@ def padded_vocab_loader(vocab_size: int, per_rank: int, is_storage_transposed: b
         return rows.t() if is_storage_transposed else rows
 
     return SafetensorsWeightLoader(transform)
+
+
+# ---------------------------------------------------------------------------------------------- expert parallelism
+# Each rank owns a contiguous expert range; the wrappers restrict the incoming slices to it *before* the inner loader
+# runs, so a rank reads only its experts (the Neuron guide's three layouts).
+
+
+def _check_contiguous(local_expert_indices: Sequence[int]) -> tuple[int, int]:
+    lo, hi = local_expert_indices[0], local_expert_indices[-1]
+    if list(local_expert_indices) != list(range(lo, hi + 1)):
+        raise ValueError(f"local expert indices must be contiguous, got {list(local_expert_indices)}")
+    return lo, hi
+
+
+class SliceView:
+    """A lazy slice restricted to ``[lo, hi]`` on one dim; indexing composes into one read of the final shape."""
+
+    def __init__(self, inner: Any, dim: int, lo: int, hi: int):
+        self.inner, self.dim, self.lo, self.hi = inner, dim, lo, hi
+
+    def get_shape(self) -> list[int]:
+        shape = list(self.inner.get_shape())
+        shape[self.dim] = self.hi - self.lo + 1
+        return shape
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        shape = self.get_shape()
+        index = list(index) if isinstance(index, tuple) else [index]
+        index += [slice(None)] * (len(shape) - len(index))
+        start, stop, step = index[self.dim].indices(shape[self.dim])
+        if step != 1:
+            raise ValueError("SliceView supports unit-step slices only")
+        index[self.dim] = slice(self.lo + start, self.lo + stop)
+        return self.inner[tuple(index)]
+
+
+def expert_parallel_tensor_dim_loader(
+    local_expert_indices: Sequence[int], original_loader: SafetensorsWeightLoader, expert_dim: int = 0
+) -> SafetensorsWeightLoader:
+    """(a) One tensor with experts on ``expert_dim`` (transformers v5 fused ``experts.gate_up_proj [E, 2I, H]``)."""
+    lo, hi = _check_contiguous(local_expert_indices)
+    inner = original_loader.transform
+    return SafetensorsWeightLoader(lambda slices, rank: inner([SliceView(s, expert_dim, lo, hi) for s in slices], rank))
+
+
+def expert_parallel_grouped_loader(
+    local_expert_indices: Sequence[int], original_loader: SafetensorsWeightLoader, total_num_experts: int
+) -> SafetensorsWeightLoader:
+    """(b) A flat list grouped by item across experts, ``[a_0..a_{E-1}, b_0..b_{E-1}]``: keep ``[lo:hi+1]`` per group."""
+    lo, hi = _check_contiguous(local_expert_indices)
+    inner = original_loader.transform
+
+    def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
+        if len(slices) % total_num_experts:
+            raise ValueError(f"{len(slices)} tensors do not group into {total_num_experts} experts")
+        groups = len(slices) // total_num_experts
+        kept = [s for g in range(groups) for s in slices[g * total_num_experts + lo : g * total_num_experts + hi + 1]]
+        return inner(kept, rank)
+
+    return SafetensorsWeightLoader(transform)
+
+
+def expert_parallel_interleaved_loader(
+    local_expert_indices: Sequence[int], original_loader: SafetensorsWeightLoader, total_num_experts: int
+) -> SafetensorsWeightLoader:
+    """(c) A flat list interleaved per expert, ``[a_0, b_0, a_1, b_1, ...]``: keep the contiguous local block."""
+    lo, hi = _check_contiguous(local_expert_indices)
+    inner = original_loader.transform
+
+    def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
+        if len(slices) % total_num_experts:
+            raise ValueError(f"{len(slices)} tensors do not interleave over {total_num_experts} experts")
+        stride = len(slices) // total_num_experts
+        return inner(list(slices[lo * stride : (hi + 1) * stride]), rank)
+
+    return SafetensorsWeightLoader(transform)
+
+
+def full_tensor_loader() -> SafetensorsWeightLoader:
+    return SafetensorsWeightLoader(lambda slices, rank: slices[0][:])
+
+
+def stacked_experts_loader(per_expert: int, order: str) -> SafetensorsWeightLoader:
+    """Per-expert tensors -> ``[L, ...]``; ``per_expert`` pieces (gate, up) are concatenated on dim 0 first.
+
+    ``order="interleaved"``: ``[a_0, b_0, a_1, b_1, ...]``; ``order="grouped"``: ``[a_0, a_1, ..., b_0, b_1, ...]``.
+    """
+
+    def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
+        n = len(slices) // per_expert
+        tensors = [s[:] for s in slices]
+        if order == "interleaved":
+            experts = [torch.cat(tensors[e * per_expert : (e + 1) * per_expert], dim=0) for e in range(n)]
+        else:
+            experts = [torch.cat([tensors[p * n + e] for p in range(per_expert)], dim=0) for e in range(n)]
+        return torch.stack(experts)
+
+    return SafetensorsWeightLoader(transform)
+
+
+def expert_weight_loader(local_expert_indices: Sequence[int], total_num_experts: int, kind: str) -> SafetensorsWeightLoader:
+    """Loader of a stacked expert parameter that accepts either checkpoint layout the generated mapping names:
+    one fused tensor (a: experts on dim 0), per-expert ``w13`` pairs interleaved (c), per-expert ``w2`` grouped (b)."""
+    fused = expert_parallel_tensor_dim_loader(local_expert_indices, full_tensor_loader(), expert_dim=0)
+    if kind == "w13":
+        per_expert = expert_parallel_interleaved_loader(
+            local_expert_indices, stacked_experts_loader(2, "interleaved"), total_num_experts
+        )
+    elif kind == "w2":
+        per_expert = expert_parallel_grouped_loader(local_expert_indices, stacked_experts_loader(1, "grouped"), total_num_experts)
+    else:
+        raise ValueError(f"unknown expert parameter kind {kind!r}")
+
+    def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
+        return (fused if len(slices) == 1 else per_expert).transform(slices, rank)
+
+    return SafetensorsWeightLoader(transform)

@@ -1,0 +1,15 @@
+# ==================================================================================================================
+# GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
+# source hash (spec + templates + generator): 0301ddfa2929516a
+# ==================================================================================================================
+"""Mixtral for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, MixtralConfig
+from .factory import MixtralForCausalLMFactory
+from .model import MixtralForCausalLM
+
+CONFIG_CLASS = MixtralConfig
+MODEL_CLASS = MixtralForCausalLM
+SPEC = "specs/mixtral.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MixtralConfig", "MixtralForCausalLM", "MixtralForCausalLMFactory"]

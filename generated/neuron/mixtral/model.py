@@ -1,0 +1,287 @@
+# ==================================================================================================================
+# GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
+# source hash (spec + templates + generator): 0301ddfa2929516a
+# ==================================================================================================================
+"""Mixtral for the neuron target, in vLLM Neuron's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+
+Reference: transformers/models/mixtral/modeling_mixtral.py. The runner calls the fixed ``forward(input_ids, positions, attn_metadata,
+sampling_positions, sampling_params, ...)`` with inputs padded to a compiled bucket; every shape is static, so each
+bucket traces to one ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by
+closure loaders ``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import runtime.neuron.functional as NF
+from runtime import distributed as dist
+from runtime.kv_cache import KVSpec, LayerSpec
+from runtime.layers.norm import RMSNorm
+from runtime.loader.checkpoint import Checkpoint
+from runtime.loader.mapped import load_mapped_weights
+from runtime.neuron.weight_loader import (
+    expert_weight_loader,
+    fused_qkv_weight_loader,
+    padded_vocab_loader,
+    set_weight_loader,
+    sharding_weight_loader,
+)
+from runtime.ops.rope import cos_sin_cache
+
+from .config import MixtralConfig
+from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+class MixtralAttention(nn.Module):
+    """GQA self-attention with separate prefill (packed, causal) and decode (paged) paths."""
+
+    def __init__(self, config: MixtralConfig, layer_idx: int):
+        super().__init__()
+        self.layer_name = f"layers.{layer_idx}.self_attn"
+        # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        self.head_dim = config.head_dim
+        self.num_attention_heads_per_rank = dist.divide(config.num_attention_heads, world, "num_attention_heads")
+        self.num_key_value_heads_per_rank, num_kv_replicas = dist.kv_heads_per_rank(config.num_key_value_heads, world)
+        self.q_size = self.num_attention_heads_per_rank * self.head_dim
+        self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.rotary_dim = self.head_dim
+
+        self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
+        set_weight_loader(
+            self.qkv_proj_weight,
+            fused_qkv_weight_loader(
+                self.q_size, self.kv_size, shard_dim=1, num_shards=world, is_storage_transposed=True,
+                num_kv_replicas=num_kv_replicas,
+            ),
+        )
+        if False:
+            self.qkv_proj_bias = _param(self.q_size + 2 * self.kv_size)
+            set_weight_loader(
+                self.qkv_proj_bias,
+                fused_qkv_weight_loader(
+                    self.q_size, self.kv_size, shard_dim=0, num_shards=world, num_kv_replicas=num_kv_replicas
+                ),
+            )
+        else:
+            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.o_proj_weight = _param(self.q_size, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
+        )
+        if False:
+            self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
+        else:
+            self.register_parameter("o_proj_bias", None)
+        self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        meta = attn_metadata[self.layer_name]
+        qkv = NF.qkv_proj(hidden_states, self.qkv_proj_weight, self.qkv_proj_bias)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
+        k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
+        k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
+        # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
+        NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
+        if meta["max_query_len"] <= meta["decode_token_threshold"]:
+            out = self.forward_decode(q, positions, meta)
+        else:
+            out = self.forward_prefill(q, k, v, positions, meta)
+        return NF.o_proj(out.reshape(out.shape[0], self.q_size), self.o_proj_weight, self.o_proj_bias)
+
+    def forward_prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
+    ) -> torch.Tensor:
+        if meta["kv_segment_size"] > 0:
+            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+        return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
+
+    def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
+        return NF.attention_decode(
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
+        )
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
+
+    >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
+    across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
+    """
+
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        world, rank = dist.tp_size(), dist.tp_rank()
+        hidden_size, num_experts = config.hidden_size, config.num_local_experts
+        inter = config.intermediate_size
+        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
+        self.expert_offset = rank * self.num_local_experts
+        local_experts = list(range(self.expert_offset, self.expert_offset + self.num_local_experts))
+        self.top_k = config.num_experts_per_tok
+        self.renormalize = True
+        # Router: replicated, HF layout [E, H].
+        self.gate_weight = nn.Parameter(torch.empty(num_experts, hidden_size), requires_grad=False)
+        self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
+        set_weight_loader(self.experts_w13_weight, expert_weight_loader(local_experts, num_experts, "w13"))
+        self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
+        set_weight_loader(self.experts_w2_weight, expert_weight_loader(local_experts, num_experts, "w2"))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = NF.router(
+            hidden_states,
+            self.gate_weight,
+            self.top_k,
+            scoring="softmax",
+            renormalize=self.renormalize,
+        )
+        out = NF.moe(
+            hidden_states, self.experts_w13_weight, self.experts_w2_weight, topk_weights, topk_ids,
+            "silu", self.expert_offset,
+        )
+        return out
+
+
+class MixtralDecoderLayer(nn.Module):
+    def __init__(self, config: MixtralConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MixtralAttention(config, layer_idx)
+        self.mlp = MixtralSparseMoeBlock(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        # Pre-norm residual blocks.
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states = residual + self.self_attn(hidden_states, positions, cos_sin, attn_metadata)
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        return residual + self.mlp(hidden_states)
+
+
+class MixtralModel(nn.Module):
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        world = dist.tp_size()
+        vocab_size, hidden_size = config.vocab_size, config.hidden_size
+        # >>> PARALLELISM <<< vocab rows sharded across ranks (the last shard zero-padded).
+        self.vocab_per_rank = -(-vocab_size // world)
+        self.embed_tokens_weight = _param(self.vocab_per_rank, hidden_size)
+        set_weight_loader(self.embed_tokens_weight, padded_vocab_loader(vocab_size, self.vocab_per_rank))
+        self.layers = nn.ModuleList([MixtralDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(hidden_size, eps=config.rms_norm_eps)
+        # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
+        self.register_buffer(
+            "rope_cos_sin",
+            cos_sin_cache(
+                self.layers[0].self_attn.rotary_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
+            ),
+            persistent=False,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: dict,
+        rank: torch.Tensor,
+        inputs_embeds: torch.Tensor | None,
+        is_token_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        hidden_states = NF.embedding(input_ids, self.embed_tokens_weight, rank)
+        if inputs_embeds is not None:  # prompt-embeds path: rows flagged as token ids keep their embedding
+            hidden_states = torch.where(is_token_ids[:, None], hidden_states, inputs_embeds.to(hidden_states.dtype))
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, positions, self.rope_cos_sin, attn_metadata)
+        return self.norm(hidden_states)
+
+
+class MixtralForCausalLM(nn.Module):
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.config = config
+        self.model = MixtralModel(config)
+        self.vocab_size = config.vocab_size
+        per_rank = self.model.vocab_per_rank
+        # Its own tensor even when embeddings are tied: the mapping loads the embedding a second time.
+        self.lm_head_weight = _param(config.hidden_size, per_rank)
+        set_weight_loader(
+            self.lm_head_weight, padded_vocab_loader(self.vocab_size, per_rank, is_storage_transposed=True)
+        )
+
+    @classmethod
+    def from_configs(cls, hf_config, neuron_config=None) -> "MixtralForCausalLM":
+        return cls(MixtralConfig.from_hf_config(hf_config))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: dict,
+        sampling_positions: torch.Tensor,
+        sampling_params: torch.Tensor | None = None,
+        spec_decode_metadata=None,
+        logit_mask: torch.Tensor | None = None,
+        rank: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        is_token_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Tokens padded to a bucket -> logits ``[num_reqs, vocab]`` at ``sampling_positions`` (CPU sampling)."""
+        if sampling_params is not None or spec_decode_metadata is not None:
+            raise NotImplementedError("on-device sampling and speculative decoding are not generated yet")
+        if rank is None:
+            rank = torch.zeros((), dtype=torch.int64, device=input_ids.device)
+        hidden_states = self.model(input_ids, positions, attn_metadata, rank, inputs_embeds, is_token_ids)
+        hidden_states = torch.index_select(hidden_states, 0, sampling_positions)
+        logits = NF.lm_head(hidden_states, self.lm_head_weight, self.vocab_size)
+        if logit_mask is not None:
+            logits = logits.masked_fill(~logit_mask, float("-inf"))
+        return logits
+
+    def get_kv_spec(self) -> KVSpec:
+        layers = []
+        for layer in self.model.layers:
+            attn = layer.self_attn
+            layers.append(
+                LayerSpec(
+                    name=attn.layer_name,
+                    num_kv_heads=attn.num_key_value_heads_per_rank,
+                    head_size=attn.head_dim,
+                    dtype=attn.qkv_proj_weight.dtype,
+                )
+            )
+        return KVSpec(layers=layers)
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            attn = layer.self_attn
+            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+
+    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
+        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
+        load_mapped_weights(
+            self,
+            checkpoint,
+            lambda available: checkpoint_mappings(self.config, available),
+            rank=dist.tp_rank(),
+            ignored=IGNORED_KEYS,
+            renames=RENAMES,
+            device=device,
+        )

@@ -1,0 +1,34 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
+# source hash (spec + templates + generator): efa747d1eaea17cb
+# ==================================================================================================================
+"""Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3ForCausalLM."""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .config import ARCHITECTURES, Qwen3Config
+
+
+class Qwen3ForCausalLMFactory(nn.Module):
+    """Registered under Qwen3ForCausalLM; selects the implementation for a config."""
+
+    @classmethod
+    def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:
+        config = Qwen3Config.from_hf_config(hf_config)
+        cls._validate_config(hf_config, config)
+        from .model import Qwen3ForCausalLM
+
+        return Qwen3ForCausalLM(config)
+
+    @classmethod
+    def _validate_config(cls, hf_config: Any, config: Qwen3Config) -> None:
+        architectures = (hf_config.get("architectures") if isinstance(hf_config, dict) else getattr(hf_config, "architectures", None)) or []
+        unknown = [a for a in architectures if a not in ARCHITECTURES]
+        if unknown:
+            raise ValueError(f"Qwen3ForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

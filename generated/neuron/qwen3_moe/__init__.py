@@ -1,0 +1,15 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
+# source hash (spec + templates + generator): d9a929bbeba1325d
+# ==================================================================================================================
+"""Qwen3Moe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, Qwen3MoeConfig
+from .factory import Qwen3MoeForCausalLMFactory
+from .model import Qwen3MoeForCausalLM
+
+CONFIG_CLASS = Qwen3MoeConfig
+MODEL_CLASS = Qwen3MoeForCausalLM
+SPEC = "specs/qwen3_moe.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMFactory"]

@@ -1,0 +1,36 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
+# source hash (spec + templates + generator): d9a929bbeba1325d
+# ==================================================================================================================
+"""Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .config import ARCHITECTURES, Qwen3MoeConfig
+
+
+class Qwen3MoeForCausalLMFactory(nn.Module):
+    """Registered under Qwen3MoeForCausalLM; selects the implementation for a config."""
+
+    @classmethod
+    def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:
+        config = Qwen3MoeConfig.from_hf_config(hf_config)
+        cls._validate_config(hf_config, config)
+        from .model import Qwen3MoeForCausalLM
+
+        return Qwen3MoeForCausalLM(config)
+
+    @classmethod
+    def _validate_config(cls, hf_config: Any, config: Qwen3MoeConfig) -> None:
+        architectures = (hf_config.get("architectures") if isinstance(hf_config, dict) else getattr(hf_config, "architectures", None)) or []
+        unknown = [a for a in architectures if a not in ARCHITECTURES]
+        if unknown:
+            raise ValueError(f"Qwen3MoeForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

@@ -1,0 +1,226 @@
+# ==================================================================================================================
+# GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
+# source hash (spec + templates + generator): 41cb771d6564d0b3
+# ==================================================================================================================
+"""Glm4Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
+
+Reference: transformers/models/glm4_moe/modeling_glm4_moe.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
+:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
+shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from runtime.kv_cache import KVSpec, LayerSpec
+from runtime.layers.activation import SiluAndMul
+from runtime.layers.attention import AttentionMetadata, PagedAttention
+from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from runtime.layers.moe import FusedMoE, TopKRouter
+from runtime.layers.norm import RMSNorm
+from runtime.layers.rotary import get_rope
+from runtime.loader.checkpoint import Checkpoint
+from runtime.loader.packed import load_packed_weights
+
+from .config import Glm4MoeConfig
+from .weights import EXPERT_PARAMS_MAPPING, FUSED_EXPERT_MAPPING, IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+
+
+class Glm4MoeAttention(nn.Module):
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache, row-parallel output."""
+
+    def __init__(self, config: Glm4MoeConfig, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=config.attention_bias
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.use_qk_norm = config.use_qk_norm
+        if self.use_qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=int(self.head_dim * config.partial_rotary_factor),
+            max_position=config.max_position_embeddings,
+            base=config.rope_theta,
+            scaling=config.rope_scaling,
+            style="rotate_half",
+        )
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attn",
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.use_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, attn_metadata))
+
+
+class Glm4MoeMLP(nn.Module):
+    """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), gate/up fused into one GEMM."""
+
+    def __init__(self, config: Glm4MoeConfig, intermediate_size: int):
+        super().__init__()
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2, bias=False)
+        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class Glm4MoeSparseMoeBlock(nn.Module):
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts, routed experts through the fused MoE op.
+
+    Experts are stacked ``w13 [E, 2I, H]`` (gate then up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
+    contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
+    """
+
+    def __init__(self, config: Glm4MoeConfig):
+        super().__init__()
+        self.gate = TopKRouter(
+            config.hidden_size,
+            config.n_routed_experts,
+            top_k=config.num_experts_per_tok,
+            scoring="sigmoid",
+            renormalize=config.norm_topk_prob,
+            n_group=config.n_group,
+            topk_group=config.topk_group,
+            correction_bias=True,
+            routed_scaling_factor=config.routed_scaling_factor,
+            float32=True,  # router weight and scores in float32 (HF keeps it out of bf16)
+        )
+        self.experts = FusedMoE(config.n_routed_experts, config.hidden_size, config.moe_intermediate_size, activation="silu")
+        self.shared_experts = Glm4MoeMLP(config, config.moe_intermediate_size * config.n_shared_experts)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids) + self.shared_experts(hidden_states)
+
+
+class Glm4MoeDecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
+
+    def __init__(self, config: Glm4MoeConfig, layer_idx: int):
+        super().__init__()
+        block = config.layer_block(layer_idx)
+        self.self_attn = Glm4MoeAttention(config, layer_idx)
+        if block == "dense":
+            self.mlp = Glm4MoeMLP(config, config.intermediate_size)
+        else:
+            self.mlp = Glm4MoeSparseMoeBlock(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn_metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        hidden_states = self.mlp(hidden_states)
+        return hidden_states, residual
+
+
+class Glm4MoeModel(nn.Module):
+    def __init__(self, config: Glm4MoeConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList([Glm4MoeDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, residual, attn_metadata)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class Glm4MoeForCausalLM(nn.Module):
+    packed_modules_mapping = PACKED_MODULES_MAPPING
+
+    def __init__(self, config: Glm4MoeConfig):
+        super().__init__()
+        self.config = config
+        self.model = Glm4MoeModel(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def from_hf_config(cls, hf_config) -> "Glm4MoeForCausalLM":
+        return cls(Glm4MoeConfig.from_hf_config(hf_config))
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids, positions [num_tokens]`` -> final hidden states ``[num_tokens, hidden]``."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Hidden states of the sampled positions -> logits over the full vocabulary (gathered across ranks)."""
+        return self.lm_head.compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        layers = []
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            layers.append(
+                LayerSpec(
+                    name=attn.attn.layer_name,
+                    num_kv_heads=attn.num_kv_heads,
+                    head_size=attn.head_dim,
+                    dtype=attn.qkv_proj.weight.dtype,
+                )
+            )
+        return KVSpec(layers=layers)
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            attn = layer.self_attn.attn
+            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        load_packed_weights(
+            self,
+            checkpoint,
+            packed_modules_mapping=PACKED_MODULES_MAPPING,
+            ignored=IGNORED_KEYS,
+            renames=RENAMES,
+            expert_mapping=EXPERT_PARAMS_MAPPING,
+            fused_expert_mapping=FUSED_EXPERT_MAPPING,
+            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+        )

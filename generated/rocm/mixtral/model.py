@@ -1,0 +1,196 @@
+# ==================================================================================================================
+# GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
+# source hash (spec + templates + generator): 0301ddfa2929516a
+# ==================================================================================================================
+"""Mixtral for the rocm target, in ATOM's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+
+Reference: transformers/models/mixtral/modeling_mixtral.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
+:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
+shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from runtime.kv_cache import KVSpec, LayerSpec
+from runtime.layers.attention import AttentionMetadata, PagedAttention
+from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from runtime.layers.linear import QKVParallelLinear, RowParallelLinear
+from runtime.layers.moe import FusedMoE, TopKRouter
+from runtime.layers.norm import RMSNorm
+from runtime.layers.rotary import get_rope
+from runtime.loader.checkpoint import Checkpoint
+from runtime.loader.packed import load_packed_weights
+
+from .config import MixtralConfig
+from .weights import EXPERT_PARAMS_MAPPING, FUSED_EXPERT_MAPPING, IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+
+
+class MixtralAttention(nn.Module):
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
+
+    def __init__(self, config: MixtralConfig, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=False
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=self.head_dim,
+            max_position=config.max_position_embeddings,
+            base=config.rope_theta,
+            scaling=config.rope_scaling,
+            style="rotate_half",
+        )
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attn",
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, attn_metadata))
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    """Mixture of experts: softmax top-k router, routed experts through the fused MoE op.
+
+    Experts are stacked ``w13 [E, 2I, H]`` (gate then up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
+    contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
+    """
+
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.gate = TopKRouter(
+            config.hidden_size,
+            config.num_local_experts,
+            top_k=config.num_experts_per_tok,
+            scoring="softmax",
+            renormalize=True,
+        )
+        self.experts = FusedMoE(config.num_local_experts, config.hidden_size, config.intermediate_size, activation="silu")
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids)
+
+
+class MixtralDecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
+
+    def __init__(self, config: MixtralConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MixtralAttention(config, layer_idx)
+        self.mlp = MixtralSparseMoeBlock(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn_metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        hidden_states = self.mlp(hidden_states)
+        return hidden_states, residual
+
+
+class MixtralModel(nn.Module):
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList([MixtralDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, residual, attn_metadata)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class MixtralForCausalLM(nn.Module):
+    packed_modules_mapping = PACKED_MODULES_MAPPING
+
+    def __init__(self, config: MixtralConfig):
+        super().__init__()
+        self.config = config
+        self.model = MixtralModel(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def from_hf_config(cls, hf_config) -> "MixtralForCausalLM":
+        return cls(MixtralConfig.from_hf_config(hf_config))
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids, positions [num_tokens]`` -> final hidden states ``[num_tokens, hidden]``."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Hidden states of the sampled positions -> logits over the full vocabulary (gathered across ranks)."""
+        return self.lm_head.compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        layers = []
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            layers.append(
+                LayerSpec(
+                    name=attn.attn.layer_name,
+                    num_kv_heads=attn.num_kv_heads,
+                    head_size=attn.head_dim,
+                    dtype=attn.qkv_proj.weight.dtype,
+                )
+            )
+        return KVSpec(layers=layers)
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            attn = layer.self_attn.attn
+            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        load_packed_weights(
+            self,
+            checkpoint,
+            packed_modules_mapping=PACKED_MODULES_MAPPING,
+            ignored=IGNORED_KEYS,
+            renames=RENAMES,
+            expert_mapping=EXPERT_PARAMS_MAPPING,
+            fused_expert_mapping=FUSED_EXPERT_MAPPING,
+            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+        )

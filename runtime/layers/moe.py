@@ -1,0 +1,124 @@
+"""MoE modules for the rocm target: a top-k router and the fused experts (ATOM's FusedMoE role).
+
+Experts are stacked ``w13_weight [E_local, 2I, H]`` (gate rows, then up rows) and ``w2_weight [E_local, H, I]``
+(``runtime/ops/moe.py``). Parallelism is expert parallelism: rank r owns the contiguous experts
+``[r * E_local, (r + 1) * E_local)``, computes their contribution for every token, and the partial outputs are summed
+across ranks. ``weight_loader`` accepts a per-expert checkpoint tensor (shard ``w1``/``w3``/``w2`` + expert id) or a
+transformers v5 fused tensor of all experts (shard ``w13``/``w2``, no expert id); other ranks' experts are skipped.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .. import backends
+from .. import distributed as dist
+from ..ops.moe import fused_moe, route
+
+
+class TopKRouter(nn.Module):
+    """Router linear ``[E, H]`` + top-k selection (HF ``*TopKRouter``); returns (weights, expert ids)."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_experts: int,
+        *,
+        top_k: int,
+        scoring: str,
+        renormalize: bool,
+        n_group: int | None = None,
+        topk_group: int | None = None,
+        correction_bias: bool = False,
+        routed_scaling_factor: float = 1.0,
+        float32: bool = False,
+        weights_in_model_dtype: bool = False,
+    ):
+        super().__init__()
+        self.top_k, self.scoring, self.renormalize = top_k, scoring, renormalize
+        self.n_group, self.topk_group = n_group, topk_group
+        self.routed_scaling_factor = routed_scaling_factor
+        self.float32, self.weights_in_model_dtype = float32, weights_in_model_dtype
+        dtype = torch.float32 if float32 else None
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
+        if correction_bias:  # selection-only bias (DeepSeek-V3 / GLM4-MoE), always float32
+            self.e_score_correction_bias = nn.Parameter(torch.empty(num_experts, dtype=torch.float32), requires_grad=False)
+        else:
+            self.register_parameter("e_score_correction_bias", None)
+        self.backend = backends.active("rocm")
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = hidden_states.float() if self.float32 else hidden_states
+        logits = F.linear(x, self.weight)
+        weights, ids = route(
+            logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
+            topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
+            routed_scaling_factor=self.routed_scaling_factor, backend=self.backend,
+        )
+        if self.weights_in_model_dtype:  # Qwen3-MoE casts the top-k weights to the logits' dtype
+            weights = weights.to(logits.dtype)
+        return weights, ids
+
+
+class FusedMoE(nn.Module):
+    is_fused_moe = True
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu"):
+        super().__init__()
+        world, rank = dist.tp_size(), dist.tp_rank()
+        self.num_experts = num_experts
+        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
+        self.expert_offset = rank * self.num_local_experts
+        self.intermediate_size = intermediate_size
+        self.activation = activation
+        self.expert_parallel = world > 1
+        L, H, I = self.num_local_experts, hidden_size, intermediate_size
+        self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
+        self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
+        for p in (self.w13_weight, self.w2_weight):
+            p.weight_loader = self.weight_loader
+            p.is_expert_param = True
+        self.backend = backends.active("rocm")
+
+    def local_index(self, expert_id: int) -> int | None:
+        e = expert_id - self.expert_offset
+        return e if 0 <= e < self.num_local_experts else None
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str, expert_id: int | None = None) -> None:
+        I = self.intermediate_size
+        if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I]
+            want = (self.num_experts, *param.shape[1:])
+            if tuple(loaded.shape) != want:
+                raise ValueError(f"fused experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
+            param.data.copy_(loaded.narrow(0, self.expert_offset, self.num_local_experts))
+            return
+        e = self.local_index(expert_id)
+        if e is None:
+            return  # another rank's expert
+        target = {"w1": param.data[e, :I], "w3": param.data[e, I:], "w2": param.data[e]}[shard_id]
+        if tuple(loaded.shape) != tuple(target.shape):
+            raise ValueError(
+                f"expert {expert_id} {shard_id}: checkpoint tensor has shape {tuple(loaded.shape)}, expected {tuple(target.shape)}"
+            )
+        target.copy_(loaded)
+
+    def load_stacked(self, param: nn.Parameter, stacked: dict[str, torch.Tensor]) -> None:
+        """One copy per fused parameter from staged per-expert tensors ({"w1": [L, I, H], "w3": ...} or {"w2": ...})."""
+        full = torch.cat([stacked["w1"], stacked["w3"]], dim=1) if "w1" in stacked else stacked["w2"]
+        if tuple(full.shape) != tuple(param.shape):
+            raise ValueError(f"stacked experts have shape {tuple(full.shape)}, expected {tuple(param.shape)}")
+        param.data.copy_(full)
+
+    def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        out = fused_moe(
+            hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
+            expert_offset=self.expert_offset,
+            num_local_experts=self.num_local_experts if self.expert_parallel else None,
+            # Sum the k weighted expert outputs per token, then round once: the numerics of HF's default
+            # experts_implementation="grouped_mm" (the eager loop's per-expert bf16 index_add differs by ~1 ulp).
+            accumulate="sum",
+            backend=self.backend,
+            global_num_experts=self.num_experts,
+        )
+        return dist.all_reduce(out) if self.expert_parallel else out
