@@ -8,6 +8,8 @@ For each tiny configuration and target:
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -57,8 +59,7 @@ def test_against_hf_llama_fp32(llama_checkpoint, name, target):
 def test_against_hf_llama_bf16_three_way(llama_checkpoint, name, target):
     path, hf = llama_checkpoint(name)
     gold = hf_logits(hf, PROMPT)
-    hf_bf16 = hf_logits(hf.to(torch.bfloat16), PROMPT)
-    hf.to(torch.float32)
+    hf_bf16 = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)  # a copy: the fixture's model stays fp32
     llm = LLM(path, target=target, dtype="bfloat16", max_model_len=128)
     ours = llm.score(PROMPT).float()
     floor = (hf_bf16 - gold).abs().max().item()
