@@ -83,8 +83,13 @@ def compute_inv_freq(
 def cos_sin_cache(
     rotary_dim: int, base: float, scaling: dict[str, Any] | None, max_position: int, cache_len: int | None = None
 ) -> torch.Tensor:
-    """float32 ``[cache_len, rotary_dim]``: cos in the first half, sin in the second (attention factor applied)."""
-    cache_len = cache_len or max_position
+    """float32 ``[cache_len, rotary_dim]``: cos in the first half, sin in the second (attention factor applied).
+
+    The default length covers ``max_position``, extended by ``factor`` for dynamic NTK (which exists to run past it).
+    """
+    if cache_len is None:
+        extend = (scaling or {}).get("rope_type") == "dynamic"
+        cache_len = int(max_position * max(float(scaling.get("factor") or 1.0), 1.0)) if extend else max_position
     inv_freq, attention_factor = compute_inv_freq(rotary_dim, base, scaling, max_position)
     positions = torch.arange(cache_len, dtype=torch.float32)
     freqs = torch.outer(positions, inv_freq)
