@@ -2,10 +2,13 @@
 
   aiter   AMD's kernels on ROCm (``import aiter`` succeeds only with ROCm present)
   nki     AWS Neuron kernels (``import torch_neuronx`` / ``nki``; real packages live on AWS's index)
+  triton  Triton kernels (``runtime/ops/gpu/``) for tensors on a CUDA/HIP GPU; CPU tensors keep the torch reference
   torch   the plain-torch reference ops, always available (CPU, CUDA, ROCm)
 
 A target asks for its preferred backend; when that library does not import, the torch reference runs instead,
-exactly as vLLM Neuron's CPU mode does. ``modelgen run --verbose`` prints the choice and why.
+exactly as vLLM Neuron's CPU mode does; on an NVIDIA GPU (no aiter) the rocm target runs the Triton kernels.
+``modelgen run --verbose`` prints the choice and why. The layers re-check per call (``runtime.ops.gpu.enabled``):
+Triton only ever runs on GPU tensors.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import importlib
 import os
 
 TARGET_PREFERENCE = {"rocm": "aiter", "neuron": "nki"}
-_MODULES = {"aiter": ("aiter",), "nki": ("torch_neuronx", "nki")}
+_MODULES = {"aiter": ("aiter",), "nki": ("torch_neuronx", "nki"), "triton": ("triton",)}
 _probe_cache: dict[str, str | None] = {}
 
 
@@ -33,12 +36,12 @@ def _probe(backend: str) -> str | None:
     return _probe_cache[backend]
 
 
-def select(target: str) -> tuple[str, str]:
-    """(backend, explanation) for ``target``."""
+def select(target: str, device=None) -> tuple[str, str]:
+    """(backend, explanation) for ``target`` (and, when given, the device the model runs on)."""
     forced = os.environ.get("MODELGEN_BACKEND")
     if forced:
         if forced not in ("torch", *_MODULES):
-            raise ValueError(f"MODELGEN_BACKEND={forced!r}: expected one of torch, aiter, nki")
+            raise ValueError(f"MODELGEN_BACKEND={forced!r}: expected one of torch, aiter, nki, triton")
         reason = _probe(forced)
         if reason:
             raise RuntimeError(f"MODELGEN_BACKEND={forced} but {reason}")
@@ -47,8 +50,14 @@ def select(target: str) -> tuple[str, str]:
     reason = _probe(preferred)
     if reason is None:
         return preferred, f"{preferred} imports"
+    on_gpu = device is not None and str(device).startswith("cuda")
+    if target == "rocm" and on_gpu:
+        why = _probe("triton")
+        if why is None:
+            return "triton", f"Triton kernels on the GPU ({reason})"
+        reason = f"{reason}; {why}"
     return "torch", f"torch reference ops ({reason})"
 
 
-def active(target: str) -> str:
-    return select(target)[0]
+def active(target: str, device=None) -> str:
+    return select(target, device)[0]

@@ -50,7 +50,7 @@ def eos_token_ids(checkpoint_dir: Path) -> set[int]:
     return ids
 
 
-@dataclass
+@dataclass(eq=False)  # identity comparison: the scheduler's list membership tests stay O(1) per element
 class _Request:
     seq_id: int
     prompt: list[int]
@@ -59,10 +59,14 @@ class _Request:
     output: list[int] = field(default_factory=list)
     computed: int = 0  # tokens whose K/V are in the cache
     done: bool = False
+    tokens: list[int] = field(default_factory=list)  # prompt + output, grown in place (no per-step concatenation)
 
-    @property
-    def tokens(self) -> list[int]:
-        return self.prompt + self.output
+    def __post_init__(self) -> None:
+        self.tokens = list(self.prompt) + list(self.output)
+
+    def append(self, token: int) -> None:
+        self.output.append(token)
+        self.tokens.append(token)
 
 
 @dataclass
@@ -97,6 +101,7 @@ class LLM:
         compile: bool = False,
         prefill_buckets: list[int] | None = None,
         decode_buckets: list[int] | None = None,
+        cuda_graphs: bool = True,
     ):
         self.checkpoint_dir = Path(checkpoint)
         hf_config = read_json_if_exists(self.checkpoint_dir / "config.json")
@@ -104,8 +109,8 @@ class LLM:
             raise FileNotFoundError(f"{self.checkpoint_dir}: no config.json")
         self.target = target
         self.module = find_model(hf_config.get("architectures"), target)
-        self.backend, self.backend_reason = backends.select(target)
         self.device = torch.device(device)
+        self.backend, self.backend_reason = backends.select(target, self.device)
         if dtype is None:
             dtype = hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32"
         self.dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
@@ -134,10 +139,19 @@ class LLM:
                 prefill_buckets=prefill_buckets, decode_buckets=decode_buckets, compile=compile,
             )
         else:
-            self.runner = RocmRunner(self.model, self.blocks, self.device)
+            self.runner = RocmRunner(
+                self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
+                cuda_graphs=cuda_graphs, decode_buckets=decode_buckets,
+            )
         self.eos_ids = eos_token_ids(self.checkpoint_dir)
         self._next_id = 0
         self.stats = GenerateStats()
+
+    def warmup(self) -> None:
+        """Compile/capture everything the runner would otherwise build on first use (GPU decode graphs)."""
+        warm = getattr(self.runner, "warmup", None)
+        if warm is not None:
+            warm()
 
     # ------------------------------------------------------------------------------------------------------ scoring
     def score(self, prompt: list[int]) -> torch.Tensor:
@@ -203,7 +217,11 @@ class LLM:
         admitted = self._admit(waiting, running)
         decoding: list[_Request] = []
         if not admitted or self.runner.mixes_prefill_and_decode:
+            tables, block_size = self.blocks.tables, self.blocks.block_size
             for r in list(running):
+                table = tables.get(r.seq_id)
+                if table is not None and len(table) * block_size >= len(r.tokens):
+                    continue  # the common decode case: the next token's slot is already allocated
                 while r in running and not self.blocks.can_allocate(r.seq_id, len(r.tokens)):
                     if len(running) == 1 and not admitted:
                         raise CacheFullError(f"request {r.seq_id} alone exceeds the KV cache ({self.blocks.num_blocks} blocks)")
@@ -218,7 +236,11 @@ class LLM:
             return
         t0 = time.perf_counter()
         logits = self.runner.step(work)
-        tokens = sample(logits, [r.params for r in admitted + decoding], [r.generator for r in admitted + decoding])
+        batch = admitted + decoding
+        if all(r.params.temperature == 0 for r in batch):
+            tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
+        else:
+            tokens = sample(logits, [r.params for r in batch], [r.generator for r in batch])
         dt = time.perf_counter() - t0
         if admitted:
             self.stats.prefill_tokens += sum(len(w.token_ids) for w in work)
@@ -228,9 +250,9 @@ class LLM:
             self.stats.decode_s += dt
         self.stats.steps += 1
         running.extend(admitted)
-        for r, tok in zip(admitted + decoding, tokens):
+        for r, tok in zip(batch, tokens):
             r.computed = len(r.tokens)
-            r.output.append(tok)
+            r.append(tok)
             stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
             if stop or len(r.output) >= r.params.max_new_tokens:
                 r.done = True

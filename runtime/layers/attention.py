@@ -1,7 +1,18 @@
 """The rocm target's attention module: writes K/V into the paged cache, then attends (prefill or decode).
 
 The engine passes an :class:`AttentionMetadata` for the whole (flattened) batch; the module owns no sequence state.
-On the torch backend it calls the reference ops in ``runtime/ops/attention.py``.
+
+Two implementations of the same function:
+  * torch reference (CPU, or ``MODELGEN_BACKEND=torch``): the ops in ``runtime/ops/attention.py``;
+  * GPU (tensors on CUDA/HIP and Triton importable): ``runtime/ops/gpu/attention.py``. Prefill writes the new K/V
+    with one kernel and runs a varlen flash kernel over the block tables; decode is one flash-decoding launch that
+    also writes the step's K/V (plus a reduce launch when the context is split). No host syncs, no data-dependent
+    shapes, so decode steps can be captured in CUDA graphs.
+
+RoPE fusion: a model may hand its rotary module to the attention (``PagedAttention(..., rotary_emb=rope)``) and pass
+``positions`` to ``forward``; then q and k arrive un-rotated and the GPU path rotates them inside the cache-write
+(prefill) or attention (decode) kernel, saving the separate RoPE launch. Without it (today's generated code) the
+model rotates first and the module receives rotated q and k.
 """
 from __future__ import annotations
 
@@ -11,6 +22,7 @@ import torch
 from torch import nn
 
 from ..ops import attention as ops
+from ..ops import gpu
 
 
 @dataclass
@@ -23,6 +35,7 @@ class AttentionMetadata:
     context_lens  : [num_seqs] int32 cached + new tokens of each sequence after this step
     block_tables  : [num_seqs, max_blocks] int32 physical block of each logical block
     max_seqlen_q  : longest query of the batch
+    decode_splits : GPU decode only: context splits per (sequence, KV head); None = chosen from the shapes
     """
 
     is_prefill: bool
@@ -31,21 +44,36 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     block_tables: torch.Tensor
     max_seqlen_q: int
+    decode_splits: int | None = None
 
 
 class PagedAttention(nn.Module):
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str):
+    def __init__(
+        self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
+        rotary_emb: nn.Module | None = None,
+    ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
         self.layer_name = layer_name
+        # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
+        self._rotary = [rotary_emb] if rotary_emb is not None else []
         self.k_cache: torch.Tensor | None = None  # bound by the engine (bind_kv_cache)
         self.v_cache: torch.Tensor | None = None
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H * D]``."""
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H * D]`` (q, k un-rotated only when ``positions`` is given
+        and a rotary module was bound)."""
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
+        rotary = self._rotary[0] if (self._rotary and positions is not None) else None
+        if gpu.enabled(q):
+            return self._forward_gpu(q, k, v, meta, rotary, positions)
+        if rotary is not None:
+            q, k = rotary(positions, q, k)
         ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.is_prefill:
             o = ops.paged_prefill_attention(
@@ -54,3 +82,24 @@ class PagedAttention(nn.Module):
         else:
             o = ops.paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale)
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
+
+    def _forward_gpu(self, q, k, v, meta, rotary, positions) -> torch.Tensor:
+        from ..ops.gpu import attention as gpu_attn
+
+        rope = None
+        if rotary is not None:
+            rope = (positions, rotary.cos_sin_cache, rotary.rotary_dim, rotary.style == "pairwise")
+        if meta.is_prefill:
+            q_rot, _ = gpu_attn.write_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping, q=q, rope=rope)
+            if rope is not None:
+                q = q_rot
+            o = gpu_attn.paged_prefill(
+                q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
+                meta.max_seqlen_q,
+            )
+        else:
+            o = gpu_attn.paged_decode(
+                q, k, v, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
+                self.scale, num_splits=meta.decode_splits, rope=rope,
+            )
+        return o.view(o.shape[0], self.num_heads * self.head_dim)

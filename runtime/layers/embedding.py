@@ -6,6 +6,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from .. import distributed as dist
+from .linear import linear
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -41,6 +42,6 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Vocab-sharded output projection; :meth:`compute_logits` gathers the full vocab on every rank."""
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden, self.weight)
+        logits = linear(hidden, self.weight)
         logits = dist.all_gather(logits, -1)
         return logits[..., : self.vocab_size]

@@ -11,6 +11,20 @@ from torch import nn
 import torch.nn.functional as F
 
 from .. import distributed as dist
+from ..ops import gpu
+
+_gpu_linear = None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear``; on a GPU, small-M (decode) GEMMs may run a Triton weight-streaming kernel instead of cuBLAS,
+    chosen per shape by timing both once (``runtime/ops/gpu/linear.py``)."""
+    global _gpu_linear
+    if gpu.enabled(x):
+        if _gpu_linear is None:
+            from ..ops.gpu.linear import linear as _gpu_linear
+        return _gpu_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def _check_shape(param: nn.Parameter, expected: tuple[int, ...], got: torch.Tensor, what: str) -> None:
@@ -31,7 +45,7 @@ class LinearBase(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         _check_shape(param, param.shape, loaded, "replicated weight")
@@ -51,7 +65,7 @@ class ColumnParallelLinear(LinearBase):
         self.gather_output = gather_output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
+        y = linear(x, self.weight, self.bias)
         return dist.all_gather(y, -1) if self.gather_output else y
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
@@ -68,7 +82,7 @@ class RowParallelLinear(LinearBase):
         super().__init__(dist.divide(in_features, self.tp_size, "input features"), out_features, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = dist.all_reduce(F.linear(x, self.weight))
+        y = dist.all_reduce(linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .. import backends
 from .. import distributed as dist
-from ..ops.moe import fused_moe, route
+from ..ops.moe import fused_moe, fused_moe_static, route
 
 
 class TopKRouter(nn.Module):
@@ -111,6 +111,14 @@ class FusedMoE(nn.Module):
         param.data.copy_(full)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        if hidden_states.is_cuda and torch.cuda.is_current_stream_capturing():
+            # Inside a CUDA-graph capture (decode steps): the sorted path's one host sync (expert counts) is not
+            # allowed, so every local expert runs on the (few) decode tokens with a dense combine instead.
+            out = fused_moe_static(
+                hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
+                expert_offset=self.expert_offset, num_local_experts=self.num_local_experts,
+            )
+            return dist.all_reduce(out) if self.expert_parallel else out
         out = fused_moe(
             hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
             expert_offset=self.expert_offset,

@@ -6,6 +6,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..ops import gpu
 from ..ops.rope import apply_rope, cos_sin_cache
 
 
@@ -22,6 +23,10 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``q [tokens, heads, head_dim]``, ``k [tokens, kv_heads, head_dim]``."""
+        if gpu.enabled(q) and q.stride(-1) == 1 and k.stride(-1) == 1:
+            from ..ops.gpu.rope import rope_qk
+
+            return rope_qk(q, k, self.cos_sin_cache, positions, self.rotary_dim, self.style)
         q = apply_rope(q, self.cos_sin_cache, positions, self.rotary_dim, self.style)
         k = apply_rope(k, self.cos_sin_cache, positions, self.rotary_dim, self.style)
         return q, k

@@ -7,6 +7,10 @@ Routing uses the generated tables of ``generated/rocm/<model>/weights.py``: rena
 Per-expert tensors go through :class:`~runtime.loader.experts.ExpertStager`: with more than one loader thread
 (``MODELGEN_LOADER_NUM_THREADS``, default 16) they are read on a thread pool and copied once per stacked parameter;
 with one thread each expert is copied through the module's ``weight_loader`` as it is read.
+
+When the model's parameters are on a CUDA device, the other tensors are read in file order by
+:class:`~runtime.loader.device_reader.DeviceReader` (parallel reads into pinned buffers, async host-to-device copies,
+bounded read-ahead), so the ``weight_loader``s copy device to device.
 """
 from __future__ import annotations
 
@@ -118,8 +122,18 @@ def load_packed_weights(
             f"{checkpoint.dtype(key)}) -> parameter '{param_name}': {err}"
         )
 
+    def fetched(key: str) -> bool:  # the routing below, without side effects: does the loop read this tensor?
+        name = apply_renames(key, renames)
+        if rules.match(name) is not None or name in tied or _match_expert(name, per_expert, params) is not None:
+            return False
+        param_name, _ = _match_fused_expert(name, fused_experts, params) or resolve_packed(name, packed_modules_mapping)
+        return param_name in params
+
+    reader = _device_reader(model, checkpoint, fetched)
+    keys = reader.order_all if reader is not None else checkpoint.keys()
+    fetch = reader.fetch if reader is not None else checkpoint.get_tensor
     try:
-        for key in checkpoint.keys():
+        for key in keys:
             name = apply_renames(key, renames)
             pattern = rules.match(name)
             if pattern is not None:
@@ -141,7 +155,7 @@ def load_packed_weights(
             param = params.get(param_name)
             if param is None:
                 continue  # reported as unexpected by coverage
-            tensor = checkpoint.get_tensor(key)
+            tensor = fetch(key)
             if tensor.is_floating_point() != param.is_floating_point():
                 raise CheckpointError(
                     f"{checkpoint.file_of(key)}: tensor '{key}' has dtype {tensor.dtype}, "
@@ -165,7 +179,39 @@ def load_packed_weights(
             coverage.fill(param_name, EXPERTS, f"per-expert tensors of {param_name}")
     except ValueError as e:  # a staged per-expert copy with a wrong shape
         raise CheckpointError(str(e)) from None
+    finally:
+        if reader is not None:
+            reader.close()
     coverage.check(str(checkpoint.files[0].parent))
+
+
+class _ReaderRoute:
+    """Keys in file order and a fetch that reads ahead to the GPU (falls back per key to the mmap reader)."""
+
+    def __init__(self, checkpoint: Checkpoint, device: torch.device, num_threads: int, fetched):
+        from .device_reader import DeviceReader, file_order
+
+        self.checkpoint = checkpoint
+        self.order_all = file_order(checkpoint, checkpoint.keys())
+        wanted = [k for k in self.order_all if fetched(k)]
+        self.reader = DeviceReader(checkpoint, wanted, device, num_threads=num_threads)
+        self.fast = set(self.reader.order)
+
+    def fetch(self, key: str) -> torch.Tensor:
+        return self.reader.get(key) if key in self.fast else self.checkpoint.get_tensor(key)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched):
+    """A GPU read-ahead route when the model's parameters live on a CUDA device (``MODELGEN_GPU_LOADER=0`` disables)."""
+    import os
+
+    probe = next(model.parameters(), None)
+    if probe is None or probe.device.type != "cuda" or os.environ.get("MODELGEN_GPU_LOADER", "1") == "0":
+        return None
+    return _ReaderRoute(checkpoint, probe.device, min(16, max(1, default_num_threads())), fetched)
 
 
 def _match_expert(name: str, rules, params) -> tuple[str, str, int] | None:
