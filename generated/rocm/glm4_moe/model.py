@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 41cb771d6564d0b3
+# source hash (spec + templates + generator): 44d81ee0f20e1bc7
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -59,6 +59,7 @@ class Glm4MoeAttention(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -71,8 +72,7 @@ class Glm4MoeAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.use_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, attn_metadata))
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
 
 class Glm4MoeMLP(nn.Module):

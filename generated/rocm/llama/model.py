@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): cc6bc1c1943b6fdc
+# source hash (spec + templates + generator): c0690b9f4f273973
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -54,6 +54,7 @@ class LlamaAttention(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -64,8 +65,7 @@ class LlamaAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, attn_metadata))
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
 
 class LlamaMLP(nn.Module):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 0301ddfa2929516a
+# source hash (spec + templates + generator): e30454e43525cb25
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 
@@ -54,6 +54,7 @@ class MixtralAttention(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -64,8 +65,7 @@ class MixtralAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, attn_metadata))
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
 
 class MixtralSparseMoeBlock(nn.Module):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): efa747d1eaea17cb
+# source hash (spec + templates + generator): 7c8c16fb9d693898
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -56,6 +56,7 @@ class Qwen3Attention(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -67,8 +68,7 @@ class Qwen3Attention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, attn_metadata))
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
 
 class Qwen3MLP(nn.Module):

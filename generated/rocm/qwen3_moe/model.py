@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): d9a929bbeba1325d
+# source hash (spec + templates + generator): 85b0b9872695638a
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
 
@@ -57,6 +57,7 @@ class Qwen3MoeAttention(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -68,8 +69,7 @@ class Qwen3MoeAttention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, attn_metadata))
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
 
 class Qwen3MoeMLP(nn.Module):

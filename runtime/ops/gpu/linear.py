@@ -19,7 +19,13 @@ MAX_M = 64
 
 
 def _graph_bench(kernel_call, quantiles):
-    """Config timing from CUDA-graph replays (as decode runs), not Python launches that would hide kernel time."""
+    """Config timing from CUDA-graph replays (as decode runs), not Python launches that would hide kernel time.
+
+    ``do_bench_cudagraph`` runs on a side stream that does not wait for the default stream: synchronise first, or a
+    kernel still in flight there may read memory the caching allocator has already handed to this call's output
+    (seen once: a test's float64 reference GEMM returned garbage while the skinny kernel autotuned).
+    """
+    torch.cuda.synchronize()
     try:
         return triton.testing.do_bench_cudagraph(kernel_call, rep=20, quantiles=quantiles)
     except Exception:  # capture refused (e.g. a driver without graph support): plain launches
