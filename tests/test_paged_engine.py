@@ -103,3 +103,10 @@ def test_block_manager_allocation_and_release():
         bm.ensure(1, 5)
     bm.release(0)
     assert bm.ensure(1, 5) == [2, 0, 1]  # freed blocks are reused, lowest first
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_context_beyond_rope_table_is_refused(llama_checkpoint, target):
+    path, _ = llama_checkpoint("gqa")  # max_position_embeddings = 256
+    with pytest.raises(ValueError, match="max_model_len 512 exceeds the 256 positions"):
+        LLM(path, target=target, dtype="float32", max_model_len=512)

@@ -127,6 +127,14 @@ class LLM:
             self.load_seconds = time.perf_counter() - t0
 
         self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)
+        # Positions index a precomputed RoPE table (max_position_embeddings rows, more for dynamic NTK): refuse a
+        # context the table cannot cover instead of failing inside a kernel.
+        rope_rows = min((b.shape[0] for n, b in self.model.named_buffers() if "cos_sin" in n), default=None)
+        if rope_rows is not None and self.max_model_len > rope_rows:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the {rope_rows} positions of the model's RoPE table "
+                f"(config max_position_embeddings); lower max_model_len"
+            )
         self.max_num_seqs = max_num_seqs
         kv_spec = self.model.get_kv_spec()
         if num_blocks is None:
