@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 44d81ee0f20e1bc7
+# source hash (spec + templates + generator): ede0d236c73d3893
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -78,10 +78,7 @@ class Glm4MoeAttention(nn.Module):
             self.o_proj_weight,
             sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
         )
-        if False:
-            self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
-        else:
-            self.register_parameter("o_proj_bias", None)
+        self.register_parameter("o_proj_bias", None)
         self.use_qk_norm = config.use_qk_norm
         if self.use_qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): e30454e43525cb25
+# source hash (spec + templates + generator): 49f1ebb04bdce479
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 
@@ -63,25 +63,13 @@ class MixtralAttention(nn.Module):
                 num_kv_replicas=num_kv_replicas,
             ),
         )
-        if False:
-            self.qkv_proj_bias = _param(self.q_size + 2 * self.kv_size)
-            set_weight_loader(
-                self.qkv_proj_bias,
-                fused_qkv_weight_loader(
-                    self.q_size, self.kv_size, shard_dim=0, num_shards=world, num_kv_replicas=num_kv_replicas
-                ),
-            )
-        else:
-            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.o_proj_weight = _param(self.q_size, hidden_size)
         set_weight_loader(
             self.o_proj_weight,
             sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
         )
-        if False:
-            self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
-        else:
-            self.register_parameter("o_proj_bias", None)
+        self.register_parameter("o_proj_bias", None)
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 
