@@ -14,19 +14,18 @@ pytestmark = pytest.mark.slow
 def test_buckets_trace_fullgraph_and_never_recompile(llama_checkpoint):
     torch._dynamo.reset()
     path, hf = llama_checkpoint("gqa")
-    llm = LLM(
-        path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
-        prefill_buckets=[16, 64], decode_buckets=[1, 2, 4], compile=True,
-    )
+    buckets = dict(prefill_buckets=[16, 64], decode_buckets=[1, 2, 4], decode_context_buckets=[16, 64])
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4, compile=True,
+              **buckets)
     llm.runner.warmup()  # fullgraph=True: any graph break in any bucket raises here
     prompts = [[1, 5, 9, 33], [1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 12], [1, 99]]
     params = SamplingParams(max_new_tokens=6, ignore_eos=True)
-    eager = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
-                prefill_buckets=[16, 64], decode_buckets=[1, 2, 4])
+    eager = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4, **buckets)
     expected = eager.generate(prompts, params)
     torch.compiler.set_stance("fail_on_recompile")
     try:
-        got = llm.generate(prompts, params)  # batches of 3 -> bucket 4, then 1-2 -> buckets 1/2
+        # batches of 3 -> bucket 4, then 1-2 -> buckets 1/2; contexts under 16 and up to 25 -> context buckets 16/64
+        got = llm.generate(prompts, params)
         got_single = llm.generate([prompts[1]], params)
     finally:
         torch.compiler.set_stance("default")

@@ -101,6 +101,7 @@ class LLM:
         compile: bool = False,
         prefill_buckets: list[int] | None = None,
         decode_buckets: list[int] | None = None,
+        decode_context_buckets: list[int] | None = None,
         cuda_graphs: bool = True,
     ):
         self.checkpoint_dir = Path(checkpoint)
@@ -144,7 +145,8 @@ class LLM:
         if target == "neuron":
             self.runner = NeuronRunner(
                 self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
-                prefill_buckets=prefill_buckets, decode_buckets=decode_buckets, compile=compile,
+                prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
+                decode_context_buckets=decode_context_buckets, compile=compile,
             )
         else:
             self.runner = RocmRunner(

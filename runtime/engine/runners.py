@@ -113,9 +113,10 @@ def default_buckets(limit: int, start: int = 16) -> list[int]:
 class NeuronRunner:
     """vLLM Neuron-style: static buckets, per-layer metadata dict, optional ``torch.compile(fullgraph=True)``.
 
-    Prefill buckets are token counts (``num_batched_tokens_buckets``); decode buckets are request counts
-    (``num_seqs_buckets``). Block tables always have ``max_blocks_per_seq`` columns and ``max_num_seqs`` rows in
-    prefill, so every bucket has one static shape.
+    Prefill buckets are token counts (``num_batched_tokens_buckets``); decode buckets are pairs of a request count
+    (``num_seqs_buckets``) and a context length: a decode step's block table has ``context_bucket / block_size``
+    columns, so short contexts do not gather the whole ``max_model_len`` window. Prefill block tables always have
+    ``max_num_seqs`` rows and the full ``max_model_len`` width. Every bucket has one static shape.
     """
 
     mixes_prefill_and_decode = False
@@ -131,6 +132,7 @@ class NeuronRunner:
         max_num_seqs: int,
         prefill_buckets: list[int] | None = None,
         decode_buckets: list[int] | None = None,
+        decode_context_buckets: list[int] | None = None,
         compile: bool = False,
     ):
         self.model, self.blocks, self.device = model, blocks, device
@@ -138,13 +140,17 @@ class NeuronRunner:
         self.max_blocks_per_seq = blocks.blocks_needed(max_model_len)
         self.prefill_buckets = sorted(prefill_buckets or default_buckets(max_model_len))
         self.decode_buckets = sorted(decode_buckets or default_buckets(max_num_seqs, start=1))
+        self.decode_context_buckets = sorted(decode_context_buckets or default_buckets(max_model_len, start=128))
+        if self.decode_context_buckets[-1] < max_model_len:
+            raise ValueError(f"decode context buckets {self.decode_context_buckets} do not reach max_model_len {max_model_len}")
         self.layer_names = [layer.name for layer in model.get_kv_spec().layers]
         self.forward = model.forward
         if compile:
             from torch import _dynamo
 
             # One graph per bucket and path; raise the per-function cache limit above the bucket count.
-            _dynamo.config.cache_size_limit = max(64, 4 * (len(self.prefill_buckets) + len(self.decode_buckets)))
+            n_graphs = len(self.prefill_buckets) + len(self.decode_buckets) * len(self.decode_context_buckets)
+            _dynamo.config.cache_size_limit = max(64, 4 * n_graphs)
             _dynamo.config.accumulated_cache_size_limit = 4 * _dynamo.config.cache_size_limit
             self.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
         self.rank = torch.tensor(_tp_rank(), dtype=torch.int64, device=device)
@@ -162,7 +168,7 @@ class NeuronRunner:
             "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=dev),
             "max_query_len": max_query_len,
             "block_size": self.blocks.block_size,
-            "max_blocks_per_seq": self.max_blocks_per_seq,
+            "max_blocks_per_seq": len(block_table[0]),
             "decode_token_threshold": self.decode_token_threshold,
             "cached_seq_len": torch.zeros(len(block_table), 1, dtype=torch.int32, device=dev),
             "kv_segment_size": 0,
@@ -180,7 +186,9 @@ class NeuronRunner:
             pos = [w.start_pos for w in work] + [0] * (n_pad - len(work))
             slots = [self.blocks.slot(w.seq_id, w.start_pos) for w in work] + [-1] * (n_pad - len(work))
             seq_ids = list(range(len(work))) + [-1] * (n_pad - len(work))
-            rows = _pad_tables(tables, self.max_blocks_per_seq) + [[0] * self.max_blocks_per_seq] * (n_pad - len(work))
+            context = self._bucket(max(w.start_pos + 1 for w in work), self.decode_context_buckets, "decode context")
+            width = self.blocks.blocks_needed(context)
+            rows = _pad_tables([t[:width] for t in tables], width) + [[0] * width] * (n_pad - len(work))
             sampling = list(range(n_pad))
             max_query_len = 1
         else:
@@ -237,12 +245,14 @@ class NeuronRunner:
             kwargs = self._synthetic(t, prefill=True)
             self.forward(**kwargs)
         for r in self.decode_buckets:
-            self.forward(**self._synthetic(r, prefill=False))
+            for c in self.decode_context_buckets:
+                self.forward(**self._synthetic(r, prefill=False, context=c))
 
-    def _synthetic(self, n: int, prefill: bool) -> dict:
+    def _synthetic(self, n: int, prefill: bool, context: int | None = None) -> dict:
         dev = self.device
         rows = self.max_num_seqs if prefill else n
-        table = [[0] * self.max_blocks_per_seq] * rows
+        width = self.max_blocks_per_seq if prefill else self.blocks.blocks_needed(context)
+        table = [[0] * width] * rows
         return dict(
             input_ids=torch.zeros(n, dtype=torch.int64, device=dev),
             positions=torch.zeros(n, dtype=torch.int64, device=dev),
