@@ -121,3 +121,51 @@ def test_template_bug_is_a_codegen_error_naming_the_template(tmp_path, monkeypat
     with pytest.raises(CodegenError, match=r"templates/rocm/weights.py.j2 rendered invalid Python"):
         build([LLAMA], ("rocm",), out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_derived_values_are_compiled_into_the_config_class(tmp_path):
+    """`derived:` expressions become plain Python in the generated from_hf_config (no spec read at run time)."""
+    import sys
+    import types
+
+    from codegen.render import render_package
+
+    p = broken(tmp_path, "layers:\n", "derived:\n  num_kv_groups: num_attention_heads // num_key_value_heads\n"
+               "  wide: \"'yes' if max(hidden_size, intermediate_size) > 100 else 'no'\"\nlayers:\n")
+    files = render_package(compile_spec(p), "rocm")
+    source = files["rocm/llama/config.py"]
+    assert "num_kv_groups = num_attention_heads // num_key_value_heads" in source
+    module = types.ModuleType("generated_config_under_test")
+    sys.modules[module.__name__] = module  # dataclasses resolve annotations through sys.modules
+    try:
+        exec(compile(source, "config.py", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    cfg = module.LlamaConfig.from_hf_config({
+        "vocab_size": 10, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 8, "num_key_value_heads": 2,
+    })
+    assert cfg.num_kv_groups == 4 and cfg.wide == "yes" and cfg.head_dim == 8
+
+
+def test_circular_definition(tmp_path):
+    p = broken(tmp_path, "default: hidden_size // num_attention_heads", "default: head_dim * 2 // num_attention_heads + vocab_size * 0 + head_dim")
+    assert "circular definition: head_dim -> head_dim" in error_of(p)
+
+
+def test_block_rule_must_name_blocks(tmp_path):
+    p = broken(tmp_path, "  block: decoder", "  block_rule: \"'decoder' if i < 2 else 'encoder'\"")
+    assert "rule yields 'encoder', which is not a block" in error_of(p)
+
+
+def test_unsupported_config_is_refused_by_generated_code():
+    from generated.rocm.qwen3.config import Qwen3Config
+    from runtime.hf_config import ConfigError
+
+    base = {"vocab_size": 10, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4}
+    assert Qwen3Config.from_hf_config(base).head_dim == 128
+    with pytest.raises(ConfigError, match="specs/qwen3.yaml: sliding-window attention"):
+        Qwen3Config.from_hf_config({**base, "use_sliding_window": True})
+    with pytest.raises(ConfigError, match="'num_attention_heads'.*expected an integer"):
+        Qwen3Config.from_hf_config({**base, "num_attention_heads": "four"})
