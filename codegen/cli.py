@@ -104,7 +104,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("modelgen run: give --prompt TEXT or --prompt-ids 1,2,3", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max(len(prompts), 1))
+    if args.on_device_sampling and args.target != "neuron":
+        print("modelgen run: --on-device-sampling applies to the neuron target", file=sys.stderr)
+        return 2
+    extra = {"on_device_sampling": True} if args.on_device_sampling else {}
+    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max(len(prompts), 1),
+              **extra)
     load_s = time.perf_counter() - t0
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
@@ -182,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model dtype (default: the checkpoint's torch_dtype)")
     r.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
+    r.add_argument("--on-device-sampling", action="store_true",
+                   help="neuron target: sample inside the model graph (forward returns token ids)")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)

@@ -103,6 +103,7 @@ class LLM:
         decode_buckets: list[int] | None = None,
         decode_context_buckets: list[int] | None = None,
         cuda_graphs: bool = True,
+        on_device_sampling: bool = False,
     ):
         self.checkpoint_dir = Path(checkpoint)
         hf_config = read_json_if_exists(self.checkpoint_dir / "config.json")
@@ -147,6 +148,7 @@ class LLM:
                 self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
                 prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
                 decode_context_buckets=decode_context_buckets, compile=compile,
+                on_device_sampling=on_device_sampling,
             )
         else:
             self.runner = RocmRunner(
@@ -193,6 +195,12 @@ class LLM:
                 gen.manual_seed(p.seed if p.seed is not None else torch.seed())
             reqs.append(_Request(self._next_id, list(prompt), p, gen, done=p.max_new_tokens == 0))
             self._next_id += 1
+        if getattr(self.runner, "on_device_sampling", False):
+            # The graph samples from the device RNG (one stream for the whole batch): a seed makes the run
+            # reproducible, not each request independent of its batch mates as the host sampler's generators do.
+            seeds = [p.seed for p in plist if p.temperature > 0 and p.seed is not None]
+            if seeds:
+                torch.manual_seed(seeds[0])
         waiting = [r for r in reqs if not r.done]
         running: list[_Request] = []
         self.stats = GenerateStats()
@@ -245,11 +253,14 @@ class LLM:
                 raise CacheFullError("no request fits in the KV cache")
             return
         t0 = time.perf_counter()
-        logits = self.runner.step(work)
         batch = admitted + decoding
-        if all(r.params.temperature == 0 for r in batch):
+        if getattr(self.runner, "on_device_sampling", False):
+            tokens = self.runner.step_sample(work, [r.params for r in batch])
+        elif all(r.params.temperature == 0 for r in batch):
+            logits = self.runner.step(work)
             tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
         else:
+            logits = self.runner.step(work)
             tokens = sample(logits, [r.params for r in batch], [r.generator for r in batch])
         dt = time.perf_counter() - t0
         if admitted:

@@ -134,8 +134,11 @@ class NeuronRunner:
         decode_buckets: list[int] | None = None,
         decode_context_buckets: list[int] | None = None,
         compile: bool = False,
+        on_device_sampling: bool = False,
     ):
         self.model, self.blocks, self.device = model, blocks, device
+        # With on-device sampling every call passes sampling_params (a fixed signature: always present or never).
+        self.on_device_sampling = on_device_sampling
         self.max_num_seqs = max_num_seqs
         self.max_blocks_per_seq = blocks.blocks_needed(max_model_len)
         self.prefill_buckets = sorted(prefill_buckets or default_buckets(max_model_len))
@@ -239,6 +242,16 @@ class NeuronRunner:
         return self.forward(**kwargs)[:n]
 
     @torch.inference_mode()
+    def step_sample(self, work: list[Work], params: list) -> list[int]:
+        """On-device sampling: the graph returns token ids; ``params`` are the requests' SamplingParams."""
+        kwargs, n = self.build_inputs(work)
+        rows = kwargs["sampling_positions"].shape[0]
+        table = [[p.top_k, p.top_p, p.temperature] for p in params] + [[0, 1.0, 0.0]] * (rows - n)
+        kwargs["sampling_params"] = torch.tensor(table, dtype=torch.float32, device=self.device)
+        tokens, _ = self.forward(**kwargs)
+        return tokens[:n].tolist()
+
+    @torch.inference_mode()
     def warmup(self) -> None:
         """Trace every prefill and decode bucket with padding-only inputs (slot -1: the cache is untouched)."""
         for t in self.prefill_buckets:
@@ -258,8 +271,8 @@ class NeuronRunner:
             positions=torch.zeros(n, dtype=torch.int64, device=dev),
             attn_metadata=self._metadata([-1] * n, table, n if prefill else 1, [-1] * n),
             sampling_positions=torch.zeros(rows, dtype=torch.int64, device=dev),
-            sampling_params=None, spec_decode_metadata=None, logit_mask=None, rank=self.rank,
-            inputs_embeds=None, is_token_ids=None,
+            sampling_params=torch.zeros(rows, 3, device=dev) if self.on_device_sampling else None,
+            spec_decode_metadata=None, logit_mask=None, rank=self.rank, inputs_embeds=None, is_token_ids=None,
         )
 
 

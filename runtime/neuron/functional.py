@@ -15,6 +15,7 @@ from ..ops import moe as moe_ops
 from ..ops.activation import GATED_ACTIVATIONS
 from ..ops.norm import rms_norm as _rms_norm
 from ..ops.rope import apply_rope
+from ..ops.sampling import sample_static
 
 BACKEND, BACKEND_REASON = backends.select("neuron")
 
@@ -135,3 +136,8 @@ def moe(
         hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset=expert_offset, num_local_experts=w13.shape[0]
     )
     return dist.all_reduce(out)
+
+
+def sample(logits: torch.Tensor, sampling_params: torch.Tensor) -> torch.Tensor:
+    """On-device sampling: ``sampling_params [num_reqs, 3] = [top_k, top_p, temperature]`` -> token ids."""
+    return sample_static(logits, sampling_params)

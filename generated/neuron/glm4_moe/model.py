@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): fc1902ee188bf0d5
+# source hash (spec + templates + generator): 7acaba43682fa3f0
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -285,9 +285,10 @@ class Glm4MoeForCausalLM(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         is_token_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Tokens padded to a bucket -> logits ``[num_reqs, vocab]`` at ``sampling_positions`` (CPU sampling)."""
-        if sampling_params is not None or spec_decode_metadata is not None:
-            raise NotImplementedError("on-device sampling and speculative decoding are not generated yet")
+        """Tokens padded to a bucket -> logits ``[num_reqs, vocab]`` at ``sampling_positions`` (CPU sampling), or
+        ``(sampled_token_ids, logits)`` when ``sampling_params [num_reqs, 3]`` asks for on-device sampling."""
+        if spec_decode_metadata is not None:
+            raise NotImplementedError("speculative decoding is not generated yet")
         if rank is None:
             rank = torch.zeros((), dtype=torch.int64, device=input_ids.device)
         hidden_states = self.model(input_ids, positions, attn_metadata, rank, inputs_embeds, is_token_ids)
@@ -295,6 +296,8 @@ class Glm4MoeForCausalLM(nn.Module):
         logits = NF.lm_head(hidden_states, self.lm_head_weight, self.vocab_size)
         if logit_mask is not None:
             logits = logits.masked_fill(~logit_mask, float("-inf"))
+        if sampling_params is not None:  # on-device sampling: (sampled_token_ids, gathered_logits)
+            return NF.sample(logits, sampling_params), logits
         return logits
 
     def get_kv_spec(self) -> KVSpec:
