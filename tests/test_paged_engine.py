@@ -110,3 +110,43 @@ def test_context_beyond_rope_table_is_refused(llama_checkpoint, target):
     path, _ = llama_checkpoint("gqa")  # max_position_embeddings = 256
     with pytest.raises(ValueError, match="max_model_len 512 exceeds the 256 positions"):
         LLM(path, target=target, dtype="float32", max_model_len=512)
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_chunked_prefill_equals_whole_prompts(llama_checkpoint, target):
+    """A token budget smaller than the prompts splits them into chunks (neuron: segmented prefill, kv_segment_size
+    > 0); outputs equal whole-prompt prefill, with prompts and decodes interleaving across steps."""
+    path, _ = llama_checkpoint("gqa")
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    common = dict(target=target, dtype="float32", max_model_len=64, block_size=4, max_num_seqs=4)
+    if target == "neuron":
+        common.update(prefill_buckets=[8, 64], decode_buckets=[1, 2, 4], decode_context_buckets=[16, 32, 64])
+    whole = LLM(path, **common).generate(PROMPTS, params)
+    chunked = LLM(path, max_num_batched_tokens=7, **common)
+    assert chunked.generate(PROMPTS, params) == whole
+    assert chunked.stats.prefill_tokens >= sum(map(len, PROMPTS))
+    torch.testing.assert_close(chunked.score(PROMPTS[1]), LLM(path, **common).score(PROMPTS[1]), atol=1e-5, rtol=0)
+
+
+def test_neuron_segmented_prefill_traces_without_recompiles(llama_checkpoint):
+    torch._dynamo.reset()
+    path, _ = llama_checkpoint("gqa")
+    kwargs = dict(target="neuron", dtype="float32", max_model_len=32, block_size=4, max_num_seqs=2,
+                  prefill_buckets=[8], decode_buckets=[2], decode_context_buckets=[16, 32])
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    want = LLM(path, **kwargs).generate(PROMPTS[:2], params)
+    llm = LLM(path, compile=True, **kwargs)
+    assert llm.chunked_prefill  # budget 8 < max_model_len 32
+    llm.runner.warmup()
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate(PROMPTS[:2], params)  # the 19-token prompt takes 3 chunks
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == want
+
+
+def test_prompt_over_budget_without_chunking_is_refused(llama_checkpoint):
+    path, _ = llama_checkpoint("gqa")
+    with pytest.raises(ValueError, match="exceeds the largest prefill bucket"):
+        LLM(path, target="neuron", dtype="float32", max_model_len=64, prefill_buckets=[16], max_num_batched_tokens=32)

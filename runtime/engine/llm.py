@@ -104,6 +104,7 @@ class LLM:
         decode_context_buckets: list[int] | None = None,
         cuda_graphs: bool = True,
         on_device_sampling: bool = False,
+        max_num_batched_tokens: int | None = None,
     ):
         self.checkpoint_dir = Path(checkpoint)
         hf_config = read_json_if_exists(self.checkpoint_dir / "config.json")
@@ -143,12 +144,22 @@ class LLM:
             num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
         self.blocks = BlockManager(num_blocks, block_size)
         self.model.bind_kv_cache(allocate_kv_cache(kv_spec, num_blocks, block_size, self.device))
+        # Token budget per step: prompts longer than it are prefilled in chunks. The rocm runner continues a chunk
+        # over the paged cache natively (unlimited by default); on neuron the budget is the largest prefill bucket
+        # and a smaller one turns on segmented prefill (one more graph per prefill x context bucket).
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.chunked_prefill = True
         if target == "neuron":
+            largest = max(prefill_buckets) if prefill_buckets else self.max_model_len
+            if max_num_batched_tokens is not None and max_num_batched_tokens > largest:
+                raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens} exceeds the largest prefill bucket {largest}")
+            self.max_num_batched_tokens = max_num_batched_tokens or largest
+            self.chunked_prefill = self.max_num_batched_tokens < self.max_model_len
             self.runner = NeuronRunner(
                 self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
                 prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
                 decode_context_buckets=decode_context_buckets, compile=compile,
-                on_device_sampling=on_device_sampling,
+                on_device_sampling=on_device_sampling, segmented_prefill=self.chunked_prefill,
             )
         else:
             self.runner = RocmRunner(
@@ -231,52 +242,81 @@ class LLM:
         waiting.insert(0, victim)
         self.stats.preemptions += 1
 
+    def _ensure_decode_blocks(self, waiting: list[_Request], running: list[_Request]) -> None:
+        """Give every decoding request a slot for its next token, preempting the newest requests if blocks run out."""
+        tables, block_size = self.blocks.tables, self.blocks.block_size
+        for r in list(running):
+            table = tables.get(r.seq_id)
+            if table is not None and len(table) * block_size >= len(r.tokens):
+                continue  # the common case: the slot is already allocated (always so mid-prefill)
+            while r in running and not self.blocks.can_allocate(r.seq_id, len(r.tokens)):
+                if len(running) == 1:
+                    raise CacheFullError(f"request {r.seq_id} alone exceeds the KV cache ({self.blocks.num_blocks} blocks)")
+                self._preempt(waiting, running)
+            if r in running:
+                self.blocks.ensure(r.seq_id, len(r.tokens))
+
     def _step(self, waiting: list[_Request], running: list[_Request]) -> None:
-        admitted = self._admit(waiting, running)
-        decoding: list[_Request] = []
-        if not admitted or self.runner.mixes_prefill_and_decode:
-            tables, block_size = self.blocks.tables, self.blocks.block_size
-            for r in list(running):
-                table = tables.get(r.seq_id)
-                if table is not None and len(table) * block_size >= len(r.tokens):
-                    continue  # the common decode case: the next token's slot is already allocated
-                while r in running and not self.blocks.can_allocate(r.seq_id, len(r.tokens)):
-                    if len(running) == 1 and not admitted:
-                        raise CacheFullError(f"request {r.seq_id} alone exceeds the KV cache ({self.blocks.num_blocks} blocks)")
-                    self._preempt(waiting, running)
-                if r in running:
-                    self.blocks.ensure(r.seq_id, len(r.tokens))
-            decoding = list(running)
-        work = [Work(r.seq_id, r.tokens[r.computed :], r.computed) for r in admitted + decoding]
+        running.extend(self._admit(waiting, running))
+        prefilling = [r for r in running if len(r.tokens) - r.computed > 1]
+        if prefilling and not self.runner.mixes_prefill_and_decode:
+            candidates = prefilling  # neuron: a step is all prefill or all decode
+        else:
+            self._ensure_decode_blocks(waiting, running)
+            candidates = list(running)
+        # Each request feeds its uncomputed tokens; a token budget splits long prompts into chunks (chunked prefill).
+        work: list[Work] = []
+        batch: list[_Request] = []
+        budget = self.max_num_batched_tokens
+        for r in candidates:
+            n = len(r.tokens) - r.computed
+            if budget is not None:
+                if n > budget and not self.chunked_prefill:
+                    if not work:
+                        raise ValueError(f"request {r.seq_id}: {n} prompt tokens exceed the {budget}-token step budget "
+                                         f"and chunked prefill is off")
+                    break  # whole prompts only: it waits for the next step
+                n = min(n, budget)
+                if n <= 0:
+                    break
+                budget -= n
+            work.append(Work(r.seq_id, r.tokens[r.computed : r.computed + n], r.computed))
+            batch.append(r)
         if not work:
             if waiting and not running:
                 raise CacheFullError("no request fits in the KV cache")
             return
+        # Only requests whose prompt is now complete sample a token; a partial chunk's logits are dropped.
+        finishing = [r.computed + len(w.token_ids) == len(r.tokens) for r, w in zip(batch, work)]
         t0 = time.perf_counter()
-        batch = admitted + decoding
+        tokens: list[int | None] = [None] * len(batch)
         if getattr(self.runner, "on_device_sampling", False):
             tokens = self.runner.step_sample(work, [r.params for r in batch])
-        elif all(r.params.temperature == 0 for r in batch):
-            logits = self.runner.step(work)
-            tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
         else:
             logits = self.runner.step(work)
-            tokens = sample(logits, [r.params for r in batch], [r.generator for r in batch])
+            rows = [i for i, fin in enumerate(finishing) if fin]
+            if rows and all(batch[i].params.temperature == 0 for i in rows):
+                ids = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
+                tokens = ids
+            elif rows:
+                picked = sample(logits[rows], [batch[i].params for i in rows], [batch[i].generator for i in rows])
+                for i, tok in zip(rows, picked):
+                    tokens[i] = tok
         dt = time.perf_counter() - t0
-        if admitted:
+        if any(len(w.token_ids) > 1 for w in work):
             self.stats.prefill_tokens += sum(len(w.token_ids) for w in work)
             self.stats.prefill_s += dt
         else:
             self.stats.decode_tokens += len(work)
             self.stats.decode_s += dt
         self.stats.steps += 1
-        running.extend(admitted)
-        for r, tok in zip(batch, tokens):
-            r.computed = len(r.tokens)
+        for r, w, tok, fin in zip(batch, work, tokens, finishing):
+            r.computed += len(w.token_ids)
+            if not fin:
+                continue
             r.append(tok)
             stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
             if stop or len(r.output) >= r.params.max_new_tokens:
                 r.done = True
                 running.remove(r)
                 self.blocks.release(r.seq_id)
-

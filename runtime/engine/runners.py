@@ -135,8 +135,11 @@ class NeuronRunner:
         decode_context_buckets: list[int] | None = None,
         compile: bool = False,
         on_device_sampling: bool = False,
+        segmented_prefill: bool = False,
     ):
         self.model, self.blocks, self.device = model, blocks, device
+        # Chunked prompts continue through segmented prefill (kv_segment_size > 0), one graph per (tokens, context).
+        self.segmented_prefill = segmented_prefill
         # With on-device sampling every call passes sampling_params (a fixed signature: always present or never).
         self.on_device_sampling = on_device_sampling
         self.max_num_seqs = max_num_seqs
@@ -152,7 +155,8 @@ class NeuronRunner:
             from torch import _dynamo
 
             # One graph per bucket and path; raise the per-function cache limit above the bucket count.
-            n_graphs = len(self.prefill_buckets) + len(self.decode_buckets) * len(self.decode_context_buckets)
+            n_ctx = len(self.decode_context_buckets)
+            n_graphs = len(self.prefill_buckets) * (1 + n_ctx * segmented_prefill) + len(self.decode_buckets) * n_ctx
             _dynamo.config.cache_size_limit = max(64, 4 * n_graphs)
             _dynamo.config.accumulated_cache_size_limit = 4 * _dynamo.config.cache_size_limit
             self.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
@@ -164,8 +168,9 @@ class NeuronRunner:
                 return b
         raise ValueError(f"{what} {n} exceeds the largest compiled bucket {buckets[-1]}")
 
-    def _metadata(self, slots, block_table, max_query_len, seq_ids) -> dict:
+    def _metadata(self, slots, block_table, max_query_len, seq_ids, kv_segment_size=0, cached=None) -> dict:
         dev = self.device
+        cached = cached if cached is not None else [0] * len(block_table)
         common = {
             "block_table_tensor": torch.tensor(block_table, dtype=torch.int32, device=dev),
             "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=dev),
@@ -173,8 +178,8 @@ class NeuronRunner:
             "block_size": self.blocks.block_size,
             "max_blocks_per_seq": len(block_table[0]),
             "decode_token_threshold": self.decode_token_threshold,
-            "cached_seq_len": torch.zeros(len(block_table), 1, dtype=torch.int32, device=dev),
-            "kv_segment_size": 0,
+            "cached_seq_len": torch.tensor([[c] for c in cached], dtype=torch.int32, device=dev),
+            "kv_segment_size": kv_segment_size,
             "seq_ids": torch.tensor(seq_ids, dtype=torch.int32, device=dev),
         }
         return {name: common for name in self.layer_names}
@@ -189,22 +194,24 @@ class NeuronRunner:
             pos = [w.start_pos for w in work] + [0] * (n_pad - len(work))
             slots = [self.blocks.slot(w.seq_id, w.start_pos) for w in work] + [-1] * (n_pad - len(work))
             seq_ids = list(range(len(work))) + [-1] * (n_pad - len(work))
+            segment, cached = 0, None
             context = self._bucket(max(w.start_pos + 1 for w in work), self.decode_context_buckets, "decode context")
             width = self.blocks.blocks_needed(context)
             rows = _pad_tables([t[:width] for t in tables], width) + [[0] * width] * (n_pad - len(work))
             sampling = list(range(n_pad))
             max_query_len = 1
         else:
-            if any(w.start_pos for w in work):
-                raise NotImplementedError("neuron prefill covers whole prompts (no segmented prefill)")
+            segmented = any(w.start_pos for w in work)
+            if segmented and not self.segmented_prefill:
+                raise NotImplementedError("a prompt chunk after the first needs segmented_prefill=True")
             total = sum(len(w.token_ids) for w in work)
             t_pad = self._bucket(total, self.prefill_buckets, "prefill tokens")
             ids, pos, slots, seq_ids, sampling = [], [], [], [], []
             for r, w in enumerate(work):
                 n = len(w.token_ids)
                 ids += w.token_ids
-                pos += range(n)
-                slots += [self.blocks.slot(w.seq_id, p) for p in range(n)]
+                pos += range(w.start_pos, w.start_pos + n)
+                slots += [self.blocks.slot(w.seq_id, p) for p in range(w.start_pos, w.start_pos + n)]
                 seq_ids += [r] * n
                 sampling.append(len(ids) - 1)
             pad = t_pad - total
@@ -213,15 +220,22 @@ class NeuronRunner:
             slots += [-1] * pad
             seq_ids += [-1] * pad
             sampling += [0] * (self.max_num_seqs - len(work))
-            rows = _pad_tables(tables, self.max_blocks_per_seq) + [[0] * self.max_blocks_per_seq] * (
-                self.max_num_seqs - len(work)
-            )
+            empty = self.max_num_seqs - len(work)
+            if segmented:  # the block table covers the context bucket the chunk attends over
+                segment = self._bucket(max(w.start_pos + len(w.token_ids) for w in work),
+                                       self.decode_context_buckets, "prefill context")
+                width = self.blocks.blocks_needed(segment)
+                tables = [t[:width] for t in tables]
+            else:
+                segment, width = 0, self.max_blocks_per_seq
+            rows = _pad_tables(tables, width) + [[0] * width] * empty
+            cached = [w.start_pos for w in work] + [0] * empty
             max_query_len = t_pad  # bucket-static so the graph guard never sees a new value
         dev = self.device
         kwargs = dict(
             input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
             positions=torch.tensor(pos, dtype=torch.int64, device=dev),
-            attn_metadata=self._metadata(slots, rows, max_query_len, seq_ids),
+            attn_metadata=self._metadata(slots, rows, max_query_len, seq_ids, segment, cached),
             sampling_positions=torch.tensor(sampling, dtype=torch.int64, device=dev),
             sampling_params=None,
             spec_decode_metadata=None,
@@ -255,8 +269,10 @@ class NeuronRunner:
     def warmup(self) -> None:
         """Trace every prefill and decode bucket with padding-only inputs (slot -1: the cache is untouched)."""
         for t in self.prefill_buckets:
-            kwargs = self._synthetic(t, prefill=True)
-            self.forward(**kwargs)
+            self.forward(**self._synthetic(t, prefill=True))
+            if self.segmented_prefill:
+                for c in self.decode_context_buckets:
+                    self.forward(**self._synthetic(t, prefill=True, context=c))
         for r in self.decode_buckets:
             for c in self.decode_context_buckets:
                 self.forward(**self._synthetic(r, prefill=False, context=c))
@@ -264,12 +280,13 @@ class NeuronRunner:
     def _synthetic(self, n: int, prefill: bool, context: int | None = None) -> dict:
         dev = self.device
         rows = self.max_num_seqs if prefill else n
-        width = self.max_blocks_per_seq if prefill else self.blocks.blocks_needed(context)
+        width = self.blocks.blocks_needed(context) if context else self.max_blocks_per_seq
         table = [[0] * width] * rows
+        segment = context if (prefill and context) else 0
         return dict(
             input_ids=torch.zeros(n, dtype=torch.int64, device=dev),
             positions=torch.zeros(n, dtype=torch.int64, device=dev),
-            attn_metadata=self._metadata([-1] * n, table, n if prefill else 1, [-1] * n),
+            attn_metadata=self._metadata([-1] * n, table, n if prefill else 1, [-1] * n, segment),
             sampling_positions=torch.zeros(rows, dtype=torch.int64, device=dev),
             sampling_params=torch.zeros(rows, 3, device=dev) if self.on_device_sampling else None,
             spec_decode_metadata=None, logit_mask=None, rank=self.rank, inputs_embeds=None, is_token_ids=None,

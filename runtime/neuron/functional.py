@@ -88,6 +88,19 @@ def flash_attention(
     return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale)
 
 
+def segmented_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_ids: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Segmented prefill: a prompt chunk attends its request's cached prefix and itself (already written)."""
+    return attn_ops.paged_segment_attention(q, k_cache, v_cache, block_table, seq_ids, positions, scale)
+
+
 def attention_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,

@@ -137,3 +137,31 @@ def packed_prefill_attention(
         attn_mask=mask[None, None], scale=scale, enable_gqa=True,
     )
     return out[0].transpose(0, 1)
+
+
+def paged_segment_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_ids: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Shape-static segmented (chunked) prefill: ``q [T, H, D]`` of one chunk per request, whose K/V are already in
+    the cache after the request's earlier chunks; token i attends its request's cached positions ``<= positions[i]``.
+
+    Each token gathers its request's block-table row (``block_tables [R, W]`` -> ``[T, KVH, W * block_size, D]``), so
+    memory grows with tokens x context window: the CPU reference of what a segmented-attention kernel does on device.
+    Padding tokens (``seq_ids`` -1) attend only position 0 of row 0, keeping softmax finite; they are never sampled.
+    """
+    valid = seq_ids >= 0
+    tables = block_tables.index_select(0, seq_ids.clamp(min=0).long())  # [T, W]
+    k = gather_kv(k_cache, tables).to(q.dtype)  # [T, KVH, L, D]
+    v = gather_kv(v_cache, tables).to(q.dtype)
+    L = k.shape[-2]
+    j = torch.arange(L, device=q.device)[None, :]
+    mask = (j <= positions[:, None]) & valid[:, None] | (j == 0) & ~valid[:, None]  # [T, L]
+    out = F.scaled_dot_product_attention(q[:, :, None, :], k, v, attn_mask=mask[:, None, None, :], scale=scale,
+                                         enable_gqa=True)
+    return out[:, :, 0, :]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 7acaba43682fa3f0
+# source hash (spec + templates + generator): d12688e003002943
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -111,7 +111,10 @@ class Glm4MoeAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
-            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
         return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): db2f16a2a1226722
+# source hash (spec + templates + generator): 07bbc75c65e2e893
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -107,7 +107,10 @@ class LlamaAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
-            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
         return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:

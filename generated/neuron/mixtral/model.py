@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): a358d0226c5c80c0
+# source hash (spec + templates + generator): d4ac95f7ea8554b1
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 
@@ -96,7 +96,10 @@ class MixtralAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
-            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
         return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:

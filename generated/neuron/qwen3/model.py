@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): e646ad65e423dc91
+# source hash (spec + templates + generator): 6c916dce93aad9bd
 # ==================================================================================================================
 """Qwen3 for the neuron target, in vLLM Neuron's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -110,7 +110,10 @@ class Qwen3Attention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
-            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
         return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): bbbb9e05b7ec45ed
+# source hash (spec + templates + generator): 8b0d92655064ed62
 # ==================================================================================================================
 """Qwen3Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
 
@@ -111,7 +111,10 @@ class Qwen3MoeAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
-            raise NotImplementedError(f"{self.layer_name}: segmented prefill (kv_segment_size > 0)")
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
         return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
