@@ -274,56 +274,55 @@ class _Lowerer:
         )
 
     def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Attention, ...], tuple[Any, ...]]:
-        """Lower every block, then give each *distinct* attention / MLP its class name (shared across blocks)."""
+        """Lower every block. Blocks share classes: one attention class per distinct attention, one gated-MLP class
+        (it takes its width at construction, so dense layers and shared experts use the same class), one MoE class.
+        Returns (blocks, distinct attentions, distinct MLPs with the gated class first)."""
         P = self.spec.class_prefix
-        raw = []
+        lowered = []
         for key, b in self.spec.blocks.items():
             p = ("blocks", key)
-            raw.append((key, b, self.attention(p + ("attention",), b.attention), self.mlp(p + ("mlp",), b.mlp)))
-        attentions: dict[ir.Attention, str] = {}
-        for _, _, a, _ in raw:
-            attentions.setdefault(a, "")
-        for n, a in enumerate(attentions):
-            attentions[a] = f"{P}Attention" if len(attentions) == 1 else f"{P}Attention{n}"
-        mlps: dict[Any, str] = {}
-        needs_gated = any(isinstance(m, ir.MoE) and m.shared is not None for *_, m in raw)
-        gated_proto = None
-        for *_, m in raw:
-            if isinstance(m, ir.MLP):
-                mlps.setdefault(replace(m, intermediate_size=""), f"{P}MLP")
-                gated_proto = gated_proto or m
-        if needs_gated and gated_proto is None:  # MoE with shared experts but no dense layer: still one MLP class
-            mlps[ir.MLP(class_name="", name="mlp", kind="gated", activation="silu", intermediate_size="", bias="False")] = f"{P}MLP"
-        if len({k for k in mlps if isinstance(k, ir.MLP)}) > 1:
+            lowered.append((key, b, self.attention(p + ("attention",), b.attention), self.mlp(p + ("mlp",), b.mlp)))
+        self._check_same_layout(lowered)
+
+        distinct_attn = list(dict.fromkeys(a for _, _, a, _ in lowered))
+        attn_class = {a: f"{P}Attention" if len(distinct_attn) == 1 else f"{P}Attention{n}"
+                      for n, a in enumerate(distinct_attn)}
+        gated_shapes = {replace(m, intermediate_size="") for *_, m in lowered if isinstance(m, ir.MLP)}
+        moes = list(dict.fromkeys(m for *_, m in lowered if isinstance(m, ir.MoE)))
+        if len(gated_shapes) > 1:
             self.error(("blocks",), "dense MLPs of different blocks must agree in activation and bias")
-        for *_, m in raw:
-            if isinstance(m, ir.MoE):
-                mlps.setdefault(m, f"{P}SparseMoeBlock")
-        if len([k for k in mlps if isinstance(k, ir.MoE)]) > 1:
+        if len(moes) > 1:
             self.error(("blocks",), "MoE blocks of different layers must be identical")
-        first = raw[0][1]
-        for key, b, _, _ in raw:
+        if not gated_shapes and any(m.shared is not None for m in moes):
+            # Shared experts with no dense layer still need the gated-MLP class.
+            gated_shapes = {ir.MLP(class_name="", name="mlp", kind="gated", activation="silu", intermediate_size="",
+                                   bias="False")}
+
+        blocks = []
+        for key, b, a, m in lowered:
+            if isinstance(m, ir.MLP):
+                m = replace(m, class_name=f"{P}MLP")
+            else:
+                m = replace(m, class_name=f"{P}SparseMoeBlock", mlp_class=f"{P}MLP")
+            p = ("blocks", key)
+            blocks.append(ir.Block(
+                key=key, residual=b.residual, attention_norm=self.norm(p + ("attention_norm",), b.attention_norm),
+                attention=replace(a, class_name=attn_class[a]), mlp_norm=self.norm(p + ("mlp_norm",), b.mlp_norm),
+                mlp=m,
+            ))
+        gated = [replace(g, class_name=f"{P}MLP") for g in gated_shapes]
+        sparse = list(dict.fromkeys(b.mlp for b in blocks if isinstance(b.mlp, ir.MoE)))
+        return tuple(blocks), tuple(dict.fromkeys(b.attention for b in blocks)), tuple(gated + sparse)
+
+    def _check_same_layout(self, lowered: list[tuple[str, Any, Any, Any]]) -> None:
+        """One decoder-layer class serves every block, so norms and module names must agree across blocks."""
+        first = lowered[0][1]
+        for key, b, _, _ in lowered:
             for field_ in ("attention_norm", "mlp_norm"):
                 if getattr(b, field_) != getattr(first, field_):
                     self.error(("blocks", key, field_), f"{field_} must be the same in every block")
             if b.attention.name != first.attention.name or b.mlp.name != first.mlp.name:
                 self.error(("blocks", key), "attention / mlp module names must be the same in every block")
-        blocks = []
-        for key, b, a, m in raw:
-            a = replace(a, class_name=attentions[a])
-            if isinstance(m, ir.MLP):
-                m = replace(m, class_name=mlps[replace(m, intermediate_size="")])
-            else:
-                m = replace(m, class_name=mlps[m], mlp_class=f"{P}MLP")
-            p = ("blocks", key)
-            blocks.append(ir.Block(
-                key=key, residual=b.residual, attention_norm=self.norm(p + ("attention_norm",), b.attention_norm),
-                attention=a, mlp_norm=self.norm(p + ("mlp_norm",), b.mlp_norm), mlp=m,
-            ))
-        uniq_attn = tuple(dict.fromkeys(b.attention for b in blocks))
-        gated = [replace(k, class_name=v) for k, v in mlps.items() if isinstance(k, ir.MLP)]
-        moes = tuple(dict.fromkeys(b.mlp for b in blocks if isinstance(b.mlp, ir.MoE)))
-        return tuple(blocks), uniq_attn, tuple(gated) + moes
 
     def checkpoint(self) -> ir.Checkpoint:
         ck = self.spec.checkpoint
