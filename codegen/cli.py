@@ -195,6 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe bad input (checkpoint, config, request): printed as one message, no traceback."""
+    from runtime.engine.block_manager import CacheFullError
+    from runtime.hf_config import ConfigError
+    from runtime.loader.checkpoint import CheckpointError
+
+    return (CheckpointError, ConfigError, CacheFullError, FileNotFoundError, LookupError, ValueError, RuntimeError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -204,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CodegenError as e:
         print(f"codegen error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if args.command != "run" or not isinstance(e, _user_errors()) or getattr(args, "verbose", False):
+            raise
+        print(f"modelgen run: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 

@@ -107,3 +107,15 @@ def test_name_rewriting_rules():
     packed = {"q_proj": ("qkv_proj", "q"), "gate_proj": ("gate_up_proj", 0)}
     assert resolve_packed("model.layers.3.self_attn.q_proj.weight", packed) == ("model.layers.3.self_attn.qkv_proj.weight", "q")
     assert resolve_packed("model.layers.3.self_attn.q_a_proj.weight", packed) == ("model.layers.3.self_attn.q_a_proj.weight", None)
+
+
+def test_modelgen_run_reports_checkpoint_errors_without_traceback(ckpt):
+    import subprocess
+    import sys
+
+    (ckpt / "model.safetensors").write_bytes(b"\xff" * 64)
+    r = subprocess.run([sys.executable, "-m", "codegen.cli", "run", "--checkpoint", str(ckpt), "--prompt-ids", "1,2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "modelgen run: CheckpointError:" in r.stderr and "model.safetensors" in r.stderr
+    assert "Traceback" not in r.stderr
