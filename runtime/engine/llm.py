@@ -1,8 +1,10 @@
 """The generate loop: load a checkpoint through its generated module, then continuous batching over a paged cache.
 
-Scheduling (one step = one model call): admit waiting requests whose prompts fit in free KV blocks (prefill), else
-decode every running request. On the rocm target admitted prompts and running decodes share a step. When a decode
-needs a block and none is free, the most recently admitted request is preempted (its blocks freed, its tokens
+Scheduling (one step = one model call): waiting requests are admitted while their prompts fit in free KV blocks;
+every running request then feeds its uncomputed tokens (a prompt, a prompt chunk, or the last sampled token), within
+a per-step token budget (``max_num_batched_tokens``) that splits long prompts into chunks. On the rocm target
+prefill chunks and decodes share a step; on neuron a step is all prefill or all decode (separate graphs). When a
+decode needs a block and none is free, the most recently admitted request is preempted (its blocks freed, its tokens
 recomputed later); a request that cannot fit even alone raises :class:`CacheFullError`.
 """
 from __future__ import annotations
