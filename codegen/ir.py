@@ -93,7 +93,9 @@ class Router:
 @dataclass(frozen=True)
 class SharedExperts:
     name: str
+    count: str
     intermediate_size: str
+    fuse: bool
 
 
 @dataclass(frozen=True)

@@ -263,9 +263,10 @@ class _Lowerer:
         )
         shared = None
         if m.shared_experts is not None:
+            se, sp = m.shared_experts, p + ("shared_experts",)
             shared = ir.SharedExperts(
-                name=m.shared_experts.name,
-                intermediate_size=self.src(p + ("shared_experts", "intermediate_size"), m.shared_experts.intermediate_size),
+                name=se.name, count=self.src(sp + ("count",), se.count),
+                intermediate_size=self.src(sp + ("intermediate_size",), se.intermediate_size), fuse=se.fuse,
             )
         return ir.MoE(
             class_name="", name=m.name, kind=m.kind, num_experts=self.src(p + ("num_experts",), m.num_experts),

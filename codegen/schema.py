@@ -136,7 +136,13 @@ class RouterSpec(_Strict):
 
 class SharedExpertsSpec(_Strict):
     name: str = "shared_experts"
-    intermediate_size: Expression = Field(description="total width of the shared expert MLP")
+    count: Expression = Field(default=1, description="number of shared experts (n_shared_experts)")
+    intermediate_size: Expression = Field(description="total width of the shared expert MLP (count x expert width)")
+    fuse: bool = Field(
+        default=False,
+        description="run them as `count` extra expert slots of the fused MoE op (weight 1) where the target's MoE op "
+        "allows it (rocm, as ATOM's shared-expert fusion); otherwise a separate gated MLP",
+    )
 
 
 class MoESpec(_Strict):

@@ -161,3 +161,23 @@ def test_modelgen_run_cli(checkpoints, name, target):
     result = json.loads(r.stdout)
     assert result["spec"] == f"specs/{name.split('_moe')[0] + ('_moe' if '_moe' in name else '')}.yaml"
     assert [o["token_ids"] for o in result["outputs"]] == [hf_greedy(hf, PROMPT, 6), hf_greedy(hf, [1, 2, 3], 6)]
+
+
+def test_glm4_shared_experts_fused_as_expert_slots(tmp_path):
+    """rocm: GLM4's shared experts (spec `fuse: true`) are extra slots of the fused MoE op, split from the shared
+    MLP's tensors (n_shared_experts=2 -> 2 slots); a missing shared tensor is reported."""
+    from safetensors.torch import load_file, save_file
+
+    from runtime.loader.checkpoint import CheckpointError
+
+    hf = make_moe(tmp_path, "glm4_moe_plain")  # 4 routed experts, 2 shared, first 2 layers dense
+    llm = LLM(tmp_path, target="rocm", dtype="float32", max_model_len=64)
+    moe = llm.model.model.layers[2].mlp
+    assert not hasattr(moe, "shared_experts") and moe.experts.w13_weight.shape[0] == 4 + 2
+    shared = hf.model.layers[2].mlp.shared_experts
+    assert torch.equal(moe.experts.w13_weight[4:, :32], shared.gate_proj.weight.view(2, 32, -1))
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["model.layers.2.mlp.shared_experts.up_proj.weight"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"missing[\s\S]*model.layers.2.mlp.experts.w13_weight \(shard 'shared_w3'\)"):
+        LLM(tmp_path, target="rocm", dtype="float32")

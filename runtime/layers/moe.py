@@ -64,7 +64,10 @@ class TopKRouter(nn.Module):
 class FusedMoE(nn.Module):
     is_fused_moe = True
 
-    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu"):
+    def __init__(
+        self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu",
+        num_shared_experts: int = 0,
+    ):
         super().__init__()
         world, rank = dist.tp_size(), dist.tp_rank()
         self.num_experts = num_experts
@@ -73,7 +76,11 @@ class FusedMoE(nn.Module):
         self.intermediate_size = intermediate_size
         self.activation = activation
         self.expert_parallel = world > 1
-        L, H, I = self.num_local_experts, hidden_size, intermediate_size
+        # Shared experts as extra slots [L, L + S) after this rank's routed experts; every token visits them with
+        # weight 1. Each rank holds them, but only rank 0 routes tokens there (the all-reduce would count them twice).
+        self.num_shared_experts = num_shared_experts
+        self.shared_active = num_shared_experts > 0 and rank == 0
+        L, H, I = self.num_local_experts + num_shared_experts, hidden_size, intermediate_size
         self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
         self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
         for p in (self.w13_weight, self.w2_weight):
@@ -87,11 +94,14 @@ class FusedMoE(nn.Module):
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str, expert_id: int | None = None) -> None:
         I = self.intermediate_size
+        if shard_id.startswith("shared_"):
+            self._load_shared(param, loaded, shard_id)
+            return
         if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I]
             want = (self.num_experts, *param.shape[1:])
             if tuple(loaded.shape) != want:
                 raise ValueError(f"fused experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
-            param.data.copy_(loaded.narrow(0, self.expert_offset, self.num_local_experts))
+            param.data[: self.num_local_experts].copy_(loaded.narrow(0, self.expert_offset, self.num_local_experts))
             return
         e = self.local_index(expert_id)
         if e is None:
@@ -103,30 +113,65 @@ class FusedMoE(nn.Module):
             )
         target.copy_(loaded)
 
+    def _load_shared(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str) -> None:
+        """A shared expert MLP of width ``S * I`` -> S slots of width I (the gated activation is elementwise, so the
+        S slot outputs sum to the MLP's output)."""
+        I, S, L = self.intermediate_size, self.num_shared_experts, self.num_local_experts
+        H = param.shape[1]  # w2 is [L + S, H, I]
+        if shard_id in ("shared_w1", "shared_w3"):
+            want = (S * I, param.shape[2])
+            rows = slice(0, I) if shard_id == "shared_w1" else slice(I, 2 * I)
+            if tuple(loaded.shape) != want:
+                raise ValueError(f"shared experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
+            param.data[L:, rows].copy_(loaded.view(S, I, -1))
+        else:
+            want = (H, S * I)
+            if tuple(loaded.shape) != want:
+                raise ValueError(f"shared experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
+            param.data[L:].copy_(loaded.view(H, S, I).permute(1, 0, 2))
+
     def load_stacked(self, param: nn.Parameter, stacked: dict[str, torch.Tensor]) -> None:
         """One copy per fused parameter from staged per-expert tensors ({"w1": [L, I, H], "w3": ...} or {"w2": ...})."""
         full = torch.cat([stacked["w1"], stacked["w3"]], dim=1) if "w1" in stacked else stacked["w2"]
-        if tuple(full.shape) != tuple(param.shape):
-            raise ValueError(f"stacked experts have shape {tuple(full.shape)}, expected {tuple(param.shape)}")
-        param.data.copy_(full)
+        target = param.data[: self.num_local_experts]
+        if tuple(full.shape) != tuple(target.shape):
+            raise ValueError(f"stacked experts have shape {tuple(full.shape)}, expected {tuple(target.shape)}")
+        target.copy_(full)
+
+    def _with_shared_slots(self, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Local ids (other ranks' experts -> a sentinel past every slot) plus the shared slots at weight 1."""
+        L, S = self.num_local_experts, self.num_shared_experts
+        local = topk_ids - self.expert_offset
+        local = torch.where((local >= 0) & (local < L), local, torch.full_like(local, L + S))
+        if not self.shared_active:
+            return topk_weights, local
+        T = topk_ids.shape[0]
+        shared_ids = torch.arange(L, L + S, device=topk_ids.device).expand(T, S)
+        shared_w = torch.ones(T, S, dtype=topk_weights.dtype, device=topk_weights.device)
+        return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        if self.num_shared_experts:
+            topk_weights, topk_ids = self._with_shared_slots(topk_weights, topk_ids)
+            offset, num_local = 0, self.num_local_experts + self.num_shared_experts
+        else:
+            offset, num_local = self.expert_offset, self.num_local_experts
         if hidden_states.is_cuda and torch.cuda.is_current_stream_capturing():
             # Inside a CUDA-graph capture (decode steps): the sorted path's one host sync (expert counts) is not
             # allowed, so every local expert runs on the (few) decode tokens with a dense combine instead.
             out = fused_moe_static(
                 hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
-                expert_offset=self.expert_offset, num_local_experts=self.num_local_experts,
+                expert_offset=offset, num_local_experts=num_local,
             )
             return dist.all_reduce(out) if self.expert_parallel else out
         out = fused_moe(
             hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
-            expert_offset=self.expert_offset,
-            num_local_experts=self.num_local_experts if self.expert_parallel else None,
+            expert_offset=offset,
+            num_local_experts=num_local if (self.expert_parallel or self.num_shared_experts) else None,
             # Sum the k weighted expert outputs per token, then round once: the numerics of HF's default
             # experts_implementation="grouped_mm" (the eager loop's per-expert bf16 index_add differs by ~1 ulp).
             accumulate="sum",
             backend=self.backend,
-            global_num_experts=self.num_experts,
+            global_num_experts=num_local if self.num_shared_experts else self.num_experts,
         )
         return dist.all_reduce(out) if self.expert_parallel else out

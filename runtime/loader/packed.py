@@ -30,6 +30,7 @@ EXPERTS = "experts"  # coverage slot of a stacked expert parameter
 
 
 def _expected_slots(model: nn.Module, packed: Mapping[str, tuple[str, Any]], skip: set[str]) -> list[tuple[str, Any]]:
+    modules = dict(model.named_modules())
     shards_of: dict[str, list[Any]] = {}
     for fused, shard in packed.values():
         shards_of.setdefault(fused, []).append(shard)
@@ -42,6 +43,9 @@ def _expected_slots(model: nn.Module, packed: Mapping[str, tuple[str, Any]], ski
         module_name = name.split(".")[-2] if "." in name else ""
         if getattr(param, "is_expert_param", False):
             slots.append((name, EXPERTS))
+            module = modules.get(name.rsplit(".", 1)[0])
+            if getattr(module, "num_shared_experts", 0):  # fused shared-expert slots, filled from their own tensors
+                slots += [(name, s) for s in (("shared_w1", "shared_w3") if name.endswith("w13_weight") else ("shared_w2",))]
         elif module_name in shards_of:
             slots += [(name, s) for s in shards_of[module_name]]
         else:
@@ -101,6 +105,7 @@ def load_packed_weights(
     tied: Mapping[str, str],
     expert_mapping: Sequence[tuple[str, str, str]] = (),
     fused_expert_mapping: Sequence[tuple[str, str, str]] = (),
+    shared_expert_mapping: Sequence[tuple[str, str, str]] = (),
     num_threads: int | None = None,
 ) -> None:
     """Fill every parameter of ``model`` from ``checkpoint``; raise CheckpointError on any mismatch.
@@ -114,6 +119,8 @@ def load_packed_weights(
     coverage = Coverage(checkpoint.keys(), _expected_slots(model, packed_modules_mapping, set(tied)))
     per_expert = _expert_rules(expert_mapping)
     fused_experts = {pattern: (param, shard) for param, pattern, shard in fused_expert_mapping}
+    # Shared experts fused into the expert stack: one tensor per shard, split into slots by the module's loader.
+    fused_experts.update({pattern: (param, shard) for param, pattern, shard in shared_expert_mapping})
     experts = _ExpertLoads(params, modules, default_num_threads() if num_threads is None else num_threads)
 
     def fail(key: str, param_name: str, err: Exception) -> CheckpointError:
@@ -168,8 +175,8 @@ def load_packed_weights(
                         raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
                     param.data.copy_(tensor)
                 elif getattr(param, "is_expert_param", False):
-                    loader(param, tensor, shard)  # fused tensor of every expert
-                    shard = EXPERTS
+                    loader(param, tensor, shard)  # fused tensor of every expert, or a shared expert's slots
+                    shard = shard if shard.startswith("shared_") else EXPERTS
                 else:
                     loader(param, tensor, shard) if shard is not None else loader(param, tensor)
             except ValueError as e:

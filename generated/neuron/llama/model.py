@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 07bbc75c65e2e893
+# source hash (spec + templates + generator): f038aacce6dbaf6b
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): d4ac95f7ea8554b1
+# source hash (spec + templates + generator): 523e148d07bf9dd8
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): d12688e003002943
+# source hash (spec + templates + generator): 3b161273100df663
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -26,7 +26,15 @@ from runtime.loader.checkpoint import Checkpoint
 from runtime.loader.packed import load_packed_weights
 
 from .config import Glm4MoeConfig
-from .weights import EXPERT_PARAMS_MAPPING, FUSED_EXPERT_MAPPING, IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    SHARED_EXPERT_MAPPING,
+    TIED_PARAMETERS,
+)
 
 
 class Glm4MoeAttention(nn.Module):
@@ -109,12 +117,16 @@ class Glm4MoeSparseMoeBlock(nn.Module):
             routed_scaling_factor=config.routed_scaling_factor,
             float32=True,  # router weight and scores in float32 (HF keeps it out of bf16)
         )
-        self.experts = FusedMoE(config.n_routed_experts, config.hidden_size, config.moe_intermediate_size, activation="silu")
-        self.shared_experts = Glm4MoeMLP(config, config.moe_intermediate_size * config.n_shared_experts)
+        # Shared experts ride in the fused op as extra expert slots with weight 1 (ATOM's shared-expert fusion);
+        # their checkpoint tensors are split into slots by SHARED_EXPERT_MAPPING.
+        self.experts = FusedMoE(
+            config.n_routed_experts, config.hidden_size, config.moe_intermediate_size, activation="silu",
+            num_shared_experts=config.n_shared_experts,
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden_states)
-        return self.experts(hidden_states, topk_weights, topk_ids) + self.shared_experts(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids)
 
 
 class Glm4MoeDecoderLayer(nn.Module):
@@ -222,5 +234,6 @@ class Glm4MoeForCausalLM(nn.Module):
             renames=RENAMES,
             expert_mapping=EXPERT_PARAMS_MAPPING,
             fused_expert_mapping=FUSED_EXPERT_MAPPING,
+            shared_expert_mapping=SHARED_EXPERT_MAPPING,
             tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
         )

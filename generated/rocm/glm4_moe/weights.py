@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): d12688e003002943
+# source hash (spec + templates + generator): 3b161273100df663
 # ==================================================================================================================
 """Weight-loader tables of Glm4MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
@@ -27,6 +27,14 @@ EXPERT_PARAMS_MAPPING = (
 FUSED_EXPERT_MAPPING = (
     ("experts.w13_weight", "experts.gate_up_proj", "w13"),
     ("experts.w2_weight", "experts.down_proj", "w2"),
+)
+
+# Shared experts fused as extra expert slots: (stacked parameter, checkpoint name, shard id); each tensor is split
+# along its intermediate dim into one slot per shared expert.
+SHARED_EXPERT_MAPPING = (
+    ("experts.w13_weight", "shared_experts.gate_proj.weight", "shared_w1"),
+    ("experts.w13_weight", "shared_experts.up_proj.weight", "shared_w3"),
+    ("experts.w2_weight", "shared_experts.down_proj.weight", "shared_w2"),
 )
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).

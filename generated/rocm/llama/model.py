@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): 07bbc75c65e2e893
+# source hash (spec + templates + generator): f038aacce6dbaf6b
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -25,7 +25,12 @@ from runtime.loader.checkpoint import Checkpoint
 from runtime.loader.packed import load_packed_weights
 
 from .config import LlamaConfig
-from .weights import IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+from .weights import (
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
 
 
 class LlamaAttention(nn.Module):

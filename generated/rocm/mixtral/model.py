@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): d4ac95f7ea8554b1
+# source hash (spec + templates + generator): 523e148d07bf9dd8
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 
@@ -25,7 +25,14 @@ from runtime.loader.checkpoint import Checkpoint
 from runtime.loader.packed import load_packed_weights
 
 from .config import MixtralConfig
-from .weights import EXPERT_PARAMS_MAPPING, FUSED_EXPERT_MAPPING, IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
 
 
 class MixtralAttention(nn.Module):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): 6c916dce93aad9bd
+# source hash (spec + templates + generator): b3f66e7905afaa94
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -25,7 +25,12 @@ from runtime.loader.checkpoint import Checkpoint
 from runtime.loader.packed import load_packed_weights
 
 from .config import Qwen3Config
-from .weights import IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+from .weights import (
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
 
 
 class Qwen3Attention(nn.Module):

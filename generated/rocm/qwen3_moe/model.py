@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 8b0d92655064ed62
+# source hash (spec + templates + generator): 39be5cd0a4441628
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
 
@@ -26,7 +26,14 @@ from runtime.loader.checkpoint import Checkpoint
 from runtime.loader.packed import load_packed_weights
 
 from .config import Qwen3MoeConfig
-from .weights import EXPERT_PARAMS_MAPPING, FUSED_EXPERT_MAPPING, IGNORED_KEYS, PACKED_MODULES_MAPPING, RENAMES, TIED_PARAMETERS
+from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
 
 
 class Qwen3MoeAttention(nn.Module):
