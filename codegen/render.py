@@ -86,6 +86,10 @@ def _submodules(ir: ModelIR, indent: str) -> str:
     return "\n".join(indent + line for line in lines)
 
 
+def _activation_class(mlp) -> str:
+    return {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}[mlp.activation]
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -100,7 +104,7 @@ def _environment() -> jinja2.Environment:
     env.globals["rotary_dim"] = _rotary_dim
     env.globals["submodules"] = _submodules
     env.globals["dict"] = dict
-    env.globals["activation_class"] = lambda m: {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}[m.activation]
+    env.globals["activation_class"] = _activation_class
     return env
 
 
@@ -121,7 +125,7 @@ def _context(ir: ModelIR, target: str) -> dict:
         "ir": ir, "target": target, "version": GENERATOR_VERSION, "P": ir.class_prefix, "pre": ir.checkpoint.prefix,
         "readers": readers,
         "qkv": [qkv["q"], qkv["k"], qkv["v"]], "gate_up": [gate_up[0], gate_up[1]],
-        "activation_classes": sorted({_environment().globals["activation_class"](m) for m in ir.mlps if m.kind == "gated"}),
+        "activation_classes": sorted({_activation_class(m) for m in ir.mlps if m.kind == "gated"}),
     }
 
 

@@ -298,8 +298,7 @@ class LLM:
             logits = self.runner.step(work)
             rows = [i for i, fin in enumerate(finishing) if fin]
             if rows and all(batch[i].params.temperature == 0 for i in rows):
-                ids = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
-                tokens = ids
+                tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
             elif rows:
                 picked = sample(logits[rows], [batch[i].params for i in rows], [batch[i].generator for i in rows])
                 for i, tok in zip(rows, picked):

@@ -29,8 +29,9 @@ from .report import Coverage
 EXPERTS = "experts"  # coverage slot of a stacked expert parameter
 
 
-def _expected_slots(model: nn.Module, packed: Mapping[str, tuple[str, Any]], skip: set[str]) -> list[tuple[str, Any]]:
-    modules = dict(model.named_modules())
+def _expected_slots(
+    model: nn.Module, modules: Mapping[str, nn.Module], packed: Mapping[str, tuple[str, Any]], skip: set[str]
+) -> list[tuple[str, Any]]:
     shards_of: dict[str, list[Any]] = {}
     for fused, shard in packed.values():
         shards_of.setdefault(fused, []).append(shard)
@@ -116,7 +117,7 @@ def load_packed_weights(
     params = dict(model.named_parameters(remove_duplicate=False))
     modules = dict(model.named_modules())
     rules = IgnoreRules(ignored)
-    coverage = Coverage(checkpoint.keys(), _expected_slots(model, packed_modules_mapping, set(tied)))
+    coverage = Coverage(checkpoint.keys(), _expected_slots(model, modules, packed_modules_mapping, set(tied)))
     per_expert = _expert_rules(expert_mapping)
     fused_experts = {pattern: (param, shard) for param, pattern, shard in fused_expert_mapping}
     # Shared experts fused into the expert stack: one tensor per shard, split into slots by the module's loader.

@@ -160,6 +160,13 @@ def expert_parallel_tensor_dim_loader(
     return SafetensorsWeightLoader(lambda slices, rank: inner([SliceView(s, expert_dim, lo, hi) for s in slices], rank))
 
 
+def _per_expert(slices: Sequence[Any], total_num_experts: int) -> int:
+    """Checkpoint tensors per expert in a flat mapping list (2 for gate+up, 1 for down)."""
+    if len(slices) % total_num_experts:
+        raise ValueError(f"{len(slices)} checkpoint tensors do not split evenly over {total_num_experts} experts")
+    return len(slices) // total_num_experts
+
+
 def expert_parallel_grouped_loader(
     local_expert_indices: Sequence[int], original_loader: SafetensorsWeightLoader, total_num_experts: int
 ) -> SafetensorsWeightLoader:
@@ -168,9 +175,7 @@ def expert_parallel_grouped_loader(
     inner = original_loader.transform
 
     def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
-        if len(slices) % total_num_experts:
-            raise ValueError(f"{len(slices)} tensors do not group into {total_num_experts} experts")
-        groups = len(slices) // total_num_experts
+        groups = _per_expert(slices, total_num_experts)
         kept = [s for g in range(groups) for s in slices[g * total_num_experts + lo : g * total_num_experts + hi + 1]]
         return inner(kept, rank)
 
@@ -185,9 +190,7 @@ def expert_parallel_interleaved_loader(
     inner = original_loader.transform
 
     def transform(slices: Sequence[Any], rank: int) -> torch.Tensor:
-        if len(slices) % total_num_experts:
-            raise ValueError(f"{len(slices)} tensors do not interleave over {total_num_experts} experts")
-        stride = len(slices) // total_num_experts
+        stride = _per_expert(slices, total_num_experts)
         return inner(list(slices[lo * stride : (hi + 1) * stride]), rank)
 
     return SafetensorsWeightLoader(transform)
