@@ -279,8 +279,8 @@ def main() -> int:
     log(f"  {info} in {time.perf_counter() - t0:.1f}s")
     warm_page_cache(ckpt)
 
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
 
     load = {"checkpoint_bytes": info["bytes"], "files": info["files"], "page_cache": "warm (read once before both)"}
     if not args.skip_load:
@@ -322,7 +322,7 @@ def main() -> int:
             mg.setdefault("decode_engine_stats_tok_s", {})[str(b)] = llm.stats.as_dict()["decode_tokens_per_s"]
             log(f"  modelgen bs{b}: {mg['decode_tok_s'][str(b)]:.1f} tok/s (T1 {t1:.3f}s, T{args.new} {tn:.3f}s)")
             save()
-        from runtime.ops.gpu import linear as gpu_linear
+        from modelgen.runtime.ops.gpu import linear as gpu_linear
 
         mg["gemm_choice_ms"] = {f"M{k[0]}xN{k[1]}xK{k[2]}": v for k, v in gpu_linear.TIMINGS.items()}
         peak = res["bf16_matmul_peak_tflop_s"] * 1e12

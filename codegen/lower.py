@@ -1,4 +1,4 @@
-"""Spec file -> validated :class:`~codegen.ir.ModelIR`.
+"""Spec file -> validated :class:`~modelgen.codegen.ir.ModelIR`.
 
 Three passes, each reporting every problem it finds (not just the first) as ``file:line:col: field: message``:
   1. YAML syntax (codegen/yaml_source.py);

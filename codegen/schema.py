@@ -9,7 +9,7 @@ A spec has one section per concern, in the order a reviewer checks it against th
   ``embedding`` / ``final_norm`` / ``lm_head``;
   ``checkpoint``  HF tensor names -> parameters: fusions with shard ids, ignored keys, renames.
 
-Every model forbids unknown keys; :func:`codegen.lower.load_spec` turns pydantic's errors into ``file:line:col``.
+Every model forbids unknown keys; :func:`modelgen.codegen.lower.load_spec` turns pydantic's errors into ``file:line:col``.
 Expression-valued fields are plain strings/numbers here and are parsed and checked in lowering.
 """
 from __future__ import annotations

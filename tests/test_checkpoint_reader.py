@@ -1,4 +1,4 @@
-"""Tests for runtime.loader.checkpoint: the safetensors checkpoint reader."""
+"""Tests for modelgen.runtime.loader.checkpoint: the safetensors checkpoint reader."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from runtime.loader.checkpoint import Checkpoint, CheckpointError, read_json_if_exists
+from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError, read_json_if_exists
 
 
 def _tensors() -> dict[str, torch.Tensor]:

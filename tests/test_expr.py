@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from codegen.expr import ExprError, parse_expr
+from modelgen.codegen.expr import ExprError, parse_expr
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Tests for runtime.convert: GGUF (llama) -> Hugging Face checkpoint, and the SmolLM2 fetcher.
+"""Tests for modelgen.runtime.convert: GGUF (llama) -> Hugging Face checkpoint, and the SmolLM2 fetcher.
 
 Two groups:
 
@@ -25,8 +25,8 @@ gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
-from runtime.convert import smollm2  # noqa: E402
-from runtime.convert.gguf_llama import convert_gguf_to_hf, unpermute_rope_rows  # noqa: E402
+from modelgen.runtime.convert import smollm2  # noqa: E402
+from modelgen.runtime.convert.gguf_llama import convert_gguf_to_hf, unpermute_rope_rows  # noqa: E402
 
 HF_FILES = {
     "config.json",

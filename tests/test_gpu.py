@@ -42,9 +42,9 @@ def _cache(nb, kvh, bs, d, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("H,KVH,D,BS", [(32, 8, 128, 16), (4, 2, 16, 4), (4, 1, 32, 8), (6, 6, 64, 16)])
 def test_decode_kernel(dtype, H, KVH, D, BS):
-    from runtime.ops import attention as ref
-    from runtime.ops.gpu import attention as ga
-    from runtime.ops.rope import apply_rope, cos_sin_cache
+    from modelgen.runtime.ops import attention as ref
+    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.ops.rope import apply_rope, cos_sin_cache
 
     B, W, NB = 5, 40, 256
     kc, vc = _cache(NB, KVH, BS, D, dtype)
@@ -81,8 +81,8 @@ def test_decode_kernel(dtype, H, KVH, D, BS):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("H,KVH,D,BS", [(32, 8, 128, 16), (4, 2, 16, 4), (4, 1, 32, 8)])
 def test_prefill_kernel(dtype, H, KVH, D, BS):
-    from runtime.ops import attention as ref
-    from runtime.ops.gpu import attention as ga
+    from modelgen.runtime.ops import attention as ref
+    from modelgen.runtime.ops.gpu import attention as ga
 
     ns, ctxs = [300, 1, 17, 130], [300, 40, 90, 130]  # prefixes: 0, 39 (a decode row), 73, 0
     W = 300 // BS + 1
@@ -109,8 +109,8 @@ def test_prefill_kernel(dtype, H, KVH, D, BS):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norm_rope_activation_kernels(dtype):
-    from runtime.ops import activation as ra, norm as rn, rope as rr
-    from runtime.ops.gpu import activation as ga, norm as gn, rope as gr
+    from modelgen.runtime.ops import activation as ra, norm as rn, rope as rr
+    from modelgen.runtime.ops.gpu import activation as ga, norm as gn, rope as gr
 
     x, r = torch.randn(7, 4096, device="cuda", dtype=dtype), torch.randn(7, 4096, device="cuda", dtype=dtype)
     w = torch.randn(4096, device="cuda", dtype=dtype)
@@ -133,7 +133,7 @@ def test_norm_rope_activation_kernels(dtype):
 
 
 def test_split_k_gemv_and_choice():
-    from runtime.ops.gpu import linear as gl
+    from modelgen.runtime.ops.gpu import linear as gl
 
     for N, K in ((4096, 4096), (6144, 4096), (4096, 14336), (1024, 512)):
         x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
@@ -148,7 +148,7 @@ def test_split_k_gemv_and_choice():
 
 @pytest.mark.parametrize("M", [1, 3, 16, 40, 64])
 def test_skinny_linear(M):
-    from runtime.ops.gpu.linear import skinny_linear
+    from modelgen.runtime.ops.gpu.linear import skinny_linear
 
     for N, K in ((4096, 4096), (6144, 4096), (1000, 96)):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -161,8 +161,8 @@ def test_skinny_linear(M):
 # --------------------------------------------------------------------------------------------------------- engine
 @pytest.mark.parametrize("name", ["gqa", "mha", "mqa", "tied", "llama3_rope", "bias", "head_dim"])
 def test_against_hf_llama_fp32_on_gpu(llama_checkpoint, name):
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
     from tests.test_parity_llama import PREFILL_ATOL, hf_greedy, hf_logits
 
     path, hf = llama_checkpoint(name)
@@ -178,7 +178,7 @@ def test_against_hf_llama_fp32_on_gpu(llama_checkpoint, name):
 
 @pytest.mark.parametrize("name", ["gqa", "tied", "llama3_rope", "bias", "head_dim"])
 def test_against_hf_llama_bf16_three_way_on_gpu(llama_checkpoint, name):
-    from runtime.engine.llm import LLM
+    from modelgen.runtime.engine.llm import LLM
     from tests.test_parity_llama import THREE_WAY_FACTOR, hf_logits
 
     path, hf = llama_checkpoint(name)
@@ -197,8 +197,8 @@ def test_against_hf_llama_bf16_three_way_on_gpu(llama_checkpoint, name):
 
 
 def test_graphs_equal_eager_and_batching_equals_singles(llama_checkpoint):
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
 
     path, _ = llama_checkpoint("gqa")
     params = SamplingParams(max_new_tokens=10, ignore_eos=True)
@@ -217,9 +217,9 @@ def test_graphs_equal_eager_and_batching_equals_singles(llama_checkpoint):
 
 
 def test_continuous_batching_preempts_on_gpu(llama_checkpoint):
-    from runtime.engine.block_manager import CacheFullError
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.block_manager import CacheFullError
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
 
     path, _ = llama_checkpoint("gqa")
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
@@ -234,8 +234,8 @@ def test_continuous_batching_preempts_on_gpu(llama_checkpoint):
 
 
 def test_sampling_on_gpu_is_seeded(llama_checkpoint):
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
 
     path, _ = llama_checkpoint("gqa")
     llm = LLM(path, dtype="bfloat16", device="cuda", max_model_len=64)
@@ -247,7 +247,7 @@ def test_modelgen_run_device_cuda(llama_checkpoint):
     path, _ = llama_checkpoint("gqa")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        [sys.executable, "-m", "codegen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "1,2,3",
+        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "1,2,3",
          "--device", "cuda", "--max-new-tokens", "5", "--ignore-eos", "--json"],
         cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root},
     )
@@ -259,7 +259,7 @@ def test_modelgen_run_device_cuda(llama_checkpoint):
 def test_sharded_checkpoint_loads_to_gpu_like_cpu(llama_checkpoint, tmp_path):
     """The GPU read-ahead loader (parallel reads, pinned buffers, async copies) fills every parameter exactly as the
     CPU (mmap) path does, across several shards."""
-    from runtime.engine.llm import LLM
+    from modelgen.runtime.engine.llm import LLM
 
     _, hf = llama_checkpoint("bias")
     hf.save_pretrained(tmp_path, max_shard_size="40KB")
@@ -276,8 +276,8 @@ def test_sharded_checkpoint_loads_to_gpu_like_cpu(llama_checkpoint, tmp_path):
 def test_against_hf_other_architectures_on_gpu(tmp_path, name):
     """Qwen3 (QK norm), MoE blocks (sorted fused MoE in prefill, the capture-safe dense path in graphed decode) and
     GLM4's partial RoPE through the GPU kernels: fp32 prefill logits and 16 greedy tokens equal transformers."""
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
     from tests.moe_fixtures import make_moe
     from tests.test_parity_llama import PREFILL_ATOL, hf_greedy, hf_logits
 

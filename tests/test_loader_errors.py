@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from runtime.engine.llm import LLM
-from runtime.loader.checkpoint import CheckpointError
-from runtime.loader.names import IgnoreRules, apply_renames, resolve_packed
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.loader.checkpoint import CheckpointError
+from modelgen.runtime.loader.names import IgnoreRules, apply_renames, resolve_packed
 from tests.llama_fixtures import make_llama
 
 TARGETS = ["rocm", "neuron"]
@@ -114,7 +114,7 @@ def test_modelgen_run_reports_checkpoint_errors_without_traceback(ckpt):
     import sys
 
     (ckpt / "model.safetensors").write_bytes(b"\xff" * 64)
-    r = subprocess.run([sys.executable, "-m", "codegen.cli", "run", "--checkpoint", str(ckpt), "--prompt-ids", "1,2"],
+    r = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(ckpt), "--prompt-ids", "1,2"],
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "modelgen run: CheckpointError:" in r.stderr and "model.safetensors" in r.stderr

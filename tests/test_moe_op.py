@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import runtime.ops.moe as moe_mod
-from runtime.loader.experts import NUM_THREADS_ENV, ExpertStager, ExpertStagingError
-from runtime.ops.moe import fused_moe, fused_moe_static, route
+import modelgen.runtime.ops.moe as moe_mod
+from modelgen.runtime.loader.experts import NUM_THREADS_ENV, ExpertStager, ExpertStagingError
+from modelgen.runtime.ops.moe import fused_moe, fused_moe_static, route
 
 transformers = pytest.importorskip("transformers")
 from transformers import DeepseekV3Config, Glm4MoeConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
 
 pytestmark = pytest.mark.slow
 

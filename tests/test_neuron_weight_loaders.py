@@ -6,7 +6,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from runtime.neuron.weight_loader import (
+from modelgen.runtime.neuron.weight_loader import (
     expert_parallel_grouped_loader,
     expert_parallel_interleaved_loader,
     expert_parallel_tensor_dim_loader,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
-from runtime.ops.sampling import sample_static
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.ops.sampling import sample_static
 
 PROMPTS = [[1, 5, 9, 33], [1, 7, 7, 7, 12], [1, 99]]
 

@@ -13,8 +13,8 @@ import copy
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
 
 from tests.llama_fixtures import LLAMA_CONFIGS
 

@@ -11,8 +11,8 @@ import copy
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
 from tests.moe_fixtures import CASES, make_moe
 from tests.test_parity_llama import PROMPT, hf_greedy, hf_logits
 
@@ -59,7 +59,7 @@ def test_against_hf_bf16_three_way(checkpoints, name, target):
 
 
 def test_dense_sparse_schedule_is_the_declared_rule(checkpoints):
-    from runtime.layers.moe import FusedMoE
+    from modelgen.runtime.layers.moe import FusedMoE
 
     kinds = {}
     for name in ("qwen3_moe_norm", "qwen3_moe_nonorm", "glm4_moe_plain"):
@@ -90,7 +90,7 @@ def test_expert_staging_paths_load_identically(checkpoints, monkeypatch, threads
 def test_missing_expert_is_named(tmp_path, monkeypatch, threads):
     from safetensors.torch import load_file, save_file
 
-    from runtime.loader.checkpoint import CheckpointError
+    from modelgen.runtime.loader.checkpoint import CheckpointError
 
     make_moe(tmp_path, "mixtral", fused=False)
     tensors = load_file(tmp_path / "model.safetensors")
@@ -152,7 +152,7 @@ def test_modelgen_run_cli(checkpoints, name, target):
 
     path, hf = checkpoints(name, False)
     r = subprocess.run(
-        [sys.executable, "-m", "codegen.cli", "run", "--checkpoint", str(path), "--target", target, "--prompt-ids",
+        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--target", target, "--prompt-ids",
          ",".join(map(str, PROMPT)), "--prompt-ids", "1,2,3", "--max-new-tokens", "6", "--ignore-eos", "--json",
          "--dtype", "float32"],
         capture_output=True, text=True,
@@ -168,7 +168,7 @@ def test_glm4_shared_experts_fused_as_expert_slots(tmp_path):
     MLP's tensors (n_shared_experts=2 -> 2 slots); a missing shared tensor is reported."""
     from safetensors.torch import load_file, save_file
 
-    from runtime.loader.checkpoint import CheckpointError
+    from modelgen.runtime.loader.checkpoint import CheckpointError
 
     hf = make_moe(tmp_path, "glm4_moe_plain")  # 4 routed experts, 2 shared, first 2 layers dense
     llm = LLM(tmp_path, target="rocm", dtype="float32", max_model_len=64)

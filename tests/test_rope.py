@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generated.rocm.llama.config import LlamaConfig as GenConfig
-from runtime.ops.rope import apply_rope, cos_sin_cache
+from modelgen.generated.rocm.llama.config import LlamaConfig as GenConfig
+from modelgen.runtime.ops.rope import apply_rope, cos_sin_cache
 
 SCALINGS = {
     "default": None,

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams, filter_logits, sample
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams, filter_logits, sample
 
 
 def test_greedy_is_argmax():

@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
-from runtime.tokenizer import Tokenizer
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."]
@@ -23,7 +23,7 @@ NEW_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from runtime.convert.smollm2 import ensure_smollm2_checkpoint
+    from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
     try:
         return ensure_smollm2_checkpoint()
@@ -72,7 +72,7 @@ def test_greedy_equals_transformers(smollm2, reference, target):
 def test_modelgen_run_json_contract(smollm2, reference):
     prompts, refs = reference
     r = subprocess.run(
-        [sys.executable, "-m", "codegen.cli", "run", "--checkpoint", str(smollm2), "--prompt-ids",
+        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(smollm2), "--prompt-ids",
          ",".join(map(str, prompts[0])), "--max-new-tokens", "8", "--json"],
         capture_output=True, text=True,
     )

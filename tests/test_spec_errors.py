@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from codegen.build import build
-from codegen.errors import SpecError
-from codegen.lower import compile_spec
+from modelgen.codegen.build import build
+from modelgen.codegen.errors import SpecError
+from modelgen.codegen.lower import compile_spec
 
 LLAMA = Path(__file__).resolve().parent.parent / "specs" / "llama.yaml"
 
@@ -109,15 +109,15 @@ def test_failed_build_leaves_generated_untouched(tmp_path):
 
 
 def test_template_bug_is_a_codegen_error_naming_the_template(tmp_path, monkeypatch):
-    import codegen.lower
-    import codegen.render
-    from codegen.errors import CodegenError
+    from modelgen.codegen import lower as codegen_lower
+    from modelgen.codegen import render as codegen_render
+    from modelgen.codegen.errors import CodegenError
 
     templates = tmp_path / "templates"
-    shutil.copytree(codegen.lower.TEMPLATES_DIR, templates)
+    shutil.copytree(codegen_lower.TEMPLATES_DIR, templates)
     model = templates / "rocm" / "weights.py.j2"
     model.write_text(model.read_text() + "\ndef broken(:\n")
-    monkeypatch.setattr(codegen.render, "TEMPLATES_DIR", templates)
+    monkeypatch.setattr(codegen_render, "TEMPLATES_DIR", templates)
     with pytest.raises(CodegenError, match=r"templates/rocm/weights.py.j2 rendered invalid Python"):
         build([LLAMA], ("rocm",), out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -128,7 +128,7 @@ def test_derived_values_are_compiled_into_the_config_class(tmp_path):
     import sys
     import types
 
-    from codegen.render import render_package
+    from modelgen.codegen.render import render_package
 
     p = broken(tmp_path, "layers:\n", "derived:\n  num_kv_groups: num_attention_heads // num_key_value_heads\n"
                "  wide: \"'yes' if max(hidden_size, intermediate_size) > 100 else 'no'\"\nlayers:\n")
@@ -159,8 +159,8 @@ def test_block_rule_must_name_blocks(tmp_path):
 
 
 def test_unsupported_config_is_refused_by_generated_code():
-    from generated.rocm.qwen3.config import Qwen3Config
-    from runtime.hf_config import ConfigError
+    from modelgen.generated.rocm.qwen3.config import Qwen3Config
+    from modelgen.runtime.hf_config import ConfigError
 
     base = {"vocab_size": 10, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
             "num_attention_heads": 4}

@@ -8,8 +8,8 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from runtime.engine.llm import LLM
-from runtime.engine.sampler import SamplingParams
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
 from tests.llama_fixtures import make_llama
 from tests.tp_worker import run_rank
 

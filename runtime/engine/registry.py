@@ -12,11 +12,11 @@ def generated_models(target: str) -> dict[str, ModuleType]:
     """Architecture -> generated package, for every model built for ``target``."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-    root = importlib.import_module(f"generated.{target}")
+    root = importlib.import_module(f"modelgen.generated.{target}")
     found: dict[str, ModuleType] = {}
     for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
         if info.ispkg:
-            module = importlib.import_module(f"generated.{target}.{info.name}")
+            module = importlib.import_module(f"modelgen.generated.{target}.{info.name}")
             for arch in module.ARCHITECTURES:
                 found[arch] = module
     return found

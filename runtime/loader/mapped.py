@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError
-from .names import IgnoreRules, apply_renames
+from .names import ExtraLayers, IgnoreRules, apply_renames
 from .report import Coverage
 
 
@@ -32,10 +32,14 @@ def load_mapped_weights(
     rules = IgnoreRules(ignored)
     params = dict(model.named_parameters())
     coverage = Coverage(checkpoint.keys(), [(name, None) for name in params])
+    extra_layers = ExtraLayers.of(model)
     for key in checkpoint.keys():
-        pattern = rules.match(apply_renames(key, renames))
+        name = apply_renames(key, renames)
+        pattern = rules.match(name)
         if pattern is not None:
             coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
+        elif (skipped := extra_layers.match(name)) is not None:
+            coverage.ignore(key, skipped)
     used: set[str] = set()
     for name, param in params.items():
         keys = mappings.get(name)

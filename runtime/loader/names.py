@@ -3,6 +3,7 @@
 * ``apply_renames``: substring renames (``weight_scale_inv`` -> ``weight_scale``), applied to every checkpoint key.
 * ``IgnoreRules``: glob-like patterns (``*`` = one dotted segment or part of one) of keys dropped on purpose.
 * ``resolve_packed``: HF module name -> (fused parameter, shard id) via ``packed_modules_mapping``.
+* ``ExtraLayers``: checkpoint keys of decoder layers beyond the model's ``num_hidden_layers`` (MTP / draft layers).
 """
 from __future__ import annotations
 
@@ -42,3 +43,35 @@ def resolve_packed(key: str, packed: Mapping[str, tuple[str, object]]) -> tuple[
             fused, shard = packed[part]
             return ".".join(parts[:i] + [fused] + parts[i + 1 :]), shard
     return key, None
+
+
+class ExtraLayers:
+    """Keys of checkpoint layers at index >= the model's layer count, which normal loading skips.
+
+    Released GLM-4.5/4.6 and DeepSeek-V3 checkpoints carry their multi-token-prediction layer as
+    ``model.layers.{num_hidden_layers}.*`` (ATOM: "only loaded when spec_decode=True"); the main model has no module for
+    it. ``layer_lists`` maps each layer list's dotted name (``model.layers``) to its length, read off the built model,
+    so the rule needs no spec knowledge and a truncated model (fewer ``num_hidden_layers``) skips the rest too.
+    """
+
+    def __init__(self, layer_lists: Mapping[str, int]):
+        self.layer_lists = dict(layer_lists)
+        alternatives = "|".join(re.escape(n) for n in sorted(self.layer_lists, key=len, reverse=True))
+        self._rx = re.compile(rf"^(?P<list>{alternatives})\.(?P<i>\d+)\.") if alternatives else None
+
+    def match(self, key: str) -> str | None:
+        """Why ``key`` is skipped (a reason string), or None when it belongs to the model."""
+        m = self._rx.match(key) if self._rx is not None else None
+        if m is None:
+            return None
+        count = self.layer_lists[m["list"]]
+        if int(m["i"]) < count:
+            return None
+        return f"layer {m['i']} >= num_hidden_layers ({count}): MTP/draft layer, loaded only for speculative decoding"
+
+    @classmethod
+    def of(cls, model) -> "ExtraLayers":
+        from torch import nn
+
+        return cls({name: len(m) for name, m in model.named_modules()
+                    if isinstance(m, nn.ModuleList) and name.split(".")[-1] == "layers"})

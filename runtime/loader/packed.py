@@ -4,12 +4,12 @@ Routing uses the generated tables of ``generated/rocm/<model>/weights.py``: rena
 ``packed_modules_mapping`` (q/k/v -> qkv_proj, gate/up -> gate_up_proj), the expert mappings (per-expert names with
 ``{e}`` and transformers v5 fused names) and tied parameters.
 
-Per-expert tensors go through :class:`~runtime.loader.experts.ExpertStager`: with more than one loader thread
+Per-expert tensors go through :class:`~modelgen.runtime.loader.experts.ExpertStager`: with more than one loader thread
 (``MODELGEN_LOADER_NUM_THREADS``, default 16) they are read on a thread pool and copied once per stacked parameter;
 with one thread each expert is copied through the module's ``weight_loader`` as it is read.
 
 When the model's parameters are on a CUDA device, the other tensors are read in file order by
-:class:`~runtime.loader.device_reader.DeviceReader` (parallel reads into pinned buffers, async host-to-device copies,
+:class:`~modelgen.runtime.loader.device_reader.DeviceReader` (parallel reads into pinned buffers, async host-to-device copies,
 bounded read-ahead), so the ``weight_loader``s copy device to device.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError
 from .experts import ExpertStager, default_num_threads
-from .names import IgnoreRules, apply_renames, resolve_packed
+from .names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
 from .report import Coverage
 
 EXPERTS = "experts"  # coverage slot of a stacked expert parameter
@@ -117,6 +117,7 @@ def load_packed_weights(
     params = dict(model.named_parameters(remove_duplicate=False))
     modules = dict(model.named_modules())
     rules = IgnoreRules(ignored)
+    extra_layers = ExtraLayers.of(model)
     coverage = Coverage(checkpoint.keys(), _expected_slots(model, modules, packed_modules_mapping, set(tied)))
     per_expert = _expert_rules(expert_mapping)
     fused_experts = {pattern: (param, shard) for param, pattern, shard in fused_expert_mapping}
@@ -132,7 +133,8 @@ def load_packed_weights(
 
     def fetched(key: str) -> bool:  # the routing below, without side effects: does the loop read this tensor?
         name = apply_renames(key, renames)
-        if rules.match(name) is not None or name in tied or _match_expert(name, per_expert, params) is not None:
+        if rules.match(name) is not None or extra_layers.match(name) is not None or name in tied \
+                or _match_expert(name, per_expert, params) is not None:
             return False
         param_name, _ = _match_fused_expert(name, fused_experts, params) or resolve_packed(name, packed_modules_mapping)
         return param_name in params
@@ -146,6 +148,10 @@ def load_packed_weights(
             pattern = rules.match(name)
             if pattern is not None:
                 coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
+                continue
+            skipped = extra_layers.match(name)
+            if skipped is not None:
+                coverage.ignore(key, skipped)
                 continue
             if name in tied:
                 coverage.ignore(key, f"tied to {tied[name]}")

@@ -5,11 +5,14 @@ or explicitly ignored; on failure one :class:`CheckpointError` lists both sides.
 """
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from typing import Iterable
 
 from .checkpoint import CheckpointError
 
 _SHOW = 20
+log = logging.getLogger("modelgen.loader")
 
 
 def _fmt(title: str, items: list[str]) -> str:
@@ -41,6 +44,8 @@ class Coverage:
         self.unused.discard(key)
 
     def check(self, where: str) -> None:
+        for why, n in sorted(Counter(self.ignored.values()).items()):
+            log.info("%s: skipped %d checkpoint tensor(s): %s", where, n, why)  # shown by `modelgen run --verbose`
         missing = sorted(f"{p}" + (f" (shard {s!r})" if s is not None else "") for p, s in self.expected)
         unexpected = sorted(self.unused)
         if missing or unexpected:

@@ -1,4 +1,4 @@
-"""Functional ops for the neuron target (``import runtime.neuron.functional as NF``).
+"""Functional ops for the neuron target (``import modelgen.runtime.neuron.functional as NF``).
 
 Weights are stored ``[in_features, out_features]`` (the layout the Neuron guide's loaders produce with
 ``is_storage_transposed=True``), so projections are ``x @ W``. No op branches on tensor values and no op changes shape

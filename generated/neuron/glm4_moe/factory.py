@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 3b161273100df663
+# source hash (spec + templates + generator): 39728da3da59b8fa
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Glm4MoeForCausalLM."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 3b161273100df663
+# source hash (spec + templates + generator): 39728da3da59b8fa
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -15,20 +15,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import runtime.neuron.functional as NF
-from runtime import distributed as dist
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.norm import RMSNorm
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.mapped import load_mapped_weights
-from runtime.neuron.weight_loader import (
+import modelgen.runtime.neuron.functional as NF
+from modelgen.runtime import distributed as dist
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.mapped import load_mapped_weights
+from modelgen.runtime.neuron.weight_loader import (
     expert_weight_loader,
     fused_qkv_weight_loader,
     padded_vocab_loader,
     set_weight_loader,
     sharding_weight_loader,
 )
-from runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.ops.rope import cos_sin_cache
 
 from .config import Glm4MoeConfig
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings

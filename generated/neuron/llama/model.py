@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): f038aacce6dbaf6b
+# source hash (spec + templates + generator): 8f09827950bac444
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -15,19 +15,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import runtime.neuron.functional as NF
-from runtime import distributed as dist
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.norm import RMSNorm
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.mapped import load_mapped_weights
-from runtime.neuron.weight_loader import (
+import modelgen.runtime.neuron.functional as NF
+from modelgen.runtime import distributed as dist
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.mapped import load_mapped_weights
+from modelgen.runtime.neuron.weight_loader import (
     fused_qkv_weight_loader,
     padded_vocab_loader,
     set_weight_loader,
     sharding_weight_loader,
 )
-from runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.ops.rope import cos_sin_cache
 
 from .config import LlamaConfig
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings

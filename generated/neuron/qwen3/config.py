@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b3f66e7905afaa94
+# source hash (spec + templates + generator): af4b427e815e3ada
 # ==================================================================================================================
 """Qwen3Config: the HF ``config.json`` fields specs/qwen3.yaml reads, typed, with the spec's defaults.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.hf_config import ConfigError, as_dict, read_bool, read_float, read_int, read_rope_scaling, require
+from modelgen.runtime.hf_config import ConfigError, as_dict, read_bool, read_float, read_int, read_rope_scaling, require
 
 ARCHITECTURES = ('Qwen3ForCausalLM',)
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b3f66e7905afaa94
+# source hash (spec + templates + generator): af4b427e815e3ada
 # ==================================================================================================================
 """Qwen3 for the neuron target, in vLLM Neuron's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -15,19 +15,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import runtime.neuron.functional as NF
-from runtime import distributed as dist
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.norm import RMSNorm
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.mapped import load_mapped_weights
-from runtime.neuron.weight_loader import (
+import modelgen.runtime.neuron.functional as NF
+from modelgen.runtime import distributed as dist
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.mapped import load_mapped_weights
+from modelgen.runtime.neuron.weight_loader import (
     fused_qkv_weight_loader,
     padded_vocab_loader,
     set_weight_loader,
     sharding_weight_loader,
 )
-from runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.ops.rope import cos_sin_cache
 
 from .config import Qwen3Config
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 3b161273100df663
+# source hash (spec + templates + generator): 39728da3da59b8fa
 # ==================================================================================================================
 """Glm4MoeConfig: the HF ``config.json`` fields specs/glm4_moe.yaml reads, typed, with the spec's defaults.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
+from modelgen.runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
 
 ARCHITECTURES = ('Glm4MoeForCausalLM',)
 

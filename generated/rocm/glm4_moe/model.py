@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 3b161273100df663
+# source hash (spec + templates + generator): 39728da3da59b8fa
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
 
@@ -14,16 +14,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.activation import SiluAndMul
-from runtime.layers.attention import AttentionMetadata, PagedAttention
-from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from runtime.layers.moe import FusedMoE, TopKRouter
-from runtime.layers.norm import RMSNorm
-from runtime.layers.rotary import get_rope
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.packed import load_packed_weights
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
 
 from .config import Glm4MoeConfig
 from .weights import (

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): f038aacce6dbaf6b
+# source hash (spec + templates + generator): 8f09827950bac444
 # ==================================================================================================================
 """LlamaConfig: the HF ``config.json`` fields specs/llama.yaml reads, typed, with the spec's defaults.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
+from modelgen.runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
 
 ARCHITECTURES = ('LlamaForCausalLM',)
 

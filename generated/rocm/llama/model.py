@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): f038aacce6dbaf6b
+# source hash (spec + templates + generator): 8f09827950bac444
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.activation import SiluAndMul
-from runtime.layers.attention import AttentionMetadata, PagedAttention
-from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from runtime.layers.norm import RMSNorm
-from runtime.layers.rotary import get_rope
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.packed import load_packed_weights
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
 
 from .config import LlamaConfig
 from .weights import (

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): f038aacce6dbaf6b
+# source hash (spec + templates + generator): 8f09827950bac444
 # ==================================================================================================================
 """Weight-loader tables of LlamaForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 523e148d07bf9dd8
+# source hash (spec + templates + generator): b3ad2e926b5e2968
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.attention import AttentionMetadata, PagedAttention
-from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from runtime.layers.linear import QKVParallelLinear, RowParallelLinear
-from runtime.layers.moe import FusedMoE, TopKRouter
-from runtime.layers.norm import RMSNorm
-from runtime.layers.rotary import get_rope
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.packed import load_packed_weights
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
 
 from .config import MixtralConfig
 from .weights import (

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): b3f66e7905afaa94
+# source hash (spec + templates + generator): af4b427e815e3ada
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.activation import SiluAndMul
-from runtime.layers.attention import AttentionMetadata, PagedAttention
-from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from runtime.layers.norm import RMSNorm
-from runtime.layers.rotary import get_rope
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.packed import load_packed_weights
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
 
 from .config import Qwen3Config
 from .weights import (

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 39be5cd0a4441628
+# source hash (spec + templates + generator): 8f348ff405c959c4
 # ==================================================================================================================
 """Qwen3MoeConfig: the HF ``config.json`` fields specs/qwen3_moe.yaml reads, typed, with the spec's defaults.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.hf_config import ConfigError, as_dict, read_bool, read_float, read_int, read_int_list, read_rope_scaling, require
+from modelgen.runtime.hf_config import ConfigError, as_dict, read_bool, read_float, read_int, read_int_list, read_rope_scaling, require
 
 ARCHITECTURES = ('Qwen3MoeForCausalLM',)
 

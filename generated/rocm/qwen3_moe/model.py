@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 39be5cd0a4441628
+# source hash (spec + templates + generator): 8f348ff405c959c4
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
 
@@ -14,16 +14,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.kv_cache import KVSpec, LayerSpec
-from runtime.layers.activation import SiluAndMul
-from runtime.layers.attention import AttentionMetadata, PagedAttention
-from runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
-from runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from runtime.layers.moe import FusedMoE, TopKRouter
-from runtime.layers.norm import RMSNorm
-from runtime.layers.rotary import get_rope
-from runtime.loader.checkpoint import Checkpoint
-from runtime.loader.packed import load_packed_weights
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
 
 from .config import Qwen3MoeConfig
 from .weights import (

@@ -201,7 +201,7 @@ def paged_prefill(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, max_seqlen_q: int,
 ) -> torch.Tensor:
-    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`runtime.ops.attention.paged_prefill_attention`."""
+    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.ops.attention.paged_prefill_attention`."""
     T, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty((T, H, D), dtype=q.dtype, device=q.device)

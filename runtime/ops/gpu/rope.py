@@ -41,7 +41,7 @@ def _rope_qk_kernel(
 def rope_qk(
     q: torch.Tensor, k: torch.Tensor, cos_sin: torch.Tensor, positions: torch.Tensor, rotary_dim: int, style: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q [T, H, D]``, ``k [T, KVH, D]`` -> rotated copies (same as :func:`runtime.ops.rope.apply_rope` on each)."""
+    """``q [T, H, D]``, ``k [T, KVH, D]`` -> rotated copies (same as :func:`modelgen.runtime.ops.rope.apply_rope` on each)."""
     if style not in ("rotate_half", "pairwise"):
         raise ValueError(f"unknown rope style {style!r}")
     T, H, D = q.shape

@@ -1,0 +1,36 @@
+"""modelgen: a declarative model-definition compiler for LLM inference.
+
+The repository keeps its three code folders at the top (``codegen/``, ``runtime/``, ``generated/``); they are imported
+as ``modelgen.codegen``, ``modelgen.runtime`` and ``modelgen.generated`` so that installing modelgen never shadows the
+unrelated PyPI packages named ``codegen``/``runtime`` (or a user's own ``generated``). A wheel places them physically
+under ``modelgen/`` (``[tool.setuptools.package-dir]`` in pyproject.toml); in a source checkout or an editable install
+this package's search path is extended with the repository root, which holds them.
+
+Public Python API::
+
+    from modelgen import LLM, SamplingParams
+"""
+from __future__ import annotations
+
+from pathlib import Path as _Path
+
+_here = _Path(__file__).resolve().parent
+if not (_here / "runtime").is_dir() and (_here.parent / "runtime" / "__init__.py").is_file():
+    # Source checkout / editable install: modelgen.runtime is <repo>/runtime, and so on. Only the three code folders
+    # are meant to be imported through this path (tests/, bench/ are not packages of modelgen).
+    __path__.append(str(_here.parent))  # type: ignore[name-defined]
+
+__all__ = ["LLM", "SamplingParams"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import modelgen` (e.g. by the `modelgen build` command) must not import torch.
+    if name == "LLM":
+        from modelgen.runtime.engine.llm import LLM
+
+        return LLM
+    if name == "SamplingParams":
+        from modelgen.runtime.engine.sampler import SamplingParams
+
+        return SamplingParams
+    raise AttributeError(f"module 'modelgen' has no attribute {name!r}")
