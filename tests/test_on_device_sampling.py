@@ -30,7 +30,7 @@ def test_sampled_distribution_follows_softmax():
     assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.03)
 
 
-@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_on_device_greedy_equals_host_greedy_and_traces(llama_checkpoint, compile):
     torch._dynamo.reset()
     path, _ = llama_checkpoint("gqa")

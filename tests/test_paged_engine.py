@@ -128,6 +128,7 @@ def test_chunked_prefill_equals_whole_prompts(llama_checkpoint, target):
     torch.testing.assert_close(chunked.score(PROMPTS[1]), LLM(path, **common).score(PROMPTS[1]), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # torch.compile of every segment bucket
 def test_neuron_segmented_prefill_traces_without_recompiles(llama_checkpoint):
     torch._dynamo.reset()
     path, _ = llama_checkpoint("gqa")
