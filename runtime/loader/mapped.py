@@ -13,6 +13,7 @@ from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError
 from .names import ExtraLayers, IgnoreRules, apply_renames
+from .quantization import process_weights_after_loading
 from .report import Coverage
 
 
@@ -76,3 +77,4 @@ def load_mapped_weights(
         used.update(originals)
     coverage.unused -= used
     coverage.check(str(checkpoint.files[0].parent))
+    process_weights_after_loading(model)

@@ -24,6 +24,7 @@ from torch import nn
 from .checkpoint import Checkpoint, CheckpointError
 from .experts import ExpertStager, default_num_threads
 from .names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
+from .quantization import process_weights_after_loading
 from .report import Coverage
 
 EXPERTS = "experts"  # coverage slot of a stacked expert parameter
@@ -197,6 +198,7 @@ def load_packed_weights(
         if reader is not None:
             reader.close()
     coverage.check(str(checkpoint.files[0].parent))
+    process_weights_after_loading(model)
 
 
 class _ReaderRoute:

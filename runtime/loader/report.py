@@ -54,4 +54,9 @@ class Coverage:
                 parts.append(_fmt("parameters with no checkpoint tensor (missing)", missing))
             if unexpected:
                 parts.append(_fmt("checkpoint tensors used by no parameter (unexpected; add to checkpoint.ignore if intended)", unexpected))
+                from .quantization import quantized_tensor_hint
+
+                hint = quantized_tensor_hint(unexpected)
+                if hint:
+                    parts.append(f"  note: {hint}")
             raise CheckpointError("\n".join(parts))
