@@ -1,0 +1,285 @@
+"""Gated DeltaNet ops (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks"), plain torch, CPU-friendly.
+
+The layer of Qwen3-Next / Qwen3.5 keeps, per request, a recurrent state ``S [num_v_heads, k_dim, v_dim]`` and the
+last ``K - 1`` inputs of a depthwise causal conv1d. One token ``t`` of the gated delta rule (per value head):
+
+    S   = exp(g_t) * S                       # gated decay, g_t <= 0
+    S  += k_t (beta_t * (v_t - S^T k_t))^T   # delta-rule write: only the part S does not already predict
+    o_t = S^T q_t                            # q, k L2-normalised, q scaled by k_dim ** -0.5
+
+Two implementations of the same function, proven equal in ``tests/test_gated_delta_ops.py``:
+  * :func:`recurrent_gated_delta_rule`: token by token (decode, and the oracle);
+  * :func:`chunk_gated_delta_rule`: chunks of ``chunk_size`` tokens (prefill). Inside a chunk the ``C`` delta-rule
+    updates collapse into one unit-lower-triangular solve (the UT/WY form of DeltaNet, Yang et al. 2024), so the
+    sequential part is one small matmul chain per chunk instead of per token. Same algorithm as transformers'
+    ``torch_chunk_gated_delta_rule`` and flash-linear-attention's ``chunk_gated_delta_rule``; code written here.
+
+Conventions follow flash-linear-attention (fla): tensors are ``[batch, seq, heads, dim]``; with ``cu_seqlens`` the batch
+is 1 and ``seq`` is the concatenation of variable-length sequences, ``initial_state`` then has one row per sequence.
+Value heads are grouped over key heads: key head ``h`` serves value heads ``h * r .. h * r + r - 1`` with
+``r = num_v_heads // num_k_heads`` (``repeat_interleave``, as transformers).
+
+Precision (as transformers 5.24 ``modeling_qwen3_next.py`` and fla): the delta rule runs in float32 whatever the input
+dtype (L2 norm included) and returns its output in the input dtype and its state in float32; the gate ``g`` is computed
+in float32 from ``A_log`` (``-exp(A_log)`` overflows to ``-inf`` in fp16 otherwise); the conv runs in the weight dtype.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+L2NORM_EPS = 1e-6  # transformers' l2norm default, aligned with fla's kernel
+
+
+# ---------------------------------------------------------------------------------------------------- small pieces
+def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + eps)`` over the last dim (transformers' ``l2norm``, eps inside the root as fla)."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def gdn_gating(
+    A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``g = -exp(A_log) * softplus(a + dt_bias)`` (float32 log-decay, <= 0) and ``beta = sigmoid(b)`` (input dtype).
+
+    Exactly the expressions of ``Qwen3NextGatedDeltaNet.forward``: ``A_log`` is upcast before ``exp`` and ``a`` before
+    adding ``dt_bias``; ``beta`` stays in the projection dtype (the delta rule upcasts it).
+    """
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+    return g, b.sigmoid()
+
+
+def expand_kv_heads(x: torch.Tensor, num_v_heads: int, dim: int = -2) -> torch.Tensor:
+    """Key-head tensor -> one copy per value head (``repeat_interleave``: key head h serves value heads h*r..h*r+r-1)."""
+    num_k_heads = x.shape[dim]
+    if num_v_heads == num_k_heads:
+        return x
+    if num_v_heads % num_k_heads:
+        raise ValueError(f"gated delta rule: num_v_heads ({num_v_heads}) is not a multiple of num_k_heads ({num_k_heads})")
+    return x.repeat_interleave(num_v_heads // num_k_heads, dim=dim)
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``rmsnorm(x) * weight * silu(z)`` over the last dim: transformers 5.24 ``Qwen3NextRMSNormGated`` (identical
+    ``Qwen3_5RMSNormGated``).
+
+    Not zero-centred: the weight is initialised to ones and multiplied as stored (unlike the models' plain
+    ``Qwen3NextRMSNorm``, which computes ``(1 + w) * x_hat``). Order of casts as HF: normalise in float32, cast back to
+    the input dtype *before* the weight, then multiply by ``silu(z)`` computed in float32, cast to the input dtype.
+    """
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    h = weight * h.to(dtype)
+    h = h * F.silu(z.float())
+    return h.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------------ causal conv1d
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+    activation: str | None = "silu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal conv1d over ``x [B, L, C]`` continuing from ``conv_state [B, C, K-1]`` (None = zeros).
+
+    ``weight [C, K]`` is ``conv1d.weight.squeeze(1)``. Returns ``(out [B, L, C]`` in ``x.dtype`` after the activation,
+    ``new_state [B, C, K-1]`` in the state's dtype)``: the last ``K-1`` inputs of ``state ++ x[:length]``, so with
+    ``lengths`` (valid tokens per row, the rest padding) padding never reaches the state.
+
+    As transformers' ``causal_conv1d_fn``/``causal_conv1d_update``: the conv (and activation) run in the weight dtype;
+    a zero state is exactly HF's left zero padding of a fresh prompt.
+    """
+    B, L, C = x.shape
+    K = weight.shape[-1]
+    state_dtype = conv_state.dtype if conv_state is not None else x.dtype
+    if conv_state is None:
+        conv_state = x.new_zeros(B, C, K - 1)
+    if L == 0:
+        return x.new_zeros(B, 0, C), conv_state.to(state_dtype)
+    full = torch.cat([conv_state.to(x.dtype), x.transpose(1, 2)], dim=-1)  # [B, C, K-1+L]
+    out = F.conv1d(full.to(weight.dtype), weight.unsqueeze(1), groups=C)  # [B, C, L]: valid conv, no padding
+    if activation == "silu":
+        out = F.silu(out)
+    elif activation is not None:
+        raise ValueError(f"causal_conv1d: activation {activation!r} is not supported (expected 'silu' or None)")
+    if lengths is None:
+        new_state = full[..., full.shape[-1] - (K - 1):]
+    else:  # inputs length .. length+K-2 of `full` are the last K-1 real ones (state included when length < K-1)
+        idx = lengths.to(torch.long).view(B, 1, 1) + torch.arange(K - 1, device=x.device).view(1, 1, K - 1)
+        new_state = full.gather(-1, idx.expand(B, C, K - 1))
+    return out.transpose(1, 2).to(x.dtype), new_state.to(state_dtype)
+
+
+def causal_conv1d_prefill(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor | None = None, activation: str | None = "silu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence: ``x [T, C]``, ``conv_state [C, K-1]`` or None -> ``(out [T, C], new_state [C, K-1])``."""
+    out, state = causal_conv1d(x.unsqueeze(0), weight, None if conv_state is None else conv_state.unsqueeze(0),
+                               activation=activation)
+    return out[0], state[0]
+
+
+def causal_conv1d_update(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, activation: str | None = "silu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of each of B sequences: ``x [B, C]``, ``conv_state [B, C, K-1]`` -> ``(out [B, C], new_state)``."""
+    out, state = causal_conv1d(x.unsqueeze(1), weight, conv_state, activation=activation)
+    return out[:, 0], state
+
+
+# ------------------------------------------------------------------------------------------------ gated delta rule
+def _prepare(q, k, v, g, beta, use_qk_l2norm: bool, scale: float | None):
+    """``[B, T, H, D]`` inputs -> float32 ``[B, Hv, T, D]`` with key heads expanded, q/k normalised and q scaled."""
+    num_v_heads = v.shape[2]
+    q, k = expand_kv_heads(q, num_v_heads, 2), expand_kv_heads(k, num_v_heads, 2)
+    q, k, v, g, beta = (x.transpose(1, 2).float().contiguous() for x in (q, k, v, g, beta))
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    return q * (q.shape[-1] ** -0.5 if scale is None else scale), k, v, g, beta
+
+
+def _initial_state(initial_state, batch: int, heads: int, k_dim: int, v_dim: int, like: torch.Tensor) -> torch.Tensor:
+    if initial_state is None:
+        return like.new_zeros(batch, heads, k_dim, v_dim)
+    expected = (batch, heads, k_dim, v_dim)
+    if tuple(initial_state.shape) != expected:
+        raise ValueError(f"gated delta rule: initial_state has shape {tuple(initial_state.shape)}, expected {expected}")
+    return initial_state.float()
+
+
+def solve_unit_lower(a: torch.Tensor, rhs: torch.Tensor, method: str = "triangular") -> torch.Tensor:
+    """``(I + strict_lower(a))^-1 @ rhs`` over the last two dims (the diagonal and upper part of ``a`` are ignored).
+
+    ``"triangular"`` calls LAPACK's solver (as transformers eagerly does); ``"substitution"`` builds the inverse row by
+    row with matmuls only (no data-dependent control flow: for tracers and compilers without a triangular solver).
+    """
+    if method == "triangular":
+        return torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True)
+    if method != "substitution":
+        raise ValueError(f"solve_unit_lower: method {method!r} is not 'triangular' or 'substitution'")
+    n = a.shape[-1]
+    # Row i of X = (I + L)^-1 R satisfies X_i = R_i - sum_{j<i} L_ij X_j: forward substitution, one row per step.
+    rows = [rhs[..., 0:1, :]]
+    for i in range(1, n):
+        done = torch.cat(rows, dim=-2)  # [.., i, D]
+        rows.append(rhs[..., i:i + 1, :] - a[..., i:i + 1, :i] @ done)
+    return torch.cat(rows, dim=-2)
+
+
+def chunk_scan(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
+    chunk_size: int = 64, solve: str = "triangular",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked gated delta rule on prepared float32 ``[B, H, L, D]`` tensors from float32 ``state [B, H, Dk, Dv]``.
+
+    Tokens with ``g = 0, beta = 0, k = 0`` leave the state exactly unchanged (decay ``exp(0) = 1``, zero write), which
+    is how both the end-of-sequence padding here and the static-shape neuron variant keep padding out of the state.
+    """
+    B, H, L, Dk = k.shape
+    Dv = v.shape[-1]
+    C = chunk_size
+    if L == 0:
+        return v.new_zeros(B, H, 0, Dv), state
+    pad = (-L) % C
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    n = (L + pad) // C
+    q, k, v = (x.reshape(B, H, n, C, x.shape[-1]) for x in (q, k, v))
+    g, beta = g.reshape(B, H, n, C), beta.reshape(B, H, n, C)
+
+    gc = g.cumsum(-1)  # log of the decay from the chunk start through token t (inclusive)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    # decay[i, j] = prod_{j < s <= i} exp(g_s) for i >= j; the upper triangle is masked before exp (it would overflow)
+    decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+    k_beta = k * beta.unsqueeze(-1)
+    # Within a chunk the C delta-rule writes are W = T (beta*v - beta*k S_0-part): T = (I + strict_lower(A))^-1 with
+    # A[i, j] = beta_i <k_i, k_j> decay[i, j] (the UT transform). u: the writes from an empty state; w: how much each
+    # write must subtract per unit of the chunk's initial state (keys decayed to the chunk start).
+    a = (k_beta @ k.transpose(-1, -2)) * decay
+    u = solve_unit_lower(a, v * beta.unsqueeze(-1), solve)
+    w = solve_unit_lower(a, k_beta * gc.exp().unsqueeze(-1), solve)
+    attn = (q @ k.transpose(-1, -2)) * decay  # intra-chunk q.k with decay, diagonal included
+    q_decayed = q * gc.exp().unsqueeze(-1)  # reads of the chunk's initial state
+    k_decayed = k * (gc[..., -1:] - gc).exp().unsqueeze(-1)  # writes decayed to the chunk end
+    chunk_decay = gc[..., -1].exp()[..., None, None]
+
+    outs = []
+    for i in range(n):  # sequential part: one state update per chunk
+        v_new = u[:, :, i] - w[:, :, i] @ state
+        outs.append(q_decayed[:, :, i] @ state + attn[:, :, i] @ v_new)
+        state = state * chunk_decay[:, :, i] + k_decayed[:, :, i].transpose(-1, -2) @ v_new
+    out = torch.stack(outs, dim=2).reshape(B, H, n * C, Dv)[:, :, :L]
+    return out, state
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    use_qk_l2norm: bool = True,
+    cu_seqlens: torch.Tensor | list[int] | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill: ``q, k [B, T, Hk, Dk]``, ``v [B, T, Hv, Dv]``, ``g`` (log decay) and ``beta [B, T, Hv]``.
+
+    Returns ``(out [B, T, Hv, Dv]`` in ``q.dtype``, ``final_state [N, Hv, Dk, Dv]`` float32)`` where ``N = B``, or the
+    number of sequences when ``cu_seqlens [N + 1]`` gives the offsets of variable-length sequences packed in ``T``
+    (then ``B`` must be 1 and ``initial_state`` has ``N`` rows; fla's varlen convention). ``initial_state`` None means
+    zeros.
+    """
+    if cu_seqlens is None:
+        qf, kf, vf, gf, bf = _prepare(q, k, v, g, beta, use_qk_l2norm, scale)
+        state = _initial_state(initial_state, q.shape[0], vf.shape[1], kf.shape[-1], vf.shape[-1], vf)
+        out, state = chunk_scan(qf, kf, vf, gf, bf, state, chunk_size)
+        return out.transpose(1, 2).to(q.dtype), state
+    if q.shape[0] != 1:
+        raise ValueError(f"chunk_gated_delta_rule: with cu_seqlens the batch must be 1, got {q.shape[0]}")
+    offsets = cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else list(cu_seqlens)
+    num_seqs = len(offsets) - 1
+    states = _initial_state(initial_state, num_seqs, v.shape[2], k.shape[-1], v.shape[-1], v.float())
+    outs, finals = [], []
+    for i in range(num_seqs):  # reference: one sequence at a time, no padding across sequences
+        s, e = offsets[i], offsets[i + 1]
+        out, final = chunk_gated_delta_rule(
+            q[:, s:e], k[:, s:e], v[:, s:e], g[:, s:e], beta[:, s:e], states[i:i + 1], chunk_size, use_qk_l2norm,
+            scale=scale,
+        )
+        outs.append(out)
+        finals.append(final)
+    return torch.cat(outs, dim=1), torch.cat(finals, dim=0)
+
+
+def recurrent_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    use_qk_l2norm: bool = True,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token by token; same shapes and result as :func:`chunk_gated_delta_rule` without ``cu_seqlens``.
+
+    Decode is ``T = 1`` with one row per sequence. Returns ``(out [B, T, Hv, Dv]`` in ``q.dtype``, ``final_state``
+    float32 ``[B, Hv, Dk, Dv])``.
+    """
+    qf, kf, vf, gf, bf = _prepare(q, k, v, g, beta, use_qk_l2norm, scale)
+    state = _initial_state(initial_state, q.shape[0], vf.shape[1], kf.shape[-1], vf.shape[-1], vf)
+    outs = []
+    for t in range(q.shape[1]):
+        k_t = kf[:, :, t].unsqueeze(-1)  # [B, H, Dk, 1]
+        state = state * gf[:, :, t].exp()[..., None, None]
+        delta = (vf[:, :, t] - (state * k_t).sum(-2)) * bf[:, :, t].unsqueeze(-1)  # beta (v - S^T k)
+        state = state + k_t * delta.unsqueeze(-2)
+        outs.append((state * qf[:, :, t].unsqueeze(-1)).sum(-2))
+    out = torch.stack(outs, dim=2) if outs else vf.new_zeros(vf.shape)
+    return out.transpose(1, 2).to(q.dtype), state
