@@ -5,6 +5,7 @@ the spec's default; a present value of the wrong type raises :class:`ConfigError
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 _MISSING = object()
@@ -50,6 +51,8 @@ def read_float(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> float
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _fail(field, key, v, "a number")
+    if not math.isfinite(v):  # json.loads accepts NaN/Infinity; an eps or theta of NaN gives garbage silently
+        raise _fail(field, key, v, "a finite number")
     return float(v)
 
 
@@ -107,6 +110,27 @@ def read_rope_scaling(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -
         return None
     out["rope_type"] = rope_type
     return out
+
+
+# Counts and sizes every architecture has, where 0 or a negative value is never meaningful. Checked on the raw
+# config.json before the generated reader runs (a zero head count would divide by zero there) and on the built
+# config (derived values such as head_dim = hidden_size // num_attention_heads).
+CORE_POSITIVE_FIELDS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings",
+)
+
+
+def check_core_fields(config: Any, where: str = "config.json") -> None:
+    """ConfigError naming ``where`` and the field unless each present core field is a positive integer."""
+    for name in CORE_POSITIVE_FIELDS:
+        v = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+        if v is None:
+            continue
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where}: field '{name}' = {v!r}: expected a positive integer")
 
 
 def require(field: str, keys: Sequence[str], value: Any) -> Any:

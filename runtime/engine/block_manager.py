@@ -8,8 +8,9 @@ class CacheFullError(RuntimeError):
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError("num_blocks and block_size must be positive")
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} = {value!r}: expected a positive integer")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
         self.tables: dict[int, list[int]] = {}
@@ -23,13 +24,14 @@ class BlockManager:
 
     def ensure(self, seq_id: int, num_tokens: int) -> list[int]:
         """Grow ``seq_id``'s table to hold ``num_tokens`` tokens; CacheFullError if blocks run out."""
-        table = self.tables.setdefault(seq_id, [])
+        table = self.tables.get(seq_id, [])
         need = self.blocks_needed(num_tokens) - len(table)
-        if need > len(self.free):
+        if need > len(self.free):  # checked before the table exists: a refused sequence leaves no entry behind
             raise CacheFullError(
                 f"KV cache full: sequence {seq_id} needs {need} more block(s) of {self.block_size} tokens, "
                 f"{len(self.free)} free of {self.num_blocks}"
             )
+        self.tables[seq_id] = table
         for _ in range(need):
             table.append(self.free.pop())
         return table
@@ -37,6 +39,10 @@ class BlockManager:
     def release(self, seq_id: int) -> None:
         for block in reversed(self.tables.pop(seq_id, [])):
             self.free.append(block)
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
 
     def slot(self, seq_id: int, position: int) -> int:
         table = self.tables[seq_id]

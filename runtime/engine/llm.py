@@ -10,6 +10,8 @@ recomputed later); a request that cannot fit even alone raises :class:`CacheFull
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +20,9 @@ from typing import Iterator
 import torch
 
 from .. import backends
+from ..hf_config import ConfigError, check_core_fields
 from ..kv_cache import allocate_kv_cache
-from ..loader.checkpoint import Checkpoint, read_json_if_exists
+from ..loader.checkpoint import Checkpoint, CheckpointError, read_json_if_exists
 from .block_manager import BlockManager, CacheFullError
 from .registry import find_model
 from .runners import NeuronRunner, RocmRunner, Work
@@ -39,17 +42,103 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def eos_token_ids(checkpoint_dir: Path) -> set[int]:
+    """EOS ids of ``generation_config.json`` (first) or ``config.json``: an integer or a list of integers."""
     ids: set[int] = set()
     for name in ("generation_config.json", "config.json"):
         cfg = read_json_if_exists(checkpoint_dir / name) or {}
         eos = cfg.get("eos_token_id")
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, list):
-            ids.update(int(e) for e in eos)
+        values = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        for e in values:
+            if isinstance(e, bool) or not isinstance(e, int) or e < 0:
+                raise ConfigError(
+                    f"{checkpoint_dir / name}: field 'eos_token_id' = {eos!r}: expected a non-negative integer or a "
+                    f"list of them"
+                )
+            ids.add(e)
         if ids:
             break
     return ids
+
+
+# A RoPE table is float32 [positions, rotary_dim]; a config asking for more than this is refused before allocation
+# (a 10M-token context at head_dim 128 needs 5.1 GB; max_position_embeddings 1e9 would need tens of GB).
+MAX_ROPE_TABLE_BYTES = 8 << 30
+
+
+def _positive_int(name: str, value, what: str = "a positive integer") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} = {value!r}: expected {what}")
+    return value
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {str(device)!r}: expected cpu or cuda[:N] ({str(e).splitlines()[0]})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r}: no CUDA GPU is available (torch.cuda.is_available() is "
+                             f"False); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {str(device)!r}: expected cpu or cuda[:N]")
+    return dev
+
+
+def _resolve_dtype(dtype, hf_config: dict, config_path: Path) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype}: expected one of {', '.join(DTYPES)}")
+        return dtype
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    for key in ("torch_dtype", "dtype"):
+        value = hf_config.get(key)
+        if value is None:
+            continue
+        if value not in DTYPES:  # e.g. "float8", "int8", or a non-string
+            raise ConfigError(
+                f"{config_path}: field '{key}' = {value!r}: expected one of {', '.join(DTYPES)} "
+                f"(or choose the compute dtype with --dtype)"
+            )
+        return DTYPES[value]
+    return torch.float32
+
+
+def _memory_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_rope_table(config, config_path: Path, device: torch.device) -> None:
+    """Refuse a ``max_position_embeddings`` whose RoPE table (allocated when the model is built) is absurd."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return
+    head_dim = getattr(config, "head_dim", None)
+    if not isinstance(head_dim, int) or head_dim < 1:
+        heads = getattr(config, "num_attention_heads", None) or 1
+        head_dim = max(1, getattr(config, "hidden_size", 0) // heads)
+    scaling = getattr(config, "rope_scaling", None) or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic" else 1.0
+    rows = int(positions * max(float(factor or 1.0), 1.0))
+    table = rows * head_dim * 4  # float32 cos|sin halves: rotary_dim <= head_dim floats per position
+    memory = _memory_bytes(device)
+    limit = min(MAX_ROPE_TABLE_BYTES, memory // 2) if memory else MAX_ROPE_TABLE_BYTES
+    if table > limit:
+        raise ConfigError(
+            f"{config_path}: field 'max_position_embeddings' = {positions}: its RoPE table alone would take "
+            f"{table / 1e9:.1f} GB ({rows} positions x {head_dim} floats x 4 bytes), over the {limit / 1e9:.1f} GB "
+            f"limit; expected a context length this device can hold"
+        )
 
 
 @dataclass(eq=False)  # identity comparison: the scheduler's list membership tests stay O(1) per element
@@ -107,29 +196,61 @@ class LLM:
         cuda_graphs: bool = True,
         on_device_sampling: bool = False,
         max_num_batched_tokens: int | None = None,
+        allow_external_shards: bool = False,
+        check_finite: bool = True,
     ):
         self.checkpoint_dir = Path(checkpoint)
-        hf_config = read_json_if_exists(self.checkpoint_dir / "config.json")
+        if not self.checkpoint_dir.exists():
+            raise CheckpointError(f"{self.checkpoint_dir}: no such checkpoint directory")
+        if not self.checkpoint_dir.is_dir():
+            raise CheckpointError(f"{self.checkpoint_dir}: not a directory (expected a checkpoint directory holding "
+                                  f"config.json and *.safetensors)")
+        config_path = self.checkpoint_dir / "config.json"
+        hf_config = read_json_if_exists(config_path)
         if hf_config is None:
-            raise FileNotFoundError(f"{self.checkpoint_dir}: no config.json")
+            raise CheckpointError(f"{self.checkpoint_dir}: checkpoint directory has no config.json")
+        if target not in ("rocm", "neuron"):
+            raise ValueError(f"target {target!r}: expected rocm or neuron")
+        # Engine sizes: checked before any arithmetic uses them (block_size 0 would divide by zero below).
+        _positive_int("block_size", block_size)
+        _positive_int("max_num_seqs", max_num_seqs)
+        for name, value in (("num_blocks", num_blocks), ("max_model_len", max_model_len),
+                            ("max_num_batched_tokens", max_num_batched_tokens)):
+            if value is not None:
+                _positive_int(name, value)
         self.target = target
         self.module = find_model(hf_config.get("architectures"), target)
-        self.device = torch.device(device)
+        self.device = _resolve_device(device)
         self.backend, self.backend_reason = backends.select(target, self.device)
-        if dtype is None:
-            dtype = hf_config.get("torch_dtype") or hf_config.get("dtype") or "float32"
-        self.dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
-        self.config = self.module.CONFIG_CLASS.from_hf_config(hf_config)
+        self.dtype = _resolve_dtype(dtype, hf_config, config_path)
+        # Fields every architecture has: a count or size below 1 is a config error here, not a division by zero
+        # or "unexpected tensors" later; the generated readers check types.
+        check_core_fields(hf_config, str(config_path))
+        try:
+            self.config = self.module.CONFIG_CLASS.from_hf_config(hf_config)
+        except ConfigError as e:
+            raise ConfigError(f"{config_path}: {e}") from None
+        check_core_fields(self.config, str(config_path))  # derived values too (head_dim = hidden // heads)
+        _check_rope_table(self.config, config_path, self.device)
+        self.vocab_size = int(self.config.vocab_size)
         with default_dtype(self.dtype), self.device:
             self.model = self.module.MODEL_CLASS(self.config)
         self.model.eval()
-        with Checkpoint(self.checkpoint_dir) as ckpt:
+        with Checkpoint(self.checkpoint_dir, allow_external_shards=allow_external_shards,
+                        check_finite=check_finite) as ckpt:
             t0 = time.perf_counter()
             if target == "neuron":
                 self.model.load_weights(ckpt, device=self.device)
             else:
                 self.model.load_weights(ckpt)
             self.load_seconds = time.perf_counter() - t0
+        if check_finite and self.device.type != "cpu":
+            # The GPU read-ahead path copies raw shard bytes to the device without Checkpoint.get_tensor: check the
+            # parameters there instead (one fused reduction per tensor on the device).
+            for name, param in self.model.named_parameters():
+                if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+                    raise CheckpointError(f"{self.checkpoint_dir}: parameter '{name}' holds NaN or Inf after loading "
+                                          f"(a corrupt checkpoint tensor; check_finite=False skips this check)")
 
         self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)
         # Positions index a precomputed RoPE table (max_position_embeddings rows, more for dynamic NTK): refuse a
@@ -145,6 +266,10 @@ class LLM:
         if num_blocks is None:
             num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
         self.blocks = BlockManager(num_blocks, block_size)
+        # Per-request resources, each released by seq id (idempotent, a no-op for ids that hold nothing): every exit
+        # of generate/score calls all of them, so another kind of per-request state (a recurrent-state slot, an
+        # on-device sampling slot) is one more entry here.
+        self._request_releasers = (self.blocks.release,)
         self.model.bind_kv_cache(allocate_kv_cache(kv_spec, num_blocks, block_size, self.device))
         # Token budget per step: prompts longer than it are prefilled in chunks. The rocm runner continues a chunk
         # over the paged cache natively (unlimited by default); on neuron the budget is the largest prefill bucket
@@ -181,32 +306,71 @@ class LLM:
     # ------------------------------------------------------------------------------------------------------ scoring
     def score(self, prompt: list[int]) -> torch.Tensor:
         """Teacher-forced logits ``[len(prompt), V]`` of one prompt (a single prefill through the paged cache)."""
+        prompt = self._checked_prompt(0, prompt)
+        if len(prompt) > self.max_model_len:
+            raise ValueError(f"prompt 0 has {len(prompt)} tokens, more than max_model_len {self.max_model_len}")
         seq_id = self._next_id
         self._next_id += 1
-        self.blocks.ensure(seq_id, len(prompt))
         try:
-            return self.runner.step([Work(seq_id, list(prompt), 0)], all_positions=True)
+            self.blocks.ensure(seq_id, len(prompt))
+            return self.runner.step([Work(seq_id, prompt, 0)], all_positions=True)
         finally:
-            self.blocks.release(seq_id)
+            self._release_all([seq_id])
+
+    def _release(self, seq_id: int) -> None:
+        for release in self._request_releasers:
+            release(seq_id)
+
+    def _release_all(self, seq_ids: list[int]) -> None:
+        """Release every resource of every id, even if one release fails (the first such error is re-raised)."""
+        first: BaseException | None = None
+        for seq_id in seq_ids:
+            for release in self._request_releasers:
+                try:
+                    release(seq_id)
+                except Exception as e:  # keep freeing the rest; a leak elsewhere would make the instance unusable
+                    first = first or e
+        if first is not None:
+            raise first
+
+    def _checked_prompt(self, index: int, prompt) -> list[int]:
+        """The prompt as a list of ints; a ValueError naming the prompt and token unless every id is in the vocab."""
+        ids = list(prompt)
+        if not ids:
+            raise ValueError(f"prompt {index} is empty")
+        for pos, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size:
+                raise ValueError(
+                    f"prompt {index}: token id {t!r} at position {pos} is outside the vocabulary: expected an integer "
+                    f"in [0, {self.vocab_size - 1}] (vocab_size {self.vocab_size})"
+                )
+        return ids
 
     # ------------------------------------------------------------------------------------------------------ generate
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
-        """Generated token ids (prompt excluded) for each prompt, in order."""
+        """Generated token ids (prompt excluded) for each prompt, in order.
+
+        Every request is validated before any is admitted; whatever happens inside the loop (a kernel error, a
+        full cache, KeyboardInterrupt), the KV blocks and other per-request resources of this call are released
+        and the instance stays usable.
+        """
         plist = params if isinstance(params, list) else [params] * len(prompts)
-        reqs = []
-        for prompt, p in zip(prompts, plist):
-            if not prompt:
-                raise ValueError("empty prompt")
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams")
+        checked = [self._checked_prompt(i, prompt) for i, prompt in enumerate(prompts)]
+        for i, (prompt, p) in enumerate(zip(checked, plist)):
             if len(prompt) + p.max_new_tokens > self.max_model_len:
                 raise ValueError(
-                    f"prompt ({len(prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) exceeds max_model_len "
+                    f"prompt {i} ({len(prompt)} tokens) + max_new_tokens ({p.max_new_tokens}) exceeds max_model_len "
                     f"{self.max_model_len}"
                 )
+        reqs = []
+        for prompt, p in zip(checked, plist):
             gen = None
             if p.temperature > 0:
                 gen = torch.Generator(device=self.device)
                 gen.manual_seed(p.seed if p.seed is not None else torch.seed())
-            reqs.append(_Request(self._next_id, list(prompt), p, gen, done=p.max_new_tokens == 0))
+            reqs.append(_Request(self._next_id, prompt, p, gen, done=p.max_new_tokens == 0))
             self._next_id += 1
         if getattr(self.runner, "on_device_sampling", False):
             # The graph samples from the device RNG (one stream for the whole batch): a seed makes the run
@@ -217,8 +381,12 @@ class LLM:
         waiting = [r for r in reqs if not r.done]
         running: list[_Request] = []
         self.stats = GenerateStats()
-        while waiting or running:
-            self._step(waiting, running)
+        try:
+            while waiting or running:
+                self._step(waiting, running)
+        finally:
+            # Finished requests released theirs already; this frees what a failure left behind.
+            self._release_all([r.seq_id for r in reqs])
         return [r.output for r in reqs]
 
     def _admit(self, waiting: list[_Request], running: list[_Request]) -> list[_Request]:
@@ -239,7 +407,7 @@ class LLM:
 
     def _preempt(self, waiting: list[_Request], running: list[_Request]) -> None:
         victim = running.pop()  # most recently admitted
-        self.blocks.release(victim.seq_id)
+        self._release(victim.seq_id)
         victim.computed = 0
         waiting.insert(0, victim)
         self.stats.preemptions += 1
@@ -320,4 +488,4 @@ class LLM:
             if stop or len(r.output) >= r.params.max_new_tokens:
                 r.done = True
                 running.remove(r)
-                self.blocks.release(r.seq_id)
+                self._release(r.seq_id)

@@ -1,6 +1,7 @@
 """Token sampling on the logits' device: greedy, temperature, top-k, top-p, per-request seeded generators."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -17,14 +18,29 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
-        if self.max_new_tokens < 0:
-            raise ValueError("max_new_tokens must be >= 0")
+        # Each check names the parameter, the value and what is expected (NaN passes every comparison, so the
+        # float checks test finiteness first).
+        def bad(name: str, want: str) -> ValueError:
+            return ValueError(f"{name} = {getattr(self, name)!r}: expected {want}")
+
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        if not is_num(self.temperature) or self.temperature < 0:
+            raise bad("temperature", "a finite number >= 0 (0 = greedy)")
+        if not is_num(self.top_p) or not 0 < self.top_p <= 1:
+            raise bad("top_p", "a number in (0, 1] (1 = off)")
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise bad("top_k", "an integer >= 0 (0 = off)")
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 0:
+            raise bad("max_new_tokens", "an integer >= 0")
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**64):
+            raise bad("seed", "an integer in [0, 2**64 - 1] (torch generator seeds are 64-bit)")
+        if not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "non-negative integers")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -19,6 +19,13 @@ Layouts accepted by :class:`Checkpoint`:
   Mistral's ``consolidated.safetensors`` next to HF shards);
 * a directory without an index: every ``*.safetensors`` file in it (sorted by name);
 * a single ``.safetensors`` file, or an ``*.safetensors.index.json`` file.
+
+Checkpoints are untrusted input (see SECURITY.md). Every shard a directory or an index names must resolve, after
+following symlinks, inside the checkpoint directory: an index entry ``../x.safetensors`` or ``/etc/passwd``, or a
+symlink pointing elsewhere, is refused unless ``allow_external_shards=True``. The one layout allowed to point
+outside is the Hugging Face hub cache (``models--org--name/snapshots/<rev>/`` symlinks into the same repository's
+``blobs/``). With ``check_finite`` (default) every floating tensor read is checked for NaN/Inf, and an error names
+the tensor and its file.
 """
 
 from __future__ import annotations
@@ -45,6 +52,76 @@ _MAX_LISTED = 5
 
 class CheckpointError(Exception):
     """A checkpoint could not be read.  The message names the file and/or tensor concerned."""
+
+
+def _confinement_roots(root: pathlib.Path) -> list[pathlib.Path]:
+    """Real directories a checkpoint rooted at ``root`` may read shards from.
+
+    The hub cache keeps ``snapshots/<rev>/*.safetensors`` as symlinks to ``../../blobs/<sha>``; those stay inside
+    the repository's own cache folder, so its ``blobs/`` is allowed too.
+    """
+    real = pathlib.Path(os.path.realpath(root))
+    roots = [real]
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        roots.append(real.parent.parent / "blobs")
+    return roots
+
+
+def _check_confined(path: pathlib.Path, roots: list[pathlib.Path], what: str, allow_external: bool) -> None:
+    """CheckpointError unless ``path`` (symlinks followed) lies inside one of ``roots``."""
+    if allow_external:
+        return
+    real = pathlib.Path(os.path.realpath(path))
+    if any(real == r or real.is_relative_to(r) for r in roots):
+        return
+    raise CheckpointError(
+        f"{what} resolves to {real}, outside the checkpoint directory {roots[0]}; refused (shards must live inside "
+        f"the checkpoint directory; pass allow_external_shards=True / --allow-external-shards to trust it)"
+    )
+
+
+def _nonfinite_error(tensor: torch.Tensor, name: str, file: pathlib.Path) -> CheckpointError:
+    bad = ~torch.isfinite(tensor)
+    count = int(bad.sum())
+    first = tuple(int(i) for i in bad.nonzero()[0]) if count else ()
+    return CheckpointError(
+        f"{file}: tensor {name!r} holds {count} NaN/Inf value(s) of {tensor.numel()} (first at index {first}); the "
+        f"checkpoint is corrupt (check_finite=False / --no-check-finite loads it anyway)"
+    )
+
+
+def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path) -> None:
+    """CheckpointError naming the tensor and file if a floating tensor holds NaN or Inf.
+
+    One reduction pass: a float32-accumulated sum is finite exactly when no element is NaN/Inf, except when finite
+    values overflow it (|sum| > 3.4e38); only a non-finite sum pays for the exact element-wise check.
+    """
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return
+    if tensor.dtype.itemsize == 1:  # float8: no fast sum on CPU; the element-wise check is exact
+        if not bool(torch.isfinite(tensor.float()).all()):
+            raise _nonfinite_error(tensor.float(), name, file)
+        return
+    total = tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+    if bool(torch.isfinite(total)):
+        return
+    if not bool(torch.isfinite(tensor).all()):
+        raise _nonfinite_error(tensor, name, file)
+
+
+class _FiniteSlice:
+    """A safetensors slice whose reads are checked for NaN/Inf (the neuron loaders read through slices)."""
+
+    def __init__(self, inner, name: str, file: pathlib.Path):
+        self._inner, self._name, self._file = inner, name, file
+
+    def __getitem__(self, index):
+        tensor = self._inner[index]
+        check_finite_tensor(tensor, self._name, self._file)
+        return tensor
+
+    def __getattr__(self, attr):
+        return getattr(self._inner, attr)
 
 
 def _build_dtype_table() -> dict[str, tuple[torch.dtype | None, int | None]]:
@@ -224,8 +301,10 @@ def _list(items: list[str], limit: int = _MAX_LISTED) -> str:
 class Checkpoint:
     """Read-only view of a safetensors checkpoint; see the module docstring for layouts."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, allow_external_shards: bool = False, check_finite: bool = True):
         self.path = pathlib.Path(path)
+        self.allow_external_shards = allow_external_shards
+        self.check_finite = check_finite
         self.index_path: pathlib.Path | None = None
         self._tensors: dict[str, _TensorInfo] = {}
         self._metadata: dict[pathlib.Path, dict[str, str]] = {}
@@ -278,6 +357,7 @@ class Checkpoint:
         if not p.is_dir():
             raise CheckpointError(f"{p}: checkpoint path is neither a file nor a directory")
 
+        roots = _confinement_roots(p)
         index = p / INDEX_NAME
         if not index.is_file():
             candidates = sorted(x for x in p.glob("*" + _INDEX_SUFFIX) if x.is_file())
@@ -289,9 +369,12 @@ class Checkpoint:
                     f"pass the index file to use"
                 )
         if index.is_file():
+            _check_confined(index, roots, f"{index}: index file", self.allow_external_shards)
             return self._from_index(index)
 
         files = sorted(x for x in p.glob("*.safetensors") if x.is_file())
+        for f in files:  # a symlinked shard may point anywhere: only inside the checkpoint directory
+            _check_confined(f, roots, f"{f}: shard file", self.allow_external_shards)
         if not files:
             pickles = sorted(x for x in p.iterdir() if x.suffix in _PICKLE_SUFFIXES and x.is_file())
             raise CheckpointError(
@@ -309,6 +392,7 @@ class Checkpoint:
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: index has no 'weight_map' object (or it is empty)")
         root = index.parent
+        roots = _confinement_roots(root)
         by_shard: dict[str, list[str]] = {}
         for tensor, shard in weight_map.items():
             if not isinstance(shard, str) or not shard:
@@ -321,7 +405,16 @@ class Checkpoint:
         shard_path: dict[str, pathlib.Path] = {}
         missing: list[str] = []
         for shard in sorted(by_shard):
+            # Confinement before any existence test: "/etc/passwd" or "../x" is refused whether or not it exists.
+            where = f"{index}: weight_map shard {shard!r} (tensor {sorted(by_shard[shard])[0]!r})"
+            if "\x00" in shard:
+                raise CheckpointError(f"{where}: not a file name")
+            if os.path.isabs(shard) and not self.allow_external_shards:
+                raise CheckpointError(f"{where} is an absolute path; refused (shards are named relative to the "
+                                      f"checkpoint directory; pass allow_external_shards=True / "
+                                      f"--allow-external-shards to trust it)")
             sp = root / shard
+            _check_confined(sp, roots, where, self.allow_external_shards)
             if not sp.is_file():
                 missing.append(
                     f"{sp} (should hold {len(by_shard[shard])} tensor(s): {_list(sorted(by_shard[shard]))})"
@@ -413,7 +506,8 @@ class Checkpoint:
     def get_slice(self, name: str):
         info = self._info(name)
         try:
-            return self._handle(info, name).get_slice(name)
+            inner = self._handle(info, name).get_slice(name)
+            return _FiniteSlice(inner, name, info.file) if self.check_finite else inner
         except CheckpointError:
             raise
         except Exception as e:
@@ -422,11 +516,14 @@ class Checkpoint:
     def get_tensor(self, name: str) -> torch.Tensor:
         info = self._info(name)
         try:
-            return self._handle(info, name).get_tensor(name)
+            tensor = self._handle(info, name).get_tensor(name)
         except CheckpointError:
             raise
         except Exception as e:
             raise CheckpointError(f"{info.file}: cannot read tensor {name!r}: {e}") from e
+        if self.check_finite:
+            check_finite_tensor(tensor, name, info.file)
+        return tensor
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
