@@ -104,6 +104,10 @@ def test_name_rewriting_rules():
     rules = IgnoreRules(["model.layers.*.self_attn.rotary_emb.inv_freq"])
     assert rules.match("model.layers.12.self_attn.rotary_emb.inv_freq")
     assert rules.match("model.layers.1.2.self_attn.rotary_emb.inv_freq") is None  # * is one segment
+    subtree = IgnoreRules(["model.visual.**", "mtp.**"])  # ** is any run of segments (vision towers, MTP heads)
+    assert subtree.match("model.visual.blocks.0.attn.qkv.weight") == "model.visual.**"
+    assert subtree.match("mtp.layers.0.mlp.experts.3.up_proj.weight") == "mtp.**"
+    assert subtree.match("model.visual") is None and subtree.match("model.visualx.weight") is None
     packed = {"q_proj": ("qkv_proj", "q"), "gate_proj": ("gate_up_proj", 0)}
     assert resolve_packed("model.layers.3.self_attn.q_proj.weight", packed) == ("model.layers.3.self_attn.qkv_proj.weight", "q")
     assert resolve_packed("model.layers.3.self_attn.q_a_proj.weight", packed) == ("model.layers.3.self_attn.q_a_proj.weight", None)

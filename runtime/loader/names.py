@@ -1,7 +1,8 @@
 """Checkpoint-name rewriting, free of model and tensor state so it is unit-tested on its own (ATOM weight_names.py).
 
 * ``apply_renames``: substring renames (``weight_scale_inv`` -> ``weight_scale``), applied to every checkpoint key.
-* ``IgnoreRules``: glob-like patterns (``*`` = one dotted segment or part of one) of keys dropped on purpose.
+* ``IgnoreRules``: glob-like patterns (``*`` = one dotted segment or part of one, ``**`` = any run of segments) of keys
+  dropped on purpose.
 * ``resolve_packed``: HF module name -> (fused parameter, shard id) via ``packed_modules_mapping``.
 * ``ExtraLayers``: checkpoint keys of decoder layers beyond the model's ``num_hidden_layers`` (MTP / draft layers).
 """
@@ -22,7 +23,7 @@ def apply_renames(key: str, renames: Iterable[tuple[str, str]]) -> str:
 class IgnoreRules:
     def __init__(self, patterns: Iterable[str]):
         self.patterns = tuple(patterns)
-        self._regexes = [re.compile("^" + re.escape(p).replace(r"\*", r"[^.]*") + "$") for p in self.patterns]
+        self._regexes = [re.compile("^" + _glob(p) + "$") for p in self.patterns]
 
     def match(self, key: str) -> str | None:
         """The pattern that ignores ``key``, or None."""
@@ -30,6 +31,13 @@ class IgnoreRules:
             if rx.match(key):
                 return pattern
         return None
+
+
+def _glob(pattern: str) -> str:
+    """``model.visual.**`` matches every tensor under ``model.visual`` (vision towers, MTP heads); ``*`` stays within
+    one dotted segment so ``layers.*.rotary_emb`` never swallows a whole subtree by accident."""
+    parts = pattern.split("**")
+    return ".+".join(re.escape(p).replace(r"\*", r"[^.]*") for p in parts)
 
 
 def resolve_packed(key: str, packed: Mapping[str, tuple[str, object]]) -> tuple[str, object | None]:
