@@ -112,22 +112,28 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 
 
 class QKVParallelLinear(ColumnParallelLinear):
-    """Fused Q/K/V projection; shard ids ``"q"``, ``"k"``, ``"v"``. KV heads are replicated when fewer than ranks."""
+    """Fused Q/K/V projection; shard ids ``"q"``, ``"k"``, ``"v"``. KV heads are replicated when fewer than ranks.
 
-    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool):
+    ``gated_query=True`` (Qwen3-Next / Qwen3.5 full attention): ``q_proj`` emits ``2 * head_dim`` rows per head, the
+    query then its output gate (HF ``q_proj(x).view(..., -1, 2 * head_dim).chunk(2, -1)``); heads stay whole per rank.
+    """
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool,
+                 gated_query: bool = False):
         world = dist.tp_size()
         self.head_dim = head_dim
+        self.q_head_size = head_dim * (2 if gated_query else 1)
         self.total_num_heads, self.total_num_kv_heads = num_heads, num_kv_heads
         self.num_heads = dist.divide(num_heads, world, "num_attention_heads")
         self.num_kv_heads, self.kv_replicas = dist.kv_heads_per_rank(num_kv_heads, world)
-        local_out = (self.num_heads + 2 * self.num_kv_heads) * head_dim
+        local_out = self.num_heads * self.q_head_size + 2 * self.num_kv_heads * head_dim
         super().__init__(hidden_size, local_out * world, bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         d = self.head_dim
-        q, kv = self.num_heads * d, self.num_kv_heads * d
+        q, kv = self.num_heads * self.q_head_size, self.num_kv_heads * d
         if shard_id == "q":
-            offset, size, start, total = 0, q, self.tp_rank * q, self.total_num_heads * d
+            offset, size, start, total = 0, q, self.tp_rank * q, self.total_num_heads * self.q_head_size
         elif shard_id in ("k", "v"):
             head0 = dist.kv_head_offset(self.tp_rank, self.total_num_kv_heads, self.tp_size)
             offset = q if shard_id == "k" else q + kv
