@@ -148,3 +148,106 @@ def test_golden_topk_roundtrip_and_failures():
     intruder[1, outsider] = logits[1].max() + 1.0
     with pytest.raises(AssertionError, match="row 1: top-1 value .* entered it"):
         assert_matches_golden_topk(intruder, golden, atol=1e-3)
+
+
+# --------------------------------------------------------------------------------------- tensor_capture / replacement
+PROMPT_A = [1, 17, 42, 99, 3, 150, 64, 8, 23, 77]
+PROMPT_B = [1, 5, 130, 12, 88, 41, 7, 19, 140, 60]  # same length as A: its layer outputs fit A's run
+
+
+def _hf_run(hf, ids, names):
+    from modelgen.runtime.debug import tensor_capture
+
+    with torch.no_grad(), tensor_capture(hf, names) as cap:
+        out = hf(torch.tensor([ids]), output_hidden_states=True)
+    return out, cap
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_capture_matches_hf_layer_by_layer(llama_checkpoint, target):
+    from modelgen.runtime.debug import first_divergence, layer_output, tensor_capture
+    from modelgen.runtime.engine.llm import LLM
+
+    path, hf = llama_checkpoint("gqa")
+    out, ref = _hf_run(hf, PROMPT_A, "model.layers.*")
+    # The capture itself is right: HF's own hidden_states[i + 1] is the output of layer i (the last entry is after
+    # the final norm, so only the layers before the last are compared).
+    names = [f"model.layers.{i}" for i in range(hf.config.num_hidden_layers)]
+    for i, n in enumerate(names[:-1]):
+        assert torch.equal(ref.one(n), out.hidden_states[i + 1]), f"HF capture of {n} != hidden_states[{i + 1}]"
+
+    llm = LLM(path, target=target, dtype="float32", max_model_len=64)
+    with tensor_capture(llm.model, "model.layers.*") as cap:
+        llm.score(PROMPT_A)
+    assert list(cap) == names
+    if target == "rocm":  # the fused-residual convention: (hidden, residual) pairs
+        assert isinstance(cap.one(names[0]), tuple)
+    else:  # neuron pads tokens to the 16-token bucket
+        assert cap.one(names[0]).shape[0] == 16
+    first, table = first_divergence(cap, ref, list(zip(names, names)), atol=1e-4, rows=len(PROMPT_A))
+    assert first is None, f"{target}: first divergence at {first}: {table}"
+    assert layer_output(cap.one(names[1]))[: len(PROMPT_A)].shape == (len(PROMPT_A), hf.config.hidden_size)
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_replacing_a_layer_output_with_hf_makes_downstream_follow(llama_checkpoint, target):
+    """Run ours on prompt A but inject HF's layer-0 output for prompt B: everything after layer 0 (layer 1's
+    attention over the injected stream, final norm, LM head) then computes HF's logits for B, not A."""
+    from modelgen.runtime.debug import replace_layer_output, tensor_replacement
+    from modelgen.runtime.engine.llm import LLM
+
+    path, hf = llama_checkpoint("gqa")
+    out_b, ref_b = _hf_run(hf, PROMPT_B, "model.layers.0")
+    with torch.no_grad():
+        logits_a = hf(torch.tensor([PROMPT_A])).logits[0]
+    logits_b = out_b.logits[0]
+    llm = LLM(path, target=target, dtype="float32", max_model_len=64)
+    with tensor_replacement(llm.model, {"model.layers.0": replace_layer_output(ref_b.one("model.layers.0")[0])}) as n:
+        got = llm.score(PROMPT_A).float()
+    assert n == {"model.layers.0": 1}
+    assert (got - logits_b).abs().max().item() < 1e-4, "downstream of the injected layer does not follow HF"
+    assert (got - logits_a).abs().max().item() > 1e-2, "the replacement did not change the logits"
+    # Outside the block the model is untouched again.
+    assert (llm.score(PROMPT_A).float() - logits_a).abs().max().item() < 1e-4
+
+
+def test_replacement_bisects_an_injected_fault(llama_checkpoint):
+    """A fault injected into layer 1's MLP (a stray +0.01 bias) is located by first_divergence at layer 1, not layer 0."""
+    from modelgen.runtime.debug import first_divergence, tensor_capture, tensor_replacement
+    from modelgen.runtime.engine.llm import LLM
+
+    path, hf = llama_checkpoint("gqa")
+    _, ref = _hf_run(hf, PROMPT_A, "model.layers.*")
+    llm = LLM(path, target="rocm", dtype="float32", max_model_len=64)
+    names = ["model.layers.0", "model.layers.1"]
+    with tensor_replacement(llm.model, {"model.layers.1.mlp": lambda out: out + 1e-2}), \
+            tensor_capture(llm.model, names) as cap:
+        llm.score(PROMPT_A)
+    first, table = first_divergence(cap, ref, list(zip(names, names)), atol=1e-4)
+    assert first == "model.layers.1", table
+    assert table[0][1] < 1e-4 < table[1][1]
+
+
+def test_debug_errors_are_one_line(llama_checkpoint):
+    from modelgen.runtime.debug import tensor_capture, tensor_replacement
+    from modelgen.runtime.engine.llm import LLM
+
+    path, _ = llama_checkpoint("gqa")
+    llm = LLM(path, target="rocm", dtype="float32", max_model_len=64)
+    with pytest.raises(KeyError, match=r"no module matching 'model.layer.0'; closest: model.layers.0"):
+        with tensor_capture(llm.model, ["model.layer.0"]):
+            pass
+    with pytest.raises(KeyError, match="no module matching 'model.layers.9.\\*'"):
+        with tensor_capture(llm.model, ["model.layers.9.*"]):
+            pass
+    with pytest.raises(KeyError, match="exact module names, not patterns"):
+        with tensor_replacement(llm.model, {"model.layers.*": torch.zeros(1)}):
+            pass
+    with pytest.raises(TypeError, match="returns a 2-tuple, not a tensor; pass a tuple"):
+        with tensor_replacement(llm.model, {"model.layers.0": torch.zeros(10, 64)}):
+            llm.score(PROMPT_A)
+    with pytest.raises(ValueError, match=r"output has shape \(10, 64\), replacement \(10, 63\)"):
+        with tensor_replacement(llm.model, {"model.layers.0.mlp": torch.zeros(10, 63)}):
+            llm.score(PROMPT_A)
+    # The hooks were removed when the failing blocks exited: the model runs normally.
+    assert not any(m._forward_hooks for m in llm.model.modules())
