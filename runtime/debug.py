@@ -20,6 +20,7 @@ Conventions the helpers handle:
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -81,6 +82,17 @@ def _detached(x: Any) -> Any:
     return x
 
 
+@contextmanager
+def _forward_hooks(modules: Mapping[str, nn.Module], hook: Callable[..., Any]) -> Iterator[None]:
+    """``hook(name, module, args, output)`` on every named module while the block runs; always removed after."""
+    handles = [m.register_forward_hook(functools.partial(hook, name)) for name, m in modules.items()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 class Captures(dict):
     """``name -> [output of call 1, output of call 2, ...]`` (tensors detached and cloned; tuples kept as tuples).
     ``inputs`` holds the positional inputs the same way when the capture was asked for them."""
@@ -110,23 +122,19 @@ def tensor_capture(
         h0 = layer_output(cap.one("model.layers.0"))
     """
     cap = Captures()
-    handles = []
-    for name, module in resolve_modules(model, names_or_patterns).items():
+    modules = resolve_modules(model, names_or_patterns)
+    for name in modules:
         cap[name] = []
         if inputs:
             cap.inputs[name] = []
 
-        def hook(mod, args, out, _name=name):
-            cap[_name].append(_detached(out))
-            if inputs:
-                cap.inputs[_name].append(_detached(tuple(args)))
+    def hook(name, mod, args, out):
+        cap[name].append(_detached(out))
+        if inputs:
+            cap.inputs[name].append(_detached(tuple(args)))
 
-        handles.append(module.register_forward_hook(hook))
-    try:
+    with _forward_hooks(modules, hook):
         yield cap
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _replace_tensor(name: str, out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -183,18 +191,13 @@ def tensor_replacement(
         raise KeyError(f"tensor_replacement takes exact module names, not patterns: {bad}")
     modules = resolve_modules(model, list(replacements))
     applied = {name: 0 for name in modules}
-    handles = []
-    for name, module in modules.items():
-        def hook(mod, args, out, _name=name):
-            applied[_name] += 1
-            return _apply(_name, out, replacements[_name])
 
-        handles.append(module.register_forward_hook(hook))
-    try:
+    def hook(name, mod, args, out):
+        applied[name] += 1
+        return _apply(name, out, replacements[name])
+
+    with _forward_hooks(modules, hook):
         yield applied
-    finally:
-        for h in handles:
-            h.remove()
 
 
 # ------------------------------------------------------------------------------------------------ layer conventions
