@@ -1,0 +1,316 @@
+"""Gated DeltaNet token mixer of Qwen3-Next / Qwen3.5 for the rocm target (ATOM style: flattened tokens).
+
+``GatedDeltaNet`` is transformers' ``Qwen3NextGatedDeltaNet`` / ``Qwen3_5GatedDeltaNet`` (5.24) over a batch of
+flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing its own per-request state held in a
+:class:`~modelgen.runtime.state_cache.StatePool` slot:
+
+    in_proj -> (q, k, v | z | b, a);  causal conv1d + SiLU over [q, k, v] (conv state: last K-1 inputs)
+    g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b);  gated delta rule (recurrent state S)
+    out = out_proj(rmsnorm(o) * w * silu(z))
+
+Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
+recurrent op, batched; both from ``runtime/ops/gated_delta.py``. Sequences whose slot is ``PAD_SLOT`` and tokens past
+``cu_seqlens[-1]`` (padding) produce zeros and never read or write any state.
+
+Checkpoint layouts (``layout``):
+  ``"qwen3_next"``: ``in_proj_qkvz`` and ``in_proj_ba`` as stored, interleaved *per key head*: for each key head,
+      ``[q (Dk), k (Dk), v (r*Dv), z (r*Dv)]`` and ``[b (r), a (r)]`` with ``r = num_v_heads / num_k_heads``. A rank's
+      key heads are therefore one contiguous row range of each weight: plain column-parallel sharding is consistent.
+  ``"qwen3_5"``: split ``in_proj_qkv`` / ``in_proj_z`` / ``in_proj_b`` / ``in_proj_a``, fused here into the same two
+      GEMMs (``in_proj_qkvz`` with shard ids ``"qkv"``, ``"z"``; ``in_proj_ba`` with ``"b"``, ``"a"``; see
+      :data:`QWEN3_5_PACKED_MODULES`), each rank's rows laid out ``[q, k, v, z]`` / ``[b, a]`` of its own heads.
+Both give the conv input ``[q (Hk*Dk), k (Hk*Dk), v (Hv*Dv)]`` of HF's ``conv1d``; ``conv1d.weight``, ``A_log``,
+``dt_bias`` and ``out_proj`` are sharded by the same heads, ``norm.weight`` (per head dim) is replicated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .. import distributed as dist
+from ..ops import gated_delta as gd
+from ..state_cache import PAD_SLOT, StateSpec
+from .linear import ColumnParallelLinear, RowParallelLinear, _check_shape
+
+LAYOUTS = ("qwen3_next", "qwen3_5")
+
+# Qwen3.5 HF module name -> (fused parameter, shard id): the packed_modules_mapping entries a generated model needs.
+QWEN3_5_PACKED_MODULES = {
+    "in_proj_qkv": ("in_proj_qkvz", "qkv"),
+    "in_proj_z": ("in_proj_qkvz", "z"),
+    "in_proj_b": ("in_proj_ba", "b"),
+    "in_proj_a": ("in_proj_ba", "a"),
+}
+
+
+@dataclass
+class StateMetadata:
+    """Per-step description of the sequences of a flattened batch, for recurrent layers (built by the engine).
+
+    cu_seqlens  : [num_seqs + 1] int32 token offsets of each sequence (the same tensor as
+                  ``AttentionMetadata.cu_seqlens_q``); tokens at or past ``cu_seqlens[-1]`` are padding
+    state_slots : [num_seqs] int64 state-pool slot of each sequence (``PAD_SLOT`` = -1: padding sequence, ignored)
+    fresh       : [num_seqs] bool, True when the sequence has no computed token yet (its first prefill chunk): its
+                  state is read as zeros whatever the slot holds, then written
+    """
+
+    cu_seqlens: torch.Tensor
+    state_slots: torch.Tensor
+    fresh: torch.Tensor
+    _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls, query_lens: list[int], slots: list[int], fresh: list[bool], device: torch.device | str = "cpu"
+    ) -> "StateMetadata":
+        if not len(query_lens) == len(slots) == len(fresh):
+            raise ValueError(
+                f"StateMetadata: {len(query_lens)} query lengths, {len(slots)} slots, {len(fresh)} fresh flags "
+                "(expected one of each per sequence)"
+            )
+        cu = [0]
+        for n in query_lens:
+            cu.append(cu[-1] + n)
+        return cls(
+            torch.tensor(cu, dtype=torch.int32, device=device),
+            torch.tensor(slots, dtype=torch.int64, device=device),
+            torch.tensor(fresh, dtype=torch.bool, device=device),
+            _host=(cu, list(slots), [bool(f) for f in fresh]),
+        )
+
+    def host(self) -> tuple[list[int], list[int], list[bool]]:
+        """(cu_seqlens, slots, fresh) as Python lists, read once per step and shared by every layer."""
+        if self._host is None:
+            self._host = (self.cu_seqlens.tolist(), self.state_slots.tolist(), [bool(f) for f in self.fresh.tolist()])
+        return self._host
+
+
+def _load_head_parts(param: torch.Tensor, loaded: torch.Tensor, parts: list[int], offset: int, what: str) -> None:
+    """Copy this rank's rows of each part of ``loaded`` (parts stacked on dim 0, each split evenly by heads across
+    ranks) into ``param`` rows ``offset..``, one part after the other."""
+    rank, world = dist.tp_rank(), dist.tp_size()
+    _check_shape(param, (sum(parts), *param.shape[1:]), loaded, what)
+    start = 0
+    for size in parts:
+        local = size // world
+        param.data.narrow(0, offset, local).copy_(loaded.narrow(0, start + rank * local, local))
+        offset += local
+        start += size
+
+
+class HeadPartsParallelLinear(ColumnParallelLinear):
+    """Column-parallel GEMM over several checkpoint tensors, each made of head-sharded parts.
+
+    ``shards`` maps a shard id to the parts of its checkpoint tensor (``{"qkv": [Hk*Dk, Hk*Dk, Hv*Dv], "z": [Hv*Dv]}``);
+    each rank holds its slice of every part, in order (``[q_r, k_r, v_r, z_r]``), so a local split needs no gather.
+    """
+
+    def __init__(self, in_features: int, shards: dict[str, list[int]]):
+        world = dist.tp_size()
+        for sid, parts in shards.items():
+            for size in parts:
+                dist.divide(size, world, f"rows of shard {sid!r}")
+        self.shards = shards
+        self.offsets, offset = {}, 0
+        for sid, parts in shards.items():
+            self.offsets[sid] = offset
+            offset += sum(parts) // world
+        super().__init__(in_features, sum(sum(p) for p in shards.values()), bias=False)
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        if shard_id not in self.shards:
+            raise ValueError(f"fused projection needs a shard id in {list(self.shards)}, got {shard_id!r}")
+        _load_head_parts(param, loaded, self.shards[shard_id], self.offsets[shard_id], f"shard {shard_id}")
+
+
+class DepthwiseConv1dWeight(nn.Module):
+    """Holds HF's ``conv1d.weight [conv_dim, 1, K]`` (no bias in these models), channels sharded by heads in parts."""
+
+    def __init__(self, parts: list[int], kernel: int):
+        super().__init__()
+        self.parts = parts
+        local = sum(dist.divide(p, dist.tp_size(), "conv1d channels") for p in parts)
+        self.weight = nn.Parameter(torch.empty(local, 1, kernel), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        _load_head_parts(param, loaded, self.parts, 0, "conv1d weight")
+
+
+class GatedRMSNorm(nn.Module):
+    """``Qwen3NextRMSNormGated``: weight as stored (not zero-centred), replicated on every rank."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return gd.gated_rms_norm(x, z, self.weight, self.eps)
+
+
+def _head_param(num_heads: int) -> nn.Parameter:
+    """A per-value-head vector (``A_log``, ``dt_bias``), sharded by heads."""
+    p = nn.Parameter(torch.empty(dist.divide(num_heads, dist.tp_size(), "linear_num_value_heads")),
+                     requires_grad=False)
+    p.weight_loader = lambda param, loaded, shard_id=None: _load_head_parts(param, loaded, [num_heads], 0, "head vector")
+    return p
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_k_heads: int,
+        num_v_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        conv_kernel: int,
+        rms_norm_eps: float,
+        layout: str = "qwen3_next",
+        layer_name: str = "",
+        state_dtype: torch.dtype = torch.float32,
+        chunk_size: int = 64,
+    ):
+        super().__init__()
+        if layout not in LAYOUTS:
+            raise ValueError(f"GatedDeltaNet: layout {layout!r} is not one of {LAYOUTS}")
+        if num_v_heads % num_k_heads:
+            raise ValueError(
+                f"GatedDeltaNet: linear_num_value_heads ({num_v_heads}) is not a multiple of linear_num_key_heads "
+                f"({num_k_heads})"
+            )
+        world = dist.tp_size()
+        self.layout, self.layer_name = layout, layer_name
+        self.num_k_heads = dist.divide(num_k_heads, world, "linear_num_key_heads")  # per rank
+        self.num_v_heads = num_v_heads // num_k_heads * self.num_k_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.key_dim, self.value_dim = self.num_k_heads * head_k_dim, self.num_v_heads * head_v_dim  # per rank
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv_kernel = conv_kernel
+        self.state_dtype, self.chunk_size = state_dtype, chunk_size
+
+        key_total, value_total = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        if layout == "qwen3_next":
+            # Key-head groups are contiguous rows: column-parallel sharding keeps whole groups on a rank.
+            self.in_proj_qkvz = ColumnParallelLinear(hidden_size, 2 * key_total + 2 * value_total, bias=False)
+            self.in_proj_ba = ColumnParallelLinear(hidden_size, 2 * num_v_heads, bias=False)
+        else:
+            self.in_proj_qkvz = HeadPartsParallelLinear(
+                hidden_size, {"qkv": [key_total, key_total, value_total], "z": [value_total]}
+            )
+            self.in_proj_ba = HeadPartsParallelLinear(hidden_size, {"b": [num_v_heads], "a": [num_v_heads]})
+        self.conv1d = DepthwiseConv1dWeight([key_total, key_total, value_total], conv_kernel)
+        self.A_log = _head_param(num_v_heads)
+        self.dt_bias = _head_param(num_v_heads)
+        self.norm = GatedRMSNorm(head_v_dim, rms_norm_eps)
+        self.out_proj = RowParallelLinear(value_total, hidden_size, bias=False)
+        self.conv_state: torch.Tensor | None = None  # [num_slots, conv_dim, K-1], bound by the engine
+        self.recurrent_state: torch.Tensor | None = None  # [num_slots, Hv, Dk, Dv]
+
+    # ---------------------------------------------------------------------------------------------------- cache
+    def state_spec(self) -> StateSpec:
+        """This rank's slot of this layer (the recurrent-state counterpart of a ``LayerSpec``)."""
+        return StateSpec(
+            name=self.layer_name,
+            conv_shape=(self.conv_dim, self.conv_kernel - 1),
+            conv_dtype=self.in_proj_qkvz.weight.dtype,
+            recurrent_shape=(self.num_v_heads, self.head_k_dim, self.head_v_dim),
+            recurrent_dtype=self.state_dtype,
+        )
+
+    def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor) -> None:
+        spec = self.state_spec()
+        for what, t, shape, dtype in (("conv_state", conv_state, spec.conv_shape, spec.conv_dtype),
+                                      ("recurrent_state", recurrent_state, spec.recurrent_shape, spec.recurrent_dtype)):
+            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != tuple(shape) or t.dtype != dtype:
+                raise ValueError(
+                    f"{self.layer_name or 'GatedDeltaNet'}: {what} has shape {tuple(t.shape)} dtype {t.dtype}, "
+                    f"expected [num_slots, {', '.join(map(str, shape))}] {dtype}"
+                )
+        if conv_state.shape[0] != recurrent_state.shape[0]:
+            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: conv_state has {conv_state.shape[0]} slots, "
+                             f"recurrent_state {recurrent_state.shape[0]}")
+        self.conv_state, self.recurrent_state = conv_state, recurrent_state
+
+    # -------------------------------------------------------------------------------------------------- forward
+    def _split_projections(self, qkvz: torch.Tensor, ba: torch.Tensor):
+        """-> conv input ``[T, conv_dim]`` (q, k, v), ``z [T, Hv, Dv]``, ``b, a [T, Hv]``."""
+        T = qkvz.shape[0]
+        if self.layout == "qwen3_next":  # HF fix_query_key_value_ordering, on this rank's key-head groups
+            r = self.num_v_heads // self.num_k_heads
+            dk, dv = self.head_k_dim, self.head_v_dim
+            q, k, v, z = qkvz.view(T, self.num_k_heads, -1).split([dk, dk, r * dv, r * dv], dim=-1)
+            b, a = ba.view(T, self.num_k_heads, 2 * r).split([r, r], dim=-1)
+            mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
+        else:
+            mixed, z = qkvz.split([self.conv_dim, self.value_dim], dim=-1)
+            b, a = ba.split([self.num_v_heads, self.num_v_heads], dim=-1)
+        return (mixed, z.reshape(T, self.num_v_heads, self.head_v_dim), b.reshape(T, self.num_v_heads),
+                a.reshape(T, self.num_v_heads))
+
+    def _qkv_heads(self, conv_out: torch.Tensor):
+        """``[N, T, conv_dim]`` -> q, k ``[N, T, Hk, Dk]``, v ``[N, T, Hv, Dv]``."""
+        q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        N, T = conv_out.shape[:2]
+        return (q.reshape(N, T, self.num_k_heads, self.head_k_dim), k.reshape(N, T, self.num_k_heads, self.head_k_dim),
+                v.reshape(N, T, self.num_v_heads, self.head_v_dim))
+
+    def _read_states(self, slots: list[int], fresh: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.tensor(slots, dtype=torch.long, device=self.conv_state.device)
+        keep = torch.tensor([not f for f in fresh], dtype=torch.bool, device=idx.device)
+        conv = self.conv_state.index_select(0, idx)
+        rec = self.recurrent_state.index_select(0, idx)
+        # where, not multiply: a recycled slot's contents must not leak into a fresh sequence, NaN included
+        conv = torch.where(keep.view(-1, 1, 1), conv, torch.zeros_like(conv))
+        rec = torch.where(keep.view(-1, 1, 1, 1), rec, torch.zeros_like(rec))
+        return conv, rec
+
+    def _write_states(self, slots: list[int], conv: torch.Tensor, rec: torch.Tensor) -> None:
+        idx = torch.tensor(slots, dtype=torch.long, device=self.conv_state.device)
+        self.conv_state.index_copy_(0, idx, conv.to(self.conv_state.dtype))
+        self.recurrent_state.index_copy_(0, idx, rec.to(self.recurrent_state.dtype))
+
+    def forward(self, hidden_states: torch.Tensor, meta: StateMetadata) -> torch.Tensor:
+        """``hidden_states [num_tokens, hidden]`` -> ``[num_tokens, hidden]``; reads and advances each sequence's
+        state slot."""
+        if self.conv_state is None:
+            raise RuntimeError(f"{self.layer_name or 'GatedDeltaNet'}: no state bound (call bind_state first)")
+        cu, slots, fresh = meta.host()
+        live = [i for i in range(len(slots)) if slots[i] != PAD_SLOT and cu[i + 1] > cu[i]]
+        live_slots = [slots[i] for i in live]
+        if len(set(live_slots)) != len(live_slots):
+            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: two sequences of one batch share a state slot "
+                             f"({live_slots})")
+        T = hidden_states.shape[0]
+        mixed, z, b, a = self._split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states))
+        g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
+        weight = self.conv1d.weight.squeeze(1)
+        core = hidden_states.new_zeros(T, self.num_v_heads, self.head_v_dim)  # padding tokens stay zero
+
+        decodes = [i for i in live if cu[i + 1] - cu[i] == 1]
+        if decodes:  # one token each: batched conv update + recurrent step
+            tok = torch.tensor([cu[i] for i in decodes], dtype=torch.long, device=hidden_states.device)
+            ds = [slots[i] for i in decodes]
+            conv0, rec0 = self._read_states(ds, [fresh[i] for i in decodes])
+            x, conv1 = gd.causal_conv1d(mixed[tok].unsqueeze(1), weight, conv0)
+            q, k, v = self._qkv_heads(x)
+            o, rec1 = gd.recurrent_gated_delta_rule(q, k, v, g[tok].unsqueeze(1), beta[tok].unsqueeze(1), rec0)
+            core[tok] = o[:, 0].to(core.dtype)
+            self._write_states(ds, conv1, rec1)
+        for i in live:  # prefill segments (a whole prompt or one chunk of it): chunked op, one sequence at a time
+            s, e = cu[i], cu[i + 1]
+            if e - s == 1:
+                continue
+            conv0, rec0 = self._read_states([slots[i]], [fresh[i]])
+            x, conv1 = gd.causal_conv1d(mixed[s:e].unsqueeze(0), weight, conv0)
+            q, k, v = self._qkv_heads(x)
+            o, rec1 = gd.chunk_gated_delta_rule(q, k, v, g[s:e].unsqueeze(0), beta[s:e].unsqueeze(0), rec0,
+                                                chunk_size=self.chunk_size)
+            core[s:e] = o[0].to(core.dtype)
+            self._write_states([slots[i]], conv1, rec1)
+
+        o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+        return self.out_proj(o.reshape(T, self.value_dim))

@@ -1,0 +1,141 @@
+"""Per-request state pool for recurrent layers (Gated DeltaNet today; Mamba-2 / RWKV-style layers later).
+
+A K/V cache grows with the sequence and is paged; a recurrent layer instead keeps a fixed-size state per request, so
+its cache is a pool of *slots*: one slot per running request, the same slot index in every recurrent layer.
+
+A layer declares what one slot holds with :class:`StateSpec` (the ``state_spec()`` of
+``runtime/layers/gated_deltanet.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every declared
+layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at admission,
+``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
+:class:`~modelgen.runtime.engine.block_manager.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
+applies unchanged.
+
+Slot ``-1`` (:data:`PAD_SLOT`) marks a padding sequence in a batch: layers never read or write it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .engine.block_manager import CacheFullError
+
+PAD_SLOT = -1
+
+
+class StateFullError(CacheFullError):
+    """Raised when every state slot is held by another sequence."""
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """What one slot of one recurrent layer holds (per tensor-parallel rank).
+
+    name            : layer name, the key of the pool's tensors (e.g. ``"layers.0.linear_attn"``)
+    conv_shape      : ``(conv_dim, K - 1)``: the last K-1 inputs of the depthwise causal conv1d (q, k, v channels)
+    conv_dtype      : model dtype (transformers keeps the conv state in the dtype of the projected q/k/v)
+    recurrent_shape : ``(num_v_heads, head_k_dim, head_v_dim)``: the delta-rule state S
+    recurrent_dtype : float32 by default: transformers' torch functions and fla's kernels both return the final state
+                      in float32 and HF's cache stores it as returned (``zeros_like`` of it); a bf16 state would round
+                      on every decode step of a long generation. vLLM exposes the choice (``mamba_ssm_cache_dtype``);
+                      ``GatedDeltaNet(state_dtype=...)`` does too.
+    kind            : cache kind for ``KVSpec``-style dispatch (``"recurrent_state"``)
+    """
+
+    name: str
+    conv_shape: tuple[int, int]
+    conv_dtype: torch.dtype
+    recurrent_shape: tuple[int, int, int]
+    recurrent_dtype: torch.dtype = torch.float32
+    kind: str = "recurrent_state"
+
+    def bytes_per_slot(self) -> int:
+        def nbytes(shape, dtype) -> int:
+            n = 1
+            for d in shape:
+                n *= d
+            return n * torch.empty((), dtype=dtype).element_size()
+
+        return nbytes(self.conv_shape, self.conv_dtype) + nbytes(self.recurrent_shape, self.recurrent_dtype)
+
+
+class StatePool:
+    """``num_slots`` slots of every layer in ``specs``, zero-initialised, plus the slot bookkeeping of sequences.
+
+    ``tensors()`` maps each layer name to ``(conv_state [num_slots, *conv_shape], recurrent_state [num_slots,
+    *recurrent_shape])``, what the layers' ``bind_state`` takes.
+    """
+
+    def __init__(self, specs: list[StateSpec], num_slots: int, device: torch.device | str = "cpu"):
+        if num_slots < 1:
+            raise ValueError(f"StatePool: num_slots must be positive, got {num_slots}")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"StatePool: duplicate layer names in the state specs: {names}")
+        for s in specs:
+            if s.kind != "recurrent_state":
+                raise ValueError(f"StatePool: {s.name}: state kind {s.kind!r} is not 'recurrent_state'")
+        self.specs = list(specs)
+        self.num_slots = num_slots
+        self.conv: dict[str, torch.Tensor] = {}
+        self.recurrent: dict[str, torch.Tensor] = {}
+        for s in self.specs:
+            self.conv[s.name] = torch.zeros((num_slots, *s.conv_shape), dtype=s.conv_dtype, device=device)
+            self.recurrent[s.name] = torch.zeros((num_slots, *s.recurrent_shape), dtype=s.recurrent_dtype,
+                                                 device=device)
+        self.free_slots: list[int] = list(range(num_slots - 1, -1, -1))  # pop() hands out low ids first
+        self.slots: dict[int, int] = {}  # seq_id -> slot
+
+    # -------------------------------------------------------------------------------------------------- memory
+    @staticmethod
+    def bytes_per_slot_of(specs: list[StateSpec]) -> int:
+        """Bytes one slot costs across all layers: what the engine divides its state budget by, before allocating."""
+        return sum(s.bytes_per_slot() for s in specs)
+
+    def bytes_per_slot(self) -> int:
+        return self.bytes_per_slot_of(self.specs)
+
+    def tensors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {name: (self.conv[name], self.recurrent[name]) for name in self.conv}
+
+    # ------------------------------------------------------------------------------------------------ bookkeeping
+    @property
+    def num_free(self) -> int:
+        return len(self.free_slots)
+
+    def can_allocate(self, seq_id: int) -> bool:
+        return seq_id in self.slots or bool(self.free_slots)
+
+    def allocate(self, seq_id: int) -> int:
+        """The slot of ``seq_id`` (a new, zeroed one at first call); StateFullError when none is free."""
+        if seq_id in self.slots:
+            return self.slots[seq_id]
+        if not self.free_slots:
+            raise StateFullError(
+                f"state pool full: sequence {seq_id} needs a state slot, 0 free of {self.num_slots} "
+                f"(held by sequences {sorted(self.slots)})"
+            )
+        slot = self.free_slots.pop()
+        self.reset(slot)
+        self.slots[seq_id] = slot
+        return slot
+
+    def slot(self, seq_id: int) -> int:
+        try:
+            return self.slots[seq_id]
+        except KeyError:
+            raise KeyError(f"state pool: sequence {seq_id} holds no state slot (allocate it at admission)") from None
+
+    def free(self, seq_id: int) -> None:
+        """Return ``seq_id``'s slot (no-op when it holds none, like ``BlockManager.release``)."""
+        slot = self.slots.pop(seq_id, None)
+        if slot is not None:
+            self.free_slots.append(slot)
+
+    def reset(self, slot: int) -> None:
+        """Zero ``slot`` in every layer (a fresh request's conv history and delta-rule state are zeros)."""
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"state pool: slot {slot} out of range [0, {self.num_slots})")
+        for name in self.conv:
+            self.conv[name][slot].zero_()
+            self.recurrent[name][slot].zero_()
