@@ -47,3 +47,20 @@ def test_recompile_guard_is_live(llama_checkpoint):
             llm.generate([[1, 2, 3]], SamplingParams(max_new_tokens=3, ignore_eos=True))
     finally:
         torch.compiler.set_stance("default")
+
+
+def test_runner_refuses_recompiles_after_its_own_warmup(llama_checkpoint):
+    """The runner sets the stance itself after warm-up (the Neuron guide's compile contract), scoped to its calls."""
+    torch._dynamo.reset()
+    path, _ = llama_checkpoint("gqa")
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
+              prefill_buckets=[16], decode_buckets=[1], compile=True)
+    llm.warmup()
+    assert llm.runner.warm
+    params = SamplingParams(max_new_tokens=3, ignore_eos=True)
+    assert len(llm.generate([[1, 2, 3]], params)[0]) == 3  # warmed buckets: no recompile needed
+    llm.runner.decode_buckets = [2]  # a bucket that was never traced
+    with pytest.raises(Exception, match="(?i)recompil"):
+        llm.generate([[1, 2, 3]], params)
+    # outside the runner's calls the global stance is untouched: other code still compiles new graphs
+    assert torch.equal(torch.compile(lambda x: x * 3 + 1)(torch.ones(2)), torch.full((2,), 4.0))

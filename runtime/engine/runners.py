@@ -6,6 +6,7 @@ builds the per-layer ``attn_metadata`` dict of the vLLM Neuron runner and calls 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -160,7 +161,17 @@ class NeuronRunner:
             _dynamo.config.cache_size_limit = max(64, 4 * n_graphs)
             _dynamo.config.accumulated_cache_size_limit = 4 * _dynamo.config.cache_size_limit
             self.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
+        self.compiled = compile
+        self.warm = False  # after warmup() a compiled runner refuses to recompile (Neuron: graphs are fixed)
         self.rank = torch.tensor(_tp_rank(), dtype=torch.int64, device=device)
+
+    def _stance(self):
+        """After warm-up every bucket is traced; a new shape would be a silent recompile on CPU and a failed
+        NEFF lookup on Neuron, so it raises instead (torch.compiler stance ``fail_on_recompile``, scoped to
+        this runner's calls so other models in the process are unaffected)."""
+        if self.compiled and self.warm:
+            return torch.compiler.set_stance("fail_on_recompile")
+        return contextlib.nullcontext()
 
     def _bucket(self, n: int, buckets: list[int], what: str) -> int:
         for b in buckets:
@@ -253,7 +264,8 @@ class NeuronRunner:
             total = sum(len(w.token_ids) for w in work)
             kwargs["sampling_positions"] = torch.arange(total, device=self.device)
             return self.model.forward(**kwargs)
-        return self.forward(**kwargs)[:n]
+        with self._stance():
+            return self.forward(**kwargs)[:n]
 
     @torch.inference_mode()
     def step_sample(self, work: list[Work], params: list) -> list[int]:
@@ -262,7 +274,8 @@ class NeuronRunner:
         rows = kwargs["sampling_positions"].shape[0]
         table = [[p.top_k, p.top_p, p.temperature] for p in params] + [[0, 1.0, 0.0]] * (rows - n)
         kwargs["sampling_params"] = torch.tensor(table, dtype=torch.float32, device=self.device)
-        tokens, _ = self.forward(**kwargs)
+        with self._stance():
+            tokens, _ = self.forward(**kwargs)
         return tokens[:n].tolist()
 
     @torch.inference_mode()
@@ -276,6 +289,7 @@ class NeuronRunner:
         for r in self.decode_buckets:
             for c in self.decode_context_buckets:
                 self.forward(**self._synthetic(r, prefill=False, context=c))
+        self.warm = True
 
     def _synthetic(self, n: int, prefill: bool, context: int | None = None) -> dict:
         dev = self.device
