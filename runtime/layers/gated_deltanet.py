@@ -236,28 +236,6 @@ class GatedDeltaNet(nn.Module):
         self.conv_state, self.recurrent_state = conv_state, recurrent_state
 
     # -------------------------------------------------------------------------------------------------- forward
-    def _split_projections(self, qkvz: torch.Tensor, ba: torch.Tensor):
-        """-> conv input ``[T, conv_dim]`` (q, k, v), ``z [T, Hv, Dv]``, ``b, a [T, Hv]``."""
-        T = qkvz.shape[0]
-        if self.layout == "qwen3_next":  # HF fix_query_key_value_ordering, on this rank's key-head groups
-            r = self.num_v_heads // self.num_k_heads
-            dk, dv = self.head_k_dim, self.head_v_dim
-            q, k, v, z = qkvz.view(T, self.num_k_heads, -1).split([dk, dk, r * dv, r * dv], dim=-1)
-            b, a = ba.view(T, self.num_k_heads, 2 * r).split([r, r], dim=-1)
-            mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
-        else:
-            mixed, z = qkvz.split([self.conv_dim, self.value_dim], dim=-1)
-            b, a = ba.split([self.num_v_heads, self.num_v_heads], dim=-1)
-        return (mixed, z.reshape(T, self.num_v_heads, self.head_v_dim), b.reshape(T, self.num_v_heads),
-                a.reshape(T, self.num_v_heads))
-
-    def _qkv_heads(self, conv_out: torch.Tensor):
-        """``[N, T, conv_dim]`` -> q, k ``[N, T, Hk, Dk]``, v ``[N, T, Hv, Dv]``."""
-        q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        N, T = conv_out.shape[:2]
-        return (q.reshape(N, T, self.num_k_heads, self.head_k_dim), k.reshape(N, T, self.num_k_heads, self.head_k_dim),
-                v.reshape(N, T, self.num_v_heads, self.head_v_dim))
-
     def _read_states(self, slots: list[int], fresh: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.tensor(slots, dtype=torch.long, device=self.conv_state.device)
         keep = torch.tensor([not f for f in fresh], dtype=torch.bool, device=idx.device)
@@ -285,7 +263,9 @@ class GatedDeltaNet(nn.Module):
             raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: two sequences of one batch share a state slot "
                              f"({live_slots})")
         T = hidden_states.shape[0]
-        mixed, z, b, a = self._split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states))
+        heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
+        mixed, z, b, a = gd.split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states),
+                                              self.layout, *heads)
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         weight = self.conv1d.weight.squeeze(1)
         core = hidden_states.new_zeros(T, self.num_v_heads, self.head_v_dim)  # padding tokens stay zero
@@ -296,7 +276,7 @@ class GatedDeltaNet(nn.Module):
             ds = [slots[i] for i in decodes]
             conv0, rec0 = self._read_states(ds, [fresh[i] for i in decodes])
             x, conv1 = gd.causal_conv1d(mixed[tok].unsqueeze(1), weight, conv0)
-            q, k, v = self._qkv_heads(x)
+            q, k, v = gd.split_conv_output(x, *heads)
             o, rec1 = gd.recurrent_gated_delta_rule(q, k, v, g[tok].unsqueeze(1), beta[tok].unsqueeze(1), rec0)
             core[tok] = o[:, 0].to(core.dtype)
             self._write_states(ds, conv1, rec1)
@@ -306,7 +286,7 @@ class GatedDeltaNet(nn.Module):
                 continue
             conv0, rec0 = self._read_states([slots[i]], [fresh[i]])
             x, conv1 = gd.causal_conv1d(mixed[s:e].unsqueeze(0), weight, conv0)
-            q, k, v = self._qkv_heads(x)
+            q, k, v = gd.split_conv_output(x, *heads)
             o, rec1 = gd.chunk_gated_delta_rule(q, k, v, g[s:e].unsqueeze(0), beta[s:e].unsqueeze(0), rec0,
                                                 chunk_size=self.chunk_size)
             core[s:e] = o[0].to(core.dtype)

@@ -75,6 +75,41 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     return h.to(dtype)
 
 
+def split_projections(
+    qkvz: torch.Tensor, ba: torch.Tensor, layout: str, num_k_heads: int, num_v_heads: int, head_k_dim: int,
+    head_v_dim: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused projections ``qkvz [T, *]``, ``ba [T, 2 * Hv]`` (one rank's heads) -> conv input ``[T, 2*Hk*Dk + Hv*Dv]``
+    ordered ``[q, k, v]`` as HF's ``conv1d`` channels, ``z [T, Hv, Dv]``, ``b, a [T, Hv]``.
+
+    ``"qwen3_next"``: rows interleaved per key head, ``[q (Dk), k (Dk), v (r*Dv), z (r*Dv)]`` and ``[b (r), a (r)]``
+    (HF ``Qwen3NextGatedDeltaNet.fix_query_key_value_ordering``); ``"qwen3_5"``: ``[q, k, v, z]`` and ``[b, a]``
+    blocks (HF's separate ``in_proj_qkv``/``in_proj_z``/``in_proj_b``/``in_proj_a`` stacked).
+    """
+    T = qkvz.shape[0]
+    dk, dv = head_k_dim, head_v_dim
+    if layout == "qwen3_next":
+        r = num_v_heads // num_k_heads
+        q, k, v, z = qkvz.view(T, num_k_heads, -1).split([dk, dk, r * dv, r * dv], dim=-1)
+        b, a = ba.view(T, num_k_heads, 2 * r).split([r, r], dim=-1)
+        mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
+    elif layout == "qwen3_5":
+        mixed, z = qkvz.split([2 * num_k_heads * dk + num_v_heads * dv, num_v_heads * dv], dim=-1)
+        b, a = ba.split([num_v_heads, num_v_heads], dim=-1)
+    else:
+        raise ValueError(f"split_projections: layout {layout!r} is not 'qwen3_next' or 'qwen3_5'")
+    return mixed, z.reshape(T, num_v_heads, dv), b.reshape(T, num_v_heads), a.reshape(T, num_v_heads)
+
+
+def split_conv_output(x: torch.Tensor, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int):
+    """Conv output ``[..., 2*Hk*Dk + Hv*Dv]`` -> q, k ``[..., Hk, Dk]``, v ``[..., Hv, Dv]``."""
+    key_dim = num_k_heads * head_k_dim
+    q, k, v = x.split([key_dim, key_dim, num_v_heads * head_v_dim], dim=-1)
+    lead = x.shape[:-1]
+    return (q.reshape(*lead, num_k_heads, head_k_dim), k.reshape(*lead, num_k_heads, head_k_dim),
+            v.reshape(*lead, num_v_heads, head_v_dim))
+
+
 # ------------------------------------------------------------------------------------------------ causal conv1d
 def causal_conv1d(
     x: torch.Tensor,
