@@ -1,17 +1,337 @@
-"""Tokenizer from a checkpoint's ``tokenizer.json`` (``tokenizers``), with chat templates from
-``tokenizer_config.json`` rendered in a sandboxed Jinja2 environment (templates are data, not code)."""
+"""Tokenizer from a checkpoint's ``tokenizer.json`` (``tokenizers``), with chat templates rendered in a sandboxed,
+bounded Jinja2 environment (templates are untrusted data, not code).
+
+Chat template limits (see SECURITY.md). Jinja2's ImmutableSandboxedEnvironment already blocks attribute escapes and
+mutation of lists/dicts and caps ``range`` at 100,000 items; on top of it every render here has
+  * a time limit (``RENDER_SECONDS``), checked at every loop iteration, call, operator and output node, so nested
+    loops and recursive macros stop in time without a watchdog thread;
+  * a size budget (``RENDER_CHARS``, grown with the size of the messages): every operation that can make a string or
+    list larger than its inputs (``*``, ``+``, ``~``, ``%``, ``**``, ``join``, ``replace``, ``center``/``ljust``/...,
+    ``format``, ``indent``, ``wordwrap``, filter and method results) and every piece of output is charged against
+    it, with the size computed *before* the operation where it can explode (``'x' * 10**10`` is refused without
+    being built);
+  * a cap on integer sizes (``**`` and ``*`` of huge ints) and on template text length.
+Every violation, and every template error (syntax, undefined value, sandbox refusal, ``raise_exception``), is a
+:class:`ChatTemplateError` whose one-line message names the template's file (``tokenizer_config.json`` or
+``chat_template.jinja``).
+"""
 from __future__ import annotations
 
+import contextvars
+import functools
 import json
+import re
+import time
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+RENDER_SECONDS = 1.0
+RENDER_CHARS = 16 << 20  # characters produced by one render, at least; grows with the input (see _render_budget)
+MAX_TEMPLATE_CHARS = 1 << 20
+MAX_INT_BITS = 1 << 16  # ints beyond ~19,700 decimal digits are refused (squaring loops would stall in C)
+# Sequences are sized item by item (Python speed); one with more items than this counts as over any budget, which
+# keeps every size check under ~0.1 s. Jinja's own range() stops at 100,000 items.
+MAX_ITEMS = 200_000
+_GUARD_ITER, _GUARD_OUT, _GUARD_CONCAT = "__modelgen_iter", "__modelgen_out", "__modelgen_concat"
+
+
+class TokenizerFileError(ValueError):
+    """A tokenizer file of the checkpoint could not be read; the message names the file."""
+
+
+class ChatTemplateError(ValueError):
+    """A chat template failed or exceeded a limit; the one-line message names the template's file."""
+
+
+class _LimitExceeded(Exception):
+    pass
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+# ------------------------------------------------------------------------------------------------- render budget
+class _Budget:
+    def __init__(self, chars: int, seconds: float):
+        self.limit = self.left = chars
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _LimitExceeded(f"rendering took longer than the {self.seconds:g} s render time limit")
+
+    def charge(self, size: int, what: str) -> None:
+        if size > self.left:
+            raise _LimitExceeded(
+                f"{what} would produce about {size} characters, over what is left of the {self.limit}-character "
+                f"render size limit"
+            )
+        self.left -= size
+
+
+_BUDGET: contextvars.ContextVar[_Budget] = contextvars.ContextVar("chat_template_budget")
+
+
+def _budget() -> _Budget:
+    budget = _BUDGET.get()
+    budget.tick()
+    return budget
+
+
+def _size(value: Any, cap: int) -> int:
+    """Printed size of ``value`` (as ``str()`` would make it), computed without building it; stops past ``cap``."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, (list, tuple, set, frozenset, dict, range)):
+        if len(value) > MAX_ITEMS:
+            return max(cap + 1, 3 * len(value))
+        total = 2
+        items = value.items() if isinstance(value, dict) else value
+        if isinstance(value, range):
+            return 2 + len(value) * (len(str(value[-1])) + 2) if len(value) else 7
+        for item in items:
+            total += 2 + (_size(item[0], cap) + _size(item[1], cap) + 2 if isinstance(value, dict) else _size(item, cap))
+            if total > cap:
+                return total
+        return total
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() // 3 + 2
+    return 32  # numbers, None, booleans, namespaces: small reprs
+
+
+def _check_ints(args: tuple, kwargs: dict, budget: _Budget, what: str) -> None:
+    """Widths and counts above the budget are refused before they reach str.center, batch, lipsum-style code."""
+    for v in (*args, *kwargs.values()):
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, int) and not isinstance(x, bool) and abs(x) > budget.left:
+                shown = x if x.bit_length() < 200 else f"of {x.bit_length()} bits"
+                raise _LimitExceeded(f"{what}: numeric argument {shown} is over the {budget.left} characters left "
+                                     f"of the {budget.limit}-character render size limit")
+
+
+_FORMAT_WIDTH = re.compile(r"\d{8,}")  # a width/precision of 10**7 or more in a %- or {}-format string
+
+
+def _precheck_format(fmt: str, values: list, budget: _Budget, what: str) -> None:
+    m = _FORMAT_WIDTH.search(fmt)
+    if m and int(m.group()) > budget.left:
+        raise _LimitExceeded(f"{what}: width {m.group()} in the format string is over the render size limit")
+    fields = fmt.count("%") + fmt.count("{")  # each field may print the largest argument once
+    largest = max((_size(v, budget.left) for v in values), default=0)
+    budget.charge(len(fmt) + fields * largest, what)
+
+
+def _precheck_join(items: list, sep: str, budget: _Budget, what: str) -> None:
+    budget.charge(sum(_size(x, budget.left) for x in items) + len(sep) * max(len(items) - 1, 0), what)
+
+
+def _precheck_replace(s: str, old: str, new: str, count: int | None, budget: _Budget, what: str) -> None:
+    hits = len(s) + 1 if old == "" else s.count(old)
+    if count is not None and count >= 0:
+        hits = min(hits, count)
+    budget.charge(len(s) + hits * max(len(new) - len(old), 0), what)
+
+
+def _precheck_str_method(s: str, name: str, args: list, kwargs: dict, budget: _Budget) -> None:
+    what = f"str.{name}()"
+    if name in ("ljust", "rjust", "center", "zfill") and args and isinstance(args[0], int):
+        budget.charge(max(len(s), args[0]), what)
+    elif name == "expandtabs":
+        tab = args[0] if args else kwargs.get("tabsize", 8)
+        budget.charge(len(s) + s.count("\t") * max(int(tab), 0), what)
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        _precheck_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count"), budget, what)
+    elif name in ("format", "format_map"):
+        values = list(args) + list(kwargs.values())
+        if name == "format_map" and args and isinstance(args[0], dict):
+            values = list(args[0].values())
+        _precheck_format(s, values, budget, what)
+
+
+# Filters whose output can be far larger than their input: checked before they run (value = first argument).
+def _precheck_filter(name: str, value: Any, args: list, kwargs: dict, budget: _Budget) -> None:
+    what = f"filter '{name}'"
+    if name == "center":
+        width = args[0] if args else kwargs.get("width", 80)
+        budget.charge(max(_size(value, budget.left), int(width)), what)
+    elif name == "replace" and isinstance(value, str) and len(args) >= 2:
+        _precheck_replace(value, str(args[0]), str(args[1]), args[2] if len(args) > 2 else kwargs.get("count"),
+                          budget, what)
+    elif name == "indent":
+        width = args[0] if args else kwargs.get("width", 4)
+        lines = str(value).count("\n") + 1 if isinstance(value, str) else 1
+        budget.charge(_size(value, budget.left) + lines * (len(width) if isinstance(width, str) else int(width)), what)
+    elif name == "wordwrap":
+        wrap = args[2] if len(args) > 2 else kwargs.get("wrapstring") or "\n"
+        budget.charge(_size(value, budget.left) * (1 + len(str(wrap))), what)
+    elif name == "format" and isinstance(value, str):
+        _precheck_format(value, list(args) + list(kwargs.values()), budget, what)
+
+
+def _guard_filter(name: str, fn):
+    from jinja2.utils import _PassArg
+
+    skip = 1 if _PassArg.from_obj(fn) is not None else 0  # context / eval context / environment comes first
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        budget = _budget()
+        _check_ints(args, kwargs, budget, f"filter '{name}'")
+        args = list(args)
+        if len(args) > skip:
+            if name in ("join", "sum") and not isinstance(args[skip], (str, list, tuple)):
+                args[skip] = list(args[skip])  # materialise once: the precheck and the filter see the same items
+            value, rest = args[skip], args[skip + 1 :]
+            if name == "join" and not kwargs.get("attribute") and len(rest) <= 1:
+                _precheck_join(list(value), str(rest[0] if rest else kwargs.get("d", "")), budget, f"filter '{name}'")
+            elif name == "sum":
+                attribute = rest[0] if rest else kwargs.get("attribute")
+                start = rest[1] if len(rest) > 1 else kwargs.get("start", 0)
+                if attribute is None and isinstance(start, (list, tuple)):
+                    # Python's sum() concatenates sequences pairwise (quadratic time): build the result in one pass.
+                    budget.charge(_size(value, budget.left) + _size(start, budget.left), f"filter '{name}'")
+                    out = list(start)
+                    for item in value:
+                        out.extend(item)
+                    return type(start)(out)
+            else:
+                _precheck_filter(name, value, rest, kwargs, budget)
+        result = fn(*args, **kwargs)
+        if isinstance(result, (str, list, tuple)):
+            budget.charge(_size(result, budget.left), f"filter '{name}'")
+        return result
+
+    return guarded
+
+
+def _guard_iter(iterable):
+    """Every template ``for`` loop iterates through this: the time limit is checked at each iteration."""
+    budget = _budget()
+    for item in iterable:
+        budget.tick()
+        yield item
+
+
+def _guard_out(value):
+    """Every output node (literal text included) is charged, also inside macros and ``{% set %}`` blocks."""
+    budget = _budget()
+    budget.charge(_size(value, budget.left) if not isinstance(value, str) else len(value), "the output")
+    return value
+
+
+def _guard_concat(*parts):
+    """The ``~`` operator, with its size charged before joining."""
+    budget = _budget()
+    budget.charge(sum(_size(p, budget.left) for p in parts), "the '~' operator")
+    return "".join(str(p) for p in parts)
+
+
+_GUARDS = (_guard_iter, _guard_out, _guard_concat)
+
+
+def _bounded_environment():
+    from jinja2 import nodes
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.visitor import NodeTransformer
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "+", "**", "%"})
+
+        def call_binop(self, context, operator, left, right):
+            budget = _budget()
+            what = f"the '{operator}' operator"
+            if operator == "*":
+                seq, n = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+                    budget.charge(_size(seq, budget.left) * max(n, 0), what)
+                elif isinstance(left, int) and isinstance(right, int) \
+                        and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+                    raise _LimitExceeded(f"{what}: integer result over {MAX_INT_BITS} bits")
+            elif operator == "+":
+                if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                    budget.charge(_size(left, budget.left) + _size(right, budget.left), what)
+            elif operator == "**":
+                if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0 \
+                        and right * abs(left).bit_length() > MAX_INT_BITS:
+                    raise _LimitExceeded(f"{what}: {left} ** {right} has over {MAX_INT_BITS} bits")
+            elif operator == "%" and isinstance(left, str):
+                values = list(right) if isinstance(right, tuple) else list(right.values()) \
+                    if isinstance(right, dict) else [right]
+                _check_ints(tuple(values), {}, budget, what)
+                _precheck_format(left, values, budget, what)
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
+            budget = _budget()
+            if __obj in _GUARDS:  # the guards check their own arguments
+                return __context.call(__obj, *args, **kwargs)
+            name = getattr(__obj, "__name__", type(__obj).__name__)
+            _check_ints(args, kwargs, budget, f"{name}()")
+            owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+            if isinstance(owner, str):
+                if name == "join" and args:
+                    items = list(args[0])
+                    _precheck_join(items, owner, budget, "str.join()")
+                    args = (items, *args[1:])
+                else:
+                    _precheck_str_method(owner, name, list(args), kwargs, budget)
+            result = super().call(__context, __obj, *args, **kwargs)
+            if isinstance(result, (str, list, tuple)):
+                budget.charge(_size(result, budget.left), f"{name}()")
+            return result
+
+    class Guards(NodeTransformer):
+        """Route loops, output and ``~`` through the guards (the compiled template calls them as globals)."""
+
+        def _call(self, name: str, args: list, lineno: int):
+            return nodes.Call(nodes.Name(name, "load", lineno=lineno), args, [], None, None, lineno=lineno)
+
+        def visit_For(self, node):
+            node = self.generic_visit(node)
+            node.iter = self._call(_GUARD_ITER, [node.iter], node.lineno)
+            return node
+
+        def visit_Output(self, node):
+            node = self.generic_visit(node)
+            node.nodes = [self._call(_GUARD_OUT, [child], child.lineno) for child in node.nodes]
+            return node
+
+        def visit_Concat(self, node):
+            node = self.generic_visit(node)
+            return self._call(_GUARD_CONCAT, list(node.nodes), node.lineno)
+
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
+    env.filters = {name: _guard_filter(name, fn) for name, fn in env.filters.items()}
+    env.globals.pop("lipsum", None)  # n paragraphs of filler text: nothing a chat template needs
+    env.globals.update({_GUARD_ITER: _guard_iter, _GUARD_OUT: _guard_out, _GUARD_CONCAT: _guard_concat})
+    return env, Guards()
+
+
+# ------------------------------------------------------------------------------------------------------ tokenizer
+def _read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerFileError(f"{path}: cannot read: {_one_line(e)}") from None
+    except json.JSONDecodeError as e:
+        raise TokenizerFileError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise TokenizerFileError(f"{path}: expected a JSON object at top level, got {type(data).__name__}")
+    return data
+
 
 class Tokenizer:
-    def __init__(self, tokenizer: _HFTokenizer, config: dict):
+    def __init__(self, tokenizer: _HFTokenizer, config: dict, chat_template: str | None = None,
+                 template_source: str = "tokenizer_config.json"):
         self.tok = tokenizer
         self.config = config
+        self.chat_template = chat_template if chat_template is not None else _template_from_config(config, template_source)
+        self.template_source = template_source
+        self._compiled = None
 
     @classmethod
     def from_checkpoint(cls, directory: str | Path) -> "Tokenizer | None":
@@ -20,8 +340,20 @@ class Tokenizer:
         if not path.exists():
             return None
         cfg_path = directory / "tokenizer_config.json"
-        config = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.exists() else {}
-        return cls(_HFTokenizer.from_file(str(path)), config)
+        config = _read_json_object(cfg_path) if cfg_path.exists() else {}
+        try:
+            tok = _HFTokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises its own Exception type for malformed files
+            raise TokenizerFileError(f"{path}: not a valid tokenizers file: {_one_line(e)}") from None
+        # transformers v5 saves the template beside the config; it takes precedence there too.
+        jinja_path = directory / "chat_template.jinja"
+        if jinja_path.is_file():
+            try:
+                template = jinja_path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise TokenizerFileError(f"{jinja_path}: cannot read: {_one_line(e)}") from None
+            return cls(tok, config, template, str(jinja_path))
+        return cls(tok, config, None, str(cfg_path))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -31,25 +363,77 @@ class Tokenizer:
 
     def _special(self, key: str) -> str:
         value = self.config.get(key)
-        return value.get("content", "") if isinstance(value, dict) else (value or "")
+        return value.get("content", "") if isinstance(value, dict) else (value if isinstance(value, str) else "")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    def _fail(self, what: str, detail: Any) -> ChatTemplateError:
+        return ChatTemplateError(f"{self.template_source}: chat template {what}: {_one_line(detail)}")
 
-        template = self.config.get("chat_template")
-        if not template:
-            raise ValueError("the checkpoint's tokenizer_config.json has no chat_template")
+    def _template(self):
+        if self._compiled is None:
+            from jinja2 import TemplateSyntaxError
+
+            text = self.chat_template
+            if not text:
+                raise ChatTemplateError(f"{self.template_source}: the checkpoint has no chat_template")
+            if len(text) > MAX_TEMPLATE_CHARS:
+                raise self._fail("is too long", f"{len(text)} characters, limit {MAX_TEMPLATE_CHARS}")
+            env, guards = _bounded_environment()
+            try:
+                self._compiled = env.from_string(guards.visit(env.parse(text)))
+            except TemplateSyntaxError as e:
+                raise self._fail("syntax error", f"line {e.lineno}: {e.message}") from None
+            except RecursionError:
+                raise self._fail("is nested too deeply", "parser recursion limit reached") from None
+        return self._compiled
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, *,
+                            time_limit: float = RENDER_SECONDS) -> str:
+        from jinja2.exceptions import SecurityError, TemplateError, UndefinedError
+
+        template = self._template()
 
         def raise_exception(message: str) -> None:
-            raise ValueError(f"chat template: {message}")
+            raise ChatTemplateError(f"{self.template_source}: chat template raised an error: {_one_line(message)}")
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
-        return env.from_string(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self._special("bos_token"), eos_token=self._special("eos_token"),
-        )
+        input_chars = len(json.dumps(messages, default=str))
+        token = _BUDGET.set(_Budget(max(RENDER_CHARS, 16 * input_chars), time_limit))
+        try:
+            return "".join(template.generate(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self._special("bos_token"), eos_token=self._special("eos_token"),
+                raise_exception=raise_exception,
+            ))
+        except ChatTemplateError:
+            raise
+        except _LimitExceeded as e:
+            raise self._fail("exceeded a render limit", e) from None
+        except SecurityError as e:
+            raise self._fail("attempted an unsafe operation", e) from None
+        except UndefinedError as e:
+            raise self._fail("uses an undefined value", e) from None
+        except TemplateError as e:
+            raise self._fail("failed", e) from None
+        except RecursionError:
+            raise self._fail("recursed too deeply", "Python's recursion limit was reached") from None
+        except MemoryError:
+            raise self._fail("ran out of memory", "MemoryError") from None
+        except Exception as e:  # TypeError, ValueError, ZeroDivisionError, OverflowError from template expressions
+            raise self._fail("failed", f"{type(e).__name__}: {e}") from None
+        finally:
+            _BUDGET.reset(token)
 
     def encode_chat(self, user_message: str) -> list[int]:
         """One user turn rendered with the chat template (special tokens come from the template text)."""
         return self.encode(self.apply_chat_template([{"role": "user", "content": user_message}]), add_special_tokens=False)
+
+
+def _template_from_config(config: dict, source: str) -> str | None:
+    """``chat_template`` of tokenizer_config.json: a string, or a list of ``{name, template}`` (``default`` wins)."""
+    value = config.get("chat_template")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in value):
+        named = {t.get("name"): t["template"] for t in value}
+        return named.get("default", value[0]["template"] if value else None)
+    raise TokenizerFileError(f"{source}: field 'chat_template': expected a string or a list of "
+                             f"{{name, template}} objects, got {type(value).__name__}")
