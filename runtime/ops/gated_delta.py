@@ -166,7 +166,7 @@ def causal_conv1d_update(
 
 
 # ------------------------------------------------------------------------------------------------ gated delta rule
-def _prepare(q, k, v, g, beta, use_qk_l2norm: bool, scale: float | None):
+def prepare_inputs(q, k, v, g, beta, use_qk_l2norm: bool, scale: float | None):
     """``[B, T, H, D]`` inputs -> float32 ``[B, Hv, T, D]`` with key heads expanded, q/k normalised and q scaled."""
     num_v_heads = v.shape[2]
     q, k = expand_kv_heads(q, num_v_heads, 2), expand_kv_heads(k, num_v_heads, 2)
@@ -271,7 +271,7 @@ def chunk_gated_delta_rule(
     zeros.
     """
     if cu_seqlens is None:
-        qf, kf, vf, gf, bf = _prepare(q, k, v, g, beta, use_qk_l2norm, scale)
+        qf, kf, vf, gf, bf = prepare_inputs(q, k, v, g, beta, use_qk_l2norm, scale)
         state = _initial_state(initial_state, q.shape[0], vf.shape[1], kf.shape[-1], vf.shape[-1], vf)
         out, state = chunk_scan(qf, kf, vf, gf, bf, state, chunk_size)
         return out.transpose(1, 2).to(q.dtype), state
@@ -307,7 +307,7 @@ def recurrent_gated_delta_rule(
     Decode is ``T = 1`` with one row per sequence. Returns ``(out [B, T, Hv, Dv]`` in ``q.dtype``, ``final_state``
     float32 ``[B, Hv, Dk, Dv])``.
     """
-    qf, kf, vf, gf, bf = _prepare(q, k, v, g, beta, use_qk_l2norm, scale)
+    qf, kf, vf, gf, bf = prepare_inputs(q, k, v, g, beta, use_qk_l2norm, scale)
     state = _initial_state(initial_state, q.shape[0], vf.shape[1], kf.shape[-1], vf.shape[-1], vf)
     outs = []
     for t in range(q.shape[1]):
