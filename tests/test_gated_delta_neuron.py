@@ -130,3 +130,39 @@ def test_buckets_trace_fullgraph_without_recompiles():
                 torch.testing.assert_close(after[1], rec, atol=2e-5, rtol=2e-5)
         finally:
             torch.compiler.set_stance("default")
+
+
+@pytest.mark.parametrize("layout", ["qwen3_next", "qwen3_5"])
+def test_neuron_loaders_match_rocm_shards(tmp_path, monkeypatch, layout):
+    """The neuron closure loader gives each rank the transposed twin of the rocm layer's shard (TP=2 simulated)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from modelgen.runtime import distributed as dist
+    from modelgen.runtime.layers.gated_deltanet import GatedDeltaNet
+    from tests.test_gated_deltanet_layer import DK, DV, EPS, HK, HV, KERNEL, load_into
+
+    hf = make_hf(layout)
+    sd = {k: v.contiguous() for k, v in hf.state_dict().items()}
+    save_file(sd, str(tmp_path / "w.safetensors"))
+    K, V = HK * DK, HV * DV
+    if layout == "qwen3_next":
+        tensors = {"in_proj_qkvz.weight": (["in_proj_qkvz.weight"], [[2 * K + 2 * V]]),
+                   "in_proj_ba.weight": (["in_proj_ba.weight"], [[2 * HV]])}
+    else:
+        tensors = {"in_proj_qkvz.weight": (["in_proj_qkv.weight", "in_proj_z.weight"], [[K, K, V], [V]]),
+                   "in_proj_ba.weight": (["in_proj_b.weight", "in_proj_a.weight"], [[HV], [HV]])}
+    tensors.update({"conv1d.weight": (["conv1d.weight"], [[K, K, V]]), "A_log": (["A_log"], [[HV]]),
+                    "dt_bias": (["dt_bias"], [[HV]])})
+    with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
+        for rank in range(2):
+            monkeypatch.setattr(dist, "tp_size", lambda: 2)
+            monkeypatch.setattr(dist, "tp_rank", lambda r=rank: r)
+            layer = GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layout=layout)
+            load_into(layer, sd)
+            params = dict(layer.named_parameters())
+            for name, (keys, parts) in tensors.items():
+                loader = ngd.head_parts_weight_loader(parts, 2, is_storage_transposed=True)
+                got = loader.transform([f.get_slice(k) for k in keys], rank)
+                want = params[name].data
+                assert torch.equal(got, want.t() if want.dim() == 2 else want), (name, rank)
