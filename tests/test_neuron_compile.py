@@ -53,13 +53,13 @@ def test_runner_refuses_recompiles_after_its_own_warmup(llama_checkpoint):
     """The runner sets the stance itself after warm-up (the Neuron guide's compile contract), scoped to its calls."""
     torch._dynamo.reset()
     path, _ = llama_checkpoint("gqa")
-    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=4,
-              prefill_buckets=[16], decode_buckets=[1], compile=True)
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=2,
+              prefill_buckets=[16], decode_buckets=[2], compile=True)
     llm.warmup()
     assert llm.runner.warm
     params = SamplingParams(max_new_tokens=3, ignore_eos=True)
     assert len(llm.generate([[1, 2, 3]], params)[0]) == 3  # warmed buckets: no recompile needed
-    llm.runner.decode_buckets = [2]  # a bucket that was never traced
+    llm.runner.decode_buckets = [1]  # a bucket that was never traced
     with pytest.raises(Exception, match="(?i)recompil"):
         llm.generate([[1, 2, 3]], params)
     # outside the runner's calls the global stance is untouched: other code still compiles new graphs
