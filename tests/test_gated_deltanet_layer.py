@@ -214,7 +214,7 @@ def test_state_spec_and_bind_errors():
         GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layout="qwen3")
     layer.bind_state(*StatePool([spec], 2).tensors()[spec.name])
     with pytest.raises(ValueError, match="share a state slot"):
-        layer(torch.zeros(2, HIDDEN), StateMetadata.build([1, 1], [0, 0], [True, True]))
+        layer(torch.zeros(3, HIDDEN), StateMetadata.build([2, 1], [0, 0], [True, True]))
 
 
 def test_state_pool_bookkeeping():
@@ -280,3 +280,42 @@ def test_tensor_parallel_2_equals_1(tmp_path, layout):
     mp.spawn(_tp_rank, args=(2, str(tmp_path / "init"), weights, layout, out), nprocs=2)
     for rank in range(2):
         close(load_file(f"{out}.rank{rank}.safetensors")["out"], want, f"TP=2 rank {rank}")
+
+
+@pytest.mark.slow
+def test_decode_only_path_is_sync_free_and_equals_host_path():
+    """decode_only batches (CUDA-graph decode) run without host reads: torch.compile(fullgraph=True) traces the layer,
+    padding rows (slot -1) and padding tokens stay out of the pool, and the result equals the host-routed path."""
+    import dataclasses
+
+    torch._dynamo.reset()
+    hf = make_hf("qwen3_5")
+    layer, pool = make_ours("qwen3_5", hf, num_slots=4)
+    gen = torch.Generator().manual_seed(7)
+    step(layer, pool, [(0, torch.randn(9, HIDDEN, generator=gen), True), (1, torch.randn(66, HIDDEN, generator=gen), True),
+                       (2, torch.randn(3, HIDDEN, generator=gen), True)])
+    x = torch.randn(6, HIDDEN, generator=gen)  # 4 rows (one padding) + 2 padding tokens
+    meta = StateMetadata.build([1, 1, 1, 1], [0, 2, PAD_SLOT, 1], [False, False, False, False])
+    assert meta.decode_only
+    name = layer.layer_name
+    start = (pool.conv[name].clone(), pool.recurrent[name].clone())
+    results = []
+    for run in ("host", "static", "compiled"):
+        pool.conv[name].copy_(start[0])
+        pool.recurrent[name].copy_(start[1])
+        with torch.no_grad():
+            if run == "host":
+                out = layer(x[:4], dataclasses.replace(meta, decode_only=False))
+                out = torch.cat([out, torch.zeros(2, HIDDEN)])
+            elif run == "static":
+                out = layer(x, meta)
+            else:
+                out = torch.compile(layer, fullgraph=True, dynamic=False)(x, meta)
+        results.append((out, pool.conv[name].clone(), pool.recurrent[name].clone()))
+    for out, conv, rec in results[1:]:
+        torch.testing.assert_close(out, results[0][0], atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(conv, results[0][1], atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(rec, results[0][2], atol=2e-5, rtol=2e-5)
+        assert torch.equal(out[2], torch.zeros(HIDDEN)) and torch.equal(out[4:], torch.zeros(2, HIDDEN))
+        assert torch.equal(conv[3], start[0][3]) and torch.equal(rec[3], start[1][3])  # unused slot untouched
+    assert not torch.equal(results[0][2][0], start[1][0])  # the step did advance real slots

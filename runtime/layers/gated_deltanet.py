@@ -54,11 +54,15 @@ class StateMetadata:
     state_slots : [num_seqs] int64 state-pool slot of each sequence (``PAD_SLOT`` = -1: padding sequence, ignored)
     fresh       : [num_seqs] bool, True when the sequence has no computed token yet (its first prefill chunk): its
                   state is read as zeros whatever the slot holds, then written
+    decode_only : every sequence has exactly one new token (``not AttentionMetadata.is_prefill``); sequence i is token
+                  i. Runs the sync-free static path (no host reads: capturable in a CUDA graph, traceable fullgraph);
+                  rows past the real batch are padding sequences with slot -1
     """
 
     cu_seqlens: torch.Tensor
     state_slots: torch.Tensor
     fresh: torch.Tensor
+    decode_only: bool = False
     _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -77,6 +81,7 @@ class StateMetadata:
             torch.tensor(cu, dtype=torch.int32, device=device),
             torch.tensor(slots, dtype=torch.int64, device=device),
             torch.tensor(fresh, dtype=torch.bool, device=device),
+            decode_only=all(n == 1 for n in query_lens),
             _host=(cu, list(slots), [bool(f) for f in fresh]),
         )
 
@@ -239,12 +244,7 @@ class GatedDeltaNet(nn.Module):
     def _read_states(self, slots: list[int], fresh: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.tensor(slots, dtype=torch.long, device=self.conv_state.device)
         keep = torch.tensor([not f for f in fresh], dtype=torch.bool, device=idx.device)
-        conv = self.conv_state.index_select(0, idx)
-        rec = self.recurrent_state.index_select(0, idx)
-        # where, not multiply: a recycled slot's contents must not leak into a fresh sequence, NaN included
-        conv = torch.where(keep.view(-1, 1, 1), conv, torch.zeros_like(conv))
-        rec = torch.where(keep.view(-1, 1, 1, 1), rec, torch.zeros_like(rec))
-        return conv, rec
+        return gd.read_state_rows(self.conv_state, idx, keep), gd.read_state_rows(self.recurrent_state, idx, keep)
 
     def _write_states(self, slots: list[int], conv: torch.Tensor, rec: torch.Tensor) -> None:
         idx = torch.tensor(slots, dtype=torch.long, device=self.conv_state.device)
@@ -256,30 +256,49 @@ class GatedDeltaNet(nn.Module):
         state slot."""
         if self.conv_state is None:
             raise RuntimeError(f"{self.layer_name or 'GatedDeltaNet'}: no state bound (call bind_state first)")
-        cu, slots, fresh = meta.host()
-        live = [i for i in range(len(slots)) if slots[i] != PAD_SLOT and cu[i + 1] > cu[i]]
-        live_slots = [slots[i] for i in live]
-        if len(set(live_slots)) != len(live_slots):
-            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: two sequences of one batch share a state slot "
-                             f"({live_slots})")
         T = hidden_states.shape[0]
         heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
         mixed, z, b, a = gd.split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states),
                                               self.layout, *heads)
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         weight = self.conv1d.weight.squeeze(1)
-        core = hidden_states.new_zeros(T, self.num_v_heads, self.head_v_dim)  # padding tokens stay zero
+        if meta.decode_only:
+            n = meta.state_slots.shape[0]
+            core = self._decode_rows(mixed[:n], g[:n], beta[:n], weight, meta.state_slots, meta.fresh)
+            if n < T:  # padding tokens past the batch
+                core = torch.cat([core, core.new_zeros(T - n, *core.shape[1:])])
+        else:
+            core = self._mixed_eager(mixed, g, beta, weight, meta)
+        o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+        return self.out_proj(o.reshape(T, self.value_dim))
 
+    def _decode_rows(self, mixed, g, beta, weight, slots: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+        """One token per row (row i = token i, slot -1 = padding row): conv update + recurrent step on the pool, no
+        host reads (the same static function as the neuron decode bucket)."""
+        return gd.gdn_mixer_static(
+            mixed, g, beta, weight, self.conv_state, self.recurrent_state, torch.arange(mixed.shape[0], device=mixed.device),
+            slots, fresh, num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim,
+            decode=True,
+        )
+
+    def _mixed_eager(self, mixed, g, beta, weight, meta: StateMetadata) -> torch.Tensor:
+        """Any mix of prefill segments and decode tokens (host-side routing: the CPU reference path)."""
+        cu, slots, fresh = meta.host()
+        live = [i for i in range(len(slots)) if slots[i] != PAD_SLOT and cu[i + 1] > cu[i]]
+        live_slots = [slots[i] for i in live]
+        if len(set(live_slots)) != len(live_slots):
+            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: two sequences of one batch share a state slot "
+                             f"({live_slots})")
+        heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
+        core = mixed.new_zeros(mixed.shape[0], self.num_v_heads, self.head_v_dim)  # padding tokens stay zero
         decodes = [i for i in live if cu[i + 1] - cu[i] == 1]
-        if decodes:  # one token each: batched conv update + recurrent step
-            tok = torch.tensor([cu[i] for i in decodes], dtype=torch.long, device=hidden_states.device)
-            ds = [slots[i] for i in decodes]
-            conv0, rec0 = self._read_states(ds, [fresh[i] for i in decodes])
-            x, conv1 = gd.causal_conv1d(mixed[tok].unsqueeze(1), weight, conv0)
-            q, k, v = gd.split_conv_output(x, *heads)
-            o, rec1 = gd.recurrent_gated_delta_rule(q, k, v, g[tok].unsqueeze(1), beta[tok].unsqueeze(1), rec0)
-            core[tok] = o[:, 0].to(core.dtype)
-            self._write_states(ds, conv1, rec1)
+        if decodes:  # one token each, batched
+            dev = mixed.device
+            tok = torch.tensor([cu[i] for i in decodes], dtype=torch.long, device=dev)
+            core[tok] = self._decode_rows(
+                mixed[tok], g[tok], beta[tok], weight, torch.tensor([slots[i] for i in decodes], device=dev),
+                torch.tensor([fresh[i] for i in decodes], dtype=torch.bool, device=dev),
+            ).to(core.dtype)
         for i in live:  # prefill segments (a whole prompt or one chunk of it): chunked op, one sequence at a time
             s, e = cu[i], cu[i + 1]
             if e - s == 1:
@@ -291,6 +310,4 @@ class GatedDeltaNet(nn.Module):
                                                 chunk_size=self.chunk_size)
             core[s:e] = o[0].to(core.dtype)
             self._write_states([slots[i]], conv1, rec1)
-
-        o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
-        return self.out_proj(o.reshape(T, self.value_dim))
+        return core
