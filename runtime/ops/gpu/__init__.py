@@ -29,20 +29,22 @@ def triton_problem() -> str | None:
 
 
 def _mode() -> str:
-    if "mode" not in _FORCED:
-        _FORCED["mode"] = os.environ.get("MODELGEN_BACKEND") or "auto"
-    return _FORCED["mode"] or "auto"
+    return _FORCED["mode"]
 
 
 def _on_cpu() -> bool:
-    if "cpu" not in _FORCED:
-        _FORCED["cpu"] = "1" if interpreting() and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1" else ""
-    return bool(_FORCED["cpu"])
+    return _FORCED["cpu"] == "1"
 
 
 def refresh() -> None:
-    """Re-read ``MODELGEN_BACKEND`` (tests flip it)."""
-    _FORCED.clear()
+    """Re-read ``MODELGEN_BACKEND`` / ``MODELGEN_TRITON_ON_CPU`` (tests flip them).
+
+    Read eagerly, here and at import, never lazily inside :func:`enabled`: a first call traced by ``torch.compile``
+    would record the cache as empty in its guards and then fill it, so the next call of the same graph would fail the
+    guard and recompile (a neuron runner warmed before any eager call recompiled its first real prefill).
+    """
+    _FORCED["mode"] = os.environ.get("MODELGEN_BACKEND") or "auto"
+    _FORCED["cpu"] = "1" if interpreting() and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1" else ""
 
 
 def interpreting() -> bool:
@@ -77,3 +79,6 @@ def num_sms(device_index: int | None) -> int:
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+refresh()
