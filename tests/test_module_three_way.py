@@ -14,6 +14,8 @@ in bf16 (floor: the error bf16 alone costs) and modelgen's module in bf16, on bo
   MoE softmax top-k              Qwen3MoeSparseMoeBlock               generated Qwen3MoeSparseMoeBlock   generated ...
   MoE sigmoid grouped + shared   Glm4MoeMoE                           generated Glm4MoeSparseMoeBlock    generated ...
 
+With a CUDA device the rocm modules also run there (``rocm-cuda``: the Triton kernels of ``runtime/ops/gpu``).
+
 The modelgen modules are taken from a model built by ``LLM`` from a saved checkpoint, so their weights arrive
 through the real loaders (fused QKV / gate-up shard ids on rocm, transposed closure loaders on neuron, stacked
 experts) -- a layout bug in a loader fails here at module level.
@@ -35,10 +37,21 @@ from modelgen.runtime.testing import assert_close_three_way
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import BASE, CASES
 
-TARGETS = ["rocm", "neuron"]
+# "rocm-cuda": the rocm modules on a CUDA GPU, where they run the Triton kernels of runtime/ops/gpu (fused
+# add+RMSNorm, RoPE, paged prefill/decode attention, MoE); HF gold and floor stay on the CPU.
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+TARGETS = ["rocm", "neuron", pytest.param("rocm-cuda", marks=CUDA)]
 INIT = 0.2
 FACTOR = 2.0  # ours may be at most twice as far from fp32 as HF's own bf16 run
 ATOL_REL = 1e-3
+
+
+def _dev(target: str) -> str:
+    return "cuda" if target == "rocm-cuda" else "cpu"
+
+
+def _rocm(target: str) -> bool:
+    return target.startswith("rocm")
 
 
 def check(gold, floor, ours, name: str):
@@ -82,7 +95,8 @@ def models(tmp_path_factory):
         key = (name, target)
         if key not in cache:
             # block_size 4: the test sequences span several, non-contiguous blocks.
-            cache[key] = LLM(cache[name][0], target=target, dtype="bfloat16", max_model_len=64, block_size=4)
+            cache[key] = LLM(cache[name][0], target=target.split("-")[0], dtype="bfloat16", max_model_len=64,
+                             block_size=4, device=_dev(target))
         d, hf, hf16 = cache[name]
         return hf, hf16, cache[key]
 
@@ -107,17 +121,18 @@ def test_rms_norm(target):
     hf, hf16 = _norm_pair()
     x = _randn(24, 64, seed=2, scale=3.0)
     gold, floor = hf(x), hf16(x.bfloat16())
-    if target == "rocm":
-        ours_mod = RMSNorm(64, eps=1e-5).to(torch.bfloat16)
+    if _rocm(target):
+        ours_mod = RMSNorm(64, eps=1e-5).to(_dev(target), torch.bfloat16)
         ours_mod.weight.data.copy_(hf16.weight)
-        ours = ours_mod(x.bfloat16())
+        ours = ours_mod(x.to(_dev(target), torch.bfloat16))
     else:
         ours = NF.rms_norm(x.bfloat16(), hf16.weight, 1e-5)
     assert ours.dtype == torch.bfloat16
     check(gold, floor, ours, f"rms_norm/{target}")
 
 
-def test_rms_norm_fused_residual_add():
+@pytest.mark.parametrize("target", ["rocm", pytest.param("rocm-cuda", marks=CUDA)])
+def test_rms_norm_fused_residual_add(target):
     """rocm's ``norm(x, residual) -> (norm(x + residual), x + residual)`` vs HF's decoder layer order (the residual
     add in the model dtype, then the norm); neuron adds the residual in the layer, as HF does."""
     from modelgen.runtime.layers.norm import RMSNorm
@@ -126,11 +141,12 @@ def test_rms_norm_fused_residual_add():
     x, r = _randn(24, 64, seed=3), _randn(24, 64, seed=4, scale=2.0)
     gold_res = x + r
     floor_res = x.bfloat16() + r.bfloat16()
-    ours_mod = RMSNorm(64, eps=1e-5).to(torch.bfloat16)
+    dev = _dev(target)
+    ours_mod = RMSNorm(64, eps=1e-5).to(dev, torch.bfloat16)
     ours_mod.weight.data.copy_(hf16.weight)
-    ours_normed, ours_res = ours_mod(x.bfloat16(), r.bfloat16())
-    check(gold_res, floor_res, ours_res, "add_rms_norm/residual")
-    check(hf(gold_res), hf16(floor_res), ours_normed, "add_rms_norm/normed")
+    ours_normed, ours_res = ours_mod(x.to(dev, torch.bfloat16), r.to(dev, torch.bfloat16))
+    check(gold_res, floor_res, ours_res, f"add_rms_norm/residual/{target}")
+    check(hf(gold_res), hf16(floor_res), ours_normed, f"add_rms_norm/normed/{target}")
 
 
 # --------------------------------------------------------------------------------------------------------------- RoPE
@@ -149,9 +165,11 @@ def _hf_rope(rotary_emb, apply, q: torch.Tensor, dtype: torch.dtype) -> torch.Te
 def _ours_rope(target: str, q: torch.Tensor, table: torch.Tensor, rotary_dim: int, style: str, module=None):
     import modelgen.runtime.neuron.functional as NF
 
-    if target == "rocm":
-        out, _ = module(POSITIONS, q, q.clone())
-        return out
+    if _rocm(target):
+        dev = _dev(target)
+        q = q.to(dev)
+        out, _ = module.to(dev)(POSITIONS.to(dev), q, q.clone())
+        return out.cpu()
     return NF.rope(q, table, POSITIONS, rotary_dim, style)
 
 
@@ -165,12 +183,12 @@ def test_rope_rotate_half(models, name, target):
         from transformers.models.glm4_moe.modeling_glm4_moe import apply_rotary_pos_emb
     head_dim = llm.config.head_dim
     attn = llm.model.model.layers[0].self_attn
-    rotary_dim = attn.rotary_emb.rotary_dim if target == "rocm" else attn.rotary_dim
+    rotary_dim = attn.rotary_emb.rotary_dim if _rocm(target) else attn.rotary_dim
     assert rotary_dim == (head_dim if name == "llama" else head_dim // 2)
     q = _randn(len(POSITIONS), 4, head_dim, seed=5, scale=2.0)
     gold = _hf_rope(hf.model.rotary_emb, apply_rotary_pos_emb, q, torch.float32)
     floor = _hf_rope(hf.model.rotary_emb, apply_rotary_pos_emb, q, torch.bfloat16)
-    table = None if target == "rocm" else llm.model.model.rope_cos_sin
+    table = None if _rocm(target) else llm.model.model.rope_cos_sin
     ours = _ours_rope(target, q.bfloat16(), table, rotary_dim, "rotate_half", getattr(attn, "rotary_emb", None))
     check(gold, floor, ours, f"rope/{name}/{target}")
     if rotary_dim < head_dim:  # the pass-through half is untouched (bit-exact in bf16)
@@ -238,22 +256,23 @@ def _ours_attention(llm, target: str, xs: list[torch.Tensor], dec_shift: int = 0
     attn = llm.model.model.layers[0].self_attn
     n = SEQ_LENS
     width = max(len(b) for b in BLOCKS)
-    tables = torch.tensor([b + [0] * (width - len(b)) for b in BLOCKS], dtype=torch.int32)
-    pre_x = torch.cat([x[:m] for x, m in zip(xs, n)]).bfloat16()
-    pre_pos = torch.cat([torch.arange(m) for m in n])
-    pre_slots = torch.tensor([_slot(s, p) for s, m in enumerate(n) for p in range(m)])
-    dec_x = torch.stack([x[m] for x, m in zip(xs, n)]).bfloat16()
-    dec_pos = torch.tensor(n) + dec_shift
-    dec_slots = torch.tensor([_slot(s, m) for s, m in enumerate(n)])
+    dev = _dev(target)
+    tables = torch.tensor([b + [0] * (width - len(b)) for b in BLOCKS], dtype=torch.int32, device=dev)
+    pre_x = torch.cat([x[:m] for x, m in zip(xs, n)]).to(dev, torch.bfloat16)
+    pre_pos = torch.cat([torch.arange(m) for m in n]).to(dev)
+    pre_slots = torch.tensor([_slot(s, p) for s, m in enumerate(n) for p in range(m)], device=dev)
+    dec_x = torch.stack([x[m] for x, m in zip(xs, n)]).to(dev, torch.bfloat16)
+    dec_pos = torch.tensor(n, device=dev) + dec_shift
+    dec_slots = torch.tensor([_slot(s, m) for s, m in enumerate(n)], device=dev)
     with torch.inference_mode():
-        if target == "rocm":
+        if _rocm(target):
             from modelgen.runtime.layers.attention import AttentionMetadata
 
             def meta(prefill, slots, q_lens, ctx):
-                cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
+                cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=dev)
                 return AttentionMetadata(is_prefill=prefill, slot_mapping=slots, cu_seqlens_q=cu,
-                                         context_lens=torch.tensor(ctx, dtype=torch.int32), block_tables=tables,
-                                         max_seqlen_q=max(q_lens))
+                                         context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
+                                         block_tables=tables, max_seqlen_q=max(q_lens))
 
             pre = attn(pre_pos, pre_x, meta(True, pre_slots, n, n))
             dec = attn(dec_pos, dec_x, meta(False, dec_slots, [1, 1], [m + 1 for m in n]))
@@ -270,7 +289,7 @@ def _ours_attention(llm, target: str, xs: list[torch.Tensor], dec_shift: int = 0
             seq_ids = [s for s, m in enumerate(n) for _ in range(m)]
             pre = attn(pre_x, pre_pos, cos_sin, meta(pre_slots, len(seq_ids), seq_ids))
             dec = attn(dec_x, dec_pos, cos_sin, meta(dec_slots, 1, list(range(len(n)))))
-    return pre, dec
+    return pre.cpu(), dec.cpu()
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -303,7 +322,7 @@ def test_gated_mlp(models, target):
     with torch.no_grad(), torch.inference_mode():
         gold = hf.model.layers[1].mlp(x)
         floor = hf16.model.layers[1].mlp(x.bfloat16())
-        ours = llm.model.model.layers[1].mlp(x.bfloat16())
+        ours = llm.model.model.layers[1].mlp(x.to(_dev(target), torch.bfloat16))
     check(gold, floor, ours, f"mlp/{target}")
 
 
@@ -318,15 +337,15 @@ def test_moe_block(models, name, layer, target):
     with torch.no_grad(), torch.inference_mode():
         gold = hf.model.layers[layer].mlp(x[None])[0]
         floor = hf16.model.layers[layer].mlp(x.bfloat16()[None])[0]
-        ours = llm.model.model.layers[layer].mlp(x.bfloat16())
+        ours = llm.model.model.layers[layer].mlp(x.to(_dev(target), torch.bfloat16))
     check(gold, floor, ours, f"moe/{name}/{target}")
     if name == "qwen3_moe_norm":  # negative control: dropping the top-k renormalisation must fail the gate
         mod = llm.model.model.layers[layer].mlp
-        holder = mod.gate if target == "rocm" else mod
+        holder = mod.gate if _rocm(target) else mod
         holder.renormalize = False
         try:
             with torch.inference_mode():
-                bad = mod(x.bfloat16())
+                bad = mod(x.to(_dev(target), torch.bfloat16))
         finally:
             holder.renormalize = True
         with pytest.raises(AssertionError):
