@@ -18,6 +18,7 @@ from modelgen.runtime.state_cache import PAD_SLOT, StatePool
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf35  # noqa: E402
+from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as hf35moe  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as hfnext  # noqa: E402
 
 HIDDEN, HK, HV, DK, DV, KERNEL, EPS = 64, 2, 4, 16, 16, 4, 1e-6
@@ -31,11 +32,14 @@ def _config(layout: str):
               layer_types=["linear_attention"], hidden_act="silu")
     if layout == "qwen3_next":
         return transformers.Qwen3NextConfig(**kw)
+    if layout == "qwen3_5_moe":
+        return transformers.Qwen3_5MoeTextConfig(**kw)
     return transformers.Qwen3_5TextConfig(**kw)
 
 
 def make_hf(layout: str, seed: int = 0, dtype=torch.float32) -> torch.nn.Module:
-    cls = hfnext.Qwen3NextGatedDeltaNet if layout == "qwen3_next" else hf35.Qwen3_5GatedDeltaNet
+    cls = {"qwen3_next": hfnext.Qwen3NextGatedDeltaNet, "qwen3_5": hf35.Qwen3_5GatedDeltaNet,
+           "qwen3_5_moe": hf35moe.Qwen3_5MoeGatedDeltaNet}[layout]
     torch.manual_seed(seed)
     hf = cls(_config(layout), 0)
     gen = torch.Generator().manual_seed(seed)
@@ -72,6 +76,7 @@ def load_into(layer: GatedDeltaNet, state_dict: dict[str, torch.Tensor]) -> None
 
 
 def make_ours(layout: str, hf: torch.nn.Module, num_slots: int = 4, dtype=torch.float32):
+    layout = "qwen3_5" if layout == "qwen3_5_moe" else layout  # Qwen3.5-MoE's GDN is Qwen3.5's (same tensors)
     layer = GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layout=layout, layer_name="layers.0.linear_attn")
     layer.to(dtype)
     load_into(layer, {k: v for k, v in hf.state_dict().items()})
@@ -107,7 +112,7 @@ def close(got, want, what=""):
     return diff
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [*LAYOUTS, "qwen3_5_moe"])
 def test_one_shot_prefill_crosses_chunks(layout):
     hf = make_hf(layout)
     layer, pool = make_ours(layout, hf)
