@@ -7,6 +7,8 @@ mixed batches, padding, and tensor parallel over two gloo processes.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -324,3 +326,32 @@ def test_decode_only_path_is_sync_free_and_equals_host_path():
         assert torch.equal(out[2], torch.zeros(HIDDEN)) and torch.equal(out[4:], torch.zeros(2, HIDDEN))
         assert torch.equal(conv[3], start[0][3]) and torch.equal(rec[3], start[1][3])  # unused slot untouched
     assert not torch.equal(results[0][2][0], start[1][0])  # the step did advance real slots
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_checkpoint_loader_fills_every_gdn_tensor_and_names_missing_ones(tmp_path, layout):
+    """The real packed loader (strict coverage) loads HF-named tensors into the layer; a missing one is named."""
+    from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
+    from modelgen.runtime.loader.packed import load_packed_weights
+
+    hf = make_hf(layout)
+    ref, _ = make_ours(layout, hf)
+    block = torch.nn.Module()
+    block.linear_attn = GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layout=layout)
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([block])
+    tensors = {f"layers.0.linear_attn.{k}": v.contiguous() for k, v in hf.state_dict().items()}
+    packed = QWEN3_5_PACKED_MODULES if layout == "qwen3_5" else {}
+    kw = dict(packed_modules_mapping=packed, ignored=(), renames=(), tied={}, num_threads=1)
+    (tmp_path / "ok").mkdir()
+    save_file(tensors, str(tmp_path / "ok" / "model.safetensors"))
+    with Checkpoint(tmp_path / "ok") as ckpt:
+        load_packed_weights(model, ckpt, **kw)
+    for name, p in ref.named_parameters():
+        assert torch.equal(dict(model.named_parameters())[f"layers.0.linear_attn.{name}"], p), name
+    drop = "layers.0.linear_attn." + ("in_proj_z.weight" if layout == "qwen3_5" else "dt_bias")
+    (tmp_path / "bad").mkdir()
+    save_file({k: v for k, v in tensors.items() if k != drop}, str(tmp_path / "bad" / "model.safetensors"))
+    want = "in_proj_qkvz.weight (shard 'z')" if layout == "qwen3_5" else "linear_attn.dt_bias"
+    with Checkpoint(tmp_path / "bad") as ckpt, pytest.raises(CheckpointError, match=re.escape(want)):
+        load_packed_weights(model, ckpt, **kw)
