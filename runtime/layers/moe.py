@@ -5,6 +5,11 @@ Experts are stacked ``w13_weight [E_local, 2I, H]`` (gate rows, then up rows) an
 ``[r * E_local, (r + 1) * E_local)``, computes their contribution for every token, and the partial outputs are summed
 across ranks. ``weight_loader`` accepts a per-expert checkpoint tensor (shard ``w1``/``w3``/``w2`` + expert id) or a
 transformers v5 fused tensor of all experts (shard ``w13``/``w2``, no expert id); other ranks' experts are skipped.
+
+On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) both modules run the kernels of
+``runtime/ops/gpu/moe.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up + down +
+combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references of
+``runtime/ops/moe.py`` run.
 """
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ import torch.nn.functional as F
 
 from .. import backends
 from .. import distributed as dist
+from ..ops import gpu
 from ..ops.moe import fused_moe, fused_moe_static, route
+from .linear import linear
 
 
 class TopKRouter(nn.Module):
@@ -48,8 +55,22 @@ class TopKRouter(nn.Module):
             self.register_parameter("e_score_correction_bias", None)
         self.backend = backends.active("rocm")
 
+    def _gpu(self, x: torch.Tensor) -> bool:
+        # Group-limited softmax routing has no HF counterpart: the reference raises for it, so let it.
+        return self.backend != "aiter" and gpu.enabled(x) and not (self.scoring == "softmax" and (self.n_group or 1) > 1)
+
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
+        if self._gpu(x):
+            from ..ops.gpu import moe as gpu_moe
+
+            # Qwen3-MoE's weights are cast to the logits' dtype by HF: the kernel stores them in that dtype directly.
+            return gpu_moe.route(
+                linear(x, self.weight), self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+                n_group=self.n_group, topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
+                routed_scaling_factor=self.routed_scaling_factor,
+                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32,
+            )
         logits = F.linear(x, self.weight)
         weights, ids = route(
             logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
@@ -151,6 +172,17 @@ class FusedMoE(nn.Module):
         return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        if self.backend != "aiter" and gpu.enabled(hidden_states):
+            from ..ops.gpu import moe as gpu_moe
+
+            if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
+                # Global ids in, this rank's experts [offset, offset + L) and (rank 0) the shared slots computed.
+                out = gpu_moe.fused_moe(
+                    hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
+                    expert_offset=self.expert_offset, num_local_experts=self.num_local_experts,
+                    num_shared=self.num_shared_experts if self.shared_active else 0,
+                )
+                return dist.all_reduce(out) if self.expert_parallel else out
         if self.num_shared_experts:
             topk_weights, topk_ids = self._with_shared_slots(topk_weights, topk_ids)
             offset, num_local = 0, self.num_local_experts + self.num_shared_experts

@@ -1,0 +1,412 @@
+"""Triton fused mixture-of-experts: router top-k, expert alignment, gate-up GEMM + activation, down GEMM + combine.
+
+The same function as ``runtime/ops/moe.py`` (``route`` and ``fused_moe(..., accumulate="sum")``), in five launches
+with no host synchronisation and shapes fixed by ``(num_tokens, top_k, num_experts)`` alone, so decode steps capture
+into CUDA graphs:
+
+  1. ``route``       one program per token: softmax or sigmoid, optional correction bias and group-limited selection,
+                     top-k by repeated arg-max, renormalise, scale (``[T, E]`` logits -> weights, int32 ids).
+  2. ``_align``      one program: counts the (token, slot) pairs per expert (``tl.histogram``), pads each expert's
+                     share to a multiple of ``BLOCK_M`` (prefix sum) and scatters pair ids into expert order, so every
+                     ``BLOCK_M`` rows of the sorted list belong to one expert (vLLM's ``moe_align_block_size``).
+                     Pairs of experts outside this rank's range are dropped here (expert parallelism); GLM-style
+                     shared-expert slots are appended as ``num_shared`` extra pairs per token with weight 1.
+  3. ``_gate_up``    one launch over (row block, column block) for all experts: ``x[tok] @ w13[e, gate/up].T`` in
+                     two fp32 accumulators, activation-and-multiply fused, stored per pair ``[P, I]``.
+  4. ``_down``       one launch: ``inter[pair] @ w2[e].T``, times the pair's routing weight, stored per pair.
+  5. ``_combine``    one program per (token, column block): sums the token's valid slots in fp32, rounds once.
+
+Buffers are sized by the worst case (``P + min(P, E) * (BLOCK_M - 1)`` padded rows); row blocks past the actual
+padded count exit at once, so the grid does not depend on the routing. The combine step is a separate launch rather
+than atomics into the output: it keeps the result deterministic and needs no zero-fill.
+
+Rounding mirrors the torch reference (HF ``experts_implementation="grouped_mm"``): gate/up and the expert output are
+rounded to the model dtype like ``F.linear``'s outputs, the activation is rounded before the multiply, the weighted
+product is rounded to ``promote(hidden dtype, weight dtype)``, the k products are summed in fp32 and rounded once.
+fp32 models run the dots in IEEE fp32 (not tf32) so the GPU engine matches transformers' fp32 greedy tokens.
+
+Block sizes come from a small table keyed by the average rows per expert (after vLLM's tuned H200 table for
+E=128, N=768, with the gate-up column block halved because each program here computes gate and up columns);
+``config=`` overrides it (``bench/moe.py`` sweeps alternatives).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import next_pow2
+
+# ----------------------------------------------------------------------------------------------------------- router
+
+
+@triton.jit
+def _route_kernel(
+    logits_ptr, bias_ptr, w_ptr, ids_ptr, s_l, scaling,
+    NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
+    TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+):
+    # Experts laid out as [group, expert-in-group] = [NG, PG] (NG = 1 without group-limited routing).
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.arange(0, BG)[:, None]
+    p = tl.arange(0, BP)[None, :]
+    valid = (g < NG) & (p < PG)
+    e = g * PG + p
+    logit = tl.load(logits_ptr + row * s_l + e, mask=valid, other=0.0).to(tl.float32)
+    if SIGMOID:
+        scores = 1.0 / (1.0 + tl.exp(-logit))
+        choice = scores
+        if HAS_BIAS:  # correction bias steers the selection only; the weights are the unbiased scores
+            choice = choice + tl.load(bias_ptr + e, mask=valid, other=0.0).to(tl.float32)
+    else:
+        m = tl.max(tl.max(tl.where(valid, logit, float("-inf")), 1), 0)
+        ex = tl.where(valid, tl.exp(logit - m), 0.0)
+        scores = ex / tl.sum(tl.sum(ex, 1), 0)
+        choice = scores
+    choice = tl.where(valid, choice, float("-inf"))
+    if NG > 1:
+        # Group score = sum of the two best (biased) scores in the group (HF: topk(2).sum); keep TOPK_GROUP groups.
+        best = tl.max(choice, 1)
+        first = tl.argmax(choice, 1)
+        second = tl.max(tl.where(p == first[:, None], float("-inf"), choice), 1)
+        gi = tl.arange(0, BG)
+        gscore = tl.where(gi < NG, best + second, float("-inf"))
+        keep = gi < 0
+        for _ in tl.static_range(TOPK_GROUP):
+            pick = tl.argmax(gscore, 0)
+            keep = keep | (gi == pick)
+            gscore = tl.where(gi == pick, float("-inf"), gscore)
+        choice = tl.where(keep[:, None], choice, float("-inf"))
+    flat = tl.reshape(choice, (BG * BP,))
+    flat_scores = tl.reshape(scores, (BG * BP,))
+    pos = tl.arange(0, BG * BP)
+    kk = tl.arange(0, BK)
+    w = tl.zeros((BK,), tl.float32)
+    ids = tl.zeros((BK,), tl.int32)
+    for i in tl.static_range(TOPK):
+        top = tl.argmax(flat, 0)
+        wi = tl.sum(tl.where(pos == top, flat_scores, 0.0), 0)
+        w = tl.where(kk == i, wi, w)
+        ids = tl.where(kk == i, ((top // BP) * PG + top % BP).to(tl.int32), ids)
+        flat = tl.where(pos == top, float("-inf"), flat)
+    if RENORM:
+        total = tl.sum(w, 0)
+        if SIGMOID:
+            total += 1e-20  # HF's DeepSeek/GLM routers add this epsilon; the softmax routers do not
+        w = w / total
+    w = w * scaling
+    kmask = kk < TOPK
+    tl.store(w_ptr + row * TOPK + kk, w.to(w_ptr.dtype.element_ty), mask=kmask)
+    tl.store(ids_ptr + row * TOPK + kk, ids, mask=kmask)
+
+
+def route(
+    logits: torch.Tensor, top_k: int, *, scoring: str, renormalize: bool, n_group: int | None = None,
+    topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
+    routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``runtime.ops.moe.route`` in one launch -> (weights ``[T, k]`` in ``out_dtype``, ids ``[T, k]`` int32).
+
+    The ids come in descending-score order (the sigmoid reference's ``topk(sorted=False)`` order is unspecified:
+    compare ids as sets there). Arguments are validated by the reference's caller (``TopKRouter``).
+    """
+    T, E = logits.shape
+    grouped = n_group is not None and n_group > 1
+    ng = n_group if grouped else 1
+    pg = E // ng
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    w = torch.empty((T, top_k), dtype=out_dtype, device=logits.device)
+    ids = torch.empty((T, top_k), dtype=torch.int32, device=logits.device)
+    if T:
+        bias = e_score_correction_bias
+        _route_kernel[(T,)](
+            logits, bias if bias is not None else logits, w, ids, logits.stride(0), float(routed_scaling_factor),
+            NG=ng, PG=pg, BG=next_pow2(ng), BP=next_pow2(pg), TOPK=top_k, BK=max(2, next_pow2(top_k)),
+            TOPK_GROUP=int(topk_group or 1), SIGMOID=scoring == "sigmoid", HAS_BIAS=bias is not None,
+            RENORM=bool(renormalize), num_warps=4 if E >= 256 else 2,
+        )
+    return w, ids
+
+
+# -------------------------------------------------------------------------------------------------------- alignment
+
+
+@triton.jit
+def _pair_expert(ids_ptr, s_ids, pidx, P, KT, K_ROUTED, expert_offset, L):
+    """Local slot of pair ``pidx`` (token ``pidx // KT``, slot ``pidx % KT``) and whether this rank computes it."""
+    t = pidx // KT
+    j = pidx % KT
+    inb = pidx < P
+    routed = j < K_ROUTED
+    gid = tl.load(ids_ptr + t.to(tl.int64) * s_ids + j, mask=inb & routed, other=0).to(tl.int32)
+    loc = tl.where(routed, gid - expert_offset, L + (j - K_ROUTED))
+    ok = inb & (~routed | ((loc >= 0) & (loc < L)))
+    return loc, ok
+
+
+@triton.jit
+def _align_kernel(
+    ids_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, cursor_ptr,
+    s_ids, P, KT, K_ROUTED, expert_offset, L, NSLOTS, max_padded, max_blocks,
+    BLOCK_M: tl.constexpr, NB: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr,
+):
+    ar = tl.arange(0, CHUNK)
+    bins = tl.arange(0, NB)
+    counts = tl.zeros((NB,), tl.int32)
+    for start in range(0, P, CHUNK):
+        loc, ok = _pair_expert(ids_ptr, s_ids, start + ar, P, KT, K_ROUTED, expert_offset, L)
+        counts += tl.histogram(tl.where(ok, loc, NB - 1), NB)  # bin NB - 1 >= NSLOTS collects the dropped pairs
+    counts = tl.where(bins < NSLOTS, counts, 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    incl = tl.cumsum(padded, 0)
+    total = tl.sum(padded, 0)
+    tl.store(npost_ptr, total)
+    tl.store(cursor_ptr + bins, incl - padded)
+    for start in range(0, max_padded, CHUNK):  # padding rows point past the last pair: masked in the GEMMs
+        tl.store(sorted_ptr + start + ar, P, mask=start + ar < max_padded)
+    arb = tl.arange(0, CHUNK_B)
+    for start in range(0, max_blocks, CHUNK_B):
+        first_row = (start + arb) * BLOCK_M
+        # Block b belongs to the expert whose padded range holds row b * BLOCK_M = number of experts ending at or
+        # before that row (empty experts end where they start and are skipped this way).
+        owner = tl.sum(((incl[None, :] <= first_row[:, None]) & (bins[None, :] < NSLOTS)).to(tl.int32), 1)
+        owner = tl.where(first_row < total, owner, -1)
+        tl.store(expert_ids_ptr + start + arb, owner, mask=start + arb < max_blocks)
+    tl.debug_barrier()  # the cursors and the padding fill are visible to every thread before the scatter
+    for start in range(0, P, CHUNK):
+        loc, ok = _pair_expert(ids_ptr, s_ids, start + ar, P, KT, K_ROUTED, expert_offset, L)
+        dst = tl.atomic_add(cursor_ptr + loc, 1, mask=ok)  # order within an expert is irrelevant: rows independent
+        tl.store(sorted_ptr + dst, start + ar, mask=ok)
+
+
+def padded_rows(num_pairs: int, num_slots: int, block_m: int) -> int:
+    """Worst-case length of the expert-sorted row list: each of at most ``min(P, slots)`` used experts wastes
+    ``< BLOCK_M`` rows of padding."""
+    worst = num_pairs + min(num_pairs, num_slots) * (block_m - 1)
+    return triton.cdiv(worst, block_m) * block_m
+
+
+# ---------------------------------------------------------------------------------------------------------- GEMMs
+
+
+@triton.jit
+def _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Expert, pair ids (int64) and masks of row block ``pid_m`` / column block ``pid_n`` of the sorted list."""
+    e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    rows = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return e, rows.to(tl.int64), rows < P, offs_n, offs_n < N
+
+
+@triton.jit
+def _gate_up_kernel(
+    x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr,
+    N, K, KT, P, s_xm, s_we, s_wn, s_om,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    GELU: tl.constexpr, IEEE: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+        return
+    e, rows, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
+    tok = rows // KT
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = x_ptr + tok[:, None] * s_xm + offs_k[None, :]
+    g_ptrs = w_ptr + e * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
+    u_ptrs = g_ptrs + N * s_wn  # up rows follow the I gate rows
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=rmask[:, None], other=0.0)
+            wg = tl.load(g_ptrs, mask=nmask[:, None], other=0.0)
+            wu = tl.load(u_ptrs, mask=nmask[:, None], other=0.0)
+        else:
+            kmask = (k0 + offs_k) < K
+            a = tl.load(a_ptrs, mask=rmask[:, None] & kmask[None, :], other=0.0)
+            wg = tl.load(g_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0)
+            wu = tl.load(u_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0)
+        if IEEE:
+            acc_g = tl.dot(a, tl.trans(wg), acc_g, input_precision="ieee")
+            acc_u = tl.dot(a, tl.trans(wu), acc_u, input_precision="ieee")
+        else:
+            acc_g = tl.dot(a, tl.trans(wg), acc_g)
+            acc_u = tl.dot(a, tl.trans(wu), acc_u)
+        a_ptrs += BLOCK_K
+        g_ptrs += BLOCK_K
+        u_ptrs += BLOCK_K
+    dt = out_ptr.dtype.element_ty
+    gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
+    up = acc_u.to(dt).to(tl.float32)
+    if GELU:
+        c: tl.constexpr = 0.7978845608028654  # sqrt(2 / pi), tanh approximation
+        inner = c * (gate + 0.044715 * gate * gate * gate)
+        ex = tl.exp(-2.0 * tl.abs(inner))
+        th = (1.0 - ex) / (1.0 + ex)
+        th = tl.where(inner >= 0, th, -th)
+        act = 0.5 * gate * (1.0 + th)
+    else:
+        act = gate / (1.0 + tl.exp(-gate))
+    act = act.to(dt).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], (act * up).to(dt),
+             mask=rmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _down_kernel(
+    a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, tw_ptr,
+    N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_om, s_tw,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+        return
+    e, rows64, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows64[:, None] * s_am + offs_k[None, :]
+    w_ptrs = w_ptr + e * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=rmask[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=nmask[:, None], other=0.0)
+        else:
+            kmask = (k0 + offs_k) < K
+            a = tl.load(a_ptrs, mask=rmask[:, None] & kmask[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0)
+        if IEEE:
+            acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, tl.trans(w), acc)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    y = acc.to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
+    t = rows64 // KT
+    j = rows64 % KT
+    routed = j < K_ROUTED
+    wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask & routed, other=1.0).to(tl.float32)
+    wt = tl.where(routed, wt, 1.0)  # shared-expert slots weigh 1
+    tl.store(out_ptr + rows64[:, None] * s_om + offs_n[None, :], (y * wt[:, None]).to(out_ptr.dtype.element_ty),
+             mask=rmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _combine_kernel(
+    pair_ptr, ids_ptr, out_ptr, H, KT, K_ROUTED, expert_offset, L, s_ids, s_pair, s_out,
+    BKT: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = offs_h < H
+    j = tl.arange(0, BKT)
+    routed = j < K_ROUTED
+    gid = tl.load(ids_ptr + t * s_ids + j, mask=routed, other=0).to(tl.int32)
+    loc = gid - expert_offset
+    ok = (j < KT) & (~routed | ((loc >= 0) & (loc < L)))  # pairs this rank computed; others were never written
+    vals = tl.load(pair_ptr + (t * KT + j)[:, None] * s_pair + offs_h[None, :], mask=ok[:, None] & hmask[None, :],
+                   other=0.0)
+    tl.store(out_ptr + t * s_out + offs_h, tl.sum(vals.to(tl.float32), 0).to(out_ptr.dtype.element_ty), mask=hmask)
+
+
+# ---------------------------------------------------------------------------------------------------------- configs
+# (BLOCK_M, gate-up (BLOCK_N, BLOCK_K, warps, stages), down (BLOCK_N, BLOCK_K, warps, stages)), by average rows per
+# expert slot. Decode (a few rows per expert) streams weights: narrow column blocks give every SM work; prefill
+# (many rows per expert) is a tiled GEMM.
+_TABLE = [
+    (4, dict(BLOCK_M=16, up=(32, 128, 4, 4), down=(64, 128, 4, 4))),
+    (24, dict(BLOCK_M=16, up=(64, 128, 4, 3), down=(128, 128, 4, 3))),
+    (48, dict(BLOCK_M=32, up=(64, 128, 4, 3), down=(128, 64, 4, 3))),
+    (192, dict(BLOCK_M=64, up=(64, 64, 4, 3), down=(128, 64, 4, 3))),
+    (None, dict(BLOCK_M=128, up=(128, 64, 8, 3), down=(128, 64, 8, 3))),
+]
+
+
+def default_config(num_tokens: int, slots_per_token: int, num_slots: int, dtype: torch.dtype) -> dict:
+    rows_per_expert = num_tokens * slots_per_token / max(1, num_slots)
+    for bound, cfg in _TABLE:
+        if bound is None or rows_per_expert <= bound:
+            break
+    cfg = {"BLOCK_M": cfg["BLOCK_M"], "up": cfg["up"], "down": cfg["down"]}
+    if dtype == torch.float32:  # twice the bytes per element: halve BLOCK_K to stay inside shared memory
+        cfg["up"] = (cfg["up"][0], max(16, cfg["up"][1] // 2), cfg["up"][2], min(3, cfg["up"][3]))
+        cfg["down"] = (cfg["down"][0], max(16, cfg["down"][1] // 2), cfg["down"][2], min(3, cfg["down"][3]))
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------------------- fused op
+def supported(hidden: torch.Tensor, w13: torch.Tensor, activation: str) -> bool:
+    return (hidden.dtype in (torch.bfloat16, torch.float16, torch.float32) and w13.dtype == hidden.dtype
+            and activation in ("silu", "gelu_tanh") and hidden.shape[-1] >= 16 and w13.shape[1] >= 32)
+
+
+def fused_moe(
+    hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+    activation: str = "silu", *, expert_offset: int = 0, num_local_experts: int | None = None,
+    num_shared: int = 0, config: dict | None = None,
+) -> torch.Tensor:
+    """``sum_j w[t, j] * expert_{ids[t, j]}(hidden[t])`` over this rank's experts -> ``[T, H]`` in ``hidden.dtype``.
+
+    ``w13 [L + S, 2I, H]``, ``w2 [L + S, H, I]``: ``num_local_experts`` (L, default all of ``w13`` but the shared
+    slots) routed experts holding global ids ``[expert_offset, expert_offset + L)``, then ``num_shared`` (S) shared
+    slots that every token visits with weight 1 (pass 0 on ranks that must not add them). ``topk_ids`` are global.
+    """
+    T, H = hidden.shape
+    k = topk_ids.shape[1]
+    S = int(num_shared)
+    L = (w13.shape[0] - S) if num_local_experts is None else int(num_local_experts)
+    I = w13.shape[1] // 2
+    KT = k + S
+    P = T * KT
+    out = torch.empty((T, H), dtype=hidden.dtype, device=hidden.device)
+    if T == 0:
+        return out
+    if hidden.stride(-1) != 1:
+        hidden = hidden.contiguous()
+    if topk_ids.stride(-1) != 1:
+        topk_ids = topk_ids.contiguous()
+    if topk_weights.stride(-1) != 1:
+        topk_weights = topk_weights.contiguous()
+    cfg = config or default_config(T, KT, L + S, hidden.dtype)
+    BM = cfg["BLOCK_M"]
+    max_padded = padded_rows(P, L + S, BM)
+    max_blocks = max_padded // BM
+    dev = hidden.device
+    nb = next_pow2(L + S + 1)
+    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
+    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=dev)
+    scratch = torch.empty(1 + nb, dtype=torch.int32, device=dev)  # [padded row count | per-expert cursors]
+    npost, cursor = scratch[:1], scratch[1:]
+    _align_kernel[(1,)](
+        topk_ids, sorted_ids, expert_ids, npost, cursor,
+        topk_ids.stride(0), P, KT, k, int(expert_offset), L, L + S, max_padded, max_blocks,
+        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4,
+    )
+    ieee = hidden.dtype == torch.float32
+    inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
+    bn, bk, nw, ns = cfg["up"]
+    _gate_up_kernel[(triton.cdiv(I, bn), max_blocks)](
+        hidden, w13, inter, sorted_ids, expert_ids, npost,
+        I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
+        BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, GELU=activation == "gelu_tanh", IEEE=ieee,
+        num_warps=nw, num_stages=ns,
+    )
+    pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
+    pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
+    bn, bk, nw, ns = cfg["down"]
+    _down_kernel[(triton.cdiv(H, bn), max_blocks)](
+        inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights,
+        H, I, KT, k, P, inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0), topk_weights.stride(0),
+        BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0, IEEE=ieee, num_warps=nw, num_stages=ns,
+    )
+    block_h = min(1024, next_pow2(H))
+    _combine_kernel[(T, triton.cdiv(H, block_h))](
+        pair_out, topk_ids, out, H, KT, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
+        out.stride(0), BKT=max(2, next_pow2(KT)), BLOCK_H=block_h, num_warps=4,
+    )
+    return out
+

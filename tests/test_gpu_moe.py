@@ -1,0 +1,272 @@
+"""Fused MoE on the GPU (``runtime/ops/gpu/moe.py``) against the torch references of ``runtime/ops/moe.py``, and the
+engine's MoE models against transformers with those kernels in prefill and in graphed decode. Skipped without CUDA.
+
+Every check draws fresh random inputs; kernel outputs are compared by relative error with a float64 evaluation of
+the reference (bf16 operands: within 1e-2; fp32: 1e-5), so a wrong row, slot or weight shows at any size.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def tol(dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else 1e-2
+
+
+def experts(E: int, H: int, I: int, dtype, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w13 = (torch.randn(E, 2 * I, H, device="cuda", generator=g) * H ** -0.5).to(dtype)
+    w2 = (torch.randn(E, H, I, device="cuda", generator=g) * I ** -0.5).to(dtype)
+    return w13, w2
+
+
+def routing(T: int, E: int, k: int, seed: int, dtype=torch.float32):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.rand(T, E, device="cuda", generator=g).argsort(dim=1)[:, :k].int()  # k distinct experts per token
+    w = torch.rand(T, k, device="cuda", generator=g).to(dtype)
+    return w, ids
+
+
+def reference(hidden, w13, w2, w, ids, **kw) -> torch.Tensor:
+    """The torch reference evaluated in float64 (the truth the bf16 kernel is measured against)."""
+    from modelgen.runtime.ops import moe as ref
+
+    return ref.fused_moe(hidden.double(), w13.double(), w2.double(), w.double(), ids.long(), accumulate="sum", **kw)
+
+
+# ------------------------------------------------------------------------------------------------------------ router
+@pytest.mark.parametrize("T", [1, 7, 64, 300])
+@pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_softmax_route(T, E, k, renormalize):
+    from modelgen.runtime.ops import moe as ref
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    logits = torch.randn(T, E, device="cuda", dtype=torch.bfloat16) * 2
+    w, ids = gm.route(logits, k, scoring="softmax", renormalize=renormalize)
+    w2, ids2 = ref.route(logits, k, scoring="softmax", renormalize=renormalize)
+    # Both in descending-score order. bf16 logits tie often (8-bit mantissa): the tied experts may come in another
+    # order or, at the k-th place, another of the tied experts be chosen; their probabilities are the same.
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    assert ids.dtype == torch.int32 and torch.equal(probs.gather(1, ids.long()), probs.gather(1, ids2))
+    untied = (probs.unsqueeze(-1) == probs.gather(1, ids2).unsqueeze(1)).sum(1) == 1  # [T, k]: value unique in row
+    assert torch.equal(ids.long()[untied], ids2[untied])
+    assert rel(w, w2) < 1e-6
+    wb, _ = gm.route(logits, k, scoring="softmax", renormalize=renormalize, out_dtype=torch.bfloat16)
+    assert wb.dtype == torch.bfloat16 and torch.equal(wb, w2.to(torch.bfloat16))  # Qwen3-MoE's cast
+
+
+@pytest.mark.parametrize("T", [1, 9, 300])
+@pytest.mark.parametrize("E,k,n_group,topk_group", [(8, 2, 2, 1), (64, 8, 8, 4), (256, 8, 8, 4), (16, 4, None, None)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
+    from modelgen.runtime.ops import moe as ref
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    logits = torch.randn(T, E, device="cuda", dtype=torch.float32)
+    b = torch.randn(E, device="cuda") * 0.5 if bias else None
+    kw = dict(scoring="sigmoid", renormalize=True, n_group=n_group, topk_group=topk_group, e_score_correction_bias=b,
+              routed_scaling_factor=2.5)
+    w, ids = gm.route(logits, k, **kw)
+    w2, ids2 = ref.route(logits, k, **kw)
+    # The reference picks with topk(sorted=False), as HF does: compare the chosen sets and their weights.
+    a, a2 = ids.long().sort(dim=1), ids2.sort(dim=1)
+    assert torch.equal(a.values, a2.values)
+    assert rel(w.gather(1, a.indices), w2.gather(1, a2.indices)) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------------------------ experts
+@pytest.mark.parametrize("T", [1, 7, 64, 300])
+@pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
+def test_fused_moe_bf16(T, E, k):
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    H, I = 256, 96  # I not a multiple of the column blocks: masked edges
+    w13, w2 = experts(E, H, I, torch.bfloat16, seed=T * 1000 + E)
+    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    for wdtype in (torch.float32, torch.bfloat16):  # Mixtral/GLM keep float32 weights, Qwen3-MoE casts to bf16
+        w, ids = routing(T, E, k, seed=T + E + k, dtype=wdtype)
+        got = gm.fused_moe(hidden, w13, w2, w, ids)
+        assert got.shape == (T, 256) and got.dtype == torch.bfloat16
+        assert rel(got, reference(hidden, w13, w2, w, ids)) < tol(torch.bfloat16)
+
+
+@pytest.mark.parametrize("T", [1, 64, 300])
+def test_fused_moe_fp32_and_gelu(T):
+    from modelgen.runtime.ops import moe as ref
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    E, k, H, I = 16, 4, 128, 64
+    w13, w2 = experts(E, H, I, torch.float32, seed=T)
+    hidden = torch.randn(T, H, device="cuda")
+    w, ids = routing(T, E, k, seed=T)
+    for act in ("silu", "gelu_tanh"):
+        got = gm.fused_moe(hidden, w13, w2, w, ids, act)
+        want = ref.fused_moe(hidden.double(), w13.double(), w2.double(), w.double(), ids.long(), act, accumulate="sum")
+        assert rel(got, want) < tol(torch.float32), act  # IEEE fp32 dots, not tf32
+
+
+@pytest.mark.parametrize("T", [1, 300])
+def test_all_tokens_on_one_expert_and_block_configs(T):
+    """Worst-case imbalance (every pair on the same experts) fits the worst-case buffers; every table entry and an
+    explicit config give the same result."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    E, k, H, I = 64, 2, 256, 128
+    w13, w2 = experts(E, H, I, torch.bfloat16, seed=5)
+    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(T, k, device="cuda")
+    ids = torch.tensor([[3, 40]], device="cuda", dtype=torch.int32).expand(T, k).contiguous()
+    want = reference(hidden, w13, w2, w, ids)
+    configs = [cfg for _, cfg in gm._TABLE] + [dict(BLOCK_M=32, up=(32, 64, 4, 2), down=(64, 32, 4, 2))]
+    for cfg in configs:
+        assert rel(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg), want) < tol(torch.bfloat16), cfg
+
+
+@pytest.mark.parametrize("T", [1, 7, 64])
+def test_expert_parallel_ranges_sum_to_the_whole(T):
+    """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.
+    A rank's pairs on the other rank's experts are dropped (never read back as garbage)."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    E, k, H, I = 64, 8, 256, 128
+    w13, w2 = experts(E, H, I, torch.bfloat16, seed=11)
+    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(T, E, k, seed=12)
+    half = E // 2
+    parts = [gm.fused_moe(hidden, w13[r * half:(r + 1) * half].contiguous(), w2[r * half:(r + 1) * half].contiguous(),
+                          w, ids, expert_offset=r * half, num_local_experts=half) for r in range(2)]
+    for r, part in enumerate(parts):
+        want = reference(hidden, w13[r * half:(r + 1) * half], w2[r * half:(r + 1) * half], w, ids,
+                         expert_offset=r * half, num_local_experts=half)
+        assert rel(part, want) < tol(torch.bfloat16)
+    assert rel(parts[0].float() + parts[1].float(), reference(hidden, w13, w2, w, ids)) < tol(torch.bfloat16)
+
+
+@pytest.mark.parametrize("T", [1, 7, 300])
+@pytest.mark.parametrize("S", [1, 2])
+def test_shared_expert_slots(T, S):
+    """GLM4-MoE's fused shared experts: S extra slots after the L routed ones, visited by every token at weight 1;
+    also with expert parallelism (this rank's routed range only)."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    E, k, H, I = 16, 4, 128, 64
+    L, off = 8, 8  # rank 1 of 2
+    w13, w2 = experts(L + S, H, I, torch.bfloat16, seed=S)
+    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w, ids = routing(T, E, k, seed=T + S)
+    got = gm.fused_moe(hidden, w13, w2, w, ids, expert_offset=off, num_local_experts=L, num_shared=S)
+    local = ids.long() - off
+    local = torch.where((local >= 0) & (local < L), local, torch.full_like(local, L + S))
+    all_ids = torch.cat([local, torch.arange(L, L + S, device="cuda").expand(T, S)], dim=1)
+    all_w = torch.cat([w, torch.ones(T, S, device="cuda")], dim=1)
+    want = reference(hidden, w13, w2, all_w, all_ids, num_local_experts=L + S)
+    assert rel(got, want) < tol(torch.bfloat16)
+    # num_shared=0 (ranks other than 0): the shared slots contribute nothing
+    got0 = gm.fused_moe(hidden, w13, w2, w, ids, expert_offset=off, num_local_experts=L, num_shared=0)
+    assert rel(got0, reference(hidden, w13[:L], w2[:L], w, ids, expert_offset=off, num_local_experts=L)) < 1e-2
+
+
+@pytest.mark.parametrize("T", [1, 8, 64])
+def test_router_and_experts_replay_from_a_cuda_graph(T):
+    """Captured once, replayed on new hidden states and router weights (so new routing): no shape or host value of
+    the first routing is baked into the graph."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    E, k, H, I = 128, 8, 512, 256
+    w13, w2 = experts(E, H, I, torch.bfloat16, seed=3)
+    router = torch.randn(E, H, device="cuda", dtype=torch.bfloat16) * 0.05
+    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        weights, ids = gm.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
+        return gm.fused_moe(hidden, w13, w2, weights, ids), ids
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, ids_out = step()
+    for _ in range(3):
+        hidden.copy_(torch.randn_like(hidden))
+        router.copy_(torch.randn_like(router) * 0.05)
+        out.fill_(float("nan"))  # poison: the replay must write every element
+        graph.replay()
+        torch.cuda.synchronize()
+        from modelgen.runtime.ops import moe as ref
+
+        w_ref, ids_ref = ref.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
+        assert torch.equal(ids_out.long(), ids_ref)
+        assert rel(out, reference(hidden, w13, w2, w_ref, ids_ref)) < tol(torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------------------------- engine
+PROMPT = [1, 17, 42, 99, 3, 150, 64, 8, 23, 77, 5, 130]
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe_norm", "qwen3_moe_nonorm", "glm4_moe_qknorm", "mixtral"])
+def test_engine_moe_runs_the_kernels_and_matches_transformers(tmp_path, monkeypatch, name):
+    """fp32 prefill logits and 16 greedy tokens (graphed decode) equal transformers, with the Triton MoE (router
+    and experts) demonstrably in both prefill and the captured decode graphs."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.ops.gpu import moe as gm
+    from tests.moe_fixtures import make_moe
+    from tests.test_parity_llama import PREFILL_ATOL, hf_greedy, hf_logits
+
+    calls = {"route": 0, "fused_moe": 0, "captured": 0}
+
+    def counting(name_, fn):
+        def wrapper(*a, **kw):
+            calls[name_] += 1
+            calls["captured"] += torch.cuda.is_current_stream_capturing()
+            return fn(*a, **kw)
+        return wrapper
+
+    monkeypatch.setattr(gm, "route", counting("route", gm.route))
+    monkeypatch.setattr(gm, "fused_moe", counting("fused_moe", gm.fused_moe))
+    hf = make_moe(tmp_path, name)
+    llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=128)
+    assert llm.backend == "triton"
+    assert (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item() < PREFILL_ATOL
+    assert calls["fused_moe"] > 0 and calls["route"] > 0
+    assert llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0] == hf_greedy(hf, PROMPT, 16)
+    assert llm.runner.graphs.captures >= 1 and calls["captured"] > 0
+
+
+def test_engine_qwen3_moe_bf16_and_batch_equals_singles(tmp_path):
+    """bf16 Qwen3-MoE prefill logits stay within the bf16 three-way bound of transformers; in fp32 a batch of prompts
+    decoded together (graphed, routing differs per row) gives each prompt's tokens decoded alone (fp32: the dense
+    GEMMs' choice per batch size must not flip near-tied tokens)."""
+    import copy
+
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from tests.moe_fixtures import make_moe
+    from tests.test_parity_llama import THREE_WAY_FACTOR, hf_logits
+
+    hf = make_moe(tmp_path, "qwen3_moe_norm")
+    gold = hf_logits(hf, PROMPT)
+    hf_bf16 = copy.deepcopy(hf).to("cuda", torch.bfloat16)
+    with torch.no_grad():
+        floor = (hf_bf16(torch.tensor([PROMPT], device="cuda")).logits[0].float().cpu() - gold).abs().max().item()
+    bf16 = LLM(tmp_path, target="rocm", dtype="bfloat16", device="cuda", max_model_len=128)
+    err = (bf16.score(PROMPT).float().cpu() - gold).abs().max().item()
+    assert err <= THREE_WAY_FACTOR * floor + 1e-2, f"bf16 error {err:.4f} vs HF bf16 floor {floor:.4f}"
+    prompts = [PROMPT, [1, 5, 9, 33], [1, 7, 7, 7, 7, 7, 12], [1, 99]]
+    params = SamplingParams(max_new_tokens=10, ignore_eos=True)
+    llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=128, max_num_seqs=4)
+    single = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=128, max_num_seqs=1)
+    assert llm.generate(prompts, params) == [single.generate([p], params)[0] for p in prompts]
