@@ -251,3 +251,21 @@ def test_debug_errors_are_one_line(llama_checkpoint):
             llm.score(PROMPT_A)
     # The hooks were removed when the failing blocks exited: the model runs normally.
     assert not any(m._forward_hooks for m in llm.model.modules())
+
+
+def test_captured_inputs_replay_the_module(llama_checkpoint):
+    """``inputs=True`` records each call's positional inputs: replaying the module on them gives the captured
+    output (module-level replay of what the model saw, e.g. to bisect inside a block)."""
+    from modelgen.runtime.debug import tensor_capture
+    from modelgen.runtime.engine.llm import LLM
+
+    path, _ = llama_checkpoint("gqa")
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64)
+    with tensor_capture(llm.model, "model.layers.*.mlp", inputs=True) as cap:
+        llm.score(PROMPT_A)
+    assert list(cap.inputs) == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    (x,) = cap.inputs["model.layers.1.mlp"][0]
+    with torch.inference_mode():
+        assert torch.equal(llm.model.model.layers[1].mlp(x), cap.one("model.layers.1.mlp"))
+    with pytest.raises(KeyError, match="'model.norm' was not captured"):
+        cap.one("model.norm")

@@ -203,3 +203,11 @@ def test_golden_files_are_small_and_complete():
             assert len(seq["continuation"]) == CONTINUATION
             assert len(seq["topk"]["ids"]) == CONTINUATION + 1 and all(len(r) == K for r in seq["topk"]["ids"])
             assert 0 < seq["bf16_floor"] < 1, f"{path.name}: implausible bf16 floor {seq['bf16_floor']}"
+
+
+def test_golden_writer_round_trips(tmp_path):
+    """What MODELGEN_REGEN_GOLDEN=1 writes reads back unchanged (the compact layout is still plain JSON)."""
+    golden = json.loads((GOLDEN_DIR / "llama_gqa.json").read_text())
+    _write(tmp_path / "g.json", golden)
+    assert json.loads((tmp_path / "g.json").read_text()) == golden
+    assert (tmp_path / "g.json").read_text() == (GOLDEN_DIR / "llama_gqa.json").read_text()
