@@ -84,11 +84,18 @@ def test_static_mixer_equals_eager_layer(layout):
 
 
 def test_write_state_rows_leaves_invalid_rows_exact():
-    pool = torch.randn(3, 2, 2)
+    pool = torch.randn(4, 2, 2)
+    pool[3] = float("nan")  # garbage in a slot nobody writes must not spread
     before = pool.clone()
     new = torch.randn(3, 2, 2)
     ngd.write_state_rows(pool, torch.tensor([2, -1, 0]), torch.tensor([True, False, True]), new)
     assert torch.equal(pool[2], new[0]) and torch.equal(pool[0], new[2]) and torch.equal(pool[1], before[1])
+    assert torch.isnan(pool[3]).all()
+    ngd.write_state_rows(pool, torch.tensor([-1, 1]), torch.tensor([False, False]), torch.randn(2, 2, 2))
+    assert torch.equal(pool[:3], torch.stack([new[2], before[1], new[0]]))  # nothing valid: nothing changes
+    fresh_into_garbage = torch.randn(1, 2, 2)
+    ngd.write_state_rows(pool, torch.tensor([3]), torch.tensor([True]), fresh_into_garbage)
+    assert torch.equal(pool[3], fresh_into_garbage[0])
 
 
 @pytest.mark.slow

@@ -333,7 +333,7 @@ def recurrent_gated_delta_rule(
 # Prefill scatters the T flattened tokens into an [R, T] padded batch (row r holds its tokens first, then zeros), so
 # every row runs the chunked rule from its own state in one batched call. Padding positions carry g = 0, beta = 0,
 # k = 0, which leaves a state exactly unchanged (see chunk_scan), and the conv state is taken at each row's length.
-# Rows with slot -1 write nothing: states are stored with the accumulate trick of ``write_paged_kv_static``.
+# Rows with slot -1 write nothing (write_state_rows).
 
 
 def _masked(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -350,14 +350,18 @@ def read_state_rows(pool: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor)
 def write_state_rows(pool: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, new: torch.Tensor) -> None:
     """``pool[slots[r]] = new[r]`` for rows with ``valid``; other rows leave the pool bit-for-bit unchanged.
 
-    A boolean filter would make shapes data-dependent and ``index_copy_`` is undefined with repeated indices (every
-    invalid row points at slot 0), so both writes accumulate: ``-old`` (zeroing real slots exactly), then ``new``; an
-    invalid row adds exact zeros. Needs finite pool contents (the pool starts zeroed and only stores finite values).
+    Shape-static: a boolean filter would make shapes data-dependent, so every row writes, and an invalid row is
+    redirected to the first valid row (same slot, same value: the repeated index writes one value, so the result does
+    not depend on write order). With no valid row at all, every row rewrites slot ``max(slots[0], 0)`` with its own
+    contents. Pool contents are never used in arithmetic, so garbage (NaN) in other slots cannot spread.
     """
-    idx = slots.clamp(min=0)
-    old = pool.index_select(0, idx)
-    pool.index_add_(0, idx, _masked(-old, valid))
-    pool.index_add_(0, idx, _masked(new.to(pool.dtype), valid))
+    rows = torch.arange(valid.shape[0], device=valid.device)
+    first = torch.argmax(valid.to(torch.int32))  # 0 when no row is valid
+    src = torch.where(valid, rows, first)
+    idx = slots.clamp(min=0).index_select(0, src)
+    value = new.index_select(0, src).to(pool.dtype)
+    value = torch.where(valid.index_select(0, src).view(-1, *([1] * (value.dim() - 1))), value, pool.index_select(0, idx))
+    pool.index_copy_(0, idx, value)
 
 
 def gdn_mixer_static(
