@@ -65,7 +65,7 @@ def test_softmax_route(T, E, k, renormalize):
     assert torch.equal(ids.long()[untied], ids2[untied])
     assert rel(w, w2) < 1e-6
     wb, _ = gm.route(logits, k, scoring="softmax", renormalize=renormalize, out_dtype=torch.bfloat16)
-    assert wb.dtype == torch.bfloat16 and torch.equal(wb, w2.to(torch.bfloat16))  # Qwen3-MoE's cast
+    assert wb.dtype == torch.bfloat16 and rel(wb, w2) < 4e-3  # Qwen3-MoE's cast (one bf16 rounding)
 
 
 @pytest.mark.parametrize("T", [1, 9, 300])
@@ -192,24 +192,25 @@ def test_router_and_experts_replay_from_a_cuda_graph(T):
 
     def step():
         weights, ids = gm.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
-        return gm.fused_moe(hidden, w13, w2, weights, ids), ids
+        return gm.fused_moe(hidden, w13, w2, weights, ids), weights, ids
 
     step()  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out, ids_out = step()
+        out, w_out, ids_out = step()
+    seen = set()
     for _ in range(3):
         hidden.copy_(torch.randn_like(hidden))
         router.copy_(torch.randn_like(router) * 0.05)
         out.fill_(float("nan"))  # poison: the replay must write every element
         graph.replay()
         torch.cuda.synchronize()
-        from modelgen.runtime.ops import moe as ref
-
-        w_ref, ids_ref = ref.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
-        assert torch.equal(ids_out.long(), ids_ref)
-        assert rel(out, reference(hidden, w13, w2, w_ref, ids_ref)) < tol(torch.bfloat16)
+        w_eager, ids_eager = gm.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
+        assert torch.equal(ids_out, ids_eager) and torch.equal(w_out, w_eager)  # the replay routed the new inputs
+        seen.add(tuple(ids_out[0].tolist()))
+        assert rel(out, reference(hidden, w13, w2, w_out, ids_out)) < tol(torch.bfloat16)
+    assert len(seen) > 1  # the routing did change between replays
 
 
 # --------------------------------------------------------------------------------------------------------- engine

@@ -347,13 +347,14 @@ def supported(hidden: torch.Tensor, w13: torch.Tensor, activation: str) -> bool:
 def fused_moe(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     activation: str = "silu", *, expert_offset: int = 0, num_local_experts: int | None = None,
-    num_shared: int = 0, config: dict | None = None,
+    num_shared: int = 0, config: dict | None = None, stages: int = 4,
 ) -> torch.Tensor:
     """``sum_j w[t, j] * expert_{ids[t, j]}(hidden[t])`` over this rank's experts -> ``[T, H]`` in ``hidden.dtype``.
 
     ``w13 [L + S, 2I, H]``, ``w2 [L + S, H, I]``: ``num_local_experts`` (L, default all of ``w13`` but the shared
     slots) routed experts holding global ids ``[expert_offset, expert_offset + L)``, then ``num_shared`` (S) shared
     slots that every token visits with weight 1 (pass 0 on ranks that must not add them). ``topk_ids`` are global.
+    ``stages`` < 4 stops after the first 1 (align), 2 (gate-up) or 3 (down) launches: for per-stage profiles only.
     """
     T, H = hidden.shape
     k = topk_ids.shape[1]
@@ -388,6 +389,8 @@ def fused_moe(
     )
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
+    if stages < 2:
+        return out
     bn, bk, nw, ns = cfg["up"]
     _gate_up_kernel[(triton.cdiv(I, bn), max_blocks)](
         hidden, w13, inter, sorted_ids, expert_ids, npost,
@@ -397,12 +400,16 @@ def fused_moe(
     )
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
+    if stages < 3:
+        return out
     bn, bk, nw, ns = cfg["down"]
     _down_kernel[(triton.cdiv(H, bn), max_blocks)](
         inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights,
         H, I, KT, k, P, inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0), topk_weights.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0, IEEE=ieee, num_warps=nw, num_stages=ns,
     )
+    if stages < 4:
+        return out
     block_h = min(1024, next_pow2(H))
     _combine_kernel[(T, triton.cdiv(H, block_h))](
         pair_out, topk_ids, out, H, KT, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
