@@ -58,6 +58,11 @@ class StateSpec:
 
         return nbytes(self.conv_shape, self.conv_dtype) + nbytes(self.recurrent_shape, self.recurrent_dtype)
 
+    def bytes_per_block(self, block_size: int) -> int:
+        """0: a recurrent layer takes no paged K/V blocks, so a ``StateSpec`` can sit in ``KVSpec.layers`` beside the
+        ``LayerSpec``s (kind ``recurrent_state``) without changing the block budget; its memory is per slot."""
+        return 0
+
 
 class StatePool:
     """``num_slots`` slots of every layer in ``specs``, zero-initialised, plus the slot bookkeeping of sequences.

@@ -211,6 +211,7 @@ def test_state_spec_and_bind_errors():
     assert spec.conv_shape == (2 * HK * DK + HV * DV, KERNEL - 1)
     assert spec.recurrent_shape == (HV, DK, DV)
     assert spec.bytes_per_slot() == (2 * HK * DK + HV * DV) * (KERNEL - 1) * 4 + HV * DK * DV * 4
+    assert spec.bytes_per_block(16) == 0 and spec.kind == "recurrent_state"
     with pytest.raises(ValueError, match=r"conv_state has shape \(2, 96, 3\).*expected \[num_slots, 128, 3\]"):
         layer.bind_state(torch.zeros(2, 96, 3), torch.zeros(2, HV, DK, DV))
     with pytest.raises(RuntimeError, match="no state bound"):
