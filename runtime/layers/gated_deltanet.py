@@ -56,7 +56,8 @@ class StateMetadata:
                   state is read as zeros whatever the slot holds, then written
     decode_only : every sequence has exactly one new token (``not AttentionMetadata.is_prefill``); sequence i is token
                   i. Runs the sync-free static path (no host reads: capturable in a CUDA graph, traceable fullgraph);
-                  rows past the real batch are padding sequences with slot -1
+                  rows past the real batch are padding sequences with slot -1; slots are trusted to be distinct
+                  (the host path checks it)
     """
 
     cu_seqlens: torch.Tensor
