@@ -123,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             extra[name] = getattr(args, name)
     max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
     llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
-              allow_external_shards=args.allow_external_shards, check_finite=not args.no_check_finite, **extra)
+              allow_external_shards=args.allow_external_shards, check_finite=args.check_finite, **extra)
     load_s = time.perf_counter() - t0
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
@@ -208,8 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests decoded together (default: the number of prompts)")
     r.add_argument("--allow-external-shards", action="store_true",
                    help="trust shard files (index entries, symlinks) that resolve outside the checkpoint directory")
-    r.add_argument("--no-check-finite", action="store_true",
-                   help="skip the NaN/Inf check of the weights at load")
+    r.add_argument("--check-finite", choices=["auto", "full", "sampled", "off"], default="auto",
+                   help="NaN/Inf check of the weights at load: auto (default: full on a GPU, sampled on CPU), full "
+                   "(every element), sampled (small tensors whole, ~3%% of large ones), off")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)
@@ -226,13 +227,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     return (CheckpointError, ConfigError, CacheFullError, ChatTemplateError, TokenizerFileError, OSError,
             LookupError, ValueError, RuntimeError)
-
-
-def _one_line(e: BaseException) -> str:
-    """Our own error classes and ValueErrors carry a full message; a foreign one (torch, OS) gets its type."""
-    text = str(e) or type(e).__name__
-    own = type(e).__module__.startswith("modelgen.") or type(e) is ValueError
-    return text if own else f"{type(e).__name__}: {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if args.command != "run" or not isinstance(e, _user_errors()):
             raise
-        print(f"modelgen run: {_one_line(e)}", file=sys.stderr)
+        print(f"modelgen run: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 

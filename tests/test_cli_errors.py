@@ -229,7 +229,7 @@ def test_nan_weight_is_named(checkpoint):
     save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
     _assert_one_line_error(_run("--checkpoint", str(d), "--prompt-ids", "1,2", subprocess_=True), "model.safetensors",
                            "tensor 'model.layers.1.mlp.down_proj.weight' holds 1 NaN/Inf value(s)", "(3, 5)")
-    proc = _run("--checkpoint", str(d), "--prompt-ids", "1,2", "--max-new-tokens", "1", "--no-check-finite")
+    proc = _run("--checkpoint", str(d), "--prompt-ids", "1,2", "--max-new-tokens", "1", "--check-finite", "off")
     assert proc.returncode == 0, proc.stderr
 
 

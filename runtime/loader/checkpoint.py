@@ -24,8 +24,12 @@ Checkpoints are untrusted input (see SECURITY.md). Every shard a directory or an
 following symlinks, inside the checkpoint directory: an index entry ``../x.safetensors`` or ``/etc/passwd``, or a
 symlink pointing elsewhere, is refused unless ``allow_external_shards=True``. The one layout allowed to point
 outside is the Hugging Face hub cache (``models--org--name/snapshots/<rev>/`` symlinks into the same repository's
-``blobs/``). With ``check_finite`` (default) every floating tensor read is checked for NaN/Inf, and an error names
-the tensor and its file.
+``blobs/``). With ``check_finite`` every floating tensor read is checked for NaN/Inf, and an error names the tensor
+and its file: ``"full"`` (or True) checks every element, ``"sampled"`` every element of tensors up to 64 KiB and 1/32
+of the 64 KiB blocks of larger ones (evenly spread, the last included), ``"off"`` (or False) nothing. A full check
+is one extra pass over the weights: on a page-cache-warm CPU load (a memcpy) of a 141 MB fp32 / 71 MB bf16 Llama it
+measured +54% of ``load_weights`` (best of 21, one thread); the sampled check costs 1.2 ms per 141 MB (57 tensors),
+~3% of that load and within its run-to-run noise (see ``LLM``'s ``check_finite="auto"``).
 """
 
 from __future__ import annotations
@@ -86,38 +90,61 @@ def _nonfinite_error(tensor: torch.Tensor, name: str, file: pathlib.Path) -> Che
     first = tuple(int(i) for i in bad.nonzero()[0]) if count else ()
     return CheckpointError(
         f"{file}: tensor {name!r} holds {count} NaN/Inf value(s) of {tensor.numel()} (first at index {first}); the "
-        f"checkpoint is corrupt (check_finite=False / --no-check-finite loads it anyway)"
+        f"checkpoint is corrupt (check_finite=False / --check-finite off loads it anyway)"
     )
 
 
-def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path) -> None:
-    """CheckpointError naming the tensor and file if a floating tensor holds NaN or Inf.
+FINITE_MODES = ("full", "sampled", "off")
+_SAMPLE_FULL_BYTES = 64 << 10  # tensors up to one block are always checked whole
+_SAMPLE_BLOCK_BYTES = 64 << 10
+_SAMPLE_STRIDE = 32  # one block in 32 (~3% of the bytes)
 
-    One reduction pass: a float32-accumulated sum is finite exactly when no element is NaN/Inf, except when finite
-    values overflow it (|sum| > 3.4e38); only a non-finite sum pays for the exact element-wise check.
+
+def finite_mode(check_finite: bool | str) -> str:
+    """True -> "full", False -> "off"; a string must be one of FINITE_MODES."""
+    if check_finite is True:
+        return "full"
+    if check_finite is False or check_finite is None:
+        return "off"
+    if check_finite not in FINITE_MODES:
+        raise ValueError(f"check_finite = {check_finite!r}: expected True, False or one of {', '.join(FINITE_MODES)}")
+    return check_finite
+
+
+def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path | str, mode: str = "full") -> None:
+    """CheckpointError naming the tensor and file if a floating tensor holds NaN or Inf (``mode``: see the module
+    docstring; "sampled" reads ~3% of a large tensor and finds regions of NaN/Inf, not every isolated value).
+
+    One pass with ``aminmax``: min and max propagate NaN and are infinite exactly when some element is, so the test
+    is exact with no overflow caveat (unlike a sum), and ~25x faster than ``isfinite().all()`` on CPU, which
+    materialises a bool tensor.
     """
-    if not tensor.is_floating_point() or tensor.numel() == 0:
+    if mode == "off" or not tensor.is_floating_point() or tensor.numel() == 0:
         return
-    if tensor.dtype.itemsize == 1:  # float8: no fast sum on CPU; the element-wise check is exact
-        if not bool(torch.isfinite(tensor.float()).all()):
-            raise _nonfinite_error(tensor.float(), name, file)
-        return
-    total = tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32)
-    if bool(torch.isfinite(total)):
-        return
-    if not bool(torch.isfinite(tensor).all()):
-        raise _nonfinite_error(tensor, name, file)
+    probe = tensor
+    if mode == "sampled" and tensor.is_contiguous() and tensor.numel() * tensor.element_size() > _SAMPLE_FULL_BYTES:
+        # Blocks aligned to the tensor's end; every 32nd, counted back from the last (a strided view: only those
+        # bytes are read, in one reduction). Per-tensor overhead matters as much as bytes on small models.
+        block = _SAMPLE_BLOCK_BYTES // tensor.element_size()
+        nrows = tensor.numel() // block
+        rows = tensor.view(-1)[tensor.numel() - nrows * block :].view(nrows, block)
+        probe = rows[(nrows - 1) % _SAMPLE_STRIDE :: _SAMPLE_STRIDE]
+    if probe.dtype.itemsize == 1:  # float8: no CPU min/max kernels; upcast (these checkpoints are rare and small)
+        probe = probe.float()
+    lo, hi = torch.aminmax(probe)
+    if not (math.isfinite(lo.item()) and math.isfinite(hi.item())):
+        raise _nonfinite_error(tensor.float() if tensor.dtype.itemsize == 1 else tensor, name, file)
 
 
 class _FiniteSlice:
     """A safetensors slice whose reads are checked for NaN/Inf (the neuron loaders read through slices)."""
 
-    def __init__(self, inner, name: str, file: pathlib.Path):
-        self._inner, self._name, self._file = inner, name, file
+    def __init__(self, inner, name: str, file: pathlib.Path, mode: str):
+        self._inner, self._name, self._file, self._mode = inner, name, file, mode
 
     def __getitem__(self, index):
         tensor = self._inner[index]
-        check_finite_tensor(tensor, self._name, self._file)
+        check_finite_tensor(tensor, self._name, self._file, self._mode)
         return tensor
 
     def __getattr__(self, attr):
@@ -301,10 +328,11 @@ def _list(items: list[str], limit: int = _MAX_LISTED) -> str:
 class Checkpoint:
     """Read-only view of a safetensors checkpoint; see the module docstring for layouts."""
 
-    def __init__(self, path: str | os.PathLike, *, allow_external_shards: bool = False, check_finite: bool = True):
+    def __init__(self, path: str | os.PathLike, *, allow_external_shards: bool = False,
+                 check_finite: bool | str = True):
         self.path = pathlib.Path(path)
         self.allow_external_shards = allow_external_shards
-        self.check_finite = check_finite
+        self.check_finite = finite_mode(check_finite)
         self.index_path: pathlib.Path | None = None
         self._tensors: dict[str, _TensorInfo] = {}
         self._metadata: dict[pathlib.Path, dict[str, str]] = {}
@@ -507,7 +535,7 @@ class Checkpoint:
         info = self._info(name)
         try:
             inner = self._handle(info, name).get_slice(name)
-            return _FiniteSlice(inner, name, info.file) if self.check_finite else inner
+            return _FiniteSlice(inner, name, info.file, self.check_finite) if self.check_finite != "off" else inner
         except CheckpointError:
             raise
         except Exception as e:
@@ -521,8 +549,7 @@ class Checkpoint:
             raise
         except Exception as e:
             raise CheckpointError(f"{info.file}: cannot read tensor {name!r}: {e}") from e
-        if self.check_finite:
-            check_finite_tensor(tensor, name, info.file)
+        check_finite_tensor(tensor, name, info.file, self.check_finite)
         return tensor
 
     # ------------------------------------------------------------------ lifetime
