@@ -24,22 +24,32 @@ def default_decode_buckets(max_num_seqs: int) -> list[int]:
 
 
 class _Bucket:
-    def __init__(self, batch: int, width: int, device: torch.device):
+    def __init__(self, batch: int, width: int, device: torch.device, with_state: bool = False):
         self.batch, self.width = batch, width
-        n = 4 * batch + batch * width
+        self.with_state = with_state
+        n = (6 if with_state else 4) * batch + batch * width
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
         self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=True)
         self.host = self.host_buf.numpy()
         B = batch
         self.h_ids, self.h_pos, self.h_slot, self.h_ctx = (self.host[i * B:(i + 1) * B] for i in range(4))
-        self.h_tab = self.host[4 * B:].reshape(B, width)
+        tab0 = 6 * B if with_state else 4 * B
+        self.h_tab = self.host[tab0:].reshape(B, width)
         d = self.device_buf
         self.ids, self.pos, self.slot, self.ctx = (d[i * B:(i + 1) * B] for i in range(4))
-        self.tab = d[4 * B:].view(B, width)
+        self.tab = d[tab0:].view(B, width)
+        cu = torch.arange(B + 1, dtype=torch.int32, device=device)
+        state = None
+        if with_state:  # recurrent layers: each row's state slot (-1 = padding row) and fresh flag (0/1)
+            from ..layers.gated_deltanet import StateMetadata
+
+            self.h_state, self.h_fresh = self.host[4 * B:5 * B], self.host[5 * B:6 * B]
+            self.state_slot, self.fresh_i64 = d[4 * B:5 * B], d[5 * B:6 * B]
+            self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
+            state = StateMetadata(cu, self.state_slot, self.fresh, decode_only=True)
         self.meta = AttentionMetadata(
-            is_prefill=False, slot_mapping=self.slot,
-            cu_seqlens_q=torch.arange(B + 1, dtype=torch.int32, device=device),
-            context_lens=self.ctx, block_tables=self.tab, max_seqlen_q=1,
+            is_prefill=False, slot_mapping=self.slot, cu_seqlens_q=cu,
+            context_lens=self.ctx, block_tables=self.tab, max_seqlen_q=1, state=state,
         )
         self.copied = torch.cuda.Event()
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -52,6 +62,9 @@ class _Bucket:
         self.h_pos[start:] = 0
         self.h_slot[start:] = -1
         self.h_ctx[start:] = 1
+        if self.with_state:
+            self.h_state[start:] = -1
+            self.h_fresh[start:] = 0
         self.pad_from = start
 
 
@@ -59,8 +72,9 @@ class DecodeGraphs:
     """Static-shape decode steps replayed from CUDA graphs (see module docstring)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_blocks_per_seq: int,
-                 block_size: int, buckets: list[int] | None = None):
+                 block_size: int, buckets: list[int] | None = None, with_state: bool = False):
         self.model, self.device = model, device
+        self.with_state = with_state
         self.block_size = block_size
         self.width = max_blocks_per_seq
         self.buckets = sorted(set(buckets or default_decode_buckets(max_num_seqs)))
@@ -75,11 +89,13 @@ class DecodeGraphs:
         return None
 
     def _forward(self, bk: _Bucket) -> torch.Tensor:
+        if bk.with_state:  # bool view of the copied 0/1 row flags, computed inside the graph
+            torch.ne(bk.fresh_i64, 0, out=bk.fresh)
         hidden = self.model(bk.ids, bk.pos, bk.meta)
         return self.model.compute_logits(hidden)
 
     def _capture(self, batch: int) -> _Bucket:
-        bk = _Bucket(batch, self.width, self.device)
+        bk = _Bucket(batch, self.width, self.device, self.with_state)
         bk.device_buf.copy_(bk.host_buf)
         for _ in range(2):  # warm-up: Triton compilation/autotuning, per-shape GEMM choice
             self._forward(bk)
@@ -100,8 +116,10 @@ class DecodeGraphs:
             if b not in self._buckets:
                 self._capture(b)
 
-    def run(self, token_ids: list[int], positions: list[int], tables: list[list[int]]) -> torch.Tensor:
-        """Logits ``[n, V]`` of one decode step: ``n`` sequences, each one new token at ``positions[i]``."""
+    def run(self, token_ids: list[int], positions: list[int], tables: list[list[int]],
+            state_slots: list[int] | None = None) -> torch.Tensor:
+        """Logits ``[n, V]`` of one decode step: ``n`` sequences, each one new token at ``positions[i]``
+        (``state_slots``: each sequence's recurrent-state slot, for models with recurrent layers)."""
         n = len(token_ids)
         batch = self.bucket_for(n)
         bk = self._buckets.get(batch) or self._capture(batch)
@@ -114,6 +132,9 @@ class DecodeGraphs:
             h_slot[i] = t[p // bs] * bs + p % bs
             h_ctx[i] = p + 1
             h_tab[i, : len(t)] = t
+        if bk.with_state:
+            bk.h_state[:n] = state_slots
+            bk.h_fresh[:n] = [p == 0 for p in positions]
         if bk.pad_from != n:
             bk.set_padding(n)
         bk.device_buf.copy_(bk.host_buf, non_blocking=True)

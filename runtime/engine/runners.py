@@ -41,15 +41,17 @@ class RocmRunner:
     def __init__(
         self, model: torch.nn.Module, blocks: BlockManager, device: torch.device, *,
         max_model_len: int | None = None, max_num_seqs: int = 8, cuda_graphs: bool = True,
-        decode_buckets: list[int] | None = None,
+        decode_buckets: list[int] | None = None, state_pool=None,
     ):
         self.model, self.blocks, self.device = model, blocks, device
+        self.state_pool = state_pool  # StatePool of recurrent layers (Gated DeltaNet), None for pure attention
         self.graphs = None
         if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
             from .cuda_graphs import DecodeGraphs
 
             width = blocks.blocks_needed(max_model_len) if max_model_len else blocks.num_blocks
-            self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets)
+            self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets,
+                                       with_state=state_pool is not None)
 
     def warmup(self) -> None:
         """Capture every decode bucket now rather than on first use."""
@@ -64,8 +66,9 @@ class RocmRunner:
         if graphs is not None and not all_positions and all(len(w.token_ids) == 1 for w in work) \
                 and graphs.bucket_for(len(work)) is not None:
             tables = self.blocks.tables
+            slots = [self.state_pool.slot(w.seq_id) for w in work] if self.state_pool is not None else None
             return graphs.run([w.token_ids[0] for w in work], [w.start_pos for w in work],
-                              [tables[w.seq_id] for w in work])
+                              [tables[w.seq_id] for w in work], state_slots=slots)
         ids, pos, cu, ctx = [], [], [0], []
         for w in work:
             n = len(w.token_ids)
@@ -84,6 +87,7 @@ class RocmRunner:
             context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
             block_tables=torch.tensor(_pad_tables(tables, width), dtype=torch.int32, device=dev),
             max_seqlen_q=max(len(w.token_ids) for w in work),
+            state=self._state_metadata(work),
         )
         input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
         positions = torch.tensor(pos, dtype=torch.int64, device=dev)
@@ -92,6 +96,16 @@ class RocmRunner:
             return self.model.compute_logits(hidden)
         last = torch.tensor(cu[1:], device=dev) - 1
         return self.model.compute_logits(hidden.index_select(0, last))
+
+
+    def _state_metadata(self, work: list[Work]):
+        """Each sequence's state slot; ``fresh`` (no computed token yet) makes a recurrent layer start from zeros."""
+        if self.state_pool is None:
+            return None
+        from ..layers.gated_deltanet import StateMetadata
+
+        return StateMetadata.build([len(w.token_ids) for w in work], [self.state_pool.slot(w.seq_id) for w in work],
+                                   [w.start_pos == 0 for w in work], self.device)
 
 
 def _gpu_kernels_on(model: torch.nn.Module, device: torch.device) -> bool:
@@ -137,8 +151,12 @@ class NeuronRunner:
         compile: bool = False,
         on_device_sampling: bool = False,
         segmented_prefill: bool = False,
+        state_pool=None,
     ):
         self.model, self.blocks, self.device = model, blocks, device
+        # Recurrent layers (Gated DeltaNet) read each request row's state slot from the metadata: ``state_slots``
+        # [rows] (-1 = empty row, never touched) and ``state_fresh`` [rows] (first chunk: start from zeros).
+        self.state_pool = state_pool
         # Chunked prompts continue through segmented prefill (kv_segment_size > 0), one graph per (tokens, context).
         self.segmented_prefill = segmented_prefill
         # With on-device sampling every call passes sampling_params (a fixed signature: always present or never).
@@ -179,7 +197,8 @@ class NeuronRunner:
                 return b
         raise ValueError(f"{what} {n} exceeds the largest compiled bucket {buckets[-1]}")
 
-    def _metadata(self, slots, block_table, max_query_len, seq_ids, kv_segment_size=0, cached=None) -> dict:
+    def _metadata(self, slots, block_table, max_query_len, seq_ids, kv_segment_size=0, cached=None,
+                  work: list[Work] | None = None) -> dict:
         dev = self.device
         cached = cached if cached is not None else [0] * len(block_table)
         common = {
@@ -193,6 +212,13 @@ class NeuronRunner:
             "kv_segment_size": kv_segment_size,
             "seq_ids": torch.tensor(seq_ids, dtype=torch.int32, device=dev),
         }
+        if self.state_pool is not None:
+            work = work or []
+            empty = len(block_table) - len(work)
+            common["state_slots"] = torch.tensor([self.state_pool.slot(w.seq_id) for w in work] + [-1] * empty,
+                                                 dtype=torch.int64, device=dev)
+            common["state_fresh"] = torch.tensor([w.start_pos == 0 for w in work] + [False] * empty,
+                                                 dtype=torch.bool, device=dev)
         return {name: common for name in self.layer_names}
 
     def build_inputs(self, work: list[Work]) -> tuple[dict, int]:
@@ -246,7 +272,7 @@ class NeuronRunner:
         kwargs = dict(
             input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
             positions=torch.tensor(pos, dtype=torch.int64, device=dev),
-            attn_metadata=self._metadata(slots, rows, max_query_len, seq_ids, segment, cached),
+            attn_metadata=self._metadata(slots, rows, max_query_len, seq_ids, segment, cached, work),
             sampling_positions=torch.tensor(sampling, dtype=torch.int64, device=dev),
             sampling_params=None,
             spec_decode_metadata=None,

@@ -17,6 +17,7 @@ model rotates first and the module receives rotated q and k.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,6 +37,8 @@ class AttentionMetadata:
     block_tables  : [num_seqs, max_blocks] int32 physical block of each logical block
     max_seqlen_q  : longest query of the batch
     decode_splits : GPU decode only: context splits per (sequence, KV head); None = chosen from the shapes
+    state         : per-sequence state-slot description for recurrent layers (Gated DeltaNet), or None when the
+                    model has none (:class:`~modelgen.runtime.layers.gated_deltanet.StateMetadata`)
     """
 
     is_prefill: bool
@@ -45,6 +48,7 @@ class AttentionMetadata:
     block_tables: torch.Tensor
     max_seqlen_q: int
     decode_splits: int | None = None
+    state: Any = None
 
 
 class PagedAttention(nn.Module):
