@@ -1,11 +1,58 @@
-"""The lowered model: everything templates need, already checked, with expressions rendered to Python source.
+"""The lowered model: everything templates need, already checked, as typed values.
 
-Expression fields hold Python source over ``config.<field>`` (e.g. ``"config.num_attention_heads"``), so templates
-never see spec syntax and the generated code never reads a spec.
+A spec value becomes a :class:`Const` (a literal decided at build time: ``Const(False)`` is the bool False) or a
+:class:`Code` (Python source over ``config.<field>``); an absent optional value is ``None``. Templates render a value
+with ``.py`` (its Python source) or ``.spec`` (its spec text, for READMEs) and branch on typed facts (``.always``,
+``.never``, ``is none``), never on rendered strings. Block sub-modules are :class:`Module` subclasses defined by the
+block kinds (codegen/blocks/); the model-level IR below knows no kind.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar
+
+from .literal import pylit
+
+
+class Value:
+    """A lowered spec value; render it with ``.py`` (``str()`` is refused so a template cannot forget to)."""
+
+    py: str
+    spec: str
+
+    @property
+    def always(self) -> bool:
+        return isinstance(self, Const) and self.value is True
+
+    @property
+    def never(self) -> bool:
+        return isinstance(self, Const) and self.value is False
+
+    def is_literal(self, value: Any) -> bool:
+        """A non-bool literal equal to ``value`` (``1.0`` is 1, ``True`` is not)."""
+        return isinstance(self, Const) and not isinstance(self.value, bool) and self.value == value
+
+    def __str__(self) -> str:
+        raise TypeError(f"render {self!r} with .py or .spec")
+
+
+@dataclass(frozen=True)
+class Const(Value):
+    value: bool | int | float | str | None
+
+    @property
+    def py(self) -> str:  # type: ignore[override]
+        return pylit(self.value)
+
+    @property
+    def spec(self) -> str:  # type: ignore[override]
+        return pylit(self.value)
+
+
+@dataclass(frozen=True)
+class Code(Value):
+    py: str  # Python source over config.<field> (or over the locals of the generated config class)
+    spec: str  # the same expression over the spec's names, for documentation
 
 
 @dataclass(frozen=True)
@@ -18,98 +65,66 @@ class ConfigValue:
     reader: str = ""  # runtime.hf_config reader name for kind == "read": read_int / read_float / ...
     keys: tuple[str, ...] = ()  # config.json keys tried in order (dotted = nested)
     required: bool = False
-    nullable: bool = False
-    default_src: str | None = None  # Python source over already-computed locals
-    doc: str = ""
+    default: Value | None = None  # over already-computed locals; None = no default
 
 
 @dataclass(frozen=True)
 class Norm:
     name: str
     kind: str
-    eps: str
+    eps: Value
 
 
 @dataclass(frozen=True)
 class Rope:
     style: str
-    theta: str
-    scaling: str
-    max_position: str
-    partial_factor: str
+    theta: Value
+    scaling: Value  # Const(None) when the spec gives none
+    max_position: Value
+    partial_factor: Value | None  # None: the whole head is rotated
+
+    def rotary_dim_py(self, head_dim_py: str) -> str:
+        if self.partial_factor is None:
+            return head_dim_py
+        return f"int({head_dim_py} * {self.partial_factor.py})"
 
 
 @dataclass(frozen=True)
-class QKNorm:
-    kind: str
-    eps: str
-    enabled: str  # Python source; "True" when always on
-    q_name: str
-    k_name: str
+class RopeTable:
+    """The cos|sin table a target shares across layers (neuron): one per model."""
 
-
-@dataclass(frozen=True)
-class Attention:
-    class_name: str
-    name: str
-    kind: str
-    num_heads: str
-    num_kv_heads: str
-    head_dim: str
-    qkv_bias: str
-    o_bias: str
-    scale: str  # "" = head_dim ** -0.5
-    qk_norm: QKNorm | None
+    rotary_dim: Value
     rope: Rope
-    kv_cache_kind: str
 
 
-@dataclass(frozen=True)
-class MLP:
-    """Gated MLP; the class takes its intermediate width at construction (dense layers and shared experts)."""
+@dataclass(frozen=True, kw_only=True)
+class Module:
+    """One sub-module of a decoder block, of one kind. Kinds subclass it (codegen/blocks/<kind>.py)."""
 
-    class_name: str
-    name: str
-    kind: str  # "gated"
-    activation: str
-    intermediate_size: str
-    bias: str
+    kind: ClassVar[str] = ""
+    slot: ClassVar[str] = ""  # "attention" | "mlp": its place in a block, so its forward signature per target
+    class_suffix: ClassVar[str] = ""  # generated class name = class prefix + suffix (+ n when several)
+    fused_params: ClassVar[dict[str, frozenset[Any]]] = {}  # fused parameter -> shard ids its weight loader takes
+    single_class: ClassVar[bool] = False  # at most one generated class of this kind per model
+    uses_expert_names: ClassVar[bool] = False  # its weights load through checkpoint.experts (routed experts)
 
+    name: str  # attribute and checkpoint module name, e.g. self_attn
+    class_name: str = ""  # set in lowering
 
-@dataclass(frozen=True)
-class Router:
-    name: str
-    scoring: str
-    top_k: str
-    renormalize: str
-    n_group: str  # "None" when not grouped
-    topk_group: str
-    correction_bias: bool
-    routed_scaling_factor: str
-    float32: bool
-    weights_in_model_dtype: bool
+    def class_key(self) -> "Module":
+        """What makes its class: modules with equal keys share one generated class."""
+        return replace(self, class_name="")
 
+    def dependencies(self) -> tuple["Module", ...]:
+        """Other classes this one builds (the MoE block builds the shared experts' MLP)."""
+        return ()
 
-@dataclass(frozen=True)
-class SharedExperts:
-    name: str
-    count: str
-    intermediate_size: str
-    fuse: bool
+    def named(self, class_name: Callable[["Module"], str]) -> "Module":
+        return replace(self, class_name=class_name(self))
 
-
-@dataclass(frozen=True)
-class MoE:
-    class_name: str
-    name: str
-    kind: str  # "moe"
-    num_experts: str
-    intermediate_size: str
-    activation: str
-    router: Router
-    shared: SharedExperts | None
-    experts_name: str
-    mlp_class: str  # gated MLP class used by the shared experts
+    def readme_rows(self, target: str) -> list[tuple[str, str]]:
+        """(parameter, markdown) rows for the generated README's architecture table."""
+        return []
 
 
 @dataclass(frozen=True)
@@ -117,21 +132,27 @@ class Block:
     key: str  # block name in the spec
     residual: str
     attention_norm: Norm
-    attention: Attention
+    attention: Module
     mlp_norm: Norm
-    mlp: MLP | MoE
+    mlp: Module
 
 
 @dataclass(frozen=True)
 class Fusion:
     param: str  # fused parameter, e.g. qkv_proj
-    shards: tuple[tuple[str, str], ...]  # (shard id as Python literal source, checkpoint module)
+    shards: tuple[tuple[str | int, str], ...]  # (shard id, checkpoint module)
 
 
 @dataclass(frozen=True)
 class Experts:
     per_expert: tuple[tuple[str, str], ...]  # (gate|up|down, pattern with {e}) relative to the MoE module
     fused: tuple[tuple[str, str], ...]  # (gate_up|down, name) relative to the MoE module; () when absent
+
+    def pattern(self, part: str) -> str:
+        return dict(self.per_expert)[part]
+
+    def fused_name(self, part: str) -> str:
+        return dict(self.fused)[part]
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,16 @@ class Checkpoint:
     ignore: tuple[str, ...]
     rename: tuple[tuple[str, str], ...]
     experts: Experts | None
+
+    def modules(self, param: str, default: dict[Any, str]) -> dict[Any, str]:
+        """Shard id -> checkpoint module of a fused parameter (``default`` when the spec does not fuse it)."""
+        return next((dict(f.shards) for f in self.fusions if f.param == param), default)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    fails: Value  # true when the config is unsupported
+    message: str
 
 
 @dataclass(frozen=True)
@@ -154,26 +185,32 @@ class ModelIR:
     model_type: str
     modeling: str
     config_values: tuple[ConfigValue, ...]  # topologically ordered
-    num_layers: str
-    layer_block: str | None  # the single block every layer uses, or None when a rule decides
-    layer_block_rule: str | None  # Python source over config fields and `i`
+    num_layers: Value
+    layer_block_rule: Code | None  # source over self.<field> and `i`; None when every layer uses one block
     blocks: tuple[Block, ...]
-    attentions: tuple[Attention, ...]  # distinct attention classes, in first-use order
-    mlps: tuple[MLP | MoE, ...]  # distinct MLP / MoE classes (gated first: MoE uses it for shared experts)
+    classes: tuple[Module, ...]  # distinct block sub-module classes, in definition order
+    rope_table: RopeTable | None
     decoder_class: str
-    requires: tuple[tuple[str, str], ...]  # (Python source over config fields, message)
+    requires: tuple[Requirement, ...]
     embedding_name: str
-    vocab_size: str
-    hidden_size: str
+    vocab_size: Value
+    hidden_size: Value
     final_norm: Norm
     lm_head_name: str
-    tie_embeddings: str
+    tie_embeddings: Value
     checkpoint: Checkpoint
     spec_text: str = field(default="", repr=False)
 
-    def block(self, key: str) -> Block:
-        return next(b for b in self.blocks if b.key == key)
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({m.kind for m in self.classes}))
 
     @property
-    def moe(self) -> MoE | None:
-        return next((m for m in self.mlps if isinstance(m, MoE)), None)
+    def mapping_needs_keys(self) -> bool:
+        """The checkpoint may hold experts in either layout, so the neuron mappings look at its keys."""
+        return self.checkpoint.experts is not None and bool(self.checkpoint.experts.fused)
+
+    @property
+    def moe(self) -> Module | None:
+        """The MoE class (its expert tables are checkpoint-level data), or None for a dense model."""
+        return next((m for m in self.classes if m.uses_expert_names), None)

@@ -8,6 +8,7 @@ Three passes, each reporting every problem it finds (not just the first) as ``fi
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import typing
@@ -18,8 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import GENERATOR_VERSION, ir
+from .blocks import KINDS
 from .errors import SpecError, SpecIssue
-from .expr import Expr, ExprError, parse_expr
+from .expr import FUNCTIONS, Expr, ExprError, parse_expr
 from .schema import Spec
 from .yaml_source import SourceMap, load_yaml
 
@@ -27,11 +29,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
 SPECS_DIR = REPO_ROOT / "specs"
 
-# The fused parameters the templates create per block kind, with the shard ids their weight loaders accept.
-FUSED_PARAMS = {
-    ("attention", "gqa"): {"qkv_proj": {"q", "k", "v"}},
-    ("mlp", "gated"): {"gate_up_proj": {0, 1}},
-}
 _PY_TYPES = {
     "int": "int", "float": "float", "bool": "bool", "str": "str", "rope_scaling": "dict[str, Any] | None",
     "int_list": "list[int]", "str_list": "list[str]",
@@ -109,8 +106,13 @@ def _schema_issues(err: ValidationError, data: Any, smap: SourceMap) -> list[Spe
         elif e["type"] == "missing":
             issue = smap.issue(path, f"missing required key '{loc[-1]}'")
             issue.field = ".".join(str(p) for p in path + (loc[-1],))
+        elif e["type"] == "union_tag_invalid":
+            # A kind no plug-in registers: point at the `kind:` value, as a single-kind literal error would.
+            tag = e["ctx"]["discriminator"].strip("'")
+            path = _data_path(data, loc + (tag,))
+            issue = smap.issue(path, f"got {e['ctx']['tag']!r}; expected one of {e['ctx']['expected_tags']}")
         else:
-            msg = e["msg"]
+            msg = e["msg"].removeprefix("Value error, ")
             if e["type"] == "literal_error":
                 msg = f"got {e.get('input')!r}; {msg.lower()}"
             issue = smap.issue(path, msg)
@@ -133,7 +135,16 @@ def load_spec(path: str | Path) -> tuple[Spec, SourceMap, str]:
 
 
 # ------------------------------------------------------------------------------------------------- semantic lowering
+# Names the generated config module binds itself: a config field of that name would shadow them.
+RESERVED_CONFIG_NAMES = frozenset(
+    {"cfg", "cls", "self", "hf_config", "i", "as_dict", "require", "ConfigError", "Any", "dataclass", "ARCHITECTURES"}
+    | {f"read_{t}" for t in _PY_TYPES} | set(FUNCTIONS)
+)
+
+
 class _Lowerer:
+    """Spec -> IR. Implements the :class:`~modelgen.codegen.blocks.LoweringContext` the block kinds lower with."""
+
     def __init__(self, spec: Spec, smap: SourceMap):
         self.spec = spec
         self.smap = smap
@@ -159,27 +170,55 @@ class _Lowerer:
                 return None
         return expr
 
-    def src(self, path: tuple[Any, ...], value: Any) -> str:
-        """Python source of an expression over ``config.<field>``."""
+    @staticmethod
+    def _typed(expr: Expr, rename: Any = lambda n: f"config.{n}") -> ir.Value:
+        """A literal stays a literal (``Const(False)`` is the bool False); anything else is source over config."""
+        body = expr.tree.body
+        if isinstance(body, ast.Constant):
+            return ir.Const(body.value)
+        return ir.Code(py=expr.to_python(rename), spec=expr.to_python())
+
+    # -- the LoweringContext of the block kinds
+    def value(self, path: tuple[Any, ...], value: Any) -> ir.Value:
         expr = self.parse(path, value)
-        return expr.to_python(lambda n: f"config.{n}") if expr else "None"
+        return self._typed(expr) if expr is not None else ir.Const(None)
+
+    def optional(self, path: tuple[Any, ...], value: Any) -> ir.Value | None:
+        return None if value is None else self.value(path, value)
+
+    def norm(self, path: tuple[Any, ...], n: Any) -> ir.Norm:
+        return ir.Norm(name=n.name, kind=n.kind, eps=self.value(path + ("eps",), n.eps))
+
+    def rope(self, p: tuple[Any, ...], r: Any) -> ir.Rope:
+        partial = self.value(p + ("partial_factor",), r.partial_factor)
+        return ir.Rope(
+            style=r.style, theta=self.value(p + ("theta",), r.theta),
+            scaling=self.optional(p + ("scaling",), r.scaling) or ir.Const(None),
+            max_position=self.value(p + ("max_position",), r.max_position),
+            partial_factor=None if partial.is_literal(1) else partial,
+        )
 
     # -- config binding
     def config_values(self) -> tuple[ir.ConfigValue, ...]:
         values: dict[str, ir.ConfigValue] = {}
         deps: dict[str, set[str]] = {}
+        for section, names in (("config", self.spec.config), ("derived", self.spec.derived)):
+            for name in names:
+                if name in RESERVED_CONFIG_NAMES:
+                    self.error((section, name), f"'{name}' is a name the generated config class uses itself; "
+                                                "rename the field and read the config key with `read:`")
         for name, f in self.spec.config.items():
-            default_src = None
+            default = None
             deps[name] = set()
             if f.default is not None:
                 expr = self.parse(("config", name, "default"), f.default)
                 if expr is not None:
-                    default_src = expr.to_python()
+                    default = self._typed(expr, rename=lambda n: n)
                     deps[name] = set(expr.names)
             keys = tuple(f.read) if f.read else (name,)
             values[name] = ir.ConfigValue(
                 name=name, py_type=_PY_TYPES[f.type], kind="read", reader=f"read_{f.type}", keys=keys,
-                required=f.required, nullable=f.nullable, default_src=default_src, doc=f.doc or "",
+                required=f.required, default=None if default == ir.Const(None) else default,
             )
         for name, value in self.spec.derived.items():
             if name in self.spec.config:
@@ -188,7 +227,8 @@ class _Lowerer:
             expr = self.parse(("derived", name), value)
             deps[name] = set(expr.names) if expr else set()
             values[name] = ir.ConfigValue(
-                name=name, py_type="Any", kind="derived", default_src=expr.to_python() if expr else "None"
+                name=name, py_type="Any", kind="derived",
+                default=self._typed(expr, rename=lambda n: n) if expr else ir.Const(None),
             )
         # Stable topological order: declaration order, each value after what it reads.
         ordered: list[str] = []
@@ -213,124 +253,92 @@ class _Lowerer:
         return tuple(values[n] for n in ordered)
 
     # -- blocks
-    def norm(self, path: tuple[Any, ...], n: Any) -> ir.Norm:
-        return ir.Norm(name=n.name, kind=n.kind, eps=self.src(path + ("eps",), n.eps))
+    def _decoder_part(self, key: str, block: Any, field_: str) -> Any:
+        """A block's residual / norm, else the spec's ``decoder:`` default."""
+        value = getattr(block, field_)
+        if value is None:
+            value = getattr(self.spec.decoder, field_)
+        if value is None:
+            self.error(("blocks", key), f"no {field_}: give it in this block or under `decoder:`")
+        return value
 
-    def attention(self, p: tuple[Any, ...], a: Any) -> ir.Attention:
-        rope = ir.Rope(
-            style=a.rope.style,
-            theta=self.src(p + ("rope", "theta"), a.rope.theta),
-            scaling=self.src(p + ("rope", "scaling"), a.rope.scaling) if a.rope.scaling is not None else "None",
-            max_position=self.src(p + ("rope", "max_position"), a.rope.max_position),
-            partial_factor=self.src(p + ("rope", "partial_factor"), a.rope.partial_factor),
-        )
-        qk = None
-        if a.qk_norm is not None:
-            q = a.qk_norm
-            qk = ir.QKNorm(
-                kind=q.kind, eps=self.src(p + ("qk_norm", "eps"), q.eps),
-                enabled=self.src(p + ("qk_norm", "enabled"), q.enabled), q_name=q.q_name, k_name=q.k_name,
-            )
-        return ir.Attention(
-            class_name="", name=a.name, kind=a.kind,
-            num_heads=self.src(p + ("num_heads",), a.num_heads),
-            num_kv_heads=self.src(p + ("num_kv_heads",), a.num_kv_heads),
-            head_dim=self.src(p + ("head_dim",), a.head_dim),
-            qkv_bias=self.src(p + ("qkv_bias",), a.qkv_bias),
-            o_bias=self.src(p + ("o_bias",), a.o_bias),
-            scale=self.src(p + ("scale",), a.scale) if a.scale is not None else "",
-            qk_norm=qk, rope=rope, kv_cache_kind=a.kv_cache.kind,
-        )
-
-    def mlp(self, p: tuple[Any, ...], m: Any) -> ir.MLP | ir.MoE:
-        if m.kind == "gated":
-            return ir.MLP(
-                class_name="", name=m.name, kind=m.kind, activation=m.activation,
-                intermediate_size=self.src(p + ("intermediate_size",), m.intermediate_size),
-                bias=self.src(p + ("bias",), m.bias),
-            )
-        r, rp = m.router, p + ("router",)
-        if (r.n_group is None) != (r.topk_group is None):
-            self.error(rp, "grouped top-k needs both n_group and topk_group")
-        router = ir.Router(
-            name=r.name, scoring=r.scoring, top_k=self.src(rp + ("top_k",), r.top_k),
-            renormalize=self.src(rp + ("renormalize",), r.renormalize),
-            n_group=self.src(rp + ("n_group",), r.n_group) if r.n_group is not None else "None",
-            topk_group=self.src(rp + ("topk_group",), r.topk_group) if r.topk_group is not None else "None",
-            correction_bias=r.correction_bias,
-            routed_scaling_factor=self.src(rp + ("routed_scaling_factor",), r.routed_scaling_factor),
-            float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype,
-        )
-        shared = None
-        if m.shared_experts is not None:
-            se, sp = m.shared_experts, p + ("shared_experts",)
-            shared = ir.SharedExperts(
-                name=se.name, count=self.src(sp + ("count",), se.count),
-                intermediate_size=self.src(sp + ("intermediate_size",), se.intermediate_size), fuse=se.fuse,
-            )
-        return ir.MoE(
-            class_name="", name=m.name, kind=m.kind, num_experts=self.src(p + ("num_experts",), m.num_experts),
-            intermediate_size=self.src(p + ("intermediate_size",), m.intermediate_size), activation=m.activation,
-            router=router, shared=shared, experts_name=m.experts_name, mlp_class="",
-        )
-
-    def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Attention, ...], tuple[Any, ...]]:
-        """Lower every block. Blocks share classes: one attention class per distinct attention, one gated-MLP class
-        (it takes its width at construction, so dense layers and shared experts use the same class), one MoE class.
-        Returns (blocks, distinct attentions, distinct MLPs with the gated class first)."""
-        P = self.spec.class_prefix
+    def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Module, ...]]:
+        """Lower every block through its kinds, then name the classes: modules with equal class keys share a class
+        (``<Prefix><suffix>``, numbered when a kind needs several). Returns (blocks, classes in definition order)."""
         lowered = []
         for key, b in self.spec.blocks.items():
             p = ("blocks", key)
-            lowered.append((key, b, self.attention(p + ("attention",), b.attention), self.mlp(p + ("mlp",), b.mlp)))
+            parts = {f: self._decoder_part(key, b, f) for f in ("residual", "attention_norm", "mlp_norm")}
+            attn = KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
+            mlp = KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
+            lowered.append((key, b, parts, attn, mlp))
         self._check_same_layout(lowered)
 
-        distinct_attn = list(dict.fromkeys(a for _, _, a, _ in lowered))
-        attn_class = {a: f"{P}Attention" if len(distinct_attn) == 1 else f"{P}Attention{n}"
-                      for n, a in enumerate(distinct_attn)}
-        gated_shapes = {replace(m, intermediate_size="") for *_, m in lowered if isinstance(m, ir.MLP)}
-        moes = list(dict.fromkeys(m for *_, m in lowered if isinstance(m, ir.MoE)))
-        if len(gated_shapes) > 1:
-            self.error(("blocks",), "dense MLPs of different blocks must agree in activation and bias")
-        if len(moes) > 1:
-            self.error(("blocks",), "MoE blocks of different layers must be identical")
-        if not gated_shapes and any(m.shared is not None for m in moes):
-            # Shared experts with no dense layer still need the gated-MLP class.
-            gated_shapes = {ir.MLP(class_name="", name="mlp", kind="gated", activation="silu", intermediate_size="",
-                                   bias="False")}
+        # Definition order: attentions, then MLP-slot classes with what they build first.
+        modules: list[ir.Module] = [a for *_, a, _ in lowered]
+        for *_, m in lowered:
+            modules += [*m.dependencies(), m]
+        keys: dict[str, list[ir.Module]] = {}
+        for m in modules:
+            same_kind = keys.setdefault(m.kind, [])
+            if m.class_key() not in same_kind:
+                same_kind.append(m.class_key())
+        for kind, distinct in keys.items():
+            if len(distinct) > 1 and KINDS[kind].ir.single_class:
+                self.error(("blocks",), f"{kind} modules of different blocks must be identical (one class per model)")
+        P = self.spec.class_prefix
+
+        def class_name(m: ir.Module) -> str:
+            distinct = keys[m.kind]
+            return P + m.class_suffix + (str(distinct.index(m.class_key())) if len(distinct) > 1 else "")
 
         blocks = []
-        for key, b, a, m in lowered:
-            if isinstance(m, ir.MLP):
-                m = replace(m, class_name=f"{P}MLP")
-            else:
-                m = replace(m, class_name=f"{P}SparseMoeBlock", mlp_class=f"{P}MLP")
+        for key, _, parts, a, m in lowered:
             p = ("blocks", key)
             blocks.append(ir.Block(
-                key=key, residual=b.residual, attention_norm=self.norm(p + ("attention_norm",), b.attention_norm),
-                attention=replace(a, class_name=attn_class[a]), mlp_norm=self.norm(p + ("mlp_norm",), b.mlp_norm),
-                mlp=m,
+                key=key, residual=parts["residual"],
+                attention_norm=self.norm(p + ("attention_norm",), parts["attention_norm"]) if parts["attention_norm"] else None,
+                attention=a.named(class_name),
+                mlp_norm=self.norm(p + ("mlp_norm",), parts["mlp_norm"]) if parts["mlp_norm"] else None,
+                mlp=m.named(class_name),
             ))
-        gated = [replace(g, class_name=f"{P}MLP") for g in gated_shapes]
-        sparse = list(dict.fromkeys(b.mlp for b in blocks if isinstance(b.mlp, ir.MoE)))
-        return tuple(blocks), tuple(dict.fromkeys(b.attention for b in blocks)), tuple(gated + sparse)
+        classes: dict[str, ir.Module] = {}
+        for m in modules:
+            named = m.named(class_name)
+            classes.setdefault(named.class_name, named)
+        return tuple(blocks), tuple(classes.values())
 
-    def _check_same_layout(self, lowered: list[tuple[str, Any, Any, Any]]) -> None:
-        """One decoder-layer class serves every block, so norms and module names must agree across blocks."""
-        first = lowered[0][1]
-        for key, b, _, _ in lowered:
-            for field_ in ("attention_norm", "mlp_norm"):
-                if getattr(b, field_) != getattr(first, field_):
-                    self.error(("blocks", key, field_), f"{field_} must be the same in every block")
-            if b.attention.name != first.attention.name or b.mlp.name != first.mlp.name:
+    def _check_same_layout(self, lowered: list[tuple[Any, ...]]) -> None:
+        """One decoder-layer class serves every block, so residual, norms and module names must agree."""
+        _, first, first_parts, first_attn, first_mlp = lowered[0]
+        for key, b, parts, a, m in lowered:
+            for field_ in ("residual", "attention_norm", "mlp_norm"):
+                if parts[field_] != first_parts[field_]:
+                    where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
+                    self.error(where, f"{field_} must be the same in every block (one decoder-layer class)")
+            if a.name != first_attn.name or m.name != first_mlp.name:
                 self.error(("blocks", key), "attention / mlp module names must be the same in every block")
 
-    def checkpoint(self) -> ir.Checkpoint:
+    def rope_table(self, classes: tuple[ir.Module, ...]) -> ir.RopeTable | None:
+        """The one cos|sin table shared by every rotary attention (neuron builds it once per model)."""
+        tables = {ir.RopeTable(rotary_dim=self._rotary_dim(m), rope=m.rope) for m in classes if hasattr(m, "rope")}
+        if len(tables) > 1:
+            self.error(("blocks",), "attentions with different RoPE settings need separate tables (not generated)")
+        return next(iter(tables), None)
+
+    @staticmethod
+    def _rotary_dim(m: Any) -> ir.Value:
+        head_dim = m.head_dim
+        if m.rope.partial_factor is None:
+            return head_dim
+        return ir.Code(py=m.rope.rotary_dim_py(head_dim.py), spec=m.rope.rotary_dim_py(head_dim.spec))
+
+    def checkpoint(self, classes: tuple[ir.Module, ...]) -> ir.Checkpoint:
         ck = self.spec.checkpoint
-        allowed: dict[str, set[Any]] = {}
-        for b in self.spec.blocks.values():
-            allowed.update(FUSED_PARAMS.get(("attention", b.attention.kind), {}))
-            allowed.update(FUSED_PARAMS.get(("mlp", "gated"), {}))  # dense MLPs and shared experts
+        # Any kind's fusions are accepted (a spec extending another may keep a fusion its own kinds do not use).
+        allowed: dict[str, frozenset[Any]] = {}
+        for kind in KINDS.values():
+            allowed.update(kind.ir.fused_params)
         fusions = []
         for param, shards in ck.fuse.items():
             path = ("checkpoint", "fuse", param)
@@ -343,8 +351,8 @@ class _Lowerer:
             if ids != allowed[param]:
                 self.error(path, f"shard ids {sorted(map(str, ids))} do not match {sorted(map(str, allowed[param]))}")
                 continue
-            fusions.append(ir.Fusion(param=param, shards=tuple((repr(k), v) for k, v in shards.items())))
-        has_moe = any(b.mlp.kind == "moe" for b in self.spec.blocks.values())
+            fusions.append(ir.Fusion(param=param, shards=tuple(shards.items())))
+        has_moe = any(m.uses_expert_names for m in classes)
         experts = None
         if ck.experts is not None:
             if not has_moe:
@@ -369,39 +377,47 @@ class _Lowerer:
             experts=experts,
         )
 
+    def requirement(self, n: int, req: Any) -> ir.Requirement | None:
+        """The generated check raises when ``fails`` is true: ``not X`` fails on ``X``, anything else on ``not (...)``."""
+        expr = self.parse(("requires", n, "check"), req.check)
+        if expr is None:
+            return None
+        body = expr.tree.body
+        if isinstance(body, ast.UnaryOp) and isinstance(body.op, ast.Not):
+            fails = replace(expr, tree=ast.Expression(body=body.operand))
+            return ir.Requirement(fails=self._typed(fails, rename=lambda n: n), message=req.message)
+        src = expr.to_python()
+        return ir.Requirement(fails=ir.Code(py=f"not ({src})", spec=f"not ({src})"), message=req.message)
+
     def lower(self, spec_path: str, source_hash: str, text: str) -> ir.ModelIR:
         s = self.spec
         config_values = self.config_values()
-        blocks, attentions, mlps = self.blocks()
-        rule_src = None
+        blocks, classes = self.blocks()
+        rule = None
         if s.layers.block is not None and s.layers.block not in s.blocks:
             self.error(("layers", "block"), f"no block named '{s.layers.block}'; blocks: {', '.join(s.blocks)}")
         if s.layers.block_rule is not None:
             expr = self.parse(("layers", "block_rule"), s.layers.block_rule, extra_names=("i",))
             if expr is not None:
-                rule_src = expr.to_python(lambda n: n if n == "i" else f"self.{n}")
+                rule = ir.Code(py=expr.to_python(lambda n: n if n == "i" else f"self.{n}"), spec=expr.to_python())
                 for lit in _string_literals(expr):
                     if lit not in s.blocks:
                         self.error(("layers", "block_rule"), f"rule yields '{lit}', which is not a block ({', '.join(s.blocks)})")
-        requires = []
-        for n, req in enumerate(s.requires):
-            expr = self.parse(("requires", n, "check"), req.check)
-            if expr is not None:
-                requires.append((expr.to_python(), req.message))
+        requires = [self.requirement(n, req) for n, req in enumerate(s.requires)]
         model = ir.ModelIR(
             spec_path=spec_path, source_hash=source_hash, name=s.name, class_prefix=s.class_prefix,
             description=s.description, architectures=tuple(s.hf.architectures), model_type=s.hf.model_type,
             modeling=s.hf.modeling, config_values=config_values,
-            num_layers=self.src(("layers", "count"), s.layers.count),
-            layer_block=s.layers.block, layer_block_rule=rule_src, blocks=blocks,
-            attentions=attentions, mlps=mlps, decoder_class=f"{s.class_prefix}DecoderLayer",
-            requires=tuple(requires),
+            num_layers=self.value(("layers", "count"), s.layers.count),
+            layer_block_rule=rule, blocks=blocks, classes=classes, rope_table=self.rope_table(classes),
+            decoder_class=f"{s.class_prefix}DecoderLayer",
+            requires=tuple(r for r in requires if r is not None),
             embedding_name=s.embedding.name,
-            vocab_size=self.src(("embedding", "vocab_size"), s.embedding.vocab_size),
-            hidden_size=self.src(("embedding", "hidden_size"), s.embedding.hidden_size),
+            vocab_size=self.value(("embedding", "vocab_size"), s.embedding.vocab_size),
+            hidden_size=self.value(("embedding", "hidden_size"), s.embedding.hidden_size),
             final_norm=self.norm(("final_norm",), s.final_norm),
-            lm_head_name=s.lm_head.name, tie_embeddings=self.src(("lm_head", "tie"), s.lm_head.tie),
-            checkpoint=self.checkpoint(), spec_text=text,
+            lm_head_name=s.lm_head.name, tie_embeddings=self.value(("lm_head", "tie"), s.lm_head.tie),
+            checkpoint=self.checkpoint(classes), spec_text=text,
         )
         if self.issues:
             raise SpecError(self.issues)
@@ -410,8 +426,6 @@ class _Lowerer:
 
 def _string_literals(expr: Expr) -> list[str]:
     """The string constants a rule can *return* (branches of conditionals), not those it compares against."""
-    import ast
-
     out: list[str] = []
 
     def walk(node: ast.AST) -> None:

@@ -1,22 +1,40 @@
 """IR -> file contents, through the Jinja2 templates of ``templates/<target>/`` and ``templates/common/``.
 
+Block kinds render through their partials, ``templates/<target>/blocks/<kind>.py.j2``: each is loaded as a module
+whose macros the package templates call (``module_class``, ``construct``, ``imports``; on neuron also
+``mapping_function`` and ``config_checks``), so the package templates never branch on a kind.
+
+Spec-derived text reaches Python source through exactly three filters (codegen/literal.py): ``lit`` (a Python
+literal), ``doc`` (docstring text) and ``comment``; names go through ``ident``, which refuses anything that is not a
+plain identifier (the schema already validated them; this is the generator's own guard). Values of the IR render
+with ``.py``.
+
 Every Python file is parsed with libcst before it is returned: a template that renders invalid Python is a generator
 bug, reported as :class:`CodegenError` naming the template and line. Output is normalised (no trailing whitespace,
 at most two blank lines in a row, one final newline) so rebuilds are byte-identical and diffs stay clean.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import re
+import textwrap
+from pathlib import Path
+from typing import Callable, Iterable
 
 import jinja2
 import libcst
 
 from . import GENERATOR_VERSION
+from .blocks import KINDS
 from .errors import CodegenError
-from .ir import Attention, ModelIR
-from .lower import TEMPLATES_DIR
+from .ir import Block, ModelIR
+from .literal import comment_text, docstring_text, pylit
+from .lower import SPECS_DIR, TEMPLATES_DIR, compile_spec
+from .spec_types import check_identifier
 
 TARGETS = ("rocm", "neuron")
+MAX_LINE = 120
 
 # Files of one generated model package: output name -> template.
 PACKAGE_FILES = {
@@ -37,103 +55,171 @@ PACKAGE_FILES = {
     },
 }
 
-# Fixed files around the model packages (package markers).
-TARGET_INIT = '"""Generated model packages for the {target} target (one per spec in specs/). Do not edit."""\n'
 ROOT_INIT = '"""Generated model code: generated/<target>/<model>/. Rebuild with `modelgen build --all`. Do not edit."""\n'
 
 
-def _pytuple(items) -> str:
-    items = list(items)
-    if not items:
-        return "()"
-    return "(" + ", ".join(repr(tuple(i) if isinstance(i, (list, tuple)) else i) for i in items) + ("," if len(items) == 1 else "") + ")"
+# ------------------------------------------------------------------------------------------------------------ filters
+def _ident(name: str) -> str:
+    try:
+        return check_identifier(name)
+    except ValueError as e:
+        raise CodegenError(f"refusing to render a non-identifier as a name: {e}") from None
 
 
-def _rotary_dim(a: Attention) -> str:
-    if a.rope.partial_factor in ("1.0", "1"):
-        return "self.head_dim"
-    return f"int(self.head_dim * {a.rope.partial_factor})"
+_FROM_IMPORT = re.compile(r"from ([\w.]+) import ([\w, ]+)")
 
 
-def _constructor(module) -> str:
-    """Source that builds one attention / MLP / MoE module inside a decoder layer's ``__init__``."""
-    if module.kind == "gated":
-        return f"{module.class_name}(config, {module.intermediate_size})"
-    if module.kind == "moe":
-        return f"{module.class_name}(config)"
-    return f"{module.class_name}(config, layer_idx)"
-
-
-def _submodules(ir: ModelIR, indent: str) -> str:
-    """Decoder-layer lines choosing each sub-module; a layer schedule with several blocks dispatches on
-    ``config.layer_block(layer_idx)`` only for the slots whose module differs between blocks."""
-    lines: list[str] = []
-    slots = [(ir.blocks[0].attention.name, [(b.key, b.attention) for b in ir.blocks]),
-             (ir.blocks[0].mlp.name, [(b.key, b.mlp) for b in ir.blocks])]
-    if ir.layer_block_rule and any(len({m for _, m in mods}) > 1 for _, mods in slots):
-        lines.append("block = config.layer_block(layer_idx)")
-    for attr, mods in slots:
-        distinct = list(dict.fromkeys(m for _, m in mods))
-        if len(distinct) == 1:
-            lines.append(f"self.{attr} = {_constructor(distinct[0])}")
+def _merge_imports(text: str) -> str:
+    """``from M import a, b`` lines (one per kind, repeats allowed) -> one sorted line per module, wrapped past
+    MAX_LINE columns, so partials declare what they use and the model imports each name once."""
+    names: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
             continue
-        for n, (key, m) in enumerate(mods):
-            if n == len(mods) - 1:
-                lines.append("else:")
-            else:
-                lines.append(f"{'if' if n == 0 else 'elif'} block == \"{key}\":")
-            lines.append(f"    self.{attr} = {_constructor(m)}")
+        m = _FROM_IMPORT.fullmatch(line.strip())
+        if m is None:
+            raise CodegenError(f"import block: expected 'from MODULE import NAMES', got {line!r}")
+        names.setdefault(m.group(1), set()).update(n.strip() for n in m.group(2).split(","))
+    out = []
+    for module in sorted(names):
+        line = f"from {module} import {', '.join(sorted(names[module]))}"
+        if len(line) > MAX_LINE:
+            line = f"from {module} import (\n" + "".join(f"    {n},\n" for n in sorted(names[module])) + ")"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _per_block(ir: ModelIR, text_of: Callable[[Block], str], select: str, indent: str) -> str:
+    """Lines doing ``text_of(block)`` for the layer's block: one line when every block renders the same, otherwise
+    an if/elif/else over ``select`` (the layer's block name, from ``layers.block_rule``)."""
+    rendered = [(b.key, str(text_of(b))) for b in ir.blocks]
+    if len({text for _, text in rendered}) == 1:
+        lines = [rendered[0][1]]
+    else:
+        lines = []
+        for n, (key, text) in enumerate(rendered):
+            last = n == len(rendered) - 1
+            lines.append("else:" if last else f"{'if' if n == 0 else 'elif'} {select} == {pylit(key)}:")
+            lines.append("    " + text)
     return "\n".join(indent + line for line in lines)
 
 
-def _activation_class(mlp) -> str:
-    return {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}[mlp.activation]
+def _blocks_differ(ir: ModelIR, text_of: Callable[[Block], str]) -> bool:
+    return len({str(text_of(b)) for b in ir.blocks}) > 1
+
+
+def _call(head: str, args: list[str], indent: int, tail: str = "") -> str:
+    """``head(arg, ...)tail`` at ``indent``: on one line when it fits MAX_LINE, else the arguments on one line of
+    their own, else one argument per line (Black's three shapes)."""
+    pad, inner = " " * indent, " " * (indent + 4)
+    line = f"{pad}{head}({', '.join(args)}){tail}"
+    if len(line) <= MAX_LINE:
+        return line
+    if len(inner) + len(", ".join(args)) <= MAX_LINE:
+        return f"{pad}{head}(\n{inner}{', '.join(args)}\n{pad}){tail}"
+    return f"{pad}{head}(\n" + "".join(f"{inner}{a},\n" for a in args) + f"{pad}){tail}"
+
+
+def _return_expr(py: str, indent: int) -> str:
+    """``return <py>`` at ``indent``; a conditional expression too long for one line is split at ``if``/``else``."""
+    pad = " " * indent
+    line = f"{pad}return {py}"
+    node = ast.parse(py, mode="eval").body
+    if len(line) <= MAX_LINE or not isinstance(node, ast.IfExp):
+        return line
+    inner = pad + "    "
+    parts = [ast.unparse(node.body), "if " + ast.unparse(node.test), "else " + ast.unparse(node.orelse)]
+    return f"{pad}return (\n" + "".join(f"{inner}{part}\n" for part in parts) + f"{pad})"
+
+
+def _wrap_text(text: str, indent: int = 0) -> str:
+    """Prose (already escaped by ``doc``) filled to MAX_LINE; escapes hold no spaces, so none is split."""
+    return textwrap.fill(str(text), width=MAX_LINE - indent, break_long_words=False, break_on_hyphens=False,
+                         subsequent_indent=" " * indent)
+
+
+def _block(text: str, indent: int) -> str:
+    """A macro's lines indented by ``indent`` spaces, without the macro's trailing newline."""
+    pad = " " * indent
+    return "\n".join(pad + line if line.strip() else "" for line in str(text).strip("\n").split("\n"))
+
+
+def _readme_rows(ir: ModelIR, target: str) -> list[tuple[str, str]]:
+    """Architecture rows of every block sub-module, each row once (a label repeats when blocks differ)."""
+    rows: dict[tuple[str, str], None] = {}
+    for b in ir.blocks:
+        for m in (b.attention, b.mlp):
+            for row in m.readme_rows(target):
+                rows.setdefault(row)
+    return list(rows)
 
 
 def _environment() -> jinja2.Environment:
+    return _cached_environment(str(TEMPLATES_DIR))  # read at call time: tests point it at a copy
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_environment(templates_dir: str) -> jinja2.Environment:
+    """One environment per template folder: templates compile once per process (Jinja reloads edited files)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters["pytuple"] = _pytuple
-    env.filters["cfg"] = lambda src: src.replace("config.", "")
-    env.globals["rotary_dim"] = _rotary_dim
-    env.globals["submodules"] = _submodules
-    env.globals["dict"] = dict
-    env.globals["activation_class"] = _activation_class
+    env.filters.update(
+        lit=pylit, doc=docstring_text, comment=comment_text, wrap=_wrap_text, ident=_ident, imports=_merge_imports,
+        block=_block, snake=lambda name: re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower(),
+    )
+    env.globals.update(
+        per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
+        return_expr=_return_expr,
+    )
     return env
 
 
 def _normalise(text: str) -> str:
-    lines = [line.rstrip() for line in text.splitlines()]
+    # split("\n"), not splitlines(): the literal filters escape every other line break, so none can reach here, and
+    # splitting on U+2028 & co. would be a second, silent, opinion about where lines end.
+    lines = [line.rstrip() for line in text.split("\n")]
     out = re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines)).strip("\n")
     return out + "\n"
 
 
-def _context(ir: ModelIR, target: str) -> dict:
-    fusions = {f.param: {eval_shard(s): m for s, m in f.shards} for f in ir.checkpoint.fusions}
-    qkv = fusions.get("qkv_proj", {"q": "q_proj", "k": "k_proj", "v": "v_proj"})
-    gate_up = fusions.get("gate_up_proj", {0: "gate_proj", 1: "up_proj"})
+def _context(ir: ModelIR, target: str, env: jinja2.Environment) -> dict:
+    ck = ir.checkpoint
+    qkv = ck.modules("qkv_proj", {"q": "q_proj", "k": "k_proj", "v": "v_proj"})
+    gate_up = ck.modules("gate_up_proj", {0: "gate_proj", 1: "up_proj"})
     readers = sorted({"as_dict"} | {v.reader for v in ir.config_values if v.kind == "read"}
                      | ({"require"} if any(v.required for v in ir.config_values) else set())
                      | ({"ConfigError"} if ir.requires else set()))
-    return {
-        "ir": ir, "target": target, "version": GENERATOR_VERSION, "P": ir.class_prefix, "pre": ir.checkpoint.prefix,
-        "readers": readers,
-        "qkv": [qkv["q"], qkv["k"], qkv["v"]], "gate_up": [gate_up[0], gate_up[1]],
-        "activation_classes": sorted({_activation_class(m) for m in ir.mlps if m.kind == "gated"}),
+    ctx = {
+        "ir": ir, "target": target, "version": GENERATOR_VERSION, "P": ir.class_prefix, "pre": ck.prefix,
+        "readers": readers, "qkv": [qkv["q"], qkv["k"], qkv["v"]], "gate_up": [gate_up[0], gate_up[1]],
     }
+    # Filled after the context exists: partials see each other through it (the MoE block builds the gated MLP).
+    ctx["partials"] = partials = {}
+    for kind in ir.kinds:
+        partials[kind] = _partial(env, KINDS[kind].partial(target), ctx)
+    return ctx
 
 
-def eval_shard(src: str) -> object:
-    """Shard ids are rendered as Python literals in the IR ('q', 0); read them back without eval."""
-    import ast
+def _partial(env: jinja2.Environment, name: str, ctx: dict):
+    try:
+        return env.get_template(name).make_module(ctx)
+    except jinja2.TemplateNotFound:
+        raise CodegenError(f"templates/{name}: missing (every block kind needs one partial per target)") from None
 
-    return ast.literal_eval(src)
+
+def _check_python(text: str, template_name: str, where: str) -> None:
+    try:
+        libcst.parse_module(text)
+    except libcst.ParserSyntaxError as e:
+        raise CodegenError(
+            f"templates/{template_name} rendered invalid Python for {where}:{e.raw_line}:{e.raw_column}): {e.message}"
+        ) from None
 
 
 def render_package(ir: ModelIR, target: str) -> dict[str, str]:
@@ -141,29 +227,40 @@ def render_package(ir: ModelIR, target: str) -> dict[str, str]:
     if target not in PACKAGE_FILES:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     env = _environment()
-    ctx = _context(ir, target)
+    ctx = _context(ir, target, env)
     files: dict[str, str] = {}
     for out_name, template_name in PACKAGE_FILES[target].items():
         try:
             text = env.get_template(template_name).render(**ctx)
         except jinja2.TemplateError as e:
             line = getattr(e, "lineno", None)
-            raise CodegenError(f"templates/{template_name}{f':{line}' if line else ''}: {type(e).__name__}: {e}") from None
+            name = getattr(e, "filename", None) or f"templates/{template_name}"
+            name = Path(name).relative_to(TEMPLATES_DIR.parent).as_posix() if Path(name).is_absolute() else name
+            raise CodegenError(f"{name}{f':{line}' if line else ''}: {type(e).__name__}: {e}") from None
         text = _normalise(text)
         if out_name.endswith(".py"):
-            try:
-                libcst.parse_module(text)
-            except libcst.ParserSyntaxError as e:
-                raise CodegenError(
-                    f"templates/{template_name} rendered invalid Python for {ir.spec_path} ({target}/{ir.name}/"
-                    f"{out_name}:{e.raw_line}:{e.raw_column}): {e.message}"
-                ) from None
+            _check_python(text, template_name, f"{ir.spec_path} ({target}/{ir.name}/{out_name}")
         files[f"{target}/{ir.name}/{out_name}"] = text
     return files
 
 
-def render_fixed(targets: tuple[str, ...] = TARGETS) -> dict[str, str]:
+def _target_init(target: str, irs: Iterable[ModelIR]) -> str:
+    """The target package's index: architecture -> model package, as literal data, so the engine's registry imports
+    only the package it runs (importing every generated package would run code of models nobody asked for)."""
+    index = {arch: ir.name for ir in sorted(irs, key=lambda i: i.name) for arch in ir.architectures}
+    lines = [f'"""Generated model packages for the {target} target (one per spec in specs/). Do not edit."""', "",
+             "# HF architecture (config.json `architectures`) -> model package under this one.", "MODELS = {"]
+    lines += [f"    {pylit(arch)}: {pylit(name)}," for arch, name in sorted(index.items())]
+    return "\n".join(lines + ["}", ""])
+
+
+def render_fixed(targets: tuple[str, ...] = TARGETS, irs: Iterable[ModelIR] | None = None) -> dict[str, str]:
+    """The package markers around the model packages; each target's ``__init__`` indexes every spec in specs/
+    (``irs`` when the caller compiled them already)."""
+    irs = list(irs) if irs is not None else [compile_spec(p) for p in sorted(SPECS_DIR.glob("*.yaml"))]
     files = {"__init__.py": ROOT_INIT}
     for t in targets:
-        files[f"{t}/__init__.py"] = TARGET_INIT.format(target=t)
+        text = _target_init(t, irs)
+        _check_python(text, "(render.py target index)", f"generated/{t}/__init__.py (")
+        files[f"{t}/__init__.py"] = text
     return files

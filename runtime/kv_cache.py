@@ -25,6 +25,14 @@ class LayerSpec:
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.num_kv_heads * block_size * self.head_size * itemsize
 
+    def allocate(self, num_blocks: int, block_size: int, device: torch.device | str) -> list[torch.Tensor]:
+        """K and V blocks of this layer. A layer with another cache kind declares its own spec class with
+        ``bytes_per_block`` and ``allocate`` (next to its runtime layer), so this file needs no branch per kind."""
+        if self.kind != "paged_kv":
+            raise NotImplementedError(f"{self.name}: cache kind {self.kind!r} is not implemented by LayerSpec")
+        shape = (num_blocks, self.num_kv_heads, block_size, self.head_size)
+        return [torch.zeros(shape, dtype=self.dtype, device=device) for _ in range(2)]
+
 
 @dataclass(frozen=True)
 class KVSpec:
@@ -40,8 +48,7 @@ def allocate_kv_cache(
     """Zero-filled caches (zeros matter: the static write path relies on finite contents)."""
     caches: dict[str, list[torch.Tensor]] = {}
     for layer in spec.layers:
-        if layer.kind != "paged_kv":
-            raise NotImplementedError(f"{layer.name}: cache kind {layer.kind!r} is not implemented")
-        shape = (num_blocks, layer.num_kv_heads, block_size, layer.head_size)
-        caches[layer.name] = [torch.zeros(shape, dtype=layer.dtype, device=device) for _ in range(2)]
+        if not hasattr(layer, "allocate"):
+            raise NotImplementedError(f"{layer.name}: cache kind {layer.kind!r} is not allocated per block")
+        caches[layer.name] = layer.allocate(num_blocks, block_size, device)
     return caches

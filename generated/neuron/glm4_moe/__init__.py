@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 39728da3da59b8fa
+# source hash (spec + templates + generator): ff1d526c9edff36e
 # ==================================================================================================================
 """Glm4Moe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Glm4MoeConfig
@@ -12,4 +12,7 @@ CONFIG_CLASS = Glm4MoeConfig
 MODEL_CLASS = Glm4MoeForCausalLM
 SPEC = "specs/glm4_moe.yaml"
 
-__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Glm4MoeConfig", "Glm4MoeForCausalLM", "Glm4MoeForCausalLMFactory"]
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+    "Glm4MoeForCausalLMFactory",
+]

@@ -1,14 +1,18 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 39728da3da59b8fa
+# source hash (spec + templates + generator): ff1d526c9edff36e
 # ==================================================================================================================
-"""Glm4Moe for the neuron target, in vLLM Neuron's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
+"""Glm4Moe for the neuron target, in vLLM Neuron's style.
 
-Reference: transformers/models/glm4_moe/modeling_glm4_moe.py. The runner calls the fixed ``forward(input_ids, positions, attn_metadata,
-sampling_positions, sampling_params, ...)`` with inputs padded to a compiled bucket; every shape is static, so each
-bucket traces to one ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by
-closure loaders ``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
+
+Reference: transformers/models/glm4_moe/modeling_glm4_moe.py.
+
+The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
+with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
+``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
+``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
@@ -63,6 +67,11 @@ class Glm4MoeAttention(nn.Module):
                 num_kv_replicas=num_kv_replicas,
             ),
         )
+        self.o_proj_weight = _param(self.q_size, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
+        )
         if config.attention_bias:
             self.qkv_proj_bias = _param(self.q_size + 2 * self.kv_size)
             set_weight_loader(
@@ -73,12 +82,7 @@ class Glm4MoeAttention(nn.Module):
             )
         else:
             self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
-        self.o_proj_weight = _param(self.q_size, hidden_size)
-        set_weight_loader(
-            self.o_proj_weight,
-            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
-        )
-        self.register_parameter("o_proj_bias", None)
+        self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.use_qk_norm = config.use_qk_norm
         if self.use_qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
@@ -122,6 +126,16 @@ class Glm4MoeAttention(nn.Module):
             q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
         )
 
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.layer_name, num_kv_heads=self.num_key_value_heads_per_rank, head_size=self.head_dim,
+            dtype=self.qkv_proj_weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.k_cache, self.v_cache = kv_caches[self.layer_name]
+
 
 class Glm4MoeMLP(nn.Module):
     """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)); intermediate dim sharded across ranks."""
@@ -151,7 +165,8 @@ class Glm4MoeMLP(nn.Module):
 
 
 class Glm4MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
+    shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
     across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
@@ -170,8 +185,12 @@ class Glm4MoeSparseMoeBlock(nn.Module):
         self.n_group, self.topk_group = config.n_group, config.topk_group
         self.routed_scaling_factor = config.routed_scaling_factor
         # Router: replicated, HF layout [E, H], kept in float32 as HF does.
-        self.gate_weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=torch.float32), requires_grad=False)
-        self.gate_e_score_correction_bias = nn.Parameter(torch.empty(num_experts, dtype=torch.float32), requires_grad=False)
+        self.gate_weight = nn.Parameter(
+            torch.empty(num_experts, hidden_size, dtype=torch.float32), requires_grad=False
+        )
+        self.gate_e_score_correction_bias = nn.Parameter(
+            torch.empty(num_experts, dtype=torch.float32), requires_grad=False
+        )
         self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
         set_weight_loader(self.experts_w13_weight, expert_weight_loader(local_experts, num_experts, "w13"))
         self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
@@ -236,7 +255,10 @@ class Glm4MoeModel(nn.Module):
         self.register_buffer(
             "rope_cos_sin",
             cos_sin_cache(
-                self.layers[0].self_attn.rotary_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
+                int(config.head_dim * config.partial_rotary_factor),
+                config.rope_theta,
+                config.rope_scaling,
+                config.max_position_embeddings,
             ),
             persistent=False,
         )
@@ -271,10 +293,6 @@ class Glm4MoeForCausalLM(nn.Module):
             self.lm_head_weight, padded_vocab_loader(self.vocab_size, per_rank, is_storage_transposed=True)
         )
 
-    @classmethod
-    def from_configs(cls, hf_config, neuron_config=None) -> "Glm4MoeForCausalLM":
-        return cls(Glm4MoeConfig.from_hf_config(hf_config))
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -304,23 +322,12 @@ class Glm4MoeForCausalLM(nn.Module):
         return logits
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for layer in self.model.layers:
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.layer_name,
-                    num_kv_heads=attn.num_key_value_heads_per_rank,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj_weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
         """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 39728da3da59b8fa
+# source hash (spec + templates + generator): ff1d526c9edff36e
 # ==================================================================================================================
 """Checkpoint mappings of Glm4MoeForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -12,38 +12,54 @@ from .config import Glm4MoeConfig
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
-# Substring renames applied to every checkpoint key before the mappings are looked up.
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
 RENAMES = ()
 
 
-def _gated_mlp(mappings: dict[str, list[str]], mlp: str, bias: bool) -> None:
-    mappings[f"{mlp}.gate_proj_weight"] = [f"{mlp}.gate_proj.weight"]
-    mappings[f"{mlp}.up_proj_weight"] = [f"{mlp}.up_proj.weight"]
-    mappings[f"{mlp}.down_proj_weight"] = [f"{mlp}.down_proj.weight"]
-    if bias:
-        mappings[f"{mlp}.gate_proj_bias"] = [f"{mlp}.gate_proj.bias"]
-        mappings[f"{mlp}.up_proj_bias"] = [f"{mlp}.up_proj.bias"]
-        mappings[f"{mlp}.down_proj_bias"] = [f"{mlp}.down_proj.bias"]
+def _glm4_moe_attention_mappings(mappings: dict[str, list[str]], module: str, config: Glm4MoeConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+    if config.use_qk_norm:
+        for norm in ("q_norm", "k_norm"):
+            mappings[f"{module}.{norm}.weight"] = [f"{module}.{norm}.weight"]
 
 
-def _moe(mappings: dict[str, list[str]], moe: str, num_experts: int, available: set[str]) -> None:
+def _glm4_moe_mlp_mappings(mappings: dict[str, list[str]], module: str, config: Glm4MoeConfig) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+
+
+def _glm4_moe_sparse_moe_block_mappings(
+    mappings: dict[str, list[str]], module: str, config: Glm4MoeConfig, available: set[str]
+) -> None:
     """Router, routed experts and shared experts of one MoE block.
 
     Experts load from transformers v5's fused tensors when the checkpoint has them (experts on a tensor dim), else
     from per-expert tensors: w13 interleaved per expert [gate_0, up_0, gate_1, up_1, ...], w2 grouped [down_0, ...].
     """
-    mappings[f"{moe}.gate_weight"] = [f"{moe}.gate.weight"]
-    mappings[f"{moe}.gate_e_score_correction_bias"] = [f"{moe}.gate.e_score_correction_bias"]
-    if f"{moe}.experts.gate_up_proj" in available:
-        mappings[f"{moe}.experts_w13_weight"] = [f"{moe}.experts.gate_up_proj"]
-        mappings[f"{moe}.experts_w2_weight"] = [f"{moe}.experts.down_proj"]
+    mappings[module + ".gate_weight"] = [module + ".gate.weight"]
+    mappings[module + ".gate_e_score_correction_bias"] = [
+        module + ".gate.e_score_correction_bias"
+    ]
+    # Per-expert checkpoint names relative to the MoE module; {e} is the expert index.
+    gate, up, down = "experts.{e}.gate_proj.weight", "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight"
+    num_experts = config.n_routed_experts
+    if module + ".experts.gate_up_proj" in available:
+        mappings[module + ".experts_w13_weight"] = [module + ".experts.gate_up_proj"]
+        mappings[module + ".experts_w2_weight"] = [module + ".experts.down_proj"]
     else:
-        mappings[f"{moe}.experts_w13_weight"] = [
-            key for e in range(num_experts)
-            for key in (f"{moe}.experts.{e}.gate_proj.weight", f"{moe}.experts.{e}.up_proj.weight")
+        mappings[module + ".experts_w13_weight"] = [
+            module + "." + name.format(e=e) for e in range(num_experts) for name in (gate, up)
         ]
-        mappings[f"{moe}.experts_w2_weight"] = [f"{moe}.experts.{e}.down_proj.weight" for e in range(num_experts)]
-    _gated_mlp(mappings, f"{moe}.shared_experts", False)
+        mappings[module + ".experts_w2_weight"] = [module + "." + down.format(e=e) for e in range(num_experts)]
+    _glm4_moe_mlp_mappings(mappings, module + ".shared_experts", config)
 
 
 def checkpoint_mappings(config: Glm4MoeConfig, available: set[str]) -> dict[str, list[str]]:
@@ -52,18 +68,12 @@ def checkpoint_mappings(config: Glm4MoeConfig, available: set[str]) -> dict[str,
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
-        mappings[f"{attn}.qkv_proj_weight"] = [f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"]
-        if config.attention_bias:
-            mappings[f"{attn}.qkv_proj_bias"] = [f"{attn}.q_proj.bias", f"{attn}.k_proj.bias", f"{attn}.v_proj.bias"]
-        mappings[f"{attn}.o_proj_weight"] = [f"{attn}.o_proj.weight"]
-        if config.use_qk_norm:
-            for norm in ("q_norm", "k_norm"):
-                mappings[f"{attn}.{norm}.weight"] = [f"{attn}.{norm}.weight"]
-        if config.layer_block(i) == "sparse":
-            _moe(mappings, mlp, config.n_routed_experts, available)
+        block = config.layer_block(i)
+        _glm4_moe_attention_mappings(mappings, prefix + ".self_attn", config)
+        if block == "dense":
+            _glm4_moe_mlp_mappings(mappings, prefix + ".mlp", config)
         else:
-            _gated_mlp(mappings, mlp, False)
+            _glm4_moe_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
     mappings["model.norm.weight"] = ["model.norm.weight"]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 8f09827950bac444
+# source hash (spec + templates + generator): a9570cba7f8044b1
 # ==================================================================================================================
 """Llama for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, LlamaConfig
@@ -12,4 +12,7 @@ CONFIG_CLASS = LlamaConfig
 MODEL_CLASS = LlamaForCausalLM
 SPEC = "specs/llama.yaml"
 
-__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "LlamaConfig", "LlamaForCausalLM", "LlamaForCausalLMFactory"]
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "LlamaConfig", "LlamaForCausalLM",
+    "LlamaForCausalLMFactory",
+]

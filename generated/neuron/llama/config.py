@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 8f09827950bac444
+# source hash (spec + templates + generator): a9570cba7f8044b1
 # ==================================================================================================================
 """LlamaConfig: the HF ``config.json`` fields specs/llama.yaml reads, typed, with the spec's defaults.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from modelgen.runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
 
-ARCHITECTURES = ('LlamaForCausalLM',)
+ARCHITECTURES = ("LlamaForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -38,34 +38,42 @@ class LlamaConfig:
     def from_hf_config(cls, hf_config: Any) -> "LlamaConfig":
         """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
         cfg = as_dict(hf_config)
-        vocab_size = require("vocab_size", ('vocab_size',), read_int(cfg, "vocab_size", ('vocab_size',)))
-        hidden_size = require("hidden_size", ('hidden_size',), read_int(cfg, "hidden_size", ('hidden_size',)))
-        intermediate_size = require("intermediate_size", ('intermediate_size',), read_int(cfg, "intermediate_size", ('intermediate_size',)))
-        num_hidden_layers = require("num_hidden_layers", ('num_hidden_layers',), read_int(cfg, "num_hidden_layers", ('num_hidden_layers',)))
-        num_attention_heads = require("num_attention_heads", ('num_attention_heads',), read_int(cfg, "num_attention_heads", ('num_attention_heads',)))
-        num_key_value_heads = read_int(cfg, "num_key_value_heads", ('num_key_value_heads',))
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
         if num_key_value_heads is None:
             num_key_value_heads = num_attention_heads
-        head_dim = read_int(cfg, "head_dim", ('head_dim',))
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
         if head_dim is None:
             head_dim = hidden_size // num_attention_heads
-        max_position_embeddings = read_int(cfg, "max_position_embeddings", ('max_position_embeddings',))
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
         if max_position_embeddings is None:
             max_position_embeddings = 2048
-        rms_norm_eps = read_float(cfg, "rms_norm_eps", ('rms_norm_eps',))
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
         if rms_norm_eps is None:
             rms_norm_eps = 1e-06
-        rope_theta = read_float(cfg, "rope_theta", ('rope_theta', 'rope_parameters.rope_theta'))
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
         if rope_theta is None:
             rope_theta = 10000.0
-        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ('rope_parameters', 'rope_scaling'))
-        attention_bias = read_bool(cfg, "attention_bias", ('attention_bias',))
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
         if attention_bias is None:
             attention_bias = False
-        mlp_bias = read_bool(cfg, "mlp_bias", ('mlp_bias',))
+        mlp_bias = read_bool(cfg, "mlp_bias", ("mlp_bias",))
         if mlp_bias is None:
             mlp_bias = False
-        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ('tie_word_embeddings',))
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
         if tie_word_embeddings is None:
             tie_word_embeddings = False
         return cls(

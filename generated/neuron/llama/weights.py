@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 8f09827950bac444
+# source hash (spec + templates + generator): a9570cba7f8044b1
 # ==================================================================================================================
 """Checkpoint mappings of LlamaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -10,36 +10,41 @@ from __future__ import annotations
 from .config import LlamaConfig
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
-IGNORED_KEYS = ('model.layers.*.self_attn.rotary_emb.inv_freq',)
+IGNORED_KEYS = ("model.layers.*.self_attn.rotary_emb.inv_freq",)
 
-# Substring renames applied to every checkpoint key before the mappings are looked up.
-RENAMES = (('weight_scale_inv', 'weight_scale'),)
-
-
-def _gated_mlp(mappings: dict[str, list[str]], mlp: str, bias: bool) -> None:
-    mappings[f"{mlp}.gate_proj_weight"] = [f"{mlp}.gate_proj.weight"]
-    mappings[f"{mlp}.up_proj_weight"] = [f"{mlp}.up_proj.weight"]
-    mappings[f"{mlp}.down_proj_weight"] = [f"{mlp}.down_proj.weight"]
-    if bias:
-        mappings[f"{mlp}.gate_proj_bias"] = [f"{mlp}.gate_proj.bias"]
-        mappings[f"{mlp}.up_proj_bias"] = [f"{mlp}.up_proj.bias"]
-        mappings[f"{mlp}.down_proj_bias"] = [f"{mlp}.down_proj.bias"]
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = (("weight_scale_inv", "weight_scale"),)
 
 
-def checkpoint_mappings(config: LlamaConfig, available: set[str]) -> dict[str, list[str]]:
-    """``available``: the checkpoint's keys after RENAMES (chooses fused vs per-expert expert tensors)."""
+def _llama_attention_mappings(mappings: dict[str, list[str]], module: str, config: LlamaConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _llama_mlp_mappings(mappings: dict[str, list[str]], module: str, config: LlamaConfig) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+    if config.mlp_bias:
+        mappings[module + ".gate_proj_bias"] = [module + ".gate_proj.bias"]
+        mappings[module + ".up_proj_bias"] = [module + ".up_proj.bias"]
+        mappings[module + ".down_proj_bias"] = [module + ".down_proj.bias"]
+
+
+def checkpoint_mappings(config: LlamaConfig) -> dict[str, list[str]]:
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
-        mappings[f"{attn}.qkv_proj_weight"] = [f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"]
-        if config.attention_bias:
-            mappings[f"{attn}.qkv_proj_bias"] = [f"{attn}.q_proj.bias", f"{attn}.k_proj.bias", f"{attn}.v_proj.bias"]
-        mappings[f"{attn}.o_proj_weight"] = [f"{attn}.o_proj.weight"]
-        if config.attention_bias:
-            mappings[f"{attn}.o_proj_bias"] = [f"{attn}.o_proj.bias"]
-        _gated_mlp(mappings, mlp, config.mlp_bias)
+        _llama_attention_mappings(mappings, prefix + ".self_attn", config)
+        _llama_mlp_mappings(mappings, prefix + ".mlp", config)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
     mappings["model.norm.weight"] = ["model.norm.weight"]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
 """Mixtral for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, MixtralConfig
@@ -12,4 +12,7 @@ CONFIG_CLASS = MixtralConfig
 MODEL_CLASS = MixtralForCausalLM
 SPEC = "specs/mixtral.yaml"
 
-__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MixtralConfig", "MixtralForCausalLM", "MixtralForCausalLMFactory"]
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MixtralConfig", "MixtralForCausalLM",
+    "MixtralForCausalLMFactory",
+]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds MixtralForCausalLM."""
 from __future__ import annotations
@@ -26,7 +26,10 @@ class MixtralForCausalLMFactory(nn.Module):
 
     @classmethod
     def _validate_config(cls, hf_config: Any, config: MixtralConfig) -> None:
-        architectures = (hf_config.get("architectures") if isinstance(hf_config, dict) else getattr(hf_config, "architectures", None)) or []
+        if isinstance(hf_config, dict):
+            architectures = hf_config.get("architectures") or []
+        else:
+            architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
             raise ValueError(f"MixtralForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")

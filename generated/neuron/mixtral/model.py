@@ -1,14 +1,18 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
-"""Mixtral for the neuron target, in vLLM Neuron's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+"""Mixtral for the neuron target, in vLLM Neuron's style.
 
-Reference: transformers/models/mixtral/modeling_mixtral.py. The runner calls the fixed ``forward(input_ids, positions, attn_metadata,
-sampling_positions, sampling_params, ...)`` with inputs padded to a compiled bucket; every shape is static, so each
-bucket traces to one ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by
-closure loaders ``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+
+Reference: transformers/models/mixtral/modeling_mixtral.py.
+
+The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
+with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
+``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
+``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
@@ -63,13 +67,13 @@ class MixtralAttention(nn.Module):
                 num_kv_replicas=num_kv_replicas,
             ),
         )
-        self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.o_proj_weight = _param(self.q_size, hidden_size)
         set_weight_loader(
             self.o_proj_weight,
             sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
         )
-        self.register_parameter("o_proj_bias", None)
+        self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 
@@ -107,9 +111,20 @@ class MixtralAttention(nn.Module):
             q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
         )
 
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.layer_name, num_kv_heads=self.num_key_value_heads_per_rank, head_size=self.head_dim,
+            dtype=self.qkv_proj_weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.k_cache, self.v_cache = kv_caches[self.layer_name]
+
 
 class MixtralSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router;
+    shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
     across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
@@ -126,7 +141,7 @@ class MixtralSparseMoeBlock(nn.Module):
         self.top_k = config.num_experts_per_tok
         self.renormalize = True
         # Router: replicated, HF layout [E, H].
-        self.gate_weight = nn.Parameter(torch.empty(num_experts, hidden_size), requires_grad=False)
+        self.gate_weight = _param(num_experts, hidden_size)
         self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
         set_weight_loader(self.experts_w13_weight, expert_weight_loader(local_experts, num_experts, "w13"))
         self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
@@ -181,9 +196,7 @@ class MixtralModel(nn.Module):
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
             "rope_cos_sin",
-            cos_sin_cache(
-                self.layers[0].self_attn.rotary_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
-            ),
+            cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
 
@@ -217,10 +230,6 @@ class MixtralForCausalLM(nn.Module):
             self.lm_head_weight, padded_vocab_loader(self.vocab_size, per_rank, is_storage_transposed=True)
         )
 
-    @classmethod
-    def from_configs(cls, hf_config, neuron_config=None) -> "MixtralForCausalLM":
-        return cls(MixtralConfig.from_hf_config(hf_config))
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -250,23 +259,12 @@ class MixtralForCausalLM(nn.Module):
         return logits
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for layer in self.model.layers:
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.layer_name,
-                    num_kv_heads=attn.num_key_value_heads_per_rank,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj_weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
         """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""

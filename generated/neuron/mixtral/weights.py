@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
 """Checkpoint mappings of MixtralForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -12,26 +12,37 @@ from .config import MixtralConfig
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
-# Substring renames applied to every checkpoint key before the mappings are looked up.
-RENAMES = (('.block_sparse_moe.', '.mlp.'),)
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = ((".block_sparse_moe.", ".mlp."),)
 
 
-def _moe(mappings: dict[str, list[str]], moe: str, num_experts: int, available: set[str]) -> None:
-    """Router, routed experts and shared experts of one MoE block.
+def _mixtral_attention_mappings(mappings: dict[str, list[str]], module: str, config: MixtralConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+
+
+def _mixtral_sparse_moe_block_mappings(
+    mappings: dict[str, list[str]], module: str, config: MixtralConfig, available: set[str]
+) -> None:
+    """Router, routed experts of one MoE block.
 
     Experts load from transformers v5's fused tensors when the checkpoint has them (experts on a tensor dim), else
     from per-expert tensors: w13 interleaved per expert [gate_0, up_0, gate_1, up_1, ...], w2 grouped [down_0, ...].
     """
-    mappings[f"{moe}.gate_weight"] = [f"{moe}.gate.weight"]
-    if f"{moe}.experts.gate_up_proj" in available:
-        mappings[f"{moe}.experts_w13_weight"] = [f"{moe}.experts.gate_up_proj"]
-        mappings[f"{moe}.experts_w2_weight"] = [f"{moe}.experts.down_proj"]
+    mappings[module + ".gate_weight"] = [module + ".gate.weight"]
+    # Per-expert checkpoint names relative to the MoE module; {e} is the expert index.
+    gate, up, down = "experts.{e}.w1.weight", "experts.{e}.w3.weight", "experts.{e}.w2.weight"
+    num_experts = config.num_local_experts
+    if module + ".experts.gate_up_proj" in available:
+        mappings[module + ".experts_w13_weight"] = [module + ".experts.gate_up_proj"]
+        mappings[module + ".experts_w2_weight"] = [module + ".experts.down_proj"]
     else:
-        mappings[f"{moe}.experts_w13_weight"] = [
-            key for e in range(num_experts)
-            for key in (f"{moe}.experts.{e}.w1.weight", f"{moe}.experts.{e}.w3.weight")
+        mappings[module + ".experts_w13_weight"] = [
+            module + "." + name.format(e=e) for e in range(num_experts) for name in (gate, up)
         ]
-        mappings[f"{moe}.experts_w2_weight"] = [f"{moe}.experts.{e}.w2.weight" for e in range(num_experts)]
+        mappings[module + ".experts_w2_weight"] = [module + "." + down.format(e=e) for e in range(num_experts)]
 
 
 def checkpoint_mappings(config: MixtralConfig, available: set[str]) -> dict[str, list[str]]:
@@ -40,10 +51,8 @@ def checkpoint_mappings(config: MixtralConfig, available: set[str]) -> dict[str,
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
-        mappings[f"{attn}.qkv_proj_weight"] = [f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"]
-        mappings[f"{attn}.o_proj_weight"] = [f"{attn}.o_proj.weight"]
-        _moe(mappings, mlp, config.num_local_experts, available)
+        _mixtral_attention_mappings(mappings, prefix + ".self_attn", config)
+        _mixtral_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
     mappings["model.norm.weight"] = ["model.norm.weight"]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b9cbdaaa88a00965
+# source hash (spec + templates + generator): 8bfb5a51dc17a375
 # ==================================================================================================================
 """Qwen3 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Qwen3Config
@@ -12,4 +12,7 @@ CONFIG_CLASS = Qwen3Config
 MODEL_CLASS = Qwen3ForCausalLM
 SPEC = "specs/qwen3.yaml"
 
-__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen3Config", "Qwen3ForCausalLM", "Qwen3ForCausalLMFactory"]
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen3Config", "Qwen3ForCausalLM",
+    "Qwen3ForCausalLMFactory",
+]

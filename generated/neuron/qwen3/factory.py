@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b9cbdaaa88a00965
+# source hash (spec + templates + generator): 8bfb5a51dc17a375
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3ForCausalLM."""
 from __future__ import annotations
@@ -26,7 +26,10 @@ class Qwen3ForCausalLMFactory(nn.Module):
 
     @classmethod
     def _validate_config(cls, hf_config: Any, config: Qwen3Config) -> None:
-        architectures = (hf_config.get("architectures") if isinstance(hf_config, dict) else getattr(hf_config, "architectures", None)) or []
+        if isinstance(hf_config, dict):
+            architectures = hf_config.get("architectures") or []
+        else:
+            architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
             raise ValueError(f"Qwen3ForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")

@@ -1,14 +1,18 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b9cbdaaa88a00965
+# source hash (spec + templates + generator): 8bfb5a51dc17a375
 # ==================================================================================================================
-"""Qwen3 for the neuron target, in vLLM Neuron's style: Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
+"""Qwen3 for the neuron target, in vLLM Neuron's style.
 
-Reference: transformers/models/qwen3/modeling_qwen3.py. The runner calls the fixed ``forward(input_ids, positions, attn_metadata,
-sampling_positions, sampling_params, ...)`` with inputs padded to a compiled bucket; every shape is static, so each
-bucket traces to one ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by
-closure loaders ``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+Dense decoder with GQA, per-head QK RMSNorm before RoPE, a SwiGLU MLP and RMSNorm.
+
+Reference: transformers/models/qwen3/modeling_qwen3.py.
+
+The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
+with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
+``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
+``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
@@ -62,6 +66,11 @@ class Qwen3Attention(nn.Module):
                 num_kv_replicas=num_kv_replicas,
             ),
         )
+        self.o_proj_weight = _param(self.q_size, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
+        )
         if config.attention_bias:
             self.qkv_proj_bias = _param(self.q_size + 2 * self.kv_size)
             set_weight_loader(
@@ -70,17 +79,10 @@ class Qwen3Attention(nn.Module):
                     self.q_size, self.kv_size, shard_dim=0, num_shards=world, num_kv_replicas=num_kv_replicas
                 ),
             )
-        else:
-            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
-        self.o_proj_weight = _param(self.q_size, hidden_size)
-        set_weight_loader(
-            self.o_proj_weight,
-            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
-        )
-        if config.attention_bias:
             self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
         else:
-            self.register_parameter("o_proj_bias", None)
+            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+            self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
@@ -120,6 +122,16 @@ class Qwen3Attention(nn.Module):
         return NF.attention_decode(
             q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
         )
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.layer_name, num_kv_heads=self.num_key_value_heads_per_rank, head_size=self.head_dim,
+            dtype=self.qkv_proj_weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.k_cache, self.v_cache = kv_caches[self.layer_name]
 
 
 class Qwen3MLP(nn.Module):
@@ -183,9 +195,7 @@ class Qwen3Model(nn.Module):
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
             "rope_cos_sin",
-            cos_sin_cache(
-                self.layers[0].self_attn.rotary_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
-            ),
+            cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
 
@@ -219,10 +229,6 @@ class Qwen3ForCausalLM(nn.Module):
             self.lm_head_weight, padded_vocab_loader(self.vocab_size, per_rank, is_storage_transposed=True)
         )
 
-    @classmethod
-    def from_configs(cls, hf_config, neuron_config=None) -> "Qwen3ForCausalLM":
-        return cls(Qwen3Config.from_hf_config(hf_config))
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -252,30 +258,19 @@ class Qwen3ForCausalLM(nn.Module):
         return logits
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for layer in self.model.layers:
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.layer_name,
-                    num_kv_heads=attn.num_key_value_heads_per_rank,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj_weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
         """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
         load_mapped_weights(
             self,
             checkpoint,
-            lambda available: checkpoint_mappings(self.config, available),
+            lambda _available: checkpoint_mappings(self.config),
             rank=dist.tp_rank(),
             ignored=IGNORED_KEYS,
             renames=RENAMES,

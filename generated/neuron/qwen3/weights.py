@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): b9cbdaaa88a00965
+# source hash (spec + templates + generator): 8bfb5a51dc17a375
 # ==================================================================================================================
 """Checkpoint mappings of Qwen3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -12,36 +12,37 @@ from .config import Qwen3Config
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
-# Substring renames applied to every checkpoint key before the mappings are looked up.
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
 RENAMES = ()
 
 
-def _gated_mlp(mappings: dict[str, list[str]], mlp: str, bias: bool) -> None:
-    mappings[f"{mlp}.gate_proj_weight"] = [f"{mlp}.gate_proj.weight"]
-    mappings[f"{mlp}.up_proj_weight"] = [f"{mlp}.up_proj.weight"]
-    mappings[f"{mlp}.down_proj_weight"] = [f"{mlp}.down_proj.weight"]
-    if bias:
-        mappings[f"{mlp}.gate_proj_bias"] = [f"{mlp}.gate_proj.bias"]
-        mappings[f"{mlp}.up_proj_bias"] = [f"{mlp}.up_proj.bias"]
-        mappings[f"{mlp}.down_proj_bias"] = [f"{mlp}.down_proj.bias"]
+def _qwen3_attention_mappings(mappings: dict[str, list[str]], module: str, config: Qwen3Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+    for norm in ("q_norm", "k_norm"):
+        mappings[f"{module}.{norm}.weight"] = [f"{module}.{norm}.weight"]
 
 
-def checkpoint_mappings(config: Qwen3Config, available: set[str]) -> dict[str, list[str]]:
-    """``available``: the checkpoint's keys after RENAMES (chooses fused vs per-expert expert tensors)."""
+def _qwen3_mlp_mappings(mappings: dict[str, list[str]], module: str, config: Qwen3Config) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+
+
+def checkpoint_mappings(config: Qwen3Config) -> dict[str, list[str]]:
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
-        mappings[f"{attn}.qkv_proj_weight"] = [f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"]
-        if config.attention_bias:
-            mappings[f"{attn}.qkv_proj_bias"] = [f"{attn}.q_proj.bias", f"{attn}.k_proj.bias", f"{attn}.v_proj.bias"]
-        mappings[f"{attn}.o_proj_weight"] = [f"{attn}.o_proj.weight"]
-        if config.attention_bias:
-            mappings[f"{attn}.o_proj_bias"] = [f"{attn}.o_proj.bias"]
-        for norm in ("q_norm", "k_norm"):
-            mappings[f"{attn}.{norm}.weight"] = [f"{attn}.{norm}.weight"]
-        _gated_mlp(mappings, mlp, False)
+        _qwen3_attention_mappings(mappings, prefix + ".self_attn", config)
+        _qwen3_mlp_mappings(mappings, prefix + ".mlp", config)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
     mappings["model.norm.weight"] = ["model.norm.weight"]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 666ea7522aff5277
+# source hash (spec + templates + generator): d22ea9f82ddb3ff7
 # ==================================================================================================================
 """Qwen3Moe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Qwen3MoeConfig
@@ -12,4 +12,7 @@ CONFIG_CLASS = Qwen3MoeConfig
 MODEL_CLASS = Qwen3MoeForCausalLM
 SPEC = "specs/qwen3_moe.yaml"
 
-__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMFactory"]
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+    "Qwen3MoeForCausalLMFactory",
+]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 666ea7522aff5277
+# source hash (spec + templates + generator): d22ea9f82ddb3ff7
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
 from __future__ import annotations
@@ -26,11 +26,12 @@ class Qwen3MoeForCausalLMFactory(nn.Module):
 
     @classmethod
     def _validate_config(cls, hf_config: Any, config: Qwen3MoeConfig) -> None:
-        architectures = (hf_config.get("architectures") if isinstance(hf_config, dict) else getattr(hf_config, "architectures", None)) or []
+        if isinstance(hf_config, dict):
+            architectures = hf_config.get("architectures") or []
+        else:
+            architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
             raise ValueError(f"Qwen3MoeForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
-        if config.num_attention_heads % config.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 39728da3da59b8fa
+# source hash (spec + templates + generator): ff1d526c9edff36e
 # ==================================================================================================================
 """Glm4MoeConfig: the HF ``config.json`` fields specs/glm4_moe.yaml reads, typed, with the spec's defaults.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from modelgen.runtime.hf_config import as_dict, read_bool, read_float, read_int, read_rope_scaling, require
 
-ARCHITECTURES = ('Glm4MoeForCausalLM',)
+ARCHITECTURES = ("Glm4MoeForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -48,64 +48,74 @@ class Glm4MoeConfig:
     def from_hf_config(cls, hf_config: Any) -> "Glm4MoeConfig":
         """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
         cfg = as_dict(hf_config)
-        vocab_size = require("vocab_size", ('vocab_size',), read_int(cfg, "vocab_size", ('vocab_size',)))
-        hidden_size = require("hidden_size", ('hidden_size',), read_int(cfg, "hidden_size", ('hidden_size',)))
-        intermediate_size = require("intermediate_size", ('intermediate_size',), read_int(cfg, "intermediate_size", ('intermediate_size',)))
-        num_hidden_layers = require("num_hidden_layers", ('num_hidden_layers',), read_int(cfg, "num_hidden_layers", ('num_hidden_layers',)))
-        num_attention_heads = require("num_attention_heads", ('num_attention_heads',), read_int(cfg, "num_attention_heads", ('num_attention_heads',)))
-        num_key_value_heads = read_int(cfg, "num_key_value_heads", ('num_key_value_heads',))
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
         if num_key_value_heads is None:
             num_key_value_heads = num_attention_heads
-        head_dim = read_int(cfg, "head_dim", ('head_dim',))
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
         if head_dim is None:
             head_dim = hidden_size // num_attention_heads
-        max_position_embeddings = read_int(cfg, "max_position_embeddings", ('max_position_embeddings',))
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
         if max_position_embeddings is None:
             max_position_embeddings = 131072
-        rms_norm_eps = read_float(cfg, "rms_norm_eps", ('rms_norm_eps',))
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
         if rms_norm_eps is None:
             rms_norm_eps = 1e-05
-        rope_theta = read_float(cfg, "rope_theta", ('rope_theta', 'rope_parameters.rope_theta'))
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
         if rope_theta is None:
             rope_theta = 10000.0
-        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ('rope_parameters', 'rope_scaling'))
-        partial_rotary_factor = read_float(cfg, "partial_rotary_factor", ('partial_rotary_factor', 'rope_parameters.partial_rotary_factor'))
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        partial_rotary_factor = read_float(
+            cfg, "partial_rotary_factor", ("partial_rotary_factor", "rope_parameters.partial_rotary_factor")
+        )
         if partial_rotary_factor is None:
             partial_rotary_factor = 0.5
-        attention_bias = read_bool(cfg, "attention_bias", ('attention_bias',))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
         if attention_bias is None:
             attention_bias = False
-        use_qk_norm = read_bool(cfg, "use_qk_norm", ('use_qk_norm',))
+        use_qk_norm = read_bool(cfg, "use_qk_norm", ("use_qk_norm",))
         if use_qk_norm is None:
             use_qk_norm = False
-        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ('tie_word_embeddings',))
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
         if tie_word_embeddings is None:
             tie_word_embeddings = False
-        n_routed_experts = read_int(cfg, "n_routed_experts", ('n_routed_experts', 'num_local_experts'))
+        n_routed_experts = read_int(cfg, "n_routed_experts", ("n_routed_experts", "num_local_experts"))
         if n_routed_experts is None:
             n_routed_experts = 128
-        num_experts_per_tok = read_int(cfg, "num_experts_per_tok", ('num_experts_per_tok',))
+        num_experts_per_tok = read_int(cfg, "num_experts_per_tok", ("num_experts_per_tok",))
         if num_experts_per_tok is None:
             num_experts_per_tok = 8
-        moe_intermediate_size = read_int(cfg, "moe_intermediate_size", ('moe_intermediate_size',))
+        moe_intermediate_size = read_int(cfg, "moe_intermediate_size", ("moe_intermediate_size",))
         if moe_intermediate_size is None:
             moe_intermediate_size = 1408
-        n_shared_experts = read_int(cfg, "n_shared_experts", ('n_shared_experts',))
+        n_shared_experts = read_int(cfg, "n_shared_experts", ("n_shared_experts",))
         if n_shared_experts is None:
             n_shared_experts = 1
-        n_group = read_int(cfg, "n_group", ('n_group',))
+        n_group = read_int(cfg, "n_group", ("n_group",))
         if n_group is None:
             n_group = 1
-        topk_group = read_int(cfg, "topk_group", ('topk_group',))
+        topk_group = read_int(cfg, "topk_group", ("topk_group",))
         if topk_group is None:
             topk_group = 1
-        routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ('routed_scaling_factor',))
+        routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ("routed_scaling_factor",))
         if routed_scaling_factor is None:
             routed_scaling_factor = 1.0
-        norm_topk_prob = read_bool(cfg, "norm_topk_prob", ('norm_topk_prob',))
+        norm_topk_prob = read_bool(cfg, "norm_topk_prob", ("norm_topk_prob",))
         if norm_topk_prob is None:
             norm_topk_prob = True
-        first_k_dense_replace = read_int(cfg, "first_k_dense_replace", ('first_k_dense_replace',))
+        first_k_dense_replace = read_int(cfg, "first_k_dense_replace", ("first_k_dense_replace",))
         if first_k_dense_replace is None:
             first_k_dense_replace = 1
         return cls(
@@ -136,5 +146,5 @@ class Glm4MoeConfig:
         )
 
     def layer_block(self, i: int) -> str:
-        """Block kind of layer ``i`` (spec ``layers.block_rule``)."""
+        """Block of layer ``i`` (spec ``layers.block_rule``)."""
         return 'sparse' if i >= self.first_k_dense_replace else 'dense'

@@ -1,13 +1,17 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 39728da3da59b8fa
+# source hash (spec + templates + generator): ff1d526c9edff36e
 # ==================================================================================================================
-"""Glm4Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
+"""Glm4Moe for the rocm target, in ATOM's style.
 
-Reference: transformers/models/glm4_moe/modeling_glm4_moe.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
-:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
-shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Mixture-of-experts decoder with GQA, partial RoPE, optional QK norm, sigmoid grouped top-k routing with shared experts.
+
+Reference: transformers/models/glm4_moe/modeling_glm4_moe.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
 """
 from __future__ import annotations
 
@@ -38,13 +42,18 @@ from .weights import (
 
 
 class Glm4MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache,
+    row-parallel output."""
 
     def __init__(self, config: Glm4MoeConfig, layer_idx: int):
         super().__init__()
         self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=config.attention_bias
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            bias=config.attention_bias,
         )
         # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
         self.num_heads = self.qkv_proj.num_heads
@@ -81,6 +90,16 @@ class Glm4MoeAttention(nn.Module):
         if self.use_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
 
 
 class Glm4MoeMLP(nn.Module):
@@ -191,10 +210,6 @@ class Glm4MoeForCausalLM(nn.Module):
             # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    @classmethod
-    def from_hf_config(cls, hf_config) -> "Glm4MoeForCausalLM":
-        return cls(Glm4MoeConfig.from_hf_config(hf_config))
-
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
     ) -> torch.Tensor:
@@ -206,26 +221,16 @@ class Glm4MoeForCausalLM(nn.Module):
         return self.lm_head.compute_logits(hidden_states)
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.attn.layer_name,
-                    num_kv_heads=attn.num_kv_heads,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj.weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn.attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
         load_packed_weights(
             self,
             checkpoint,
@@ -235,5 +240,5 @@ class Glm4MoeForCausalLM(nn.Module):
             expert_mapping=EXPERT_PARAMS_MAPPING,
             fused_expert_mapping=FUSED_EXPERT_MAPPING,
             shared_expert_mapping=SHARED_EXPERT_MAPPING,
-            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+            tied=TIED_PARAMETERS if tied else {},
         )

@@ -1,13 +1,17 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): 8f09827950bac444
+# source hash (spec + templates + generator): a9570cba7f8044b1
 # ==================================================================================================================
-"""Llama for the rocm target, in ATOM's style: Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
+"""Llama for the rocm target, in ATOM's style.
 
-Reference: transformers/models/llama/modeling_llama.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
-:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
-shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Dense decoder-only transformer with grouped-query attention, RoPE, a SwiGLU MLP and RMSNorm.
+
+Reference: transformers/models/llama/modeling_llama.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
 """
 from __future__ import annotations
 
@@ -34,20 +38,27 @@ from .weights import (
 
 
 class LlamaAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    row-parallel output."""
 
     def __init__(self, config: LlamaConfig, layer_idx: int):
         super().__init__()
         self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=config.attention_bias
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            bias=config.attention_bias,
         )
         # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias)
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
+        )
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
@@ -72,13 +83,25 @@ class LlamaAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
 
 class LlamaMLP(nn.Module):
     """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), gate/up fused into one GEMM."""
 
     def __init__(self, config: LlamaConfig, intermediate_size: int):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2, bias=config.mlp_bias)
+        self.gate_up_proj = MergedColumnParallelLinear(
+            config.hidden_size, [intermediate_size] * 2, bias=config.mlp_bias
+        )
         self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size, bias=config.mlp_bias)
         self.act_fn = SiluAndMul()
 
@@ -144,10 +167,6 @@ class LlamaForCausalLM(nn.Module):
             # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    @classmethod
-    def from_hf_config(cls, hf_config) -> "LlamaForCausalLM":
-        return cls(LlamaConfig.from_hf_config(hf_config))
-
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
     ) -> torch.Tensor:
@@ -159,31 +178,21 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head.compute_logits(hidden_states)
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.attn.layer_name,
-                    num_kv_heads=attn.num_kv_heads,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj.weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn.attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
         load_packed_weights(
             self,
             checkpoint,
             packed_modules_mapping=PACKED_MODULES_MAPPING,
             ignored=IGNORED_KEYS,
             renames=RENAMES,
-            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+            tied=TIED_PARAMETERS if tied else {},
         )

@@ -1,13 +1,17 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
-"""Mixtral for the rocm target, in ATOM's style: Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+"""Mixtral for the rocm target, in ATOM's style.
 
-Reference: transformers/models/mixtral/modeling_mixtral.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
-:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
-shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Sparse mixture-of-experts decoder with GQA, RoPE, softmax top-k routing over SwiGLU experts and RMSNorm.
+
+Reference: transformers/models/mixtral/modeling_mixtral.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ from .weights import (
 
 
 class MixtralAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    row-parallel output."""
 
     def __init__(self, config: MixtralConfig, layer_idx: int):
         super().__init__()
@@ -74,6 +79,16 @@ class MixtralAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
 
 class MixtralSparseMoeBlock(nn.Module):
     """Mixture of experts: softmax top-k router, routed experts through the fused MoE op.
@@ -91,7 +106,9 @@ class MixtralSparseMoeBlock(nn.Module):
             scoring="softmax",
             renormalize=True,
         )
-        self.experts = FusedMoE(config.num_local_experts, config.hidden_size, config.intermediate_size, activation="silu")
+        self.experts = FusedMoE(
+            config.num_local_experts, config.hidden_size, config.intermediate_size, activation="silu"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden_states)
@@ -156,10 +173,6 @@ class MixtralForCausalLM(nn.Module):
             # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    @classmethod
-    def from_hf_config(cls, hf_config) -> "MixtralForCausalLM":
-        return cls(MixtralConfig.from_hf_config(hf_config))
-
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
     ) -> torch.Tensor:
@@ -171,26 +184,16 @@ class MixtralForCausalLM(nn.Module):
         return self.lm_head.compute_logits(hidden_states)
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.attn.layer_name,
-                    num_kv_heads=attn.num_kv_heads,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj.weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn.attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
         load_packed_weights(
             self,
             checkpoint,
@@ -199,5 +202,5 @@ class MixtralForCausalLM(nn.Module):
             renames=RENAMES,
             expert_mapping=EXPERT_PARAMS_MAPPING,
             fused_expert_mapping=FUSED_EXPERT_MAPPING,
-            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+            tied=TIED_PARAMETERS if tied else {},
         )

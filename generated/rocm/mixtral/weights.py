@@ -1,16 +1,16 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 1d8da23033c77725
+# source hash (spec + templates + generator): 4b2fde110390e099
 # ==================================================================================================================
 """Weight-loader tables of MixtralForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
 
 # HF module name -> (fused parameter, shard id) (ATOM's packed_modules_mapping).
 PACKED_MODULES_MAPPING = {
-    "q_proj": ("qkv_proj", 'q'),
-    "k_proj": ("qkv_proj", 'k'),
-    "v_proj": ("qkv_proj", 'v'),
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
@@ -32,8 +32,8 @@ FUSED_EXPERT_MAPPING = (
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
-# Suffix renames applied to every checkpoint key before mapping.
-RENAMES = (('.block_sparse_moe.', '.mlp.'),)
+# Substring renames (old, new) applied to every checkpoint key before mapping.
+RENAMES = ((".block_sparse_moe.", ".mlp."),)
 
 # Parameters that share storage with another when the config ties them (filled through the twin).
 TIED_PARAMETERS = {"lm_head.weight": "model.embed_tokens.weight"}

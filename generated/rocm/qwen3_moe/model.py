@@ -1,13 +1,17 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 666ea7522aff5277
+# source hash (spec + templates + generator): d22ea9f82ddb3ff7
 # ==================================================================================================================
-"""Qwen3Moe for the rocm target, in ATOM's style: Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
+"""Qwen3Moe for the rocm target, in ATOM's style.
 
-Reference: transformers/models/qwen3_moe/modeling_qwen3_moe.py. Tokens are flattened: activations are ``[num_tokens, hidden]``, and one
-:class:`AttentionMetadata` describes the whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes
-shard ids (see ``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dense layers by rule.
+
+Reference: transformers/models/qwen3_moe/modeling_qwen3_moe.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
 """
 from __future__ import annotations
 
@@ -37,20 +41,27 @@ from .weights import (
 
 
 class Qwen3MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache,
+    row-parallel output."""
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int):
         super().__init__()
         self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=config.attention_bias
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            bias=config.attention_bias,
         )
         # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias)
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
+        )
         self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.rotary_emb = get_rope(
@@ -77,6 +88,16 @@ class Qwen3MoeAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
 
 
 class Qwen3MoeMLP(nn.Module):
@@ -109,7 +130,9 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
             renormalize=config.norm_topk_prob,
             weights_in_model_dtype=True,  # HF casts the top-k weights to the model dtype
         )
-        self.experts = FusedMoE(config.num_experts, config.hidden_size, config.moe_intermediate_size, activation="silu")
+        self.experts = FusedMoE(
+            config.num_experts, config.hidden_size, config.moe_intermediate_size, activation="silu"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = self.gate(hidden_states)
@@ -178,10 +201,6 @@ class Qwen3MoeForCausalLM(nn.Module):
             # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    @classmethod
-    def from_hf_config(cls, hf_config) -> "Qwen3MoeForCausalLM":
-        return cls(Qwen3MoeConfig.from_hf_config(hf_config))
-
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
     ) -> torch.Tensor:
@@ -193,26 +212,16 @@ class Qwen3MoeForCausalLM(nn.Module):
         return self.lm_head.compute_logits(hidden_states)
 
     def get_kv_spec(self) -> KVSpec:
-        layers = []
-        for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            layers.append(
-                LayerSpec(
-                    name=attn.attn.layer_name,
-                    num_kv_heads=attn.num_kv_heads,
-                    head_size=attn.head_dim,
-                    dtype=attn.qkv_proj.weight.dtype,
-                )
-            )
-        return KVSpec(layers=layers)
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.model.layers:
-            attn = layer.self_attn.attn
-            attn.k_cache, attn.v_cache = kv_caches[attn.layer_name]
+            layer.self_attn.bind_kv_cache(kv_caches)
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
         load_packed_weights(
             self,
             checkpoint,
@@ -221,5 +230,5 @@ class Qwen3MoeForCausalLM(nn.Module):
             renames=RENAMES,
             expert_mapping=EXPERT_PARAMS_MAPPING,
             fused_expert_mapping=FUSED_EXPERT_MAPPING,
-            tied=TIED_PARAMETERS if self.lm_head.weight is self.model.embed_tokens.weight else {},
+            tied=TIED_PARAMETERS if tied else {},
         )

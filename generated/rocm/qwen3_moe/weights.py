@@ -1,16 +1,16 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 666ea7522aff5277
+# source hash (spec + templates + generator): d22ea9f82ddb3ff7
 # ==================================================================================================================
 """Weight-loader tables of Qwen3MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
 
 # HF module name -> (fused parameter, shard id) (ATOM's packed_modules_mapping).
 PACKED_MODULES_MAPPING = {
-    "q_proj": ("qkv_proj", 'q'),
-    "k_proj": ("qkv_proj", 'k'),
-    "v_proj": ("qkv_proj", 'v'),
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
@@ -32,7 +32,7 @@ FUSED_EXPERT_MAPPING = (
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
-# Suffix renames applied to every checkpoint key before mapping.
+# Substring renames (old, new) applied to every checkpoint key before mapping.
 RENAMES = ()
 
 # Parameters that share storage with another when the config ties them (filled through the twin).

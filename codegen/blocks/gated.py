@@ -1,0 +1,56 @@
+"""gated: the SwiGLU-style MLP ``down(act(gate(x)) * up(x))`` (LlamaMLP). Its class takes the intermediate width at
+construction, so dense layers of different widths and MoE shared experts share one class."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..ir import Module, Value
+from ..spec_types import Expression, Identifier, Strict
+from ._kind import Kind, LoweringContext
+
+ACTIVATION_CLASSES = {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}  # runtime/layers/activation.py
+
+
+class GatedSpec(Strict):
+    name: Identifier = Field(description="module / checkpoint name, e.g. mlp")
+    kind: Literal["gated"] = Field(description="gated: down(act(gate(x)) * up(x)) (SwiGLU)")
+    activation: Literal["silu", "gelu_tanh"]
+    intermediate_size: Expression
+    bias: Expression = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedMLP(Module):
+    kind = "gated"
+    slot = "mlp"
+    class_suffix = "MLP"
+    fused_params = {"gate_up_proj": frozenset({0, 1})}
+
+    activation: str
+    intermediate_size: Value  # a constructor argument, not part of the class
+    bias: Value
+
+    @property
+    def activation_class(self) -> str:
+        return ACTIVATION_CLASSES[self.activation]
+
+    def class_key(self) -> Module:
+        return replace(self, class_name="", name="", intermediate_size=None)  # type: ignore[arg-type]
+
+    def readme_rows(self, target: str) -> list[tuple[str, str]]:
+        return [("intermediate_size", f"`{self.intermediate_size.spec}` (dense)"),
+                ("Activation", f"{self.activation} (gated)")]
+
+
+def lower(ctx: LoweringContext, p: tuple[Any, ...], m: GatedSpec) -> GatedMLP:
+    return GatedMLP(
+        name=m.name, activation=m.activation,
+        intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size),
+        bias=ctx.value(p + ("bias",), m.bias),
+    )
+
+
+KIND = Kind(name="gated", spec=GatedSpec, ir=GatedMLP, lower=lower)

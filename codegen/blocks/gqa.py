@@ -1,0 +1,118 @@
+"""gqa: multi-/grouped-/multi-query self-attention (LlamaAttention): fused QKV, RoPE, optional per-head QK RMSNorm
+(Qwen3 ``q_norm``/``k_norm``, GLM4-MoE ``use_qk_norm``), a paged K/V cache declared by the class (``kv_spec()``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..ir import Module, Rope, Value
+from ..spec_types import Expression, Identifier, RopeSpec, Strict
+from ._kind import Kind, LoweringContext
+
+
+# ------------------------------------------------------------------------------------------------------------ schema
+class QKNormSpec(Strict):
+    """Per-head RMSNorm of queries and keys before RoPE."""
+
+    kind: Literal["rms"]
+    eps: Expression
+    enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
+    q_name: Identifier = "q_norm"
+    k_name: Identifier = "k_norm"
+
+
+class KVCacheSpec(Strict):
+    """What a layer needs the engine to allocate (the Neuron guide's LayerSpec)."""
+
+    kind: Literal["paged_kv"] = Field(description="paged_kv: K and V blocks [num_blocks, kv_heads, block_size, head_dim]")
+
+
+class GQASpec(Strict):
+    name: Identifier = Field(description="module / checkpoint name, e.g. self_attn")
+    kind: Literal["gqa"] = Field(description="gqa: multi-/grouped-/multi-query attention (kv heads divide heads)")
+    num_heads: Expression
+    num_kv_heads: Expression
+    head_dim: Expression
+    qkv_bias: Expression = False
+    o_bias: Expression = False
+    scale: Expression | None = Field(default=None, description="softmax scale; default head_dim ** -0.5")
+    qk_norm: QKNormSpec | None = None
+    rope: RopeSpec
+    kv_cache: KVCacheSpec
+
+
+# ---------------------------------------------------------------------------------------------------------------- IR
+@dataclass(frozen=True)
+class QKNorm:
+    eps: Value
+    enabled: Value  # .always: built unconditionally
+    q_name: str
+    k_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GQAttention(Module):
+    kind = "gqa"
+    slot = "attention"
+    class_suffix = "Attention"
+    fused_params = {"qkv_proj": frozenset({"q", "k", "v"})}
+
+    num_heads: Value
+    num_kv_heads: Value
+    head_dim: Value
+    qkv_bias: Value
+    o_bias: Value
+    scale: Value | None  # None: head_dim ** -0.5
+    qk_norm: QKNorm | None  # None: no QK norm (also when the spec's `enabled` is literally false)
+    rope: Rope
+    kv_cache: str
+
+    def bias_groups(self) -> list[tuple[Value, list[str]]]:
+        """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
+        groups: dict[Value, list[str]] = {}
+        for proj, cond in (("qkv", self.qkv_bias), ("o", self.o_bias)):
+            groups.setdefault(cond, []).append(proj)
+        return list(groups.items())
+
+    def readme_rows(self, target: str) -> list[tuple[str, str]]:
+        rope = self.rope
+        rows = [
+            ("num_attention_heads", f"`{self.num_heads.spec}`"),
+            ("num_key_value_heads", f"`{self.num_kv_heads.spec}`"),
+            ("head_dim", f"`{self.head_dim.spec}`"),
+        ]
+        if self.qk_norm is not None:
+            when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
+            rows.append(("QK norm", f"per-head RMSNorm of q and k before RoPE{when}"))
+        partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
+        rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling `{rope.scaling.spec}` "
+                             "(default, linear, dynamic, llama3, yarn)"))
+        rows.append(("KV cache", f"{self.kv_cache}: `[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"))
+        return rows
+
+
+# ---------------------------------------------------------------------------------------------------------- lowering
+def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
+    qk = None
+    if a.qk_norm is not None:
+        q, qp = a.qk_norm, p + ("qk_norm",)
+        enabled = ctx.value(qp + ("enabled",), q.enabled)
+        if not enabled.never:
+            qk = QKNorm(eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name, k_name=q.k_name)
+    return GQAttention(
+        name=a.name,
+        num_heads=ctx.value(p + ("num_heads",), a.num_heads),
+        num_kv_heads=ctx.value(p + ("num_kv_heads",), a.num_kv_heads),
+        head_dim=ctx.value(p + ("head_dim",), a.head_dim),
+        qkv_bias=ctx.value(p + ("qkv_bias",), a.qkv_bias),
+        o_bias=ctx.value(p + ("o_bias",), a.o_bias),
+        scale=ctx.optional(p + ("scale",), a.scale),
+        qk_norm=qk,
+        rope=ctx.rope(p + ("rope",), a.rope),
+        kv_cache=a.kv_cache.kind,
+    )
+
+
+KIND = Kind(name="gqa", spec=GQASpec, ir=GQAttention, lower=lower)

@@ -1,0 +1,142 @@
+"""moe: routed experts behind a top-k router (HF ``*SparseMoeBlock`` / ``*TopKRouter``), optional shared experts.
+
+Softmax routers (Mixtral, Qwen3-MoE) and sigmoid grouped routers with a selection bias (GLM4-MoE, DeepSeek-V3). The
+experts' checkpoint names are data of ``checkpoint.experts`` (codegen/schema.py), both per-expert and fused layouts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from ..ir import Const, Module, Value
+from ..spec_types import Expression, Identifier, Strict
+from ._kind import Kind, LoweringContext
+from .gated import GatedMLP
+
+
+class RouterSpec(Strict):
+    """Top-k expert selection: scores, optional grouped top-k and bias, renormalisation."""
+
+    name: Identifier = Field(default="gate", description="module / checkpoint name of the router linear")
+    scoring: Literal["softmax", "sigmoid"] = Field(description="softmax: Mixtral/Qwen3-MoE; sigmoid: GLM4-MoE/DeepSeek-V3")
+    top_k: Expression
+    renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
+    n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
+    topk_group: Expression | None = Field(default=None, description="grouped top-k: groups kept per token")
+    correction_bias: bool = Field(default=False, description="e_score_correction_bias: added for selection only")
+    routed_scaling_factor: Expression = 1.0
+    float32: bool = Field(default=False, description="router weight and math kept in float32 (GLM4-MoE)")
+    weights_in_model_dtype: bool = Field(
+        default=False, description="top-k weights cast to the model dtype before combining (Qwen3-MoE)"
+    )
+
+
+class SharedExpertsSpec(Strict):
+    name: Identifier = "shared_experts"
+    count: Expression = Field(default=1, description="number of shared experts (n_shared_experts)")
+    intermediate_size: Expression = Field(description="total width of the shared expert MLP (count x expert width)")
+    fuse: bool = Field(
+        default=False,
+        description="run them as `count` extra expert slots of the fused MoE op (weight 1) where the target's MoE op "
+        "allows it (rocm, as ATOM's shared-expert fusion); otherwise a separate gated MLP",
+    )
+
+
+class MoESpec(Strict):
+    name: Identifier = Field(description="module / checkpoint name, e.g. mlp")
+    kind: Literal["moe"] = Field(description="moe: routed experts (+ optional shared experts), fused MoE op")
+    num_experts: Expression
+    intermediate_size: Expression = Field(description="per-expert intermediate width (moe_intermediate_size)")
+    activation: Literal["silu"]
+    router: RouterSpec
+    shared_experts: SharedExpertsSpec | None = None
+    experts_name: Identifier = "experts"
+
+
+@dataclass(frozen=True)
+class Router:
+    name: str
+    scoring: str
+    top_k: Value
+    renormalize: Value
+    n_group: Value | None  # None: plain top-k
+    topk_group: Value | None
+    correction_bias: bool
+    routed_scaling_factor: Value | None  # None: literally 1
+    float32: bool
+    weights_in_model_dtype: bool
+
+
+@dataclass(frozen=True)
+class SharedExperts:
+    count: Value
+    fuse: bool  # extra slots of the fused MoE op where the target allows it (rocm)
+    mlp: GatedMLP  # the separate MLP otherwise (its name is the module name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoE(Module):
+    kind = "moe"
+    slot = "mlp"
+    class_suffix = "SparseMoeBlock"
+    single_class = True  # the checkpoint's expert names are model-level data: one MoE class per model
+    uses_expert_names = True
+
+    num_experts: Value
+    intermediate_size: Value
+    activation: str
+    router: Router
+    shared: SharedExperts | None
+    experts_name: str
+
+    def dependencies(self) -> tuple[Module, ...]:
+        return (self.shared.mlp,) if self.shared else ()
+
+    def named(self, class_name: Callable[[Module], str]) -> Module:
+        shared = self.shared and replace(self.shared, mlp=self.shared.mlp.named(class_name))
+        return replace(self, class_name=class_name(self), shared=shared)
+
+    def readme_rows(self, target: str) -> list[tuple[str, str]]:
+        r = self.router
+        text = f"`{self.num_experts.spec}` experts, top-`{r.top_k.spec}`, {r.scoring} scoring"
+        if r.n_group is not None and r.topk_group is not None:
+            text += f", grouped top-k (`{r.n_group.spec}` groups, keep `{r.topk_group.spec}`)"
+        if r.correction_bias:
+            text += ", e_score_correction_bias"
+        text += f", renormalise `{r.renormalize.spec}`"
+        if r.routed_scaling_factor is not None:
+            text += f", scaling `{r.routed_scaling_factor.spec}`"
+        if self.shared:
+            fused = "; fused as extra expert slots" if self.shared.fuse and target == "rocm" else ""
+            text += f", `{self.shared.count.spec}` shared experts (width `{self.shared.mlp.intermediate_size.spec}`{fused})"
+        return [("intermediate_size", f"`{self.intermediate_size.spec}` per expert"), ("MoE", text)]
+
+
+def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
+    r, rp = m.router, p + ("router",)
+    if (r.n_group is None) != (r.topk_group is None):
+        ctx.error(rp, "grouped top-k needs both n_group and topk_group")
+    scaling = ctx.value(rp + ("routed_scaling_factor",), r.routed_scaling_factor)
+    router = Router(
+        name=r.name, scoring=r.scoring, top_k=ctx.value(rp + ("top_k",), r.top_k),
+        renormalize=ctx.value(rp + ("renormalize",), r.renormalize),
+        n_group=ctx.optional(rp + ("n_group",), r.n_group), topk_group=ctx.optional(rp + ("topk_group",), r.topk_group),
+        correction_bias=r.correction_bias, routed_scaling_factor=None if scaling.is_literal(1) else scaling,
+        float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype,
+    )
+    shared = None
+    if m.shared_experts is not None:
+        se, sp = m.shared_experts, p + ("shared_experts",)
+        mlp = GatedMLP(name=se.name, activation=m.activation, bias=Const(False),
+                       intermediate_size=ctx.value(sp + ("intermediate_size",), se.intermediate_size))
+        shared = SharedExperts(count=ctx.value(sp + ("count",), se.count), fuse=se.fuse, mlp=mlp)
+    return MoE(
+        name=m.name, num_experts=ctx.value(p + ("num_experts",), m.num_experts),
+        intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=m.activation,
+        router=router, shared=shared, experts_name=m.experts_name,
+    )
+
+
+KIND = Kind(name="moe", spec=MoESpec, ir=MoE, lower=lower)
