@@ -329,7 +329,7 @@ class Tokenizer:
                  template_source: str = "tokenizer_config.json"):
         self.tok = tokenizer
         self.config = config
-        self.chat_template = chat_template if chat_template is not None else _template_from_config(config, template_source)
+        self.chat_template = chat_template  # None: tokenizer_config.json's, read at first use (only --chat needs it)
         self.template_source = template_source
         self._compiled = None
 
@@ -373,6 +373,8 @@ class Tokenizer:
             from jinja2 import TemplateSyntaxError
 
             text = self.chat_template
+            if text is None:
+                text = _template_from_config(self.config, self.template_source)
             if not text:
                 raise ChatTemplateError(f"{self.template_source}: the checkpoint has no chat_template")
             if len(text) > MAX_TEMPLATE_CHARS:

@@ -162,11 +162,13 @@ def test_tokenizer_and_template_errors(checkpoint, files, args, needles):
         (["--prompt-ids", "1", "--block-size", "0"], ["block_size = 0: expected a positive integer"]),
         (["--prompt-ids", "1", "--num-blocks", "0"], ["num_blocks = 0: expected a positive integer"]),
         (["--prompt-ids", "1", "--max-model-len", "-5"], ["max_model_len = -5"]),
+        (["--prompt-ids", "1", "--num-blocks", "1000000000"], ["the KV cache would take 8192.0 GB (1000000000 blocks",
+                                                              "lower max_model_len, max_num_seqs or num_blocks"]),
         (["--prompt-ids", "1", "--device", "tpu"], ["device 'tpu': expected cpu or cuda"]),
     ],
     ids=["id-over-vocab", "id-negative", "temperature-nan", "temperature-inf", "temperature-negative", "top-p-0",
          "top-p-1.5", "top-p-nan", "seed-2**70", "max-new-tokens", "max-num-seqs-0", "block-size-0",
-         "num-blocks-0", "max-model-len", "device-unknown"],
+         "num-blocks-0", "max-model-len", "kv-cache-too-big", "device-unknown"],
 )
 def test_request_errors(checkpoint, args, needles):
     _assert_one_line_error(_run("--checkpoint", str(checkpoint()), *args), *needles)

@@ -129,6 +129,18 @@ def _memory_bytes(device: torch.device) -> int | None:
         return None
 
 
+def _check_kv_cache_size(bytes_per_block: int, num_blocks: int, block_size: int, device: torch.device) -> None:
+    """Refuse a KV cache larger than the device's memory before allocating it (one clear message, not an OOM)."""
+    total = bytes_per_block * num_blocks
+    memory = _memory_bytes(device)
+    if memory and total > memory:
+        raise ValueError(
+            f"the KV cache would take {total / 1e9:.1f} GB ({num_blocks} blocks x {block_size} tokens x "
+            f"{bytes_per_block // block_size} bytes per token), more than the {memory / 1e9:.1f} GB of {device}; "
+            f"lower max_model_len, max_num_seqs or num_blocks"
+        )
+
+
 def _check_rope_table(config, config_path: Path, device: torch.device) -> None:
     """Refuse a ``max_position_embeddings`` whose RoPE table (allocated when the model is built) is absurd."""
     positions = getattr(config, "max_position_embeddings", None)
@@ -243,9 +255,24 @@ class LLM:
         with default_dtype(self.dtype), self.device:
             self.model = self.module.MODEL_CLASS(self.config)
         self.model.eval()
+        # Sizes that depend on the built model, checked before the (slow) weight load.
+        self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)
+        # Positions index a precomputed RoPE table (max_position_embeddings rows, more for dynamic NTK): refuse a
+        # context the table cannot cover instead of failing inside a kernel.
+        rope_rows = min((b.shape[0] for n, b in self.model.named_buffers() if "cos_sin" in n), default=None)
+        if rope_rows is not None and self.max_model_len > rope_rows:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the {rope_rows} positions of the model's RoPE table "
+                f"(config max_position_embeddings); lower max_model_len"
+            )
+        self.max_num_seqs = max_num_seqs
+        kv_spec = self.model.get_kv_spec()
+        if num_blocks is None:
+            num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
+        _check_kv_cache_size(kv_spec.bytes_per_block(block_size), num_blocks, block_size, self.device)
         # NaN/Inf check of the weights. "auto": on an accelerator, every parameter after the copy (a device-memory
         # pass, a few ms per GB, far under 5% of a host-to-device load); on CPU, where loading is a memcpy from the
-        # page cache and a full pass measured +50-70% of it, the sampled check at read (~3% of the bytes).
+        # page cache and a full pass measured +54% of it, the sampled check at read (~3% of the bytes).
         if check_finite == "auto":
             check_finite = "sampled" if self.device.type == "cpu" else "device"
         on_device_check = check_finite == "device"
@@ -267,19 +294,6 @@ class LLM:
                 except CheckpointError as e:
                     raise CheckpointError(f"{e} (model parameter, checked after loading to {self.device})") from None
 
-        self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)
-        # Positions index a precomputed RoPE table (max_position_embeddings rows, more for dynamic NTK): refuse a
-        # context the table cannot cover instead of failing inside a kernel.
-        rope_rows = min((b.shape[0] for n, b in self.model.named_buffers() if "cos_sin" in n), default=None)
-        if rope_rows is not None and self.max_model_len > rope_rows:
-            raise ValueError(
-                f"max_model_len {self.max_model_len} exceeds the {rope_rows} positions of the model's RoPE table "
-                f"(config max_position_embeddings); lower max_model_len"
-            )
-        self.max_num_seqs = max_num_seqs
-        kv_spec = self.model.get_kv_spec()
-        if num_blocks is None:
-            num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
         self.blocks = BlockManager(num_blocks, block_size)
         # Per-request resources, each released by seq id (idempotent, a no-op for ids that hold nothing): every exit
         # of generate/score calls all of them, so another kind of per-request state (a recurrent-state slot, an
