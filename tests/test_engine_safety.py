@@ -162,6 +162,17 @@ def test_prompt_ids_validated_before_admission(engine, monkeypatch, bad, pattern
     _assert_nothing_held(llm)
 
 
+def test_numpy_and_torch_integer_ids_are_accepted(engine):
+    import numpy as np
+    import torch
+
+    llm, _ = engine
+    params = SamplingParams(max_new_tokens=3, ignore_eos=True)
+    want = llm.generate([PROMPTS[0]], params)
+    assert llm.generate([np.array(PROMPTS[0], dtype=np.int64)], params) == want
+    assert llm.generate([torch.tensor(PROMPTS[0])], params) == want
+
+
 def test_empty_prompt_and_param_count(engine):
     llm, _ = engine
     with pytest.raises(ValueError, match="prompt 1 is empty"):

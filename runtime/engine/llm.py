@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 import time
 from dataclasses import dataclass, field
@@ -367,11 +368,16 @@ class LLM:
         if not ids:
             raise ValueError(f"prompt {index} is empty")
         for pos, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size:
+            try:  # Python, numpy and 0-d torch integers (anything with __index__); not floats or bools
+                v = operator.index(t) if not isinstance(t, bool) else None
+            except TypeError:
+                v = None
+            if v is None or not 0 <= v < self.vocab_size:
                 raise ValueError(
                     f"prompt {index}: token id {t!r} at position {pos} is outside the vocabulary: expected an integer "
                     f"in [0, {self.vocab_size - 1}] (vocab_size {self.vocab_size})"
                 )
+            ids[pos] = v
         return ids
 
     # ------------------------------------------------------------------------------------------------------ generate
