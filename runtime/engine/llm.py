@@ -10,7 +10,6 @@ recomputed later); a request that cannot fit even alone raises :class:`CacheFull
 from __future__ import annotations
 
 import contextlib
-import math
 import operator
 import os
 import time
