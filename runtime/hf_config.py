@@ -36,12 +36,15 @@ def _fail(field: str, key: str, value: Any, want: str) -> ConfigError:
     return ConfigError(f"config.json field '{key}' (spec field '{field}'): expected {want}, got {value!r}")
 
 
-def read_int(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> int | None:
+def read_int(cfg: Mapping[str, Any], field: str, keys: Sequence[str], minimum: int | None = None) -> int | None:
+    """An integer (``64.0`` accepted); with ``minimum`` (e.g. 1 for counts and sizes), smaller values are refused."""
     key, v = _first(cfg, keys)
     if v is None:
         return None
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise _fail(field, key, v, "an integer")
+    if minimum is not None and v < minimum:
+        raise _fail(field, key, v, f"an integer >= {minimum}")
     return int(v)
 
 

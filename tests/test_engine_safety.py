@@ -213,3 +213,18 @@ def test_neuron_runner_failure_releases(llama_checkpoint, monkeypatch):
         monkeypatch.undo()
         _assert_nothing_held(llm)
         assert llm.generate(PROMPTS, PARAMS) == reference
+
+
+def test_hf_config_readers_refuse_bad_values():
+    from modelgen.runtime.hf_config import ConfigError, check_core_fields, read_float, read_int
+
+    assert read_int({"n": 64.0}, "n", ("n",), minimum=1) == 64
+    with pytest.raises(ConfigError, match=r"config.json field 'n' \(spec field 'n'\): expected an integer >= 1, got 0"):
+        read_int({"n": 0}, "n", ("n",), minimum=1)
+    with pytest.raises(ConfigError, match="expected a finite number, got nan"):
+        read_float({"eps": float("nan")}, "eps", ("eps",))
+    with pytest.raises(ConfigError, match="expected a finite number, got inf"):
+        read_float({"eps": float("inf")}, "eps", ("eps",))
+    check_core_fields({"num_hidden_layers": 2.0, "vocab_size": 1e9})  # integral floats are integers
+    with pytest.raises(ConfigError, match=r"cfg.json: field 'head_dim' = True: expected a positive integer"):
+        check_core_fields({"head_dim": True}, "cfg.json")
