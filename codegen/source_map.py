@@ -13,6 +13,19 @@ from .errors import SpecIssue
 Path_ = tuple[Any, ...]
 
 
+def field_path(path: Path_) -> str:
+    """``blocks.decoder.attention.kind``; a key that is empty or holds spaces/control characters is quoted
+    (``config[' '].type``) so the ``file:line:col: field: message`` line stays unambiguous."""
+    out = ""
+    for part in path:
+        text = str(part)
+        if isinstance(part, str) and (not text or not text.isprintable() or any(c.isspace() for c in text)):
+            out += f"[{text!r}]"
+        else:
+            out += ("." if out else "") + text
+    return out
+
+
 class SourceMap:
     """Positions (1-based line, col) and file of every node of a loaded (possibly merged) spec."""
 
@@ -48,8 +61,7 @@ class SourceMap:
             anchor = self._anchor(path)
             line, col = self.positions[anchor]
             file = self.files.get(anchor, self.file)
-        field = ".".join(str(p) for p in path)
-        return SpecIssue(file, line, col, field, message)
+        return SpecIssue(file, line, col, field_path(path), message)
 
     def source_text(self) -> str:
         """The text the source hash covers: the spec's own text, then each base's (named), most derived first.

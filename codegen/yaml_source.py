@@ -84,7 +84,8 @@ def _tag_name(tag: Any) -> str | None:
 def _scan(yaml: YAML, text: str, name: str) -> None:
     """Enforce the limits on the event stream, before ruamel composes or constructs anything."""
     stack: list[list[Any]] = []
-    anchors: dict[str, tuple[int, int]] = {}  # anchor -> (expanded node count, expanded depth)
+    anchors: dict[str, tuple[int, int]] = {}
+    defined: dict[str, int] = {}  # anchor -> line of its definition  # anchor -> (expanded node count, expanded depth)
     total = 0
     aliases = 0
 
@@ -114,6 +115,12 @@ def _scan(yaml: YAML, text: str, name: str) -> None:
                             f"'{REMOVE_TAG}' with no value and '{REPLACE_TAG}' on a mapping, in a spec that extends another)")
         if is_key and not isinstance(ev, ScalarEvent):
             raise _fail(name, *where, "mapping keys must be plain scalars, not lists, mappings or aliases")
+        anchor = getattr(ev, "anchor", None) if not isinstance(ev, AliasEvent) else None
+        if anchor is not None:
+            if anchor in defined:
+                raise _fail(name, *where, f"anchor &{anchor} is defined twice (first at line {defined[anchor]}); "
+                            "give each anchor its own name")
+            defined[anchor] = where[0]
         if isinstance(ev, CollectionStartEvent):
             if len(stack) + 1 > MAX_DEPTH:
                 raise _fail(name, *where, f"mappings/lists nested deeper than {MAX_DEPTH} levels")

@@ -70,6 +70,11 @@ def test_alias_use_count_limit(tmp_path):
     assert f"more than {yaml_source.MAX_ALIASES} alias uses" in load_error(write(tmp_path, body))
 
 
+def test_reused_anchor_is_refused(tmp_path):
+    assert "spec.yaml:2:4: anchor &a is defined twice (first at line 1)" in load_error(
+        write(tmp_path, "a: &a 1\nb: &a 2\nc: *a\n"))
+
+
 def test_recursive_and_undefined_aliases(tmp_path):
     assert "recursive alias" in load_error(write(tmp_path, "a: &a [1, *a]\n"))
     assert "has no anchor before it" in load_error(write(tmp_path, "a: *nope\n"))
