@@ -295,12 +295,10 @@ class _Lowerer:
         blocks = []
         for key, _, parts, a, m in lowered:
             p = ("blocks", key)
+            norms = {f: self.norm(p + (f,), parts[f]) if parts[f] else None for f in ("attention_norm", "mlp_norm")}
             blocks.append(ir.Block(
-                key=key, residual=parts["residual"],
-                attention_norm=self.norm(p + ("attention_norm",), parts["attention_norm"]) if parts["attention_norm"] else None,
-                attention=a.named(class_name),
-                mlp_norm=self.norm(p + ("mlp_norm",), parts["mlp_norm"]) if parts["mlp_norm"] else None,
-                mlp=m.named(class_name),
+                key=key, residual=parts["residual"], attention_norm=norms["attention_norm"],
+                attention=a.named(class_name), mlp_norm=norms["mlp_norm"], mlp=m.named(class_name),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:
@@ -378,7 +376,8 @@ class _Lowerer:
         )
 
     def requirement(self, n: int, req: Any) -> ir.Requirement | None:
-        """The generated check raises when ``fails`` is true: ``not X`` fails on ``X``, anything else on ``not (...)``."""
+        """The generated check raises when ``fails`` is true: ``not X`` fails on ``X``, anything else on
+        ``not (...)`` (so a spec's ``not use_sliding_window`` never renders as ``not (not ...)``)."""
         expr = self.parse(("requires", n, "check"), req.check)
         if expr is None:
             return None

@@ -30,7 +30,7 @@ _SEGMENT = r"[A-Za-z0-9_]+"
 
 def check_identifier(value: str) -> str:
     if not _IDENTIFIER.fullmatch(value):
-        raise ValueError(f"{value!r} is not a Python identifier (ASCII letters, digits and _, not starting with a digit)")
+        raise ValueError(f"{value!r} is not a Python identifier (ASCII letters, digits, _; not starting with a digit)")
     if keyword.iskeyword(value):
         raise ValueError(f"{value!r} is a Python keyword; pick another name")
     if value.startswith("__") and value.endswith("__"):

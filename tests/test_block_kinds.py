@@ -131,3 +131,135 @@ def test_attention_declares_its_cache():
     model.bind_kv_cache(caches)
     assert model.model.layers[1].self_attn.attn.k_cache is caches["layers.1.self_attn"][0]
     assert caches["layers.0.self_attn"][1].shape == (3, 2, 8, 4) and caches["layers.0.self_attn"][1].dtype == torch.float32
+
+
+# -------------------------------------------------------------------------------------------- a kind added as a plug-in
+PLAIN_KIND = '''"""plain: the ungated MLP ``down(gelu_tanh(up(x)))`` (GPT-2 / Phi style), added by the plug-in test."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..ir import Module, Value
+from ..spec_types import Expression, Identifier, Strict
+from ._kind import Kind, LoweringContext
+
+
+class PlainSpec(Strict):
+    name: Identifier
+    kind: Literal["plain"]
+    intermediate_size: Expression
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlainMLP(Module):
+    kind = "plain"
+    slot = "mlp"
+    class_suffix = "PlainMLP"
+
+    intermediate_size: Value
+
+
+def lower(ctx: LoweringContext, p: tuple[Any, ...], m: PlainSpec) -> PlainMLP:
+    return PlainMLP(name=m.name, intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size))
+
+
+KIND = Kind(name="plain", spec=PlainSpec, ir=PlainMLP, lower=lower)
+'''
+PLAIN_ROCM = '''{% macro imports(m) %}
+from modelgen.runtime.layers.linear import ColumnParallelLinear, RowParallelLinear
+{% endmacro %}
+{% macro module_class(m) %}
+class {{ m.class_name | ident }}(nn.Module):
+    def __init__(self, config: {{ P }}Config):
+        super().__init__()
+        self.up_proj = ColumnParallelLinear({{ ir.hidden_size.py }}, {{ m.intermediate_size.py }}, bias=False)
+        self.down_proj = RowParallelLinear({{ m.intermediate_size.py }}, {{ ir.hidden_size.py }}, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.gelu(self.up_proj(x), approximate="tanh"))
+{% endmacro %}
+{% macro construct(m) %}{{ m.class_name }}(config){% endmacro %}
+'''
+PLAIN_NEURON = '''{% macro imports(m) %}
+from modelgen.runtime.neuron.weight_loader import set_weight_loader, sharding_weight_loader
+{% endmacro %}
+{% macro module_class(m) %}
+class {{ m.class_name | ident }}(nn.Module):
+    def __init__(self, config: {{ P }}Config):
+        super().__init__()
+        world = dist.tp_size()
+        inter = dist.divide({{ m.intermediate_size.py }}, world, "intermediate_size")
+        self.up_proj_weight = _param({{ ir.hidden_size.py }}, inter)
+        set_weight_loader(self.up_proj_weight, sharding_weight_loader(1, inter, world, is_storage_transposed=True))
+        self.down_proj_weight = _param(inter, {{ ir.hidden_size.py }})
+        set_weight_loader(self.down_proj_weight, sharding_weight_loader(0, inter, world, is_storage_transposed=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.gelu(NF.linear(x, self.up_proj_weight), approximate="tanh")
+        return dist.all_reduce(NF.linear(h, self.down_proj_weight))
+{% endmacro %}
+{% macro construct(m) %}{{ m.class_name }}(config){% endmacro %}
+{% macro mapping_function(m) %}
+def _{{ m.class_name | snake }}_mappings(mappings: dict[str, list[str]], module: str, config: {{ P }}Config) -> None:
+    for proj in ("up_proj", "down_proj"):
+        mappings[f"{module}.{proj}_weight"] = [f"{module}.{proj}.weight"]
+{% endmacro %}
+{% macro map_call(m, module) %}_{{ m.class_name | snake }}_mappings(mappings, {{ module }}, config){% endmacro %}
+{% macro config_checks(m) %}{% endmacro %}
+'''
+PLAIN_CHECK = '''
+import importlib, torch
+hf = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2}
+torch.manual_seed(0)
+x = torch.randn(3, 16)
+up, down = torch.randn(24, 16), torch.randn(16, 24)
+want = torch.nn.functional.gelu(x @ up.T, approximate="tanh") @ down.T
+rocm = importlib.import_module("modelgen.generated.rocm.plain_llama")
+model = rocm.MODEL_CLASS(rocm.CONFIG_CLASS.from_hf_config(hf))
+mlp = model.model.layers[1].mlp
+mlp.up_proj.weight.data.copy_(up); mlp.down_proj.weight.data.copy_(down)
+assert type(mlp).__name__ == "PlainLlamaPlainMLP"
+assert torch.allclose(mlp(x), want, atol=1e-5)
+neuron = importlib.import_module("modelgen.generated.neuron.plain_llama")
+nmodel = neuron.MODEL_CLASS(neuron.CONFIG_CLASS.from_hf_config(hf))
+nmlp = nmodel.model.layers[1].mlp
+nmlp.up_proj_weight.data.copy_(up.T); nmlp.down_proj_weight.data.copy_(down.T)
+assert torch.allclose(nmlp(x), want, atol=1e-5)
+maps = importlib.import_module("modelgen.generated.neuron.plain_llama.weights").checkpoint_mappings(nmodel.config)
+assert maps["model.layers.1.mlp.up_proj_weight"] == ["model.layers.1.mlp.up_proj.weight"]
+print("ok")
+'''
+
+
+def test_a_new_kind_is_one_module_and_two_partials(tmp_path):
+    """Add an MLP kind to a copy of the repo by writing only codegen/blocks/plain.py and its two partials (plus a
+    spec that uses it): it builds for both targets, lints clean, and computes down(gelu(up(x))) on both."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    for name in ("modelgen", "codegen", "runtime", "specs", "templates", "generated"):
+        shutil.copytree(REPO / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "codegen" / "blocks" / "plain.py").write_text(PLAIN_KIND)
+    (repo / "templates" / "rocm" / "blocks" / "plain.py.j2").write_text(PLAIN_ROCM)
+    (repo / "templates" / "neuron" / "blocks" / "plain.py.j2").write_text(PLAIN_NEURON)
+    data, _ = load_yaml(SPECS / "llama.yaml")
+    data.update(name="plain_llama", class_prefix="PlainLlama")
+    data["hf"]["architectures"] = ["PlainLlamaForCausalLM"]
+    data["blocks"]["decoder"]["mlp"] = {"name": "mlp", "kind": "plain", "intermediate_size": "intermediate_size"}
+    (repo / "specs" / "plain_llama.yaml").write_text(json.dumps(data, indent=1))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True)
+
+    built = run("-m", "modelgen.codegen.cli", "build", "--all")
+    assert built.returncode == 0, built.stderr
+    source = (repo / "generated" / "rocm" / "plain_llama" / "model.py").read_text()
+    assert "class PlainLlamaPlainMLP(nn.Module)" in source and "self.mlp = PlainLlamaPlainMLP(config)" in source
+    lint = run("-m", "pyflakes", "generated/rocm/plain_llama", "generated/neuron/plain_llama")
+    assert lint.returncode == 0 or "No module named pyflakes" in lint.stderr, lint.stdout
+    checked = run("-c", PLAIN_CHECK)
+    assert checked.returncode == 0 and checked.stdout.strip() == "ok", checked.stderr

@@ -26,7 +26,9 @@ class QKNormSpec(Strict):
 class KVCacheSpec(Strict):
     """What a layer needs the engine to allocate (the Neuron guide's LayerSpec)."""
 
-    kind: Literal["paged_kv"] = Field(description="paged_kv: K and V blocks [num_blocks, kv_heads, block_size, head_dim]")
+    kind: Literal["paged_kv"] = Field(
+        description="paged_kv: K and V blocks [num_blocks, kv_heads, block_size, head_dim]"
+    )
 
 
 class GQASpec(Strict):
@@ -89,7 +91,8 @@ class GQAttention(Module):
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
         rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling `{rope.scaling.spec}` "
                              "(default, linear, dynamic, llama3, yarn)"))
-        rows.append(("KV cache", f"{self.kv_cache}: `[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"))
+        layout = "`[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"
+        rows.append(("KV cache", f"{self.kv_cache}: {layout}"))
         return rows
 
 

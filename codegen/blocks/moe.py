@@ -20,7 +20,9 @@ class RouterSpec(Strict):
     """Top-k expert selection: scores, optional grouped top-k and bias, renormalisation."""
 
     name: Identifier = Field(default="gate", description="module / checkpoint name of the router linear")
-    scoring: Literal["softmax", "sigmoid"] = Field(description="softmax: Mixtral/Qwen3-MoE; sigmoid: GLM4-MoE/DeepSeek-V3")
+    scoring: Literal["softmax", "sigmoid"] = Field(
+        description="softmax: Mixtral/Qwen3-MoE; sigmoid: GLM4-MoE/DeepSeek-V3"
+    )
     top_k: Expression
     renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
     n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
@@ -110,7 +112,8 @@ class MoE(Module):
             text += f", scaling `{r.routed_scaling_factor.spec}`"
         if self.shared:
             fused = "; fused as extra expert slots" if self.shared.fuse and target == "rocm" else ""
-            text += f", `{self.shared.count.spec}` shared experts (width `{self.shared.mlp.intermediate_size.spec}`{fused})"
+            width = self.shared.mlp.intermediate_size.spec
+            text += f", `{self.shared.count.spec}` shared experts (width `{width}`{fused})"
         return [("intermediate_size", f"`{self.intermediate_size.spec}` per expert"), ("MoE", text)]
 
 

@@ -29,7 +29,9 @@ def find_model(architectures: list[str] | None, target: str) -> ModuleType:
             except ModuleNotFoundError as e:
                 if e.name != name:
                     raise
-                raise LookupError(f"{arch}: package {name} is indexed but not built; run `modelgen build --all`") from None
+                raise LookupError(
+                    f"{arch}: package {name} is indexed but not built; run `modelgen build --all`"
+                ) from None
             if arch not in module.ARCHITECTURES:
                 raise LookupError(f"{arch}: {name} serves {module.ARCHITECTURES}; rebuild with `modelgen build --all`")
             return module

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): ff1d526c9edff36e
+# source hash (spec + templates + generator): cba3cba0cbbddbf4
 # ==================================================================================================================
 """Checkpoint mappings of Glm4MoeForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -67,7 +67,7 @@ def checkpoint_mappings(config: Glm4MoeConfig, available: set[str]) -> dict[str,
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
-        prefix = f"model.layers.{i}"
+        prefix = "model.layers." + str(i)
         block = config.layer_block(i)
         _glm4_moe_attention_mappings(mappings, prefix + ".self_attn", config)
         if block == "dense":

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): a9570cba7f8044b1
+# source hash (spec + templates + generator): 8dbe296d4e5bbd58
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds LlamaForCausalLM."""
 from __future__ import annotations
@@ -32,6 +32,6 @@ class LlamaForCausalLMFactory(nn.Module):
             architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
-            raise ValueError(f"LlamaForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
+            raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): a9570cba7f8044b1
+# source hash (spec + templates + generator): 8dbe296d4e5bbd58
 # ==================================================================================================================
 """Checkpoint mappings of LlamaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -42,7 +42,7 @@ def checkpoint_mappings(config: LlamaConfig) -> dict[str, list[str]]:
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
-        prefix = f"model.layers.{i}"
+        prefix = "model.layers." + str(i)
         _llama_attention_mappings(mappings, prefix + ".self_attn", config)
         _llama_mlp_mappings(mappings, prefix + ".mlp", config)
         for norm in ("input_layernorm", "post_attention_layernorm"):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 4b2fde110390e099
+# source hash (spec + templates + generator): 7818d806673b626e
 # ==================================================================================================================
 """Checkpoint mappings of MixtralForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -50,7 +50,7 @@ def checkpoint_mappings(config: MixtralConfig, available: set[str]) -> dict[str,
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
-        prefix = f"model.layers.{i}"
+        prefix = "model.layers." + str(i)
         _mixtral_attention_mappings(mappings, prefix + ".self_attn", config)
         _mixtral_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         for norm in ("input_layernorm", "post_attention_layernorm"):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 8bfb5a51dc17a375
+# source hash (spec + templates + generator): 82f730f7bb337cfc
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3ForCausalLM."""
 from __future__ import annotations
@@ -32,6 +32,6 @@ class Qwen3ForCausalLMFactory(nn.Module):
             architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
-            raise ValueError(f"Qwen3ForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
+            raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 8bfb5a51dc17a375
+# source hash (spec + templates + generator): 82f730f7bb337cfc
 # ==================================================================================================================
 """Checkpoint mappings of Qwen3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -40,7 +40,7 @@ def checkpoint_mappings(config: Qwen3Config) -> dict[str, list[str]]:
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
-        prefix = f"model.layers.{i}"
+        prefix = "model.layers." + str(i)
         _qwen3_attention_mappings(mappings, prefix + ".self_attn", config)
         _qwen3_mlp_mappings(mappings, prefix + ".mlp", config)
         for norm in ("input_layernorm", "post_attention_layernorm"):

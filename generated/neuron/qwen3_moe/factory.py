@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): d22ea9f82ddb3ff7
+# source hash (spec + templates + generator): fbe3c2dd8ca95d62
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
 from __future__ import annotations
@@ -32,6 +32,6 @@ class Qwen3MoeForCausalLMFactory(nn.Module):
             architectures = getattr(hf_config, "architectures", None) or []
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
-            raise ValueError(f"Qwen3MoeForCausalLMFactory serves {ARCHITECTURES}, not {unknown}")
+            raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): d22ea9f82ddb3ff7
+# source hash (spec + templates + generator): fbe3c2dd8ca95d62
 # ==================================================================================================================
 """Checkpoint mappings of Qwen3MoeForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -63,7 +63,7 @@ def checkpoint_mappings(config: Qwen3MoeConfig, available: set[str]) -> dict[str
     mappings: dict[str, list[str]] = {}
     mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
     for i in range(config.num_hidden_layers):
-        prefix = f"model.layers.{i}"
+        prefix = "model.layers." + str(i)
         block = config.layer_block(i)
         _qwen3_moe_attention_mappings(mappings, prefix + ".self_attn", config)
         if block == "dense":

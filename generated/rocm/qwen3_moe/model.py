@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): d22ea9f82ddb3ff7
+# source hash (spec + templates + generator): fbe3c2dd8ca95d62
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
@@ -74,7 +74,7 @@ class Qwen3MoeAttention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}.self_attn",
+            layer_name=f"layers.{layer_idx}." + "self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
