@@ -8,7 +8,7 @@ block kinds (codegen/blocks/); the model-level IR below knows no kind.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar
 
 from .literal import pylit
@@ -199,7 +199,6 @@ class ModelIR:
     lm_head_name: str
     tie_embeddings: Value
     checkpoint: Checkpoint
-    spec_text: str = field(default="", repr=False)
 
     @property
     def kinds(self) -> tuple[str, ...]:

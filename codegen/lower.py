@@ -388,7 +388,7 @@ class _Lowerer:
         src = expr.to_python()
         return ir.Requirement(fails=ir.Code(py=f"not ({src})", spec=f"not ({src})"), message=req.message)
 
-    def lower(self, spec_path: str, source_hash: str, text: str) -> ir.ModelIR:
+    def lower(self, spec_path: str, source_hash: str) -> ir.ModelIR:
         s = self.spec
         config_values = self.config_values()
         blocks, classes = self.blocks()
@@ -416,7 +416,7 @@ class _Lowerer:
             hidden_size=self.value(("embedding", "hidden_size"), s.embedding.hidden_size),
             final_norm=self.norm(("final_norm",), s.final_norm),
             lm_head_name=s.lm_head.name, tie_embeddings=self.value(("lm_head", "tie"), s.lm_head.tie),
-            checkpoint=self.checkpoint(classes), spec_text=text,
+            checkpoint=self.checkpoint(classes),
         )
         if self.issues:
             raise SpecError(self.issues)
@@ -450,7 +450,9 @@ def compile_spec(path: str | Path) -> ir.ModelIR:
     """Load, validate and lower one spec file."""
     path = Path(path)
     spec, smap, text = load_spec(path)
+    # The spec's text and, when it extends others, theirs: editing a base spec changes its children's hash.
+    source = smap.source_text() or text
     digest = hashlib.sha256()
-    for part in (text.encode(), templates_digest().encode(), GENERATOR_VERSION.encode()):
+    for part in (source.encode(), templates_digest().encode(), GENERATOR_VERSION.encode()):
         digest.update(part)
-    return _Lowerer(spec, smap).lower(display_path(path), digest.hexdigest()[:16], text)
+    return _Lowerer(spec, smap).lower(display_path(path), digest.hexdigest()[:16])
