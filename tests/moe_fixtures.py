@@ -26,13 +26,14 @@ CASES = {
 }
 
 
-def make_moe(path, name: str, fused: bool = False, seed: int = 0):
-    """Save a tiny random model; ``fused`` writes transformers v5's fused expert tensors. Returns the fp32 HF model."""
+def make_moe(path, name: str, fused: bool = False, seed: int = 0, **overrides):
+    """Save a tiny random model; ``fused`` writes transformers v5's fused expert tensors; ``overrides`` are extra
+    config kwargs (e.g. ``initializer_range``). Returns the fp32 HF model."""
     import transformers
 
     cfg_cls, model_cls, extra = CASES[name]
     torch.manual_seed(seed)
-    model = getattr(transformers, model_cls)(getattr(transformers, cfg_cls)(**BASE, **extra)).eval()
+    model = getattr(transformers, model_cls)(getattr(transformers, cfg_cls)(**{**BASE, **extra, **overrides})).eval()
     with torch.no_grad():  # HF zero-initialises these; random values make a dropped one visible
         for n, t in list(model.named_parameters()) + list(model.named_buffers()):
             if n.endswith(".bias") or "e_score_correction_bias" in n:

@@ -2,7 +2,7 @@
 the per-expert (save_pretrained default) and fused (save_original_format=False) formats.
 
 Same gates as the Llama parity tests: fp32 prefill logits within 1e-4 and 16 greedy tokens equal; three-way bf16
-(HF fp32 gold, HF bf16 floor, modelgen bf16 within 2x the floor's error + 1e-2).
+(HF fp32 gold, HF bf16 floor, modelgen bf16 within 2x the floor's error + 1e-2 for router near-ties; assert_close_three_way).
 """
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import torch
 
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.testing import assert_close_three_way
 from tests.moe_fixtures import CASES, make_moe
-from tests.test_parity_llama import PROMPT, hf_greedy, hf_logits
+from tests.test_parity_llama import PROMPT, THREE_WAY_FACTOR, hf_greedy, hf_logits
 
 TARGETS = ["rocm", "neuron"]
+MOE_THREE_WAY_ATOL = 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +54,11 @@ def test_against_hf_fp32(checkpoints, name, target, fused):
 def test_against_hf_bf16_three_way(checkpoints, name, target):
     path, hf = checkpoints(name, False)
     gold = hf_logits(hf, PROMPT)
-    floor = (hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT) - gold).abs().max().item()
+    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)
     ours = LLM(path, target=target, dtype="bfloat16", max_model_len=128).score(PROMPT).float()
-    err = (ours - gold).abs().max().item()
-    assert err <= 2.0 * floor + 1e-2, f"{name}/{target}: bf16 error {err:.4f} vs HF bf16 floor {floor:.4f}"
+    # MoE keeps a 1e-2 slack: bf16 router near-ties (two logits ~2 bf16 steps apart) may legitimately pick another
+    # expert than HF bf16 does on some machine (measured here: ours/floor <= 1.38 with 1e-3).
+    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=MOE_THREE_WAY_ATOL, name=f"{name}/{target}")
 
 
 def test_dense_sparse_schedule_is_the_declared_rule(checkpoints):
