@@ -217,3 +217,23 @@ def test_checkpoint_modes(tmp_path, mode):
         ck.get_tensor("w")
     with pytest.raises(ValueError, match="check_finite = 'some': expected True, False or one of full, sampled, off"):
         Checkpoint(tmp_path, check_finite="some")
+
+
+def test_parameter_check_of_the_device_path_names_the_parameter(llama_checkpoint, tmp_path):
+    """On a GPU the parameters are checked after the copy (one sync for all); run here on CPU tensors."""
+    from modelgen.runtime.engine.llm import _check_parameters_finite
+
+    src, _ = llama_checkpoint("gqa")
+    d = tmp_path / "nan"
+    shutil.copytree(src, d)
+    tensors = load_file(d / "model.safetensors")
+    tensors["model.layers.1.mlp.up_proj.weight"][10, 2] = float("inf")
+    _write(d / "model.safetensors", tensors)
+    llm = LLM(d, dtype="float32", max_model_len=32, check_finite="off")
+    # up_proj is the second shard of the fused gate_up parameter: row 10 of it is row intermediate_size + 10.
+    with pytest.raises(CheckpointError, match=r"parameter 'model.layers.1.mlp.gate_up_proj.weight' holds 1 NaN/Inf "
+                                              r"value\(s\) of \d+ \(first at index \(106, 2\)\)"):
+        _check_parameters_finite(llm.model, d, torch.device("cpu"))
+    _check_parameters_finite(LLM(src, dtype="float32", max_model_len=32).model, src, torch.device("cpu"))
+    with pytest.raises(ValueError, match="check_finite = 'bogus'"):
+        LLM(src, dtype="float32", max_model_len=32, check_finite="bogus")

@@ -84,12 +84,12 @@ def _check_confined(path: pathlib.Path, roots: list[pathlib.Path], what: str, al
     )
 
 
-def _nonfinite_error(tensor: torch.Tensor, name: str, file: pathlib.Path) -> CheckpointError:
+def _nonfinite_error(tensor: torch.Tensor, name: str, file, what: str = "tensor") -> CheckpointError:
     bad = ~torch.isfinite(tensor)
     count = int(bad.sum())
     first = tuple(int(i) for i in bad.nonzero()[0]) if count else ()
     return CheckpointError(
-        f"{file}: tensor {name!r} holds {count} NaN/Inf value(s) of {tensor.numel()} (first at index {first}); the "
+        f"{file}: {what} {name!r} holds {count} NaN/Inf value(s) of {tensor.numel()} (first at index {first}); the "
         f"checkpoint is corrupt (check_finite=False / --check-finite off loads it anyway)"
     )
 
@@ -111,7 +111,8 @@ def finite_mode(check_finite: bool | str) -> str:
     return check_finite
 
 
-def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path | str, mode: str = "full") -> None:
+def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path | str, mode: str = "full",
+                        what: str = "tensor") -> None:
     """CheckpointError naming the tensor and file if a floating tensor holds NaN or Inf (``mode``: see the module
     docstring; "sampled" reads ~3% of a large tensor and finds regions of NaN/Inf, not every isolated value).
 
@@ -133,7 +134,7 @@ def check_finite_tensor(tensor: torch.Tensor, name: str, file: pathlib.Path | st
         probe = probe.float()
     lo, hi = torch.aminmax(probe)
     if not (math.isfinite(lo.item()) and math.isfinite(hi.item())):
-        raise _nonfinite_error(tensor.float() if tensor.dtype.itemsize == 1 else tensor, name, file)
+        raise _nonfinite_error(tensor.float() if tensor.dtype.itemsize == 1 else tensor, name, file, what)
 
 
 class _FiniteSlice:
