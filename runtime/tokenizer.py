@@ -170,6 +170,10 @@ def _precheck_filter(name: str, value: Any, args: list, kwargs: dict, budget: _B
         budget.charge(_size(value, budget.left) * (1 + len(str(wrap))), what)
     elif name == "format" and isinstance(value, str):
         _precheck_format(value, list(args) + list(kwargs.values()), budget, what)
+    elif name == "tojson":
+        indent = args[1] if len(args) > 1 else kwargs.get("indent")
+        width = len(indent) if isinstance(indent, str) else int(indent or 0)
+        budget.charge(_size(value, budget.left) * (1 + width), what)  # the indent repeats once per nesting line
 
 
 def _guard_filter(name: str, fn):
@@ -233,8 +237,22 @@ def _guard_concat(*parts):
 _GUARDS = (_guard_iter, _guard_out, _guard_concat)
 
 
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """transformers' chat-template ``tojson``: plain ``json.dumps`` (Jinja's escapes ``<>&'`` for HTML)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    from datetime import datetime
+
+    if not isinstance(fmt, str) or len(fmt) > 1000:
+        raise _LimitExceeded("strftime_now(): expected a format string of at most 1000 characters")
+    return datetime.now().strftime(fmt)
+
+
 def _bounded_environment():
     from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
@@ -304,9 +322,22 @@ def _bounded_environment():
             node = self.generic_visit(node)
             return self._call(_GUARD_CONCAT, list(node.nodes), node.lineno)
 
-    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
+    class GenerationBlock(Extension):
+        """``{% generation %}...{% endgeneration %}`` (transformers marks assistant text with it): renders the body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    # The environment transformers renders chat templates in (so a template gives the text the model was trained
+    # on): loop controls, the generation tag, tojson without HTML escaping, strftime_now.
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, GenerationBlock])
+    env.filters["tojson"] = _tojson
     env.filters = {name: _guard_filter(name, fn) for name, fn in env.filters.items()}
     env.globals.pop("lipsum", None)  # n paragraphs of filler text: nothing a chat template needs
+    env.globals["strftime_now"] = _strftime_now
     env.globals.update({_GUARD_ITER: _guard_iter, _GUARD_OUT: _guard_out, _GUARD_CONCAT: _guard_concat})
     return env, Guards()
 

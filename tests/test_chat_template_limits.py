@@ -89,19 +89,56 @@ def _tokenizer(template: str, source: str = "/ckpt/tokenizer_config.json") -> To
     return Tokenizer(None, {"bos_token": "<s>", "eos_token": {"content": "</s>"}}, template, source)
 
 
-def _reference(template: str, messages) -> str:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True, bos_token="<s>",
-                                            eos_token="</s>", raise_exception=None)
+def _reference(template: str, messages, **extra) -> str:
+    """What transformers renders (its sandbox, tojson and extensions): the text the model was trained on."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return _compile_jinja_template(template).render(messages=messages, add_generation_prompt=True, bos_token="<s>",
+                                                    eos_token="</s>", **extra)
 
 
 @pytest.mark.parametrize("template", [SMOLLM2, QWEN25, QWEN3], ids=["smollm2", "qwen2.5", "qwen3"])
 @pytest.mark.parametrize("messages", [CONVERSATION[1:2], CONVERSATION, CONVERSATION * 40], ids=["one", "all", "x40"])
-def test_real_templates_render_as_plain_sandbox(template, messages):
+def test_real_templates_render_as_transformers(template, messages):
     tok = _tokenizer(template)
     got = tok.apply_chat_template(messages)
     assert got == _reference(template, messages)
     assert got.endswith("<|im_start|>assistant\n")
+    plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+    if template is not QWEN25:  # Qwen2.5 uses tojson, which plain Jinja2 HTML-escapes (transformers does not)
+        assert got == plain.render(messages=messages, add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+
+
+COMPAT = {
+    "loop controls": "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% if m.role == 'system' %}"
+                     "{% continue %}{% endif %}[{{ m.role }}]{% endfor %}",
+    "generation tag": "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+                      "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
+    "tojson like transformers": "{{ messages[2].tool_calls | tojson }}|{{ {'k': 'é<&>'} | tojson(indent=2) }}|"
+                                "{{ {'b': 1, 'a': 2} | tojson(sort_keys=true, separators=(',', ':')) }}",
+    "recursive loop": "{% for m in messages recursive %}{{ m.role }}{% if m.tool_calls %}({{ loop(m.tool_calls) }})"
+                      "{% endif %}{% endfor %}",
+    "loop filter and else": "{% for m in messages if m.role == 'nobody' %}x{% else %}none{% endfor %}"
+                            "{% for m in messages if m.role == 'tool' %}{{ loop.index }}/{{ loop.length }} {% endfor %}",
+    "namespace and ~": "{% set ns = namespace(t='') %}{% for m in messages %}{% set ns.t = ns.t ~ m.role[0] %}"
+                       "{% endfor %}{{ ns.t }}",
+    "reversed slice": "{% for m in messages[::-1] %}{{ loop.revindex0 }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(COMPAT))
+def test_template_features_render_as_transformers(name):
+    template = COMPAT[name]
+    assert _tokenizer(template).apply_chat_template(CONVERSATION) == _reference(template, CONVERSATION)
+
+
+def test_strftime_now():
+    import datetime
+
+    got = _tokenizer("{{ strftime_now('%Y') }}").apply_chat_template([])
+    assert got == str(datetime.datetime.now().year)
+    with pytest.raises(ChatTemplateError, match="strftime_now"):
+        _tokenizer("{{ strftime_now('%c' * 2000) }}").apply_chat_template([])
 
 
 BOMBS = {
@@ -139,6 +176,7 @@ BOMBS = {
     "indent": ("{{ ('\n'*1000000)|indent(1000) }}", r"filter 'indent' would produce"),
     "wordwrap": ("{{ ('a '*100000)|wordwrap(1, wrapstring='x'*10000) }}", r"filter 'wordwrap' would produce"),
     "lipsum": ("{{ lipsum(1000000) }}", r"undefined value: 'lipsum' is undefined"),
+    "tojson indent": ("{{ (range(1000)|list) | tojson(indent=100000) }}", r"filter 'tojson' would produce"),
 }
 
 
