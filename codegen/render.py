@@ -1,8 +1,8 @@
 """IR -> file contents, through the Jinja2 templates of ``templates/<target>/`` and ``templates/common/``.
 
 Block kinds render through their partials, ``templates/<target>/blocks/<kind>.py.j2``: each is loaded as a module
-whose macros the package templates call (``module_class``, ``construct``, ``imports``; on neuron also
-``mapping_function`` and ``config_checks``), so the package templates never branch on a kind.
+whose macros the package templates call (codegen/blocks/_kind.py lists them), so the package templates never
+branch on a kind.
 
 Spec-derived text reaches Python source through exactly three filters (codegen/literal.py): ``lit`` (a Python
 literal), ``doc`` (docstring text) and ``comment``; names go through ``ident``, which refuses anything that is not a
@@ -144,6 +144,18 @@ def _block(text: str, indent: int) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in str(text).strip("\n").split("\n"))
 
 
+def _loader_tables(ir: ModelIR, partials: dict) -> dict[str, str]:
+    """keyword -> weights.py table, from the ``loader_tables`` macro of every kind that defines one (MoE's expert
+    tables), so the package template passes them to the loader without knowing the kind."""
+    tables: dict[str, str] = {}
+    for m in ir.classes:
+        macro = getattr(partials[m.kind], "loader_tables", None)
+        for line in str(macro(m)).split() if macro else ():
+            keyword, table = line.split("=")
+            tables[_ident(keyword)] = _ident(table)
+    return tables
+
+
 def _readme_rows(ir: ModelIR, target: str) -> list[tuple[str, str]]:
     """Architecture rows of every block sub-module, each row once (a label repeats when blocks differ)."""
     rows: dict[tuple[str, str], None] = {}
@@ -175,7 +187,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     )
     env.globals.update(
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
-        return_expr=_return_expr,
+        return_expr=_return_expr, loader_tables=_loader_tables,
     )
     return env
 

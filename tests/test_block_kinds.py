@@ -19,7 +19,8 @@ from modelgen.codegen.yaml_source import load_yaml
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
 MACROS = {"rocm": {"imports", "module_class", "construct"},
-          "neuron": {"imports", "module_class", "construct", "mapping_function", "map_call", "config_checks"}}
+          "neuron": {"imports", "module_class", "construct", "mapping_function", "map_call"}}
+# Optional: rocm weight_tables/loader_tables (tables of the kind's own in weights.py), neuron config_checks.
 
 
 def test_registry_finds_every_kind_with_its_partials():
@@ -206,7 +207,6 @@ def _{{ m.class_name | snake }}_mappings(mappings: dict[str, list[str]], module:
         mappings[f"{module}.{proj}_weight"] = [f"{module}.{proj}.weight"]
 {% endmacro %}
 {% macro map_call(m, module) %}_{{ m.class_name | snake }}_mappings(mappings, {{ module }}, config){% endmacro %}
-{% macro config_checks(m) %}{% endmacro %}
 '''
 PLAIN_CHECK = '''
 import importlib, torch

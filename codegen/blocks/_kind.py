@@ -28,8 +28,10 @@ class Kind:
     """A block kind: its spec model (the ``kind:`` literal is the discriminator), its IR class and its lowering.
 
     Its partials are ``templates/<target>/blocks/<name>.py.j2``; their macros render the class (``module_class``),
-    its constructor call inside a decoder layer (``construct``), its imports (``imports``) and, on neuron, its
-    checkpoint mapping (``mapping_function``) and config checks (``config_checks``).
+    its constructor call inside a decoder layer (``construct``), its imports (``imports``, ``from M import names``
+    lines, merged across kinds) and, on neuron, its checkpoint mapping (``mapping_function``, ``map_call``).
+    Optional macros: ``config_checks`` (neuron factory), ``weight_tables`` / ``loader_tables`` (rocm: tables the
+    kind's weights need in weights.py, e.g. MoE expert mappings, and the loader keywords that take them).
     """
 
     name: str
