@@ -196,9 +196,11 @@ def test_device_cuda_without_gpu(checkpoint):
         ({"hidden_size": 64.5}, ["config.json: field 'hidden_size' = 64.5"]),
         ({"rms_norm_eps": float("nan")}, ["config.json", "'rms_norm_eps'", "expected a finite number"]),
         ({"architectures": ["NoSuchForCausalLM"]}, ["NoSuchForCausalLM"]),
+        ({"rope_parameters": {"rope_type": "dynamic", "factor": 1e7, "rope_theta": 1e4}, "max_position_embeddings": 4096},
+         ["config.json: field 'max_position_embeddings' = 4096: its RoPE table alone would take"]),
     ],
     ids=["dtype-float8", "dtype-int", "max-pos-0", "max-pos-1e9", "layers-0", "layers-neg", "heads-0", "vocab-str",
-         "hidden-float", "eps-nan", "unknown-arch"],
+         "hidden-float", "eps-nan", "unknown-arch", "dynamic-rope-factor"],
 )
 def test_config_errors(checkpoint, config, needles):
     subprocess_ = config.get("max_position_embeddings") == 1e9  # would have allocated 64 GB: prove it in a process

@@ -147,7 +147,8 @@ def _check_parameters_finite(model: torch.nn.Module, checkpoint_dir: Path, devic
     params = [(n, p.detach()) for n, p in model.named_parameters() if p.is_floating_point() and p.numel()]
     if not params:
         return
-    stats = torch.stack([torch.stack(torch.aminmax(p if p.dtype.itemsize > 1 else p.float())).float() for _, p in params])
+    stats = torch.stack([torch.stack(torch.aminmax(p if p.dtype.itemsize > 1 else p.float())).float()
+                         for _, p in params])
     if bool(torch.isfinite(stats).all()):
         return
     for name, p in params:
@@ -165,7 +166,9 @@ def _check_rope_table(config, config_path: Path, device: torch.device) -> None:
         head_dim = max(1, getattr(config, "hidden_size", 0) // heads)
     scaling = getattr(config, "rope_scaling", None) or {}
     factor = scaling.get("factor") if isinstance(scaling, dict) and scaling.get("rope_type") == "dynamic" else 1.0
-    rows = int(positions * max(float(factor or 1.0), 1.0))
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor == factor:  # NaN too
+        factor = 1.0  # a malformed factor is the RoPE code's error to report, with its field name
+    rows = int(positions * min(max(float(factor), 1.0), 1e6))
     table = rows * head_dim * 4  # float32 cos|sin halves: rotary_dim <= head_dim floats per position
     memory = _memory_bytes(device)
     limit = min(MAX_ROPE_TABLE_BYTES, memory // 2) if memory else MAX_ROPE_TABLE_BYTES
