@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import platform
 import statistics
 import sys
@@ -148,12 +147,16 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
         }
         sweep = {}
         for cfg in configs:
-            name = f"M{cfg['BLOCK_M']}-up{'x'.join(map(str, cfg['up']))}-down{'x'.join(map(str, cfg['down']))}"
+            if cfg.get("pairs") and b > 8:
+                continue
+            kind = "pairs" if cfg.get("pairs") else f"M{cfg['BLOCK_M']}"
+            name = f"{kind}-up{'x'.join(map(str, cfg['up']))}-down{'x'.join(map(str, cfg['down']))}"
             try:
                 sweep[name] = graph_ms(run(4, cfg)) / nl * 1e3
             except Exception as e:  # a config the compiler refuses (shared memory): record, go on
                 sweep[name] = f"{type(e).__name__}: {str(e)[:120]}"
-        default = gm.default_config(b, k, E, torch.bfloat16)
+        default = gm._CHOICE.get((b, k, E, H, I, torch.bfloat16, routed[0][0].dtype, xs[0].device)) \
+            or gm.default_config(b, k, E, torch.bfloat16)
         out[str(b)] = {
             "distinct_experts_per_layer": distinct, "stage_us_per_layer": stage_us, "moe_block_us_per_layer":
             t["router"] + t["experts_total"], "weight_byte_time_us_per_layer": byte_us,
@@ -170,6 +173,10 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
 
 
 SWEEP = [
+    dict(pairs=True, up=(16, 256, 4, 3), down=(32, 256, 4, 3)),
+    dict(pairs=True, up=(32, 128, 4, 3), down=(16, 256, 4, 3)),
+    dict(pairs=True, up=(8, 256, 4, 3), down=(64, 128, 4, 3)),
+    dict(pairs=True, up=(16, 128, 4, 1), down=(32, 128, 4, 1)),
     dict(BLOCK_M=16, up=(32, 128, 4, 4), down=(64, 128, 4, 4)),
     dict(BLOCK_M=16, up=(32, 256, 4, 3), down=(32, 256, 4, 3)),
     dict(BLOCK_M=16, up=(16, 256, 4, 4), down=(32, 128, 4, 5)),
@@ -295,7 +302,26 @@ def main() -> int:
 
     if "profile" in args.systems and left() > 60:
         log("MoE block profile (graph replays over all layers)")
+        from modelgen.runtime.layers.linear import linear
+        from modelgen.runtime.ops.gpu import moe as gm
+
+        res["moe_path_timings_ms"] = {str(k[:3]): v for k, v in gm.TIMINGS.items()}
         res["moe_profile"] = moe_profile(llm, args.batches, copy / 1e12, SWEEP)
+        head = llm.model.lm_head.weight
+        x1 = torch.randn(1, head.shape[1], device="cuda", dtype=head.dtype)
+        lm_us = graph_ms(lambda: linear(x1, head)) * 1e3
+        p1 = res["moe_profile"].get("1")
+        step1 = mg.get("step_ms", {}).get("1")
+        if p1 and step1:
+            nl = args.layers
+            rest = (step1 * 1e3 - lm_us - nl * p1["moe_block_us_per_layer"]) / nl
+            res["bs1_step_breakdown_us"] = {
+                "step": step1 * 1e3, "lm_head": lm_us, "lm_head_byte_time": step_bytes(cfg, 1, 0)["lm_head"] / copy * 1e6,
+                "moe_block_per_layer": p1["moe_block_us_per_layer"],
+                "rest_per_layer (attention, norms, embedding/sampling/host share)": rest,
+                "attention_weight_byte_time_per_layer": step_bytes(cfg, 1, 0)["per_layer_attention"] / copy * 1e6,
+            }
+            log("bs1 step breakdown (us):", json.dumps(res["bs1_step_breakdown_us"]))
         save()
 
     if "hf_static" in args.systems:

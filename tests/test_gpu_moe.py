@@ -120,8 +120,8 @@ def test_fused_moe_fp32_and_gelu(T):
 
 @pytest.mark.parametrize("T", [1, 300])
 def test_all_tokens_on_one_expert_and_block_configs(T):
-    """Worst-case imbalance (every pair on the same experts) fits the worst-case buffers; every table entry and an
-    explicit config give the same result."""
+    """Worst-case imbalance (every pair on the same experts) fits the worst-case buffers; every table entry, the
+    small-batch pair path (at any T) and explicit configs give the same result."""
     from modelgen.runtime.ops.gpu import moe as gm
 
     E, k, H, I = 64, 2, 256, 128
@@ -130,12 +130,13 @@ def test_all_tokens_on_one_expert_and_block_configs(T):
     w = torch.rand(T, k, device="cuda")
     ids = torch.tensor([[3, 40]], device="cuda", dtype=torch.int32).expand(T, k).contiguous()
     want = reference(hidden, w13, w2, w, ids)
-    configs = [cfg for _, cfg in gm._TABLE] + [dict(BLOCK_M=32, up=(32, 64, 4, 2), down=(64, 32, 4, 2))]
+    configs = [cfg for _, cfg in gm._TABLE] + [dict(BLOCK_M=32, up=(32, 64, 4, 2), down=(64, 32, 4, 2)),
+                                               dict(gm._PAIRS), dict(pairs=True, up=(32, 64, 4, 2), down=(8, 512, 4, 1))]
     for cfg in configs:
         assert rel(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg), want) < tol(torch.bfloat16), cfg
 
 
-@pytest.mark.parametrize("T", [1, 7, 64])
+@pytest.mark.parametrize("T", [1, 3, 7, 64])  # 1 and 3: the small-batch pair path
 def test_expert_parallel_ranges_sum_to_the_whole(T):
     """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.
     A rank's pairs on the other rank's experts are dropped (never read back as garbage)."""
@@ -155,7 +156,7 @@ def test_expert_parallel_ranges_sum_to_the_whole(T):
     assert rel(parts[0].float() + parts[1].float(), reference(hidden, w13, w2, w, ids)) < tol(torch.bfloat16)
 
 
-@pytest.mark.parametrize("T", [1, 7, 300])
+@pytest.mark.parametrize("T", [1, 4, 7, 300])
 @pytest.mark.parametrize("S", [1, 2])
 def test_shared_expert_slots(T, S):
     """GLM4-MoE's fused shared experts: S extra slots after the L routed ones, visited by every token at weight 1;

@@ -15,6 +15,7 @@ into CUDA graphs:
                      two fp32 accumulators, activation-and-multiply fused, stored per pair ``[P, I]``.
   4. ``_down``       one launch: ``inter[pair] @ w2[e].T``, times the pair's routing weight, stored per pair.
   5. ``_combine``    one program per (token, column block): sums the token's valid slots in fp32, rounds once.
+  (Small batches may take the pair path instead: see below.)
 
 Buffers are sized by the worst case (``P + min(P, E) * (BLOCK_M - 1)`` padded rows); row blocks past the actual
 padded count exit at once, so the grid does not depend on the routing. The combine step is a separate launch rather
@@ -26,10 +27,15 @@ product is rounded to ``promote(hidden dtype, weight dtype)``, the k products ar
 fp32 models run the dots in IEEE fp32 (not tf32) so the GPU engine matches transformers' fp32 greedy tokens.
 
 Block sizes come from a small table keyed by the average rows per expert (after vLLM's tuned H200 table for
-E=128, N=768, with the gate-up column block halved because each program here computes gate and up columns);
-``config=`` overrides it (``bench/moe.py`` sweeps alternatives).
+E=128, N=768, with the gate-up column block halved because each program here computes gate and up columns).
+Up to ``SMALL_T`` tokens a second path competes: no sorting, one GEMV program per (pair, column block), the combine
+done by the last arriving program of the down launch (three launches with the router instead of five); the faster
+of the two is timed once per shape, as ``linear.py`` does for the dense skinny GEMMs. ``config=`` overrides both
+(``bench/moe.py`` sweeps alternatives).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -134,16 +140,18 @@ def route(
 
 
 @triton.jit
+def _pair_slot(ids_ptr, s_ids, t, j, inb, K_ROUTED, expert_offset, L):
+    """(local slot, computed on this rank?) of token ``t``'s slot ``j`` (routed slots: this rank's range only)."""
+    routed = j < K_ROUTED
+    gid = tl.load(ids_ptr + t * s_ids + j, mask=inb & routed, other=0).to(tl.int32)
+    loc = tl.where(routed, gid - expert_offset, L + (j - K_ROUTED))
+    return loc, inb & (~routed | ((loc >= 0) & (loc < L)))
+
+
+@triton.jit
 def _pair_expert(ids_ptr, s_ids, pidx, P, KT, K_ROUTED, expert_offset, L):
     """Local slot of pair ``pidx`` (token ``pidx // KT``, slot ``pidx % KT``) and whether this rank computes it."""
-    t = pidx // KT
-    j = pidx % KT
-    inb = pidx < P
-    routed = j < K_ROUTED
-    gid = tl.load(ids_ptr + t.to(tl.int64) * s_ids + j, mask=inb & routed, other=0).to(tl.int32)
-    loc = tl.where(routed, gid - expert_offset, L + (j - K_ROUTED))
-    ok = inb & (~routed | ((loc >= 0) & (loc < L)))
-    return loc, ok
+    return _pair_slot(ids_ptr, s_ids, (pidx // KT).to(tl.int64), pidx % KT, pidx < P, K_ROUTED, expert_offset, L)
 
 
 @triton.jit
@@ -189,6 +197,18 @@ def padded_rows(num_pairs: int, num_slots: int, block_m: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- GEMMs
+
+
+@triton.jit
+def _act(gate, GELU: tl.constexpr):
+    """silu(gate), or gelu with the tanh approximation, in fp32."""
+    if GELU:
+        c: tl.constexpr = 0.7978845608028654  # sqrt(2 / pi)
+        inner = c * (gate + 0.044715 * gate * gate * gate)
+        ex = tl.exp(-2.0 * tl.abs(inner))
+        th = (1.0 - ex) / (1.0 + ex)
+        return 0.5 * gate * (1.0 + tl.where(inner >= 0, th, -th))
+    return gate / (1.0 + tl.exp(-gate))
 
 
 @triton.jit
@@ -241,16 +261,7 @@ def _gate_up_kernel(
     dt = out_ptr.dtype.element_ty
     gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
     up = acc_u.to(dt).to(tl.float32)
-    if GELU:
-        c: tl.constexpr = 0.7978845608028654  # sqrt(2 / pi), tanh approximation
-        inner = c * (gate + 0.044715 * gate * gate * gate)
-        ex = tl.exp(-2.0 * tl.abs(inner))
-        th = (1.0 - ex) / (1.0 + ex)
-        th = tl.where(inner >= 0, th, -th)
-        act = 0.5 * gate * (1.0 + th)
-    else:
-        act = gate / (1.0 + tl.exp(-gate))
-    act = act.to(dt).to(tl.float32)
+    act = _act(gate, GELU).to(dt).to(tl.float32)
     tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], (act * up).to(dt),
              mask=rmask[:, None] & nmask[None, :])
 
@@ -313,6 +324,99 @@ def _combine_kernel(
     tl.store(out_ptr + t * s_out + offs_h, tl.sum(vals.to(tl.float32), 0).to(out_ptr.dtype.element_ty), mask=hmask)
 
 
+# ------------------------------------------------------------------------------------- small batches: one row a pair
+# At a few tokens (decode at batch 1-4) the pairs almost surely hit distinct experts: sorting buys nothing, while the
+# one-program align launch and the separate combine launch cost more than the GEMMs take beyond their byte-time.
+# Here gate-up runs one program per (column block, pair) as a GEMV, and down one program per (column block, pair)
+# whose last arrival per (token, column block) (an acq_rel counter, as linear.py's split-K GEMV) sums the token's
+# slots in slot order and resets the counter: two launches after the router instead of four, the same rounding
+# steps as the sorted path, deterministic, and safe to replay from a CUDA graph.
+
+
+@triton.jit
+def _gate_up_pairs_kernel(
+    x_ptr, w_ptr, out_ptr, ids_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1).to(tl.int64)
+    t = pair // KT
+    e, ok = _pair_slot(ids_ptr, s_ids, t, pair % KT, pair >= 0, K_ROUTED, expert_offset, L)
+    if ok:
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = offs_n < N
+        offs_k = tl.arange(0, BLOCK_K)
+        g_ptrs = w_ptr + e.to(tl.int64) * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
+        u_ptrs = g_ptrs + N * s_wn
+        x_ptrs = x_ptr + t * s_xm + offs_k
+        acc_g = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+        acc_u = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kmask = (k0 + offs_k) < K
+            x = tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :]
+            m = nmask[:, None] & kmask[None, :]
+            acc_g += tl.load(g_ptrs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32) * x
+            acc_u += tl.load(u_ptrs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32) * x
+            g_ptrs += BLOCK_K
+            u_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+        dt = out_ptr.dtype.element_ty
+        gate = tl.sum(acc_g, 1).to(dt).to(tl.float32)
+        up = tl.sum(acc_u, 1).to(dt).to(tl.float32)
+        tl.store(out_ptr + pair * s_om + offs_n, (_act(gate, GELU).to(dt).to(tl.float32) * up).to(dt), mask=nmask)
+
+
+@triton.jit
+def _down_pairs_kernel(
+    a_ptr, w_ptr, pair_ptr, out_ptr, ids_ptr, tw_ptr, cnt_ptr, N, K, KT, K_ROUTED, expert_offset, L,
+    s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1).to(tl.int64)
+    t = pair // KT
+    j = pair % KT
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    e, ok = _pair_slot(ids_ptr, s_ids, t, j, pair >= 0, K_ROUTED, expert_offset, L)
+    if ok:
+        offs_k = tl.arange(0, BLOCK_K)
+        w_ptrs = w_ptr + e.to(tl.int64) * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
+        a_ptrs = a_ptr + pair * s_am + offs_k
+        acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kmask = (k0 + offs_k) < K
+            a = tl.load(a_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :]
+            acc += tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0,
+                           eviction_policy="evict_first").to(tl.float32) * a
+            w_ptrs += BLOCK_K
+            a_ptrs += BLOCK_K
+        y = tl.sum(acc, 1).to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
+        wt = tl.load(tw_ptr + t * s_tw + j, mask=j < K_ROUTED, other=1.0).to(tl.float32)
+        tl.store(pair_ptr + pair * s_pair + offs_n, (y * wt).to(pair_ptr.dtype.element_ty), mask=nmask)
+    # Every slot arrives (computed or not); the last one for this (token, column block) sums them in slot order.
+    cnt = cnt_ptr + t * tl.num_programs(0) + pid_n
+    if tl.atomic_add(cnt, 1, sem="acq_rel") == KT - 1:
+        total = tl.zeros((BLOCK_N,), tl.float32)
+        for jj in range(0, KT):
+            _, okj = _pair_slot(ids_ptr, s_ids, t, jj, pair >= 0, K_ROUTED, expert_offset, L)
+            total += tl.load(pair_ptr + (t * KT + jj) * s_pair + offs_n, mask=nmask & okj, other=0.0,
+                             cache_modifier=".cg").to(tl.float32)
+        tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
+        tl.atomic_xchg(cnt, 0)
+
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """Arrival counters, zero between calls (each call's last arrivals reset theirs): allocated outside captures."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = _COUNTERS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return buf
+
+
 # ---------------------------------------------------------------------------------------------------------- configs
 # (BLOCK_M, gate-up (BLOCK_N, BLOCK_K, warps, stages), down (BLOCK_N, BLOCK_K, warps, stages)), by average rows per
 # expert slot. Decode (a few rows per expert) streams weights: narrow column blocks give every SM work; prefill
@@ -326,7 +430,14 @@ _TABLE = [
 ]
 
 
+SMALL_T = 4  # up to this many tokens the pair path competes (no align, no combine launch)
+_PAIRS = dict(pairs=True, up=(16, 256, 4, 3), down=(32, 256, 4, 3))  # GEMV tiles (BLOCK_N, BLOCK_K, warps, stages)
+_CHOICE: dict[tuple, dict] = {}
+TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
+
+
 def default_config(num_tokens: int, slots_per_token: int, num_slots: int, dtype: torch.dtype) -> dict:
+    """The block table's entry (sorted path) for this many rows per expert slot."""
     rows_per_expert = num_tokens * slots_per_token / max(1, num_slots)
     for bound, cfg in _TABLE:
         if bound is None or rows_per_expert <= bound:
@@ -354,7 +465,8 @@ def fused_moe(
     ``w13 [L + S, 2I, H]``, ``w2 [L + S, H, I]``: ``num_local_experts`` (L, default all of ``w13`` but the shared
     slots) routed experts holding global ids ``[expert_offset, expert_offset + L)``, then ``num_shared`` (S) shared
     slots that every token visits with weight 1 (pass 0 on ranks that must not add them). ``topk_ids`` are global.
-    ``stages`` < 4 stops after the first 1 (align), 2 (gate-up) or 3 (down) launches: for per-stage profiles only.
+    ``stages`` < 4 stops after the first 1 (align), 2 (gate-up) or 3 (down) launches: for per-stage profiles only
+    (the small-batch path has no align launch and combines inside its down launch).
     """
     T, H = hidden.shape
     k = topk_ids.shape[1]
@@ -372,7 +484,10 @@ def fused_moe(
         topk_ids = topk_ids.contiguous()
     if topk_weights.stride(-1) != 1:
         topk_weights = topk_weights.contiguous()
-    cfg = config or default_config(T, KT, L + S, hidden.dtype)
+    cfg = config or _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation)
+    if cfg.get("pairs"):
+        return _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, int(expert_offset), L, k,
+                                KT, cfg, stages)
     BM = cfg["BLOCK_M"]
     max_padded = padded_rows(P, L + S, BM)
     max_blocks = max_padded // BM
@@ -417,3 +532,63 @@ def fused_moe(
     )
     return out
 
+
+def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, expert_offset, L, k, KT, cfg, stages):
+    """The small-batch path (see the kernels' comment): gate-up GEMV per pair, down GEMV per pair + combine."""
+    T, H = hidden.shape
+    I = w13.shape[1] // 2
+    P = T * KT
+    dev = hidden.device
+    inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
+    if stages < 2:  # no align launch here
+        return out
+    bn, bk, nw, ns = cfg["up"]
+    _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
+        hidden, w13, inter, topk_ids, I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
+        w13.stride(0), w13.stride(1), inter.stride(0),
+        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns,
+    )
+    if stages < 3:
+        return out
+    pair_out = torch.empty((P, H), dtype=torch.promote_types(hidden.dtype, topk_weights.dtype), device=dev)
+    bn, bk, nw, ns = cfg["down"]
+    nblk = triton.cdiv(H, bn)
+    _down_pairs_kernel[(nblk, P)](
+        inter, w2, pair_out, out, topk_ids, topk_weights, _counters(dev, T * nblk), H, I, KT, k, expert_offset, L,
+        topk_ids.stride(0), topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0),
+        out.stride(0), BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+    )
+    return out
+
+
+def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
+    """Block config for this shape: the table's sorted-path entry, or, up to ``SMALL_T`` tokens, whichever of it and
+    the pair path ran faster when first timed (CUDA-graph replays over several random routings, so the experts'
+    weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path."""
+    T = hidden.shape[0]
+    sorted_cfg = default_config(T, KT, L + S, hidden.dtype)
+    if T > SMALL_T:
+        return sorted_cfg
+    forced = os.environ.get("MODELGEN_MOE")
+    if forced in ("pairs", "sorted"):
+        return dict(_PAIRS) if forced == "pairs" else sorted_cfg
+    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device)
+    cfg = _CHOICE.get(key)
+    if cfg is not None:
+        return cfg
+    if not hidden.is_cuda or torch.cuda.is_current_stream_capturing():
+        return dict(_PAIRS)  # no timing inside a capture (warm-up runs choose first) or in the interpreter
+    from .linear import _time
+
+    g = torch.Generator(device=hidden.device).manual_seed(0)
+    routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]
+    w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
+    x = torch.randn_like(hidden)
+    times = {}
+    for name, c in (("pairs", dict(_PAIRS)), ("sorted", sorted_cfg)):
+        run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
+                                       num_shared=S, config=c)
+        times[name] = _time(run, len(routings))
+    TIMINGS[key[:-1]] = times
+    cfg = _CHOICE[key] = dict(_PAIRS) if times["pairs"] <= times["sorted"] else sorted_cfg
+    return cfg
