@@ -126,6 +126,10 @@ class Module:
         """(parameter, markdown) rows for the generated README's architecture table."""
         return []
 
+    def rope_table(self) -> "RopeTable | None":
+        """The cos|sin table this module reads, when it rotates positions (None otherwise)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Block:
@@ -199,6 +203,11 @@ class ModelIR:
     lm_head_name: str
     tie_embeddings: Value
     checkpoint: Checkpoint
+
+    def slot_name(self, slot: str) -> str | None:
+        """The module name of ``slot`` ("attention" | "mlp") when every block uses the same, else None."""
+        names = {getattr(b, slot).name for b in self.blocks}
+        return names.pop() if len(names) == 1 else None
 
     @property
     def kinds(self) -> tuple[str, ...]:

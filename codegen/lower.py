@@ -135,6 +135,8 @@ def load_spec(path: str | Path) -> tuple[Spec, SourceMap, str]:
 
 
 # ------------------------------------------------------------------------------------------------- semantic lowering
+# Decoder-layer methods that return a slot's module when its name differs between blocks.
+ACCESSORS = {"attention": "get_attention", "mlp": "get_mlp"}
 # Names the generated config module binds itself: a config field of that name would shadow them.
 RESERVED_CONFIG_NAMES = frozenset(
     {"cfg", "cls", "self", "hf_config", "i", "as_dict", "require", "ConfigError", "Any", "dataclass", "ARCHITECTURES"}
@@ -307,29 +309,25 @@ class _Lowerer:
         return tuple(blocks), tuple(classes.values())
 
     def _check_same_layout(self, lowered: list[tuple[Any, ...]]) -> None:
-        """One decoder-layer class serves every block, so residual, norms and module names must agree."""
-        _, first, first_parts, first_attn, first_mlp = lowered[0]
-        for key, b, parts, a, m in lowered:
+        """One decoder-layer class serves every block, so residual and norms must agree (module names may differ,
+        as Qwen3-Next's ``linear_attn`` / ``self_attn``: the layer then reaches its module through an accessor)."""
+        first_parts = lowered[0][2]
+        for key, b, parts, *_ in lowered:
             for field_ in ("residual", "attention_norm", "mlp_norm"):
                 if parts[field_] != first_parts[field_]:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
                     self.error(where, f"{field_} must be the same in every block (one decoder-layer class)")
-            if a.name != first_attn.name or m.name != first_mlp.name:
-                self.error(("blocks", key), "attention / mlp module names must be the same in every block")
+            for slot, module in (("attention", b.attention), ("mlp", b.mlp)):
+                if module.name in ACCESSORS.values() or module.name in {n.name for n in (parts["attention_norm"],
+                                                                                       parts["mlp_norm"]) if n}:
+                    self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")
 
     def rope_table(self, classes: tuple[ir.Module, ...]) -> ir.RopeTable | None:
         """The one cos|sin table shared by every rotary attention (neuron builds it once per model)."""
-        tables = {ir.RopeTable(rotary_dim=self._rotary_dim(m), rope=m.rope) for m in classes if hasattr(m, "rope")}
+        tables = {t for t in (m.rope_table() for m in classes) if t is not None}
         if len(tables) > 1:
             self.error(("blocks",), "attentions with different RoPE settings need separate tables (not generated)")
         return next(iter(tables), None)
-
-    @staticmethod
-    def _rotary_dim(m: Any) -> ir.Value:
-        head_dim = m.head_dim
-        if m.rope.partial_factor is None:
-            return head_dim
-        return ir.Code(py=m.rope.rotary_dim_py(head_dim.py), spec=m.rope.rotary_dim_py(head_dim.spec))
 
     def checkpoint(self, classes: tuple[ir.Module, ...]) -> ir.Checkpoint:
         ck = self.spec.checkpoint

@@ -30,7 +30,7 @@ from .blocks import KINDS
 from .errors import CodegenError
 from .ir import Block, ModelIR
 from .literal import comment_text, docstring_text, pylit
-from .lower import SPECS_DIR, TEMPLATES_DIR, compile_spec
+from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .spec_types import check_identifier
 
 TARGETS = ("rocm", "neuron")
@@ -102,6 +102,24 @@ def _per_block(ir: ModelIR, text_of: Callable[[Block], str], select: str, indent
             lines.append("else:" if last else f"{'if' if n == 0 else 'elif'} {select} == {pylit(key)}:")
             lines.append("    " + text)
     return "\n".join(indent + line for line in lines)
+
+
+def _slot(ir: ModelIR, slot: str, owner: str) -> str:
+    """How code reaches a layer's attention / MLP: ``owner.name``, or the layer's accessor when blocks name it
+    differently (Qwen3-Next's ``linear_attn`` / ``self_attn``, as HF and vLLM name them per layer type)."""
+    name = ir.slot_name(slot)
+    return f"{owner}.{name}" if name else f"{owner}.{ACCESSORS[slot]}()"
+
+
+def _accessors(ir: ModelIR) -> str:
+    """Decoder-layer methods returning the module of each slot whose name differs between blocks."""
+    methods = []
+    for slot, method in ACCESSORS.items():
+        if ir.slot_name(slot) is None:
+            body = _per_block(ir, lambda b, slot=slot: f"return self.{getattr(b, slot).name}", "self.block", " " * 8)
+            methods.append(f"    def {method}(self) -> nn.Module:\n"
+                           f'        """This layer\'s {slot} module (its name depends on the layer\'s block)."""\n{body}\n')
+    return "\n".join(methods).rstrip("\n")
 
 
 def _blocks_differ(ir: ModelIR, text_of: Callable[[Block], str]) -> bool:
@@ -187,7 +205,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     )
     env.globals.update(
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
-        return_expr=_return_expr, loader_tables=_loader_tables,
+        return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,
     )
     return env
 

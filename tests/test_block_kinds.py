@@ -263,3 +263,50 @@ def test_a_new_kind_is_one_module_and_two_partials(tmp_path):
     assert lint.returncode == 0 or "No module named pyflakes" in lint.stderr, lint.stdout
     checked = run("-c", PLAIN_CHECK)
     assert checked.returncode == 0 and checked.stdout.strip() == "ok", checked.stderr
+
+
+def test_blocks_may_name_their_attention_differently(tmp_path):
+    """Qwen3-Next style: the sparse block's attention is `mixer`, the dense one's `self_attn`. The layer reaches it
+    through get_attention(); KV specs, cache binding and checkpoint names follow each layer's own name."""
+    import importlib.util
+    import sys
+
+    data, _ = load_yaml(SPECS / "glm4_moe.yaml")
+    data["blocks"]["sparse"]["attention"] = {**data["blocks"]["sparse"]["attention"], "name": "mixer"}
+    model_ir = compile_spec(write_spec(tmp_path, data))
+    assert model_ir.slot_name("attention") is None and model_ir.slot_name("mlp") == "mlp"
+    out = tmp_path / "pkg"
+    for target in TARGETS:
+        for rel, text in render_package(model_ir, target).items():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_text(text)
+    source = (out / "rocm" / "glm4_moe" / "model.py").read_text()
+    assert "def get_attention(self) -> nn.Module:" in source and "self.get_attention()(positions" in source
+
+    def load(target: str):
+        name = f"plugin_test_{target}"
+        spec = importlib.util.spec_from_file_location(name, out / target / "glm4_moe" / "__init__.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    hf = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 3,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 8, "first_k_dense_replace": 1, "head_dim": 4}
+    try:
+        for target in TARGETS:
+            pkg = load(target)
+            model = pkg.MODEL_CLASS(pkg.CONFIG_CLASS.from_hf_config(hf))
+            names = [s.name for s in model.get_kv_spec().layers]
+            assert names == ["layers.0.self_attn", "layers.1.mixer", "layers.2.mixer"], names
+            params = dict(model.named_parameters())
+            assert any(k.startswith("model.layers.1.mixer.") for k in params)
+            assert not any(k.startswith("model.layers.1.self_attn.") for k in params)
+        weights = sys.modules["plugin_test_neuron.weights"]
+        keys = weights.checkpoint_mappings(model.config, set())
+        assert keys["model.layers.2.mixer.o_proj_weight"] == ["model.layers.2.mixer.o_proj.weight"]
+        assert keys["model.layers.0.self_attn.o_proj_weight"] == ["model.layers.0.self_attn.o_proj.weight"]
+    finally:
+        for name in [n for n in sys.modules if n.startswith("plugin_test_")]:
+            del sys.modules[name]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..ir import Module, Rope, Value
+from ..ir import Code, Module, Rope, RopeTable, Value
 from ..spec_types import Expression, Identifier, RopeSpec, Strict
 from ._kind import Kind, LoweringContext
 
@@ -77,6 +77,14 @@ class GQAttention(Module):
         for proj, cond in (("qkv", self.qkv_bias), ("o", self.o_bias)):
             groups.setdefault(cond, []).append(proj)
         return list(groups.items())
+
+    def rope_table(self) -> RopeTable:
+        rotary_dim = self.head_dim
+        if self.rope.partial_factor is not None:
+            rotary_dim = Code(
+                py=self.rope.rotary_dim_py(self.head_dim.py), spec=self.rope.rotary_dim_py(self.head_dim.spec)
+            )
+        return RopeTable(rotary_dim=rotary_dim, rope=self.rope)
 
     def readme_rows(self, target: str) -> list[tuple[str, str]]:
         rope = self.rope

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): d0b823bb4f41a8bd
+# source hash (spec + templates + generator): 0fb8a67967aa4c56
 # ==================================================================================================================
 """Llama for the rocm target. See README.md."""
 from .config import ARCHITECTURES, LlamaConfig
