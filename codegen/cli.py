@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trust shard files (index entries, symlinks) that resolve outside the checkpoint directory")
     r.add_argument("--check-finite", choices=["auto", "full", "sampled", "off"], default="auto",
                    help="NaN/Inf check of the weights at load: auto (default: full on a GPU, sampled on CPU), full "
-                   "(every element), sampled (small tensors whole, ~3%% of large ones), off")
+                   "(every element), sampled (small tensors whole, 1/64 of large ones), off")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)

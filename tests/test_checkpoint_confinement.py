@@ -183,29 +183,52 @@ def test_llm_refuses_external_shard(llama_checkpoint, tmp_path):
 
 
 def test_sampled_mode_reads_a_fraction_and_finds_regions():
-    """Sampled: tensors up to 64 KiB whole; larger ones by 1/32 of their 64 KiB blocks counted back from the last. A
-    NaN region of 32 blocks anywhere is found; an isolated value between sampled blocks is the documented miss (full
-    finds it)."""
-    big = torch.zeros(1 << 20)  # 4 MiB fp32: 64 blocks of 16384 elements; blocks 31 and 63 (the last) are sampled
+    """Sampled: tensors up to one 64 KiB block whole; larger ones by every 64th block counted back from the last. A
+    NaN/Inf region as long as the stride is always found; an isolated value between sampled blocks is the documented
+    miss (full finds it)."""
+    from modelgen.runtime.loader import checkpoint as ck
+
+    block = ck._SAMPLE_BLOCK_BYTES // 4
+    stride = ck._SAMPLE_STRIDE
+    nblocks = 2 * stride + 5
+    head = 100  # elements before the first whole block (blocks are aligned to the end)
+    big = torch.zeros(head + nblocks * block)[1:]  # a view with a storage offset, as safetensors tensors have
     check_finite_tensor(big, "big", "f.safetensors", "sampled")
-    for start in (31 * 16384, 32 * 16384 - 10, (1 << 20) - 10):
-        t = big.clone()
-        t[start : start + 10] = float("inf")
-        with pytest.raises(CheckpointError, match="tensor 'big' holds 10 NaN/Inf"):
-            check_finite_tensor(t, "big", "f.safetensors", "sampled")
+    sampled = [b for b in range(nblocks) if (nblocks - 1 - b) % stride == 0]
+    assert sampled == [4, 4 + stride, nblocks - 1]
+
+    def start_of(b):
+        return head - 1 + b * block
+
+    for b in sampled:
+        for where in (0, block - 1):
+            t = big.clone()
+            t[start_of(b) + where] = float("inf")
+            with pytest.raises(CheckpointError, match="tensor 'big' holds 1 NaN/Inf"):
+                check_finite_tensor(t, "big", "f.safetensors", "sampled")
     region = big.clone()
-    region[5 * 16384 : 37 * 16384] = float("nan")  # any run of 32 blocks covers a sampled one
+    region[start_of(10) : start_of(10 + stride)] = float("nan")  # any run of `stride` blocks covers a sampled one
     with pytest.raises(CheckpointError):
         check_finite_tensor(region, "big", "f.safetensors", "sampled")
     isolated = big.clone()
-    isolated[3 * 16384 + 7] = float("nan")
+    isolated[start_of(7) + 3] = float("nan")
     check_finite_tensor(isolated, "big", "f.safetensors", "sampled")  # not sampled: documented
-    with pytest.raises(CheckpointError, match="first at index \\(49159,\\)"):
+    with pytest.raises(CheckpointError, match=f"first at index \\({start_of(7) + 3},\\)"):
         check_finite_tensor(isolated, "big", "f.safetensors", "full")
     small = torch.zeros(1000)
     small[999] = float("nan")
     with pytest.raises(CheckpointError):
         check_finite_tensor(small, "small", "f.safetensors", "sampled")  # <= 64 KiB: whole
+
+
+def test_overflowing_sum_of_finite_values_is_not_an_error():
+    """The fast test sums; finite values whose sum overflows (here fp16 and fp32) fall back to the exact min/max."""
+    check_finite_tensor(torch.full((1000,), 60000.0, dtype=torch.float16), "h", "f.safetensors")
+    check_finite_tensor(torch.full((1000,), 3e38), "f", "f.safetensors", "sampled")
+    t = torch.full((1000,), 60000.0, dtype=torch.float16)
+    t[5] = float("-inf")
+    with pytest.raises(CheckpointError, match="tensor 'h' holds 1 NaN/Inf"):
+        check_finite_tensor(t, "h", "f.safetensors")
 
 
 @pytest.mark.parametrize("mode", ["sampled", "full", True])
