@@ -103,14 +103,13 @@ def _size(value: Any, cap: int) -> int:
     return 32  # numbers, None, booleans, namespaces: small reprs
 
 
-def _check_ints(args: tuple, kwargs: dict, budget: _Budget, what: str) -> None:
-    """Widths and counts above the budget are refused before they reach str.center, batch, lipsum-style code."""
-    for v in (*args, *kwargs.values()):
-        for x in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(x, int) and not isinstance(x, bool) and abs(x) > budget.left:
-                shown = x if x.bit_length() < 200 else f"of {x.bit_length()} bits"
-                raise _LimitExceeded(f"{what}: numeric argument {shown} is over the {budget.left} characters left "
-                                     f"of the {budget.limit}-character render size limit")
+def _check_ints(values, budget: _Budget, what: str) -> None:
+    """Values that may be used as widths (``'%*s'``, ``'{0:{1}}'``) must fit the budget: refused before formatting."""
+    for x in values:
+        if isinstance(x, int) and not isinstance(x, bool) and abs(x) > budget.left:
+            shown = x if x.bit_length() < 200 else f"of {x.bit_length()} bits"
+            raise _LimitExceeded(f"{what}: numeric argument {shown} is over the {budget.left} characters left "
+                                 f"of the {budget.limit}-character render size limit")
 
 
 _FORMAT_WIDTH = re.compile(r"\d{8,}")  # a width/precision of 10**7 or more in a %- or {}-format string
@@ -120,6 +119,8 @@ def _precheck_format(fmt: str, values: list, budget: _Budget, what: str) -> None
     m = _FORMAT_WIDTH.search(fmt)
     if m and int(m.group()) > budget.left:
         raise _LimitExceeded(f"{what}: width {m.group()} in the format string is over the render size limit")
+    if "*" in fmt or re.search(r"\{[^{}]*:[^{}]*\{", fmt):  # a width taken from the arguments
+        _check_ints(values, budget, what)
     fields = fmt.count("%") + fmt.count("{")  # each field may print the largest argument once
     largest = max((_size(v, budget.left) for v in values), default=0)
     budget.charge(len(fmt) + fields * largest, what)
@@ -145,6 +146,9 @@ def _precheck_str_method(s: str, name: str, args: list, kwargs: dict, budget: _B
         budget.charge(len(s) + s.count("\t") * max(int(tab), 0), what)
     elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
         _precheck_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count"), budget, what)
+    elif name == "translate" and args and isinstance(args[0], dict):
+        longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
+        budget.charge(len(s) * max(longest, 1), what)
     elif name in ("format", "format_map"):
         values = list(args) + list(kwargs.values())
         if name == "format_map" and args and isinstance(args[0], dict):
@@ -170,6 +174,10 @@ def _precheck_filter(name: str, value: Any, args: list, kwargs: dict, budget: _B
         budget.charge(_size(value, budget.left) * (1 + len(str(wrap))), what)
     elif name == "format" and isinstance(value, str):
         _precheck_format(value, list(args) + list(kwargs.values()), budget, what)
+    elif name in ("batch", "slice"):  # with fill_with, the count of groups/items is created from nothing
+        count = args[0] if args else kwargs.get("linecount", kwargs.get("slices", 0))
+        if (len(args) > 1 or "fill_with" in kwargs) and isinstance(count, int):
+            budget.charge(_size(value, budget.left) + 3 * max(count, 0), what)
     elif name == "tojson":
         indent = args[1] if len(args) > 1 else kwargs.get("indent")
         width = len(indent) if isinstance(indent, str) else int(indent or 0)
@@ -184,7 +192,6 @@ def _guard_filter(name: str, fn):
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
         budget = _budget()
-        _check_ints(args, kwargs, budget, f"filter '{name}'")
         args = list(args)
         if len(args) > skip:
             if name in ("join", "sum") and not isinstance(args[skip], (str, list, tuple)):
@@ -279,7 +286,6 @@ def _bounded_environment():
             elif operator == "%" and isinstance(left, str):
                 values = list(right) if isinstance(right, tuple) else list(right.values()) \
                     if isinstance(right, dict) else [right]
-                _check_ints(tuple(values), {}, budget, what)
                 _precheck_format(left, values, budget, what)
             return super().call_binop(context, operator, left, right)
 
@@ -288,7 +294,6 @@ def _bounded_environment():
             if __obj in _GUARDS:  # the guards check their own arguments
                 return __context.call(__obj, *args, **kwargs)
             name = getattr(__obj, "__name__", type(__obj).__name__)
-            _check_ints(args, kwargs, budget, f"{name}()")
             owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
             if isinstance(owner, str):
                 if name == "join" and args:
