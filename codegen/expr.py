@@ -12,7 +12,8 @@ Expressions are parsed once with :mod:`ast` and checked against the whitelist. T
     default and derived value of a spec against a sample config; schedule checks; tests).
 
 Specs are untrusted, so everything is bounded: an expression has at most :data:`MAX_EXPR_CHARS` characters and
-:data:`MAX_EXPR_NODES` syntax nodes nested at most :data:`MAX_EXPR_DEPTH` deep; evaluation refuses integers wider than :data:`MAX_INT_BITS` bits (``9 ** 9 ** 9``
+:data:`MAX_EXPR_NODES` syntax nodes nested at most :data:`MAX_EXPR_DEPTH` deep; evaluation refuses integers
+wider than :data:`MAX_INT_BITS` bits (``9 ** 9 ** 9``
 is refused before it is computed, from the operands' sizes), strings/lists longer than :data:`MAX_SEQ_LEN`
 (``'x' * 10 ** 9``), ``%`` string formatting and complex results. Every failure of evaluation (a type error, a
 division by zero, a bound) is an :class:`ExprError` with the column of the offending node, never another exception.
@@ -124,7 +125,8 @@ def parse_expr(text: str | int | float | bool) -> Expr:
     if _fold_constants(tree.body):
         _eval(tree.body, {})
     names = frozenset(
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not (n.id in FUNCTIONS or n.id in ("True", "False", "None"))
+        n.id for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and not (n.id in FUNCTIONS or n.id in ("True", "False", "None"))
     )
     # A name used as a function is checked above; a bare function name used as a value is a name like any other.
     return Expr(text=text.strip(), tree=tree, names=names)
@@ -203,7 +205,8 @@ def _eval_node(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Name):
         if node.id not in env:
             if node.id in FUNCTIONS:
-                raise ExprError(f"'{node.id}' is a function, not a value; call it, e.g. {node.id}(a, b)", node.col_offset)
+                raise ExprError(f"'{node.id}' is a function, not a value; call it, e.g. {node.id}(a, b)",
+                                node.col_offset)
             raise ExprError(f"undefined name '{node.id}'", node.col_offset)
         return env[node.id]
     if isinstance(node, ast.BinOp):

@@ -144,8 +144,8 @@ class _Merger:
                 key = int(part)  # integer keys (shard ids)
             if not isinstance(node, dict) or key not in node:
                 known = ", ".join(str(k) for k in node) if isinstance(node, dict) else "none"
-                self.error(at, f"the base spec has no '{target}' (no '{part}' at {'.'.join(map(str, path)) or 'the top'}"
-                               f"; keys there: {known})")
+                there = ".".join(map(str, path)) or "the top"
+                self.error(at, f"the base spec has no '{target}' (no '{part}' at {there}; keys there: {known})")
                 return None, None
             node, path = node[key], path + (key,)
         if not isinstance(node, dict):

@@ -84,8 +84,8 @@ def _tag_name(tag: Any) -> str | None:
 def _scan(yaml: YAML, text: str, name: str) -> None:
     """Enforce the limits on the event stream, before ruamel composes or constructs anything."""
     stack: list[list[Any]] = []
-    anchors: dict[str, tuple[int, int]] = {}
-    defined: dict[str, int] = {}  # anchor -> line of its definition  # anchor -> (expanded node count, expanded depth)
+    anchors: dict[str, tuple[int, int]] = {}  # anchor -> (expanded node count, height), once its node has ended
+    defined: dict[str, int] = {}  # anchor -> line of its definition
     total = 0
     aliases = 0
 
@@ -111,8 +111,9 @@ def _scan(yaml: YAML, text: str, name: str) -> None:
                 tag == REPLACE_TAG and isinstance(ev, MappingStartEvent)
             )
             if not allowed or is_key:
-                raise _fail(name, *where, f"YAML tag '{tag}' is not allowed; specs are plain data (the only tags are "
-                            f"'{REMOVE_TAG}' with no value and '{REPLACE_TAG}' on a mapping, in a spec that extends another)")
+                raise _fail(name, *where, f"YAML tag '{tag}' is not allowed; specs are plain data (the only tags "
+                            f"are '{REMOVE_TAG}' with no value and '{REPLACE_TAG}' on a mapping, in a spec that "
+                            "extends another)")
         if is_key and not isinstance(ev, ScalarEvent):
             raise _fail(name, *where, "mapping keys must be plain scalars, not lists, mappings or aliases")
         anchor = getattr(ev, "anchor", None) if not isinstance(ev, AliasEvent) else None
@@ -133,8 +134,9 @@ def _scan(yaml: YAML, text: str, name: str) -> None:
                 raise _fail(name, *where, f"more than {MAX_ALIASES} alias uses (*name)")
             if ev.anchor not in anchors:
                 open_ = any(frame[4] == ev.anchor for frame in stack)
-                raise _fail(name, *where, f"alias *{ev.anchor} " + (
-                    "refers to a collection that contains it (recursive alias)" if open_ else "has no anchor before it"))
+                problem = "refers to a collection that contains it (recursive alias)" if open_ else (
+                    "has no anchor before it")
+                raise _fail(name, *where, f"alias *{ev.anchor} {problem}")
             size, height = anchors[ev.anchor]
             if len(stack) + height > MAX_DEPTH:
                 raise _fail(name, *where, f"alias *{ev.anchor} nests deeper than {MAX_DEPTH} levels when expanded")
