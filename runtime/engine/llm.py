@@ -21,7 +21,8 @@ import torch
 
 from .. import backends
 from ..hf_config import ConfigError, check_core_fields
-from ..kv_cache import allocate_kv_cache
+from ..kv_cache import KVSpec, allocate_kv_cache
+from ..state_cache import StatePool
 from ..loader.checkpoint import Checkpoint, CheckpointError, check_finite_tensor, finite_mode, read_json_if_exists
 from .block_manager import BlockManager, CacheFullError
 from .registry import find_model
@@ -254,6 +255,11 @@ class LLM:
                 _positive_int(name, value)
         self.target = target
         self.module = find_model(hf_config.get("architectures"), target)
+        # Multimodal checkpoints (Qwen3.5 *ForConditionalGeneration) nest the language model's config under
+        # text_config; the generated text model reads those fields, its own values winning over the wrapper's.
+        text_config = hf_config.get("text_config")
+        if isinstance(text_config, dict):
+            hf_config = {**hf_config, **text_config, "architectures": hf_config.get("architectures")}
         self.device = _resolve_device(device)
         self.backend, self.backend_reason = backends.select(target, self.device)
         self.dtype = _resolve_dtype(dtype, hf_config, config_path)
@@ -282,7 +288,11 @@ class LLM:
                 f"(config max_position_embeddings); lower max_model_len"
             )
         self.max_num_seqs = max_num_seqs
-        kv_spec = self.model.get_kv_spec()
+        # Layers declare their caches: paged K/V blocks, or (recurrent layers such as Gated DeltaNet) one state slot
+        # per running request, held in a pool beside the blocks.
+        declared = self.model.get_kv_spec()
+        state_specs = [layer for layer in declared.layers if layer.kind == "recurrent_state"]
+        kv_spec = KVSpec(layers=[layer for layer in declared.layers if layer.kind != "recurrent_state"])
         if num_blocks is None:
             num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
         _check_kv_cache_size(kv_spec.bytes_per_block(block_size), num_blocks, block_size, self.device)
@@ -310,7 +320,14 @@ class LLM:
         # of generate/score calls all of them, so another kind of per-request state (a recurrent-state slot, an
         # on-device sampling slot) is one more entry here.
         self._request_releasers = (self.blocks.release,)
-        self.model.bind_kv_cache(allocate_kv_cache(kv_spec, num_blocks, block_size, self.device))
+        caches = allocate_kv_cache(kv_spec, num_blocks, block_size, self.device)
+        self.state_pool: StatePool | None = None
+        if state_specs:
+            # One slot per request that can run at once; a slot is taken at admission and freed with the blocks.
+            self.state_pool = StatePool(state_specs, max_num_seqs, self.device)
+            self._request_releasers += (self.state_pool.free,)
+            caches.update(self.state_pool.tensors())
+        self.model.bind_kv_cache(caches)
         # Token budget per step: prompts longer than it are prefilled in chunks. The rocm runner continues a chunk
         # over the paged cache natively (unlimited by default); on neuron the budget is the largest prefill bucket
         # and a smaller one turns on segmented prefill (one more graph per prefill x context bucket).
@@ -327,11 +344,12 @@ class LLM:
                 prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
                 decode_context_buckets=decode_context_buckets, compile=compile,
                 on_device_sampling=on_device_sampling, segmented_prefill=self.chunked_prefill,
+                state_pool=self.state_pool,
             )
         else:
             self.runner = RocmRunner(
                 self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
-                cuda_graphs=cuda_graphs, decode_buckets=decode_buckets,
+                cuda_graphs=cuda_graphs, decode_buckets=decode_buckets, state_pool=self.state_pool,
             )
         self._next_id = 0
         self.stats = GenerateStats()
@@ -352,6 +370,8 @@ class LLM:
         self._next_id += 1
         try:
             self.blocks.ensure(seq_id, len(prompt))
+            if self.state_pool is not None:
+                self.state_pool.allocate(seq_id)
             return self.runner.step([Work(seq_id, prompt, 0)], all_positions=True)
         finally:
             self._release_all([seq_id])
@@ -445,7 +465,11 @@ class LLM:
                 )
             if not self.blocks.can_allocate(r.seq_id, need):
                 break
+            if self.state_pool is not None and not self.state_pool.can_allocate(r.seq_id):
+                break
             self.blocks.ensure(r.seq_id, need)
+            if self.state_pool is not None:
+                self.state_pool.allocate(r.seq_id)  # zeroed: a (re)admitted request starts from an empty state
             admitted.append(waiting.pop(0))
         return admitted
 
