@@ -56,6 +56,12 @@ def _unwrap(tp: Any) -> list[Any]:
     return [tp]
 
 
+def _tags(model: type[BaseModel]) -> tuple[Any, ...]:
+    """The ``kind:`` literal(s) of a block-kind model (the discriminator pydantic puts in error locations)."""
+    field_ = model.model_fields.get("kind")
+    return typing.get_args(field_.annotation) if field_ is not None else ()
+
+
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class that owns the last element of ``loc`` (for 'did you mean')."""
     current: list[Any] = [Spec]
@@ -68,6 +74,8 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
                 nxt += _unwrap(typing.get_args(tp)[1])
             elif typing.get_origin(tp) is list:
                 nxt += _unwrap(typing.get_args(tp)[0])
+        if not nxt:  # a discriminated union's tag (blocks.x.attention.<kind>): keep the member it names
+            nxt = [tp for tp in current if isinstance(tp, type) and issubclass(tp, BaseModel) and part in _tags(tp)]
         current = nxt
     for tp in current:
         if isinstance(tp, type) and issubclass(tp, BaseModel):
@@ -436,10 +444,15 @@ def _string_literals(expr: Expr) -> list[str]:
     return out
 
 
-def templates_digest() -> str:
+def templates_digest(kinds: tuple[str, ...]) -> str:
+    """Hash of the templates a model renders with: every template outside ``blocks/`` plus its kinds' partials, so
+    adding a block kind leaves the hashes (and files) of models that do not use it alone."""
     h = hashlib.sha256()
     for p in sorted(TEMPLATES_DIR.rglob("*.j2")):
-        h.update(p.relative_to(TEMPLATES_DIR).as_posix().encode())
+        rel = p.relative_to(TEMPLATES_DIR)
+        if "blocks" in rel.parts[:-1] and p.name.removesuffix(".py.j2") not in kinds:
+            continue
+        h.update(rel.as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()
 
@@ -448,9 +461,10 @@ def compile_spec(path: str | Path) -> ir.ModelIR:
     """Load, validate and lower one spec file."""
     path = Path(path)
     spec, smap, text = load_spec(path)
+    model = _Lowerer(spec, smap).lower(display_path(path), source_hash="")
     # The spec's text and, when it extends others, theirs: editing a base spec changes its children's hash.
     source = smap.source_text() or text
     digest = hashlib.sha256()
-    for part in (source.encode(), templates_digest().encode(), GENERATOR_VERSION.encode()):
+    for part in (source.encode(), templates_digest(model.kinds).encode(), GENERATOR_VERSION.encode()):
         digest.update(part)
-    return _Lowerer(spec, smap).lower(display_path(path), digest.hexdigest()[:16])
+    return replace(model, source_hash=digest.hexdigest()[:16])

@@ -257,16 +257,16 @@ def render_package(ir: ModelIR, target: str) -> dict[str, str]:
     if target not in PACKAGE_FILES:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     env = _environment()
-    ctx = _context(ir, target, env)
     files: dict[str, str] = {}
+    ctx: dict | None = None
     for out_name, template_name in PACKAGE_FILES[target].items():
         try:
+            ctx = ctx or _context(ir, target, env)  # loads the kinds' partials: their errors are template errors too
             text = env.get_template(template_name).render(**ctx)
         except jinja2.TemplateError as e:
             line = getattr(e, "lineno", None)
-            name = getattr(e, "filename", None) or f"templates/{template_name}"
-            name = Path(name).relative_to(TEMPLATES_DIR.parent).as_posix() if Path(name).is_absolute() else name
-            raise CodegenError(f"{name}{f':{line}' if line else ''}: {type(e).__name__}: {e}") from None
+            raise CodegenError(f"{_template_name(e, template_name)}{f':{line}' if line else ''}: "
+                               f"{type(e).__name__}: {e}") from None
         text = _normalise(text)
         if out_name.endswith(".py"):
             _check_python(text, template_name, f"{ir.spec_path} ({target}/{ir.name}/{out_name}")
@@ -274,13 +274,30 @@ def render_package(ir: ModelIR, target: str) -> dict[str, str]:
     return files
 
 
+def _template_name(e: jinja2.TemplateError, default: str) -> str:
+    """templates/<file> of the template that failed (a partial, when the error is in one)."""
+    filename = getattr(e, "filename", None)
+    if not filename:
+        return f"templates/{default}"
+    try:
+        return "templates/" + Path(filename).resolve().relative_to(Path(TEMPLATES_DIR).resolve()).as_posix()
+    except ValueError:
+        return filename
+
+
 def _target_init(target: str, irs: Iterable[ModelIR]) -> str:
     """The target package's index: architecture -> model package, as literal data, so the engine's registry imports
     only the package it runs (importing every generated package would run code of models nobody asked for)."""
-    index = {arch: ir.name for ir in sorted(irs, key=lambda i: i.name) for arch in ir.architectures}
+    index: dict[str, ModelIR] = {}
+    for ir in sorted(irs, key=lambda i: i.name):
+        for arch in ir.architectures:
+            if arch in index:
+                raise CodegenError(f"{ir.spec_path}: hf.architectures: {arch} is already served by "
+                                   f"{index[arch].spec_path}; one spec per architecture")
+            index[arch] = ir
     lines = [f'"""Generated model packages for the {target} target (one per spec in specs/). Do not edit."""', "",
              "# HF architecture (config.json `architectures`) -> model package under this one.", "MODELS = {"]
-    lines += [f"    {pylit(arch)}: {pylit(name)}," for arch, name in sorted(index.items())]
+    lines += [f"    {pylit(arch)}: {pylit(ir.name)}," for arch, ir in sorted(index.items())]
     return "\n".join(lines + ["}", ""])
 
 
@@ -290,7 +307,5 @@ def render_fixed(targets: tuple[str, ...] = TARGETS, irs: Iterable[ModelIR] | No
     irs = list(irs) if irs is not None else [compile_spec(p) for p in sorted(SPECS_DIR.glob("*.yaml"))]
     files = {"__init__.py": ROOT_INIT}
     for t in targets:
-        text = _target_init(t, irs)
-        _check_python(text, "(render.py target index)", f"generated/{t}/__init__.py (")
-        files[f"{t}/__init__.py"] = text
+        files[f"{t}/__init__.py"] = _target_init(t, irs)
     return files

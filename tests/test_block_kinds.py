@@ -115,6 +115,16 @@ def test_unknown_kind_lists_the_registered_ones(tmp_path):
                      str(e.value)), str(e.value)
 
 
+def test_unknown_key_inside_a_kind_suggests_its_fields(tmp_path):
+    """Inside a union of kinds pydantic's error location carries the kind tag; the suggestion still finds the
+    kind's own fields."""
+    data, _ = load_yaml(SPECS / "glm4_moe.yaml")
+    data["blocks"]["dense"]["mlp"]["activaton"] = data["blocks"]["dense"]["mlp"].pop("activation")
+    with pytest.raises(SpecError, match=r"blocks.dense.mlp.activaton: unknown key 'activaton' \(did you mean "
+                                        r"'activation'\?\)"):
+        compile_spec(write_spec(tmp_path, data))
+
+
 def test_attention_declares_its_cache():
     """get_kv_spec collects each attention's kv_spec(); the engine allocates what they declare."""
     import torch

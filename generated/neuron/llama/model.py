@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 0fb8a67967aa4c56
+# source hash (spec + templates + generator): 92c48326c271cf7a
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 
