@@ -135,8 +135,8 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
         t = {name: graph_ms(run(s)) / nl * 1e3 for name, s in
              (("router_gemm", -1), ("router", 0), ("align", 1), ("align+gate_up", 2), ("align+gate_up+down", 3),
               ("experts_total", 4))}
-        stage_us = {
-            "router_gemm": t["router_gemm"], "router_topk": t["router"] - t["router_gemm"], "align": t["align"],
+        stage_us = {  # router: GEMM + top-k (one launch up to gm.FUSED_ROUTER_T tokens, else two)
+            "router": t["router"], "align": t["align"],
             "gate_up": t["align+gate_up"] - t["align"], "down": t["align+gate_up+down"] - t["align+gate_up"],
             "combine": t["experts_total"] - t["align+gate_up+down"],
         }
@@ -158,7 +158,8 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
         default = gm._CHOICE.get((b, k, E, H, I, torch.bfloat16, routed[0][0].dtype, xs[0].device)) \
             or gm.default_config(b, k, E, torch.bfloat16)
         out[str(b)] = {
-            "distinct_experts_per_layer": distinct, "stage_us_per_layer": stage_us, "moe_block_us_per_layer":
+            "distinct_experts_per_layer": distinct, "stage_us_per_layer": stage_us,
+            "router_gemm_alone_us_per_layer": t["router_gemm"], "moe_block_us_per_layer":
             t["router"] + t["experts_total"], "weight_byte_time_us_per_layer": byte_us,
             "experts_fraction_of_byte_time": (byte_us["gate_up"] + byte_us["down"]) / t["experts_total"],
             "default_config": default, "config_sweep_us_per_layer": sweep,
@@ -177,6 +178,8 @@ SWEEP = [
     dict(pairs=True, up=(32, 128, 4, 3), down=(16, 256, 4, 3)),
     dict(pairs=True, up=(8, 256, 4, 3), down=(64, 128, 4, 3)),
     dict(pairs=True, up=(16, 128, 4, 1), down=(32, 128, 4, 1)),
+    dict(pairs=True, up=(16, 256, 4, 3), down=(8, 1024, 4, 1)),
+    dict(pairs=True, up=(16, 256, 4, 3), down=(16, 512, 4, 2)),
     dict(BLOCK_M=16, up=(32, 128, 4, 4), down=(64, 128, 4, 4)),
     dict(BLOCK_M=16, up=(32, 256, 4, 3), down=(32, 256, 4, 3)),
     dict(BLOCK_M=16, up=(16, 256, 4, 4), down=(32, 128, 4, 5)),

@@ -87,6 +87,35 @@ def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
     assert rel(w.gather(1, a.indices), w2.gather(1, a2.indices)) < 1e-6
 
 
+@pytest.mark.parametrize("T", [1, 2, 3])  # 1, 2: router GEMM + top-k in one launch; 3: GEMM then the top-k kernel
+def test_router_gemm_and_topk(T):
+    from modelgen.runtime.ops import moe as ref
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    H = 2048
+    # Qwen3-MoE: bf16 logits (rounded as F.linear rounds them), softmax, top-8, weights cast to bf16.
+    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    W = torch.randn(128, H, device="cuda", dtype=torch.bfloat16) * 0.02
+    for _ in range(2):  # the second call reuses the arrival counter the first one reset
+        w, ids = gm.router(x, W, 8, scoring="softmax", renormalize=True, out_dtype=torch.bfloat16)
+    probs = torch.softmax(torch.nn.functional.linear(x, W), dim=-1, dtype=torch.float32)
+    kth = probs.topk(8, dim=-1).values[:, -1:]
+    chosen = probs.gather(1, ids.long())
+    assert (chosen >= kth * (1 - 1e-2)).all()  # bf16 logits may round differently only at near-ties
+    assert rel(w, chosen / chosen.sum(-1, keepdim=True)) < 1e-2
+    # GLM4-MoE / DeepSeek-V3: float32 router, sigmoid, correction bias, 8 groups keep 4: ids exact.
+    xf, Wf = x.float(), W.float()
+    bias = torch.randn(128, device="cuda") * 0.1
+    kw = dict(scoring="sigmoid", renormalize=True, n_group=8, topk_group=4, e_score_correction_bias=bias,
+              routed_scaling_factor=2.5)
+    w, ids = gm.router(xf, Wf, 8, **kw)
+    w2, ids2 = ref.route(torch.nn.functional.linear(xf, Wf), 8, **kw)
+    a, a2 = ids.long().sort(dim=1), ids2.sort(dim=1)
+    assert torch.equal(a.values, a2.values)
+    assert rel(w.gather(1, a.indices), w2.gather(1, a2.indices)) < 1e-5
+    assert all(int(c.abs().sum()) == 0 for c in gm._COUNTERS.values())
+
+
 # ------------------------------------------------------------------------------------------------------------ experts
 @pytest.mark.parametrize("T", [1, 7, 64, 300])
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
@@ -191,8 +220,8 @@ def test_router_and_experts_replay_from_a_cuda_graph(T):
     router = torch.randn(E, H, device="cuda", dtype=torch.bfloat16) * 0.05
     hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
 
-    def step():
-        weights, ids = gm.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
+    def step():  # T = 1: the one-launch router and the pair path; 8, 64: top-k kernel and the sorted path
+        weights, ids = gm.router(hidden, router, k, scoring="softmax", renormalize=True)
         return gm.fused_moe(hidden, w13, w2, weights, ids), weights, ids
 
     step()  # compile outside the capture
@@ -207,7 +236,7 @@ def test_router_and_experts_replay_from_a_cuda_graph(T):
         out.fill_(float("nan"))  # poison: the replay must write every element
         graph.replay()
         torch.cuda.synchronize()
-        w_eager, ids_eager = gm.route(hidden @ router.T, k, scoring="softmax", renormalize=True)
+        w_eager, ids_eager = gm.router(hidden, router, k, scoring="softmax", renormalize=True)
         assert torch.equal(ids_out, ids_eager) and torch.equal(w_out, w_eager)  # the replay routed the new inputs
         seen.add(tuple(ids_out[0].tolist()))
         assert rel(out, reference(hidden, w13, w2, w_out, ids_out)) < tol(torch.bfloat16)

@@ -65,11 +65,11 @@ class TopKRouter(nn.Module):
             from ..ops.gpu import moe as gpu_moe
 
             # Qwen3-MoE's weights are cast to the logits' dtype by HF: the kernel stores them in that dtype directly.
-            return gpu_moe.route(
-                linear(x, self.weight), self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+            return gpu_moe.router(
+                x, self.weight, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
                 n_group=self.n_group, topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
                 routed_scaling_factor=self.routed_scaling_factor,
-                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32,
+                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear,
             )
         logits = F.linear(x, self.weight)
         weights, ids = route(

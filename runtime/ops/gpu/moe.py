@@ -47,19 +47,19 @@ from . import next_pow2
 
 
 @triton.jit
-def _route_kernel(
-    logits_ptr, bias_ptr, w_ptr, ids_ptr, s_l, scaling,
+def _route_row(
+    lrow_ptr, bias_ptr, wrow_ptr, idrow_ptr, scaling,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
     SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
 ):
+    """One token: logits row -> its top-k weights and expert ids."""
     # Experts laid out as [group, expert-in-group] = [NG, PG] (NG = 1 without group-limited routing).
-    row = tl.program_id(0).to(tl.int64)
     g = tl.arange(0, BG)[:, None]
     p = tl.arange(0, BP)[None, :]
     valid = (g < NG) & (p < PG)
     e = g * PG + p
-    logit = tl.load(logits_ptr + row * s_l + e, mask=valid, other=0.0).to(tl.float32)
+    logit = tl.load(lrow_ptr + e, mask=valid, other=0.0).to(tl.float32)
     if SIGMOID:
         scores = 1.0 / (1.0 + tl.exp(-logit))
         choice = scores
@@ -103,8 +103,65 @@ def _route_kernel(
         w = w / total
     w = w * scaling
     kmask = kk < TOPK
-    tl.store(w_ptr + row * TOPK + kk, w.to(w_ptr.dtype.element_ty), mask=kmask)
-    tl.store(ids_ptr + row * TOPK + kk, ids, mask=kmask)
+    tl.store(wrow_ptr + kk, w.to(wrow_ptr.dtype.element_ty), mask=kmask)
+    tl.store(idrow_ptr + kk, ids, mask=kmask)
+
+
+@triton.jit
+def _route_kernel(
+    logits_ptr, bias_ptr, w_ptr, ids_ptr, s_l, scaling,
+    NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
+    TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    _route_row(logits_ptr + row * s_l, bias_ptr, w_ptr + row * TOPK, ids_ptr + row * TOPK, scaling,
+               NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
+
+
+@triton.jit
+def _router_topk_kernel(
+    x_ptr, rw_ptr, logits_ptr, bias_ptr, w_ptr, ids_ptr, cnt_ptr, T, E, H, s_xm, s_rw, scaling,
+    BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr,
+    NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
+    TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+):
+    """Router GEMM and top-k in one launch for a few tokens: each program computes the logits of BLOCK_E experts
+    (rounded to the activations' dtype, as F.linear returns them); the last to finish (an acq_rel counter, reset
+    afterwards for graph replay) routes every token."""
+    pid = tl.program_id(0)
+    offs_t = tl.arange(0, 16)  # tokens padded to a tensor-core tile (T <= 16)
+    offs_e = pid * BLOCK_E + tl.arange(0, BLOCK_E)
+    offs_k = tl.arange(0, BLOCK_K)
+    tmask = offs_t < T
+    emask = offs_e < E
+    acc = tl.zeros((16, BLOCK_E), tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        kmask = (k0 + offs_k) < H
+        x = tl.load(x_ptr + offs_t[:, None] * s_xm + (k0 + offs_k)[None, :], mask=tmask[:, None] & kmask[None, :],
+                    other=0.0)
+        w = tl.load(rw_ptr + offs_e[:, None] * s_rw + (k0 + offs_k)[None, :], mask=emask[:, None] & kmask[None, :],
+                    other=0.0)
+        if IEEE:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(logits_ptr + offs_t[:, None] * E + offs_e[None, :], acc, mask=tmask[:, None] & emask[None, :])
+    if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        for t in range(0, T):
+            _route_row(logits_ptr + t * E, bias_ptr, w_ptr + t * TOPK, ids_ptr + t * TOPK, scaling,
+                       NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
+        tl.atomic_xchg(cnt_ptr, 0)
+
+
+def _route_meta(E: int, top_k: int, scoring: str, renormalize: bool, n_group, topk_group, bias) -> dict:
+    grouped = n_group is not None and n_group > 1
+    ng = n_group if grouped else 1
+    return dict(NG=ng, PG=E // ng, BG=next_pow2(ng), BP=next_pow2(E // ng), TOPK=top_k, BK=max(2, next_pow2(top_k)),
+                TOPK_GROUP=int(topk_group or 1), SIGMOID=scoring == "sigmoid", HAS_BIAS=bias is not None,
+                RENORM=bool(renormalize))
 
 
 def route(
@@ -118,9 +175,6 @@ def route(
     compare ids as sets there). Arguments are validated by the reference's caller (``TopKRouter``).
     """
     T, E = logits.shape
-    grouped = n_group is not None and n_group > 1
-    ng = n_group if grouped else 1
-    pg = E // ng
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     w = torch.empty((T, top_k), dtype=out_dtype, device=logits.device)
@@ -129,10 +183,40 @@ def route(
         bias = e_score_correction_bias
         _route_kernel[(T,)](
             logits, bias if bias is not None else logits, w, ids, logits.stride(0), float(routed_scaling_factor),
-            NG=ng, PG=pg, BG=next_pow2(ng), BP=next_pow2(pg), TOPK=top_k, BK=max(2, next_pow2(top_k)),
-            TOPK_GROUP=int(topk_group or 1), SIGMOID=scoring == "sigmoid", HAS_BIAS=bias is not None,
-            RENORM=bool(renormalize), num_warps=4 if E >= 256 else 2,
+            **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4 if E >= 256 else 2,
         )
+    return w, ids
+
+
+FUSED_ROUTER_T = 2  # up to this many tokens the router GEMM and the top-k share one launch
+
+
+def router(
+    x: torch.Tensor, weight: torch.Tensor, top_k: int, *, scoring: str, renormalize: bool,
+    n_group: int | None = None, topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
+    routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32, gemm=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``route(x @ weight.T, ...)``: for up to ``FUSED_ROUTER_T`` tokens one launch (logits in ``x.dtype`` as
+    ``F.linear`` rounds them), else ``gemm(x, weight)`` (default ``F.linear``) then ``route``."""
+    T, H = x.shape
+    E = weight.shape[0]
+    kw = dict(scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
+              e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor)
+    if not (0 < T <= FUSED_ROUTER_T and x.dtype == weight.dtype and x.stride(-1) == 1 and weight.stride(-1) == 1
+            and x.dtype in (torch.bfloat16, torch.float16, torch.float32)):
+        logits = gemm(x, weight) if gemm is not None else torch.nn.functional.linear(x, weight)
+        return route(logits, top_k, out_dtype=out_dtype, **kw)
+    w = torch.empty((T, top_k), dtype=out_dtype, device=x.device)
+    ids = torch.empty((T, top_k), dtype=torch.int32, device=x.device)
+    logits = torch.empty((T, E), dtype=torch.float32, device=x.device)
+    bias = e_score_correction_bias
+    block_e = 16
+    _router_topk_kernel[(triton.cdiv(E, block_e),)](
+        x, weight, logits, bias if bias is not None else logits, w, ids, _counters(x.device, 1, "router"), T, E, H,
+        x.stride(0), weight.stride(0), float(routed_scaling_factor),
+        BLOCK_E=block_e, BLOCK_K=128 if x.dtype == torch.float32 else 256, IEEE=x.dtype == torch.float32,
+        **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4, num_stages=3,
+    )
     return w, ids
 
 
@@ -406,14 +490,16 @@ def _down_pairs_kernel(
         tl.atomic_xchg(cnt, 0)
 
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[tuple, torch.Tensor] = {}
 
 
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """Arrival counters, zero between calls (each call's last arrivals reset theirs): allocated outside captures."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = _COUNTERS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+def _counters(device: torch.device, n: int, purpose: str = "down") -> torch.Tensor:
+    """Arrival counters, zero between calls (each call's last arrivals reset theirs). One buffer per (purpose, size),
+    never replaced: captured graphs keep pointing at it. Allocated by the eager warm-up before any capture."""
+    key = (device, purpose, n)
+    buf = _COUNTERS.get(key)
+    if buf is None:
+        buf = _COUNTERS[key] = torch.zeros(n, dtype=torch.int32, device=device)
     return buf
 
 
@@ -432,6 +518,9 @@ _TABLE = [
 
 SMALL_T = 4  # up to this many tokens the pair path competes (no align, no combine launch)
 _PAIRS = dict(pairs=True, up=(16, 256, 4, 3), down=(32, 256, 4, 3))  # GEMV tiles (BLOCK_N, BLOCK_K, warps, stages)
+# Down-projection tiles timed against each other (and the sorted path): a whole K row per load keeps more bytes in
+# flight per program when I is small (768 for Qwen3-30B-A3B).
+_PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, down=(16, 512, 4, 2))]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -584,11 +673,14 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
     routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]
     w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
     x = torch.randn_like(hidden)
-    times = {}
-    for name, c in (("pairs", dict(_PAIRS)), ("sorted", sorted_cfg)):
+    times, configs = {}, {"sorted": sorted_cfg}
+    for c in _PAIR_CANDIDATES:
+        if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
+            configs[f"pairs-down{'x'.join(map(str, c['down']))}"] = dict(c)
+    for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
                                        num_shared=S, config=c)
         times[name] = _time(run, len(routings))
     TIMINGS[key[:-1]] = times
-    cfg = _CHOICE[key] = dict(_PAIRS) if times["pairs"] <= times["sorted"] else sorted_cfg
+    cfg = _CHOICE[key] = configs[min(times, key=times.get)]
     return cfg
