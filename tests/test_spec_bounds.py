@@ -215,3 +215,28 @@ def test_value_errors_only_when_they_do_not_depend_on_sampled_fields(tmp_path):
                    "default: 1 // (max_position_embeddings - 2048)")
     with pytest.raises(SpecError, match=r"config.head_dim.default: cannot evaluate: ZeroDivisionError"):
         check_spec_file(p)
+
+
+# ----------------------------------------------------------------------------------------------------- the command
+@pytest.mark.parametrize("content", [
+    b"\xff\xfe\x00garbage" * 10,
+    b"a: &a [x,x,x,x,x,x,x,x,x]\n" + b"".join(
+        b"%c: &%c [" % (n, n) + b",".join([b"*%c" % (n - 1)] * 9) + b"]\n" for n in range(ord("b"), ord("k"))),
+    b"name: x\nhf: !!python/object/apply:os.system ['echo pwned']\n",
+    LLAMA.read_bytes().replace(b"default: 2048", b"default: 9 ** 9 ** 9"),
+    LLAMA.read_bytes().replace(b"default: 2048", b"default: min"),
+])
+def test_cli_build_prints_one_located_line_and_exits_1(tmp_path, content):
+    import subprocess
+    import sys
+
+    p = write(tmp_path, content)
+    # The command as users run it, but writing into tmp_path should a regression let the spec through.
+    cli = ("import sys; from pathlib import Path; from modelgen.codegen import build; "
+           f"build.build.__defaults__ = (Path({str(tmp_path / 'out')!r}),); "
+           "from modelgen.codegen.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", cli, "build", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{p}:"), r.stderr  # no traceback
+    assert "pwned" not in r.stdout
