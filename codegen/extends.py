@@ -35,7 +35,7 @@ from .source_map import Path_, SourceMap
 REMOVE_TAG = "!remove"
 REPLACE_TAG = "!replace"
 IDENTITY_KEYS = ("name", "class_prefix", "description", "hf")
-MAX_EXTENDS_DEPTH = 8
+MAX_EXTENDS_DEPTH = 10  # specs in one chain; Qwen3.5 -> Qwen3.5-MoE -> Qwen3-Next -> Qwen3-MoE -> Qwen3 -> Llama is 6
 
 
 class _Remove:

@@ -71,8 +71,14 @@ class ConfigValue:
 @dataclass(frozen=True)
 class Norm:
     name: str
-    kind: str
+    kind: str  # spec_types.NormKind
     eps: Value
+
+
+def norm_module(kind: str, dim_py: str, eps: Value) -> str:
+    """Constructor source of the runtime RMSNorm layer for a norm kind (``runtime/layers/norm.py``)."""
+    zero_centred = ", zero_centred=True" if kind == "zero_centred_rms" else ""
+    return f"RMSNorm({dim_py}, eps={eps.py}{zero_centred})"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import libcst
 from . import GENERATOR_VERSION
 from .blocks import KINDS
 from .errors import CodegenError
-from .ir import Block, ModelIR
+from .ir import Block, ModelIR, norm_module
 from .literal import comment_text, docstring_text, pylit
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .spec_types import check_identifier
@@ -139,15 +139,28 @@ def _call(head: str, args: list[str], indent: int, tail: str = "") -> str:
 
 
 def _return_expr(py: str, indent: int) -> str:
-    """``return <py>`` at ``indent``; a conditional expression too long for one line is split at ``if``/``else``."""
+    """``return <py>`` at ``indent``; a conditional expression too long for one line is split at ``if``/``else``,
+    nested conditionals too (each in its own parentheses: ``a if c else b`` binds loosest), until the lines fit."""
     pad = " " * indent
     line = f"{pad}return {py}"
     node = ast.parse(py, mode="eval").body
     if len(line) <= MAX_LINE or not isinstance(node, ast.IfExp):
         return line
-    inner = pad + "    "
-    parts = [ast.unparse(node.body), "if " + ast.unparse(node.test), "else " + ast.unparse(node.orelse)]
-    return f"{pad}return (\n" + "".join(f"{inner}{part}\n" for part in parts) + f"{pad})"
+    return f"{pad}return (\n" + "\n".join(_conditional_lines(node, indent + 4)) + f"\n{pad})"
+
+
+def _conditional_lines(node: ast.IfExp, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    for prefix, part in (("", node.body), ("if ", node.test), ("else ", node.orelse)):
+        text = ast.unparse(part)
+        if not isinstance(part, ast.IfExp):
+            lines.append(f"{pad}{prefix}{text}")
+        elif len(pad) + len(prefix) + len(text) + 2 <= MAX_LINE:
+            lines.append(f"{pad}{prefix}({text})")
+        else:
+            lines += [f"{pad}{prefix}(", *_conditional_lines(part, indent + 4), f"{pad})"]
+    return lines
 
 
 def _wrap_text(text: str, indent: int = 0) -> str:
@@ -206,6 +219,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     env.globals.update(
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
         return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,
+        norm_module=norm_module,
     )
     return env
 

@@ -64,9 +64,15 @@ ConfigKey = Annotated[str, _grammar(
 
 
 # ---------------------------------------------------------------------------------------------- shared sub-sections
+NormKind = Literal["rms", "zero_centred_rms"]
+NORM_KINDS_DOC = (
+    "rms: x * rsqrt(mean(x^2) + eps) * weight (LlamaRMSNorm); zero_centred_rms: the weight is stored as an offset "
+    "from one and applied as (1 + weight) in float32 (Qwen3NextRMSNorm, GemmaRMSNorm)"
+)
+
 class NormSpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. input_layernorm")
-    kind: Literal["rms"] = Field(description="rms: x * rsqrt(mean(x^2) + eps) * weight (LlamaRMSNorm)")
+    kind: NormKind = Field(description=NORM_KINDS_DOC)
     eps: Expression
 
 

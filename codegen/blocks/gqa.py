@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..ir import Code, Module, Rope, RopeTable, Value
-from ..spec_types import Expression, Identifier, RopeSpec, Strict
+from ..spec_types import NORM_KINDS_DOC, Expression, Identifier, NormKind, RopeSpec, Strict
 from ._kind import Kind, LoweringContext
 
 
@@ -16,7 +16,7 @@ from ._kind import Kind, LoweringContext
 class QKNormSpec(Strict):
     """Per-head RMSNorm of queries and keys before RoPE."""
 
-    kind: Literal["rms"]
+    kind: NormKind = Field(description=NORM_KINDS_DOC)
     eps: Expression
     enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
     q_name: Identifier = "q_norm"
@@ -41,6 +41,11 @@ class GQASpec(Strict):
     o_bias: Expression = False
     scale: Expression | None = Field(default=None, description="softmax scale; default head_dim ** -0.5")
     qk_norm: QKNormSpec | None = None
+    output_gate: bool = Field(
+        default=False,
+        description="q_proj also emits a per-head output gate ([query | gate], 2 x head_dim rows per head); the "
+        "attention output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next / Qwen3.5 full attention)",
+    )
     rope: RopeSpec
     kv_cache: KVCacheSpec
 
@@ -48,6 +53,7 @@ class GQASpec(Strict):
 # ---------------------------------------------------------------------------------------------------------------- IR
 @dataclass(frozen=True)
 class QKNorm:
+    kind: str  # a NormKind
     eps: Value
     enabled: Value  # .always: built unconditionally
     q_name: str
@@ -68,6 +74,7 @@ class GQAttention(Module):
     o_bias: Value
     scale: Value | None  # None: head_dim ** -0.5
     qk_norm: QKNorm | None  # None: no QK norm (also when the spec's `enabled` is literally false)
+    output_gate: bool  # q_proj rows are [query_h | gate_h] per head; o_proj(attn * sigmoid(gate))
     rope: Rope
     kv_cache: str
 
@@ -95,7 +102,9 @@ class GQAttention(Module):
         ]
         if self.qk_norm is not None:
             when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
-            rows.append(("QK norm", f"per-head RMSNorm of q and k before RoPE{when}"))
+            rows.append(("QK norm", f"per-head {self.qk_norm.kind} of q and k before RoPE{when}"))
+        if self.output_gate:
+            rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
         rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling `{rope.scaling.spec}` "
                              "(default, linear, dynamic, llama3, yarn)"))
@@ -111,7 +120,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         q, qp = a.qk_norm, p + ("qk_norm",)
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
-            qk = QKNorm(eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name, k_name=q.k_name)
+            qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
+                        k_name=q.k_name)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -121,6 +131,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         o_bias=ctx.value(p + ("o_bias",), a.o_bias),
         scale=ctx.optional(p + ("scale",), a.scale),
         qk_norm=qk,
+        output_gate=a.output_gate,
         rope=ctx.rope(p + ("rope",), a.rope),
         kv_cache=a.kv_cache.kind,
     )

@@ -44,6 +44,11 @@ class SharedExpertsSpec(Strict):
         description="run them as `count` extra expert slots of the fused MoE op (weight 1) where the target's MoE op "
         "allows it (rocm, as ATOM's shared-expert fusion); otherwise a separate gated MLP",
     )
+    gate: Identifier | None = Field(
+        default=None,
+        description="module name of a linear [1, hidden] whose sigmoid scales the shared expert's output per token "
+        "(Qwen3-Next / Qwen3.5-MoE shared_expert_gate); absent: the output is added as is",
+    )
 
 
 class MoESpec(Strict):
@@ -76,6 +81,7 @@ class SharedExperts:
     count: Value
     fuse: bool  # extra slots of the fused MoE op where the target allows it (rocm)
     mlp: GatedMLP  # the separate MLP otherwise (its name is the module name)
+    gate: str | None = None  # sigmoid(gate(x)) scales the MLP's output (never fused: the weight is per token)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +119,8 @@ class MoE(Module):
         if self.shared:
             fused = "; fused as extra expert slots" if self.shared.fuse and target == "rocm" else ""
             width = self.shared.mlp.intermediate_size.spec
-            text += f", `{self.shared.count.spec}` shared experts (width `{width}`{fused})"
+            gated = f", scaled by sigmoid(`{self.shared.gate}`(x))" if self.shared.gate else ""
+            text += f", `{self.shared.count.spec}` shared experts (width `{width}`{fused}{gated})"
         return [("intermediate_size", f"`{self.intermediate_size.spec}` per expert"), ("MoE", text)]
 
 
@@ -134,7 +141,10 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         se, sp = m.shared_experts, p + ("shared_experts",)
         mlp = GatedMLP(name=se.name, activation=m.activation, bias=Const(False),
                        intermediate_size=ctx.value(sp + ("intermediate_size",), se.intermediate_size))
-        shared = SharedExperts(count=ctx.value(sp + ("count",), se.count), fuse=se.fuse, mlp=mlp)
+        if se.gate is not None and se.fuse:
+            ctx.error(sp + ("fuse",), "a gated shared expert cannot ride in the fused MoE op (its weight is "
+                                      "sigmoid(gate(x)) per token, not 1); drop `fuse` or `gate`")
+        shared = SharedExperts(count=ctx.value(sp + ("count",), se.count), fuse=se.fuse, mlp=mlp, gate=se.gate)
     return MoE(
         name=m.name, num_experts=ctx.value(p + ("num_experts",), m.num_experts),
         intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=m.activation,

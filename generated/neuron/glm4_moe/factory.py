@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): f546970db78e75ba
+# source hash (spec + templates + generator): 9574049c7ac4b44d
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Glm4MoeForCausalLM."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .config import ARCHITECTURES, Glm4MoeConfig
 
 
 class Glm4MoeForCausalLMFactory(nn.Module):
-    """Registered under Glm4MoeForCausalLM; selects the implementation for a config."""
+    """Selects the implementation for a config; registered under
+    Glm4MoeForCausalLM."""
 
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 92c48326c271cf7a
+# source hash (spec + templates + generator): 37108a9547195987
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds LlamaForCausalLM."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .config import ARCHITECTURES, LlamaConfig
 
 
 class LlamaForCausalLMFactory(nn.Module):
-    """Registered under LlamaForCausalLM; selects the implementation for a config."""
+    """Selects the implementation for a config; registered under
+    LlamaForCausalLM."""
 
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 0b7217946eeedab2
+# source hash (spec + templates + generator): ba977442f74611a4
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds MixtralForCausalLM."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .config import ARCHITECTURES, MixtralConfig
 
 
 class MixtralForCausalLMFactory(nn.Module):
-    """Registered under MixtralForCausalLM; selects the implementation for a config."""
+    """Selects the implementation for a config; registered under
+    MixtralForCausalLM."""
 
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 21c9765c3329336f
+# source hash (spec + templates + generator): 0bb17641554abfe3
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3ForCausalLM."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .config import ARCHITECTURES, Qwen3Config
 
 
 class Qwen3ForCausalLMFactory(nn.Module):
-    """Registered under Qwen3ForCausalLM; selects the implementation for a config."""
+    """Selects the implementation for a config; registered under
+    Qwen3ForCausalLM."""
 
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:

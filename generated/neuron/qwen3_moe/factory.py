@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 3046288efbdfee5c
+# source hash (spec + templates + generator): 4cd58b74b1acac89
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .config import ARCHITECTURES, Qwen3MoeConfig
 
 
 class Qwen3MoeForCausalLMFactory(nn.Module):
-    """Registered under Qwen3MoeForCausalLM; selects the implementation for a config."""
+    """Selects the implementation for a config; registered under
+    Qwen3MoeForCausalLM."""
 
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:

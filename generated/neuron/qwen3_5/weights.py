@@ -1,0 +1,74 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
+# source hash (spec + templates + generator): a1f0922ced89923b
+# ==================================================================================================================
+"""Checkpoint mappings of Qwen35ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
+``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
+from __future__ import annotations
+
+from .config import Qwen35Config
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ("model.visual.**", "mtp.**")
+
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = (("model.language_model.", "model."),)
+
+
+def _qwen35_attention_mappings(mappings: dict[str, list[str]], module: str, config: Qwen35Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+    for norm in ("q_norm", "k_norm"):
+        mappings[f"{module}.{norm}.weight"] = [f"{module}.{norm}.weight"]
+
+
+def _qwen35_gated_delta_net_mappings(mappings: dict[str, list[str]], module: str, config: Qwen35Config) -> None:
+    # The checkpoint's split projections (checkpoint.fuse), read in the order the fused weight stacks them.
+    mappings[module + ".in_proj_qkvz_weight"] = [
+        module + ".in_proj_qkv.weight", module + ".in_proj_z.weight",
+    ]
+    mappings[module + ".in_proj_ba_weight"] = [
+        module + ".in_proj_b.weight", module + ".in_proj_a.weight",
+    ]
+    mappings[module + ".conv1d_weight"] = [module + ".conv1d.weight"]
+    for name in ("A_log", "dt_bias"):
+        mappings[module + "." + name] = [module + "." + name]
+    mappings[module + ".norm_weight"] = [module + ".norm.weight"]
+    mappings[module + ".out_proj_weight"] = [module + ".out_proj.weight"]
+
+
+def _qwen35_mlp_mappings(mappings: dict[str, list[str]], module: str, config: Qwen35Config) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+
+
+def checkpoint_mappings(config: Qwen35Config) -> dict[str, list[str]]:
+    mappings: dict[str, list[str]] = {}
+    mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
+    for i in range(config.num_hidden_layers):
+        prefix = "model.layers." + str(i)
+        block = config.layer_block(i)
+        if block == "full":
+            _qwen35_attention_mappings(mappings, prefix + ".self_attn", config)
+        else:
+            _qwen35_gated_delta_net_mappings(mappings, prefix + ".linear_attn", config)
+        _qwen35_mlp_mappings(mappings, prefix + ".mlp", config)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
+    mappings["model.norm.weight"] = ["model.norm.weight"]
+    # Tied embeddings: the LM head maps to the embedding tensor and is loaded a second time, never aliased (an
+    # alias made before loading would point at a stale tensor once parameters are replaced).
+    if config.tie_word_embeddings:
+        mappings["lm_head_weight"] = ["model.embed_tokens.weight"]
+    else:
+        mappings["lm_head_weight"] = ["lm_head.weight"]
+    return mappings

@@ -1,0 +1,427 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
+# source hash (spec + templates + generator): ac8d22b22c5136d3
+# ==================================================================================================================
+"""Qwen35Moe for the neuron target, in vLLM Neuron's style.
+
+Qwen3.5 mixture-of-experts text model: Gated DeltaNet linear attention (split projections) with gated full attention
+every full_attention_interval-th layer; every layer MoE with a sigmoid-gated shared expert.
+
+Reference: transformers/models/qwen3_5_moe/modeling_qwen3_5_moe.py.
+
+The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
+with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
+``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
+``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import modelgen.runtime.neuron.functional as NF
+from modelgen.runtime import distributed as dist
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.mapped import load_mapped_weights
+from modelgen.runtime.neuron.gated_delta import gdn_mixer_static, head_parts_weight_loader
+from modelgen.runtime.neuron.weight_loader import (
+    expert_weight_loader,
+    fused_qkv_weight_loader,
+    padded_vocab_loader,
+    set_weight_loader,
+    sharding_weight_loader,
+    transposed_loader,
+)
+from modelgen.runtime.ops.gated_delta import gated_rms_norm, gdn_gating, split_projections
+from modelgen.runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.state_cache import StateSpec
+
+from .config import Qwen35MoeConfig
+from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+class Qwen35MoeAttention(nn.Module):
+    """GQA self-attention with separate prefill (packed, causal) and decode (paged) paths."""
+
+    def __init__(self, config: Qwen35MoeConfig, layer_idx: int):
+        super().__init__()
+        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        self.head_dim = config.head_dim
+        self.num_attention_heads_per_rank = dist.divide(config.num_attention_heads, world, "num_attention_heads")
+        self.num_key_value_heads_per_rank, num_kv_replicas = dist.kv_heads_per_rank(config.num_key_value_heads, world)
+        self.q_size = self.num_attention_heads_per_rank * self.head_dim
+        self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.rotary_dim = int(self.head_dim * config.partial_rotary_factor)
+
+        # q_proj rows are [query | output gate] per head (2 x head_dim each): a rank's heads carry their gates.
+        self.q_proj_size = 2 * self.q_size
+        self.qkv_proj_weight = _param(hidden_size, self.q_proj_size + 2 * self.kv_size)
+        set_weight_loader(
+            self.qkv_proj_weight,
+            fused_qkv_weight_loader(
+                self.q_proj_size, self.kv_size, shard_dim=1, num_shards=world, is_storage_transposed=True,
+                num_kv_replicas=num_kv_replicas,
+            ),
+        )
+        self.o_proj_weight = _param(self.q_size, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
+        )
+        if config.attention_bias:
+            self.qkv_proj_bias = _param(self.q_proj_size + 2 * self.kv_size)
+            set_weight_loader(
+                self.qkv_proj_bias,
+                fused_qkv_weight_loader(
+                    self.q_proj_size, self.kv_size, shard_dim=0, num_shards=world, num_kv_replicas=num_kv_replicas
+                ),
+            )
+            self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
+        else:
+            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+            self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps, zero_centred=True)
+        self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps, zero_centred=True)
+        self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        meta = attn_metadata[self.layer_name]
+        qkv = NF.qkv_proj(hidden_states, self.qkv_proj_weight, self.qkv_proj_bias)
+        q_gate, k, v = qkv.split([self.q_proj_size, self.kv_size, self.kv_size], dim=-1)
+        # Per head: [query (head_dim) | output gate (head_dim)], as HF's q_proj(x).view(..., 2 * head_dim).chunk(2)
+        q, gate = q_gate.view(-1, self.num_attention_heads_per_rank, 2 * self.head_dim).chunk(2, dim=-1)
+        q, gate = q.contiguous(), gate.reshape(-1, self.q_size)
+        k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
+        k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
+        # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
+        NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
+        if meta["max_query_len"] <= meta["decode_token_threshold"]:
+            out = self.forward_decode(q, positions, meta)
+        else:
+            out = self.forward_prefill(q, k, v, positions, meta)
+        out = out.reshape(out.shape[0], self.q_size) * torch.sigmoid(gate)
+        return NF.o_proj(out, self.o_proj_weight, self.o_proj_bias)
+
+    def forward_prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
+    ) -> torch.Tensor:
+        if meta["kv_segment_size"] > 0:
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+            )
+        return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
+
+    def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
+        return NF.attention_decode(
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
+        )
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.layer_name, num_kv_heads=self.num_key_value_heads_per_rank, head_size=self.head_dim,
+            dtype=self.qkv_proj_weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.k_cache, self.v_cache = kv_caches[self.layer_name]
+
+
+class Qwen35MoeGatedDeltaNet(nn.Module):
+    """Gated DeltaNet linear attention (qwen3_5 projection layout) with static shapes: each bucket's rows are
+    requests, each request's conv history and delta-rule state sit in its state-pool slot (``state_slots``)."""
+
+    def __init__(self, config: Qwen35MoeConfig, layer_idx: int):
+        super().__init__()
+        self.layer_name = f"layers.{layer_idx}." + "linear_attn"
+        # >>> PARALLELISM <<< key heads (and their groups of value heads) are sharded across TP ranks.
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        num_k_heads, num_v_heads = config.linear_num_key_heads, config.linear_num_value_heads
+        self.head_k_dim, self.head_v_dim = config.linear_key_head_dim, config.linear_value_head_dim
+        self.num_k_heads = dist.divide(num_k_heads, world, "linear_num_key_heads")
+        self.num_v_heads = num_v_heads // num_k_heads * self.num_k_heads
+        self.conv_kernel = config.linear_conv_kernel_dim
+        self.eps = config.rms_norm_eps
+        key_total, value_total = num_k_heads * self.head_k_dim, num_v_heads * self.head_v_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = (2 * key_total + value_total) // world
+
+        self.in_proj_qkvz_weight = _param(hidden_size, (2 * key_total + 2 * value_total) // world)
+        self.in_proj_ba_weight = _param(hidden_size, 2 * num_v_heads // world)
+        # Split checkpoint projections: each rank takes its heads of every part, concatenated [q, k, v | z], [b | a].
+        qkvz_parts, ba_parts = [[key_total, key_total, value_total], [value_total]], [[num_v_heads], [num_v_heads]]
+        set_weight_loader(self.in_proj_qkvz_weight, head_parts_weight_loader(qkvz_parts, world, True))
+        set_weight_loader(self.in_proj_ba_weight, head_parts_weight_loader(ba_parts, world, True))
+        self.conv1d_weight = _param(self.conv_dim, 1, self.conv_kernel)
+        set_weight_loader(self.conv1d_weight, head_parts_weight_loader([[key_total, key_total, value_total]], world))
+        self.A_log = _param(self.num_v_heads)
+        set_weight_loader(self.A_log, head_parts_weight_loader([[num_v_heads]], world))
+        self.dt_bias = _param(self.num_v_heads)
+        set_weight_loader(self.dt_bias, head_parts_weight_loader([[num_v_heads]], world))
+        self.norm_weight = _param(self.head_v_dim)  # replicated: normalises each value head
+        self.out_proj_weight = _param(self.value_dim, hidden_size)
+        set_weight_loader(
+            self.out_proj_weight,
+            sharding_weight_loader(
+                shard_dim=0, shard_size=self.value_dim, num_shards=world, is_storage_transposed=True
+            ),
+        )
+        self.conv_state: torch.Tensor | None = None  # bound by bind_kv_cache: [num_slots, conv_dim, K-1]
+        self.recurrent_state: torch.Tensor | None = None  # [num_slots, Hv, Dk, Dv], float32
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        meta = attn_metadata[self.layer_name]
+        T = hidden_states.shape[0]
+        mixed, z, b, a = split_projections(
+            NF.linear(hidden_states, self.in_proj_qkvz_weight), NF.linear(hidden_states, self.in_proj_ba_weight),
+            "qwen3_5", self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim,
+        )
+        g, beta = gdn_gating(self.A_log, a, self.dt_bias, b)
+        core = gdn_mixer_static(
+            mixed, g, beta, self.conv1d_weight.squeeze(1), self.conv_state, self.recurrent_state, meta["seq_ids"],
+            meta["state_slots"], meta["state_fresh"], num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim,
+            head_v_dim=self.head_v_dim, decode=meta["max_query_len"] <= meta["decode_token_threshold"],
+        )
+        dv = self.head_v_dim
+        o = gated_rms_norm(core.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, self.eps)
+        return NF.o_proj(o.reshape(T, self.value_dim), self.out_proj_weight)
+
+    def kv_spec(self) -> StateSpec:
+        """This layer's cache, per rank: one recurrent_state slot per request (conv history + delta-rule state)."""
+        return StateSpec(
+            name=self.layer_name,
+            conv_shape=(self.conv_dim, self.conv_kernel - 1),
+            conv_dtype=self.in_proj_qkvz_weight.dtype,
+            recurrent_shape=(self.num_v_heads, self.head_k_dim, self.head_v_dim),
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.conv_state, self.recurrent_state = kv_caches[self.layer_name]
+
+
+class Qwen35MoeMLP(nn.Module):
+    """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)); intermediate dim sharded across ranks."""
+
+    def __init__(self, config: Qwen35MoeConfig, intermediate_size: int):
+        super().__init__()
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        self.intermediate_size_per_rank = dist.divide(intermediate_size, world, "intermediate_size")
+        inter = self.intermediate_size_per_rank
+        for name in ("gate_proj_weight", "up_proj_weight"):
+            setattr(self, name, _param(hidden_size, inter))
+            set_weight_loader(
+                getattr(self, name),
+                sharding_weight_loader(shard_dim=1, shard_size=inter, num_shards=world, is_storage_transposed=True),
+            )
+        self.down_proj_weight = _param(inter, hidden_size)
+        set_weight_loader(
+            self.down_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=inter, num_shards=world, is_storage_transposed=True),
+        )
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return NF.mlp(
+            hidden_states, self.gate_proj_weight, self.up_proj_weight, self.down_proj_weight, "silu",
+        )
+
+
+class Qwen35MoeSparseMoeBlock(nn.Module):
+    """Mixture of experts: softmax top-k router + shared experts;
+    shape-static MoE op (every local expert, dense combine).
+
+    >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
+    across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
+    """
+
+    def __init__(self, config: Qwen35MoeConfig):
+        super().__init__()
+        world, rank = dist.tp_size(), dist.tp_rank()
+        hidden_size, num_experts = config.hidden_size, config.num_experts
+        inter = config.moe_intermediate_size
+        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
+        self.expert_offset = rank * self.num_local_experts
+        local_experts = list(range(self.expert_offset, self.expert_offset + self.num_local_experts))
+        self.top_k = config.num_experts_per_tok
+        self.renormalize = True
+        # Router: replicated, HF layout [E, H].
+        self.gate_weight = _param(num_experts, hidden_size)
+        self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
+        set_weight_loader(self.experts_w13_weight, expert_weight_loader(local_experts, num_experts, "w13"))
+        self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
+        set_weight_loader(self.experts_w2_weight, expert_weight_loader(local_experts, num_experts, "w2"))
+        self.shared_expert = Qwen35MoeMLP(config, config.shared_expert_intermediate_size)
+        self.shared_expert_gate_weight = _param(hidden_size, 1)  # replicated, stored [in, out]
+        set_weight_loader(self.shared_expert_gate_weight, transposed_loader())
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = NF.router(
+            hidden_states,
+            self.gate_weight,
+            self.top_k,
+            scoring="softmax",
+            renormalize=self.renormalize,
+            weights_in_model_dtype=True,
+        )
+        out = NF.moe(
+            hidden_states, self.experts_w13_weight, self.experts_w2_weight, topk_weights, topk_ids,
+            "silu", self.expert_offset,
+        )
+        # Per-token sigmoid gate of the shared expert.
+        gate = torch.sigmoid(NF.linear(hidden_states, self.shared_expert_gate_weight))
+        return out + gate * self.shared_expert(hidden_states)
+
+
+class Qwen35MoeDecoderLayer(nn.Module):
+    def __init__(self, config: Qwen35MoeConfig, layer_idx: int):
+        super().__init__()
+        block = config.layer_block(layer_idx)
+        self.block = block
+        if block == "full":
+            self.self_attn = Qwen35MoeAttention(config, layer_idx)
+        else:
+            self.linear_attn = Qwen35MoeGatedDeltaNet(config, layer_idx)
+        self.mlp = Qwen35MoeSparseMoeBlock(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
+
+    def get_attention(self) -> nn.Module:
+        """This layer's attention module (its name depends on the layer's block)."""
+        if self.block == "full":
+            return self.self_attn
+        else:
+            return self.linear_attn
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        # Pre-norm residual blocks.
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states = residual + self.get_attention()(hidden_states, positions, cos_sin, attn_metadata)
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        return residual + self.mlp(hidden_states)
+
+
+class Qwen35MoeModel(nn.Module):
+    def __init__(self, config: Qwen35MoeConfig):
+        super().__init__()
+        world = dist.tp_size()
+        vocab_size, hidden_size = config.vocab_size, config.hidden_size
+        # >>> PARALLELISM <<< vocab rows sharded across ranks (the last shard zero-padded).
+        self.vocab_per_rank = -(-vocab_size // world)
+        self.embed_tokens_weight = _param(self.vocab_per_rank, hidden_size)
+        set_weight_loader(self.embed_tokens_weight, padded_vocab_loader(vocab_size, self.vocab_per_rank))
+        self.layers = nn.ModuleList([Qwen35MoeDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(hidden_size, eps=config.rms_norm_eps, zero_centred=True)
+        # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
+        self.register_buffer(
+            "rope_cos_sin",
+            cos_sin_cache(
+                int(config.head_dim * config.partial_rotary_factor),
+                config.rope_theta,
+                config.rope_scaling,
+                config.max_position_embeddings,
+            ),
+            persistent=False,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: dict,
+        rank: torch.Tensor,
+        inputs_embeds: torch.Tensor | None,
+        is_token_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        hidden_states = NF.embedding(input_ids, self.embed_tokens_weight, rank)
+        if inputs_embeds is not None:  # prompt-embeds path: rows flagged as token ids keep their embedding
+            hidden_states = torch.where(is_token_ids[:, None], hidden_states, inputs_embeds.to(hidden_states.dtype))
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, positions, self.rope_cos_sin, attn_metadata)
+        return self.norm(hidden_states)
+
+
+class Qwen35MoeForCausalLM(nn.Module):
+    def __init__(self, config: Qwen35MoeConfig):
+        super().__init__()
+        self.config = config
+        self.model = Qwen35MoeModel(config)
+        self.vocab_size = config.vocab_size
+        per_rank = self.model.vocab_per_rank
+        # Its own tensor even when embeddings are tied: the mapping loads the embedding a second time.
+        self.lm_head_weight = _param(config.hidden_size, per_rank)
+        set_weight_loader(
+            self.lm_head_weight, padded_vocab_loader(self.vocab_size, per_rank, is_storage_transposed=True)
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: dict,
+        sampling_positions: torch.Tensor,
+        sampling_params: torch.Tensor | None = None,
+        spec_decode_metadata=None,
+        logit_mask: torch.Tensor | None = None,
+        rank: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        is_token_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Tokens padded to a bucket -> logits ``[num_reqs, vocab]`` at ``sampling_positions`` (CPU sampling), or
+        ``(sampled_token_ids, logits)`` when ``sampling_params [num_reqs, 3]`` asks for on-device sampling."""
+        if spec_decode_metadata is not None:
+            raise NotImplementedError("speculative decoding is not generated yet")
+        if rank is None:
+            rank = torch.zeros((), dtype=torch.int64, device=input_ids.device)
+        hidden_states = self.model(input_ids, positions, attn_metadata, rank, inputs_embeds, is_token_ids)
+        hidden_states = torch.index_select(hidden_states, 0, sampling_positions)
+        logits = NF.lm_head(hidden_states, self.lm_head_weight, self.vocab_size)
+        if logit_mask is not None:
+            logits = logits.masked_fill(~logit_mask, float("-inf"))
+        if sampling_params is not None:  # on-device sampling: (sampled_token_ids, gathered_logits)
+            return NF.sample(logits, sampling_params), logits
+        return logits
+
+    def get_kv_spec(self) -> KVSpec:
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.get_attention().kv_spec() for layer in self.model.layers])
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            layer.get_attention().bind_kv_cache(kv_caches)
+
+    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
+        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
+        load_mapped_weights(
+            self,
+            checkpoint,
+            lambda available: checkpoint_mappings(self.config, available),
+            rank=dist.tp_rank(),
+            ignored=IGNORED_KEYS,
+            renames=RENAMES,
+            device=device,
+        )
