@@ -7,7 +7,8 @@ example has a deadline), never a partial write (a failed build leaves its output
 
 Runs ``MODELGEN_FUZZ_EXAMPLES`` examples per property (default 500, derandomized so CI is deterministic; set it, e.g.
 to 10000, for a nightly-style run with fresh random seeds). The full build (render + write) is slower, so it runs a
-tenth as many. Needs ``hypothesis`` (the ``test`` extra).
+twentieth as many (one build renders a package through Jinja2 and libcst: ~0.5-1 s). CI cost measured on the 2-core
+dev machine: ~45 s for the three properties. Needs ``hypothesis`` (the ``test`` extra).
 """
 from __future__ import annotations
 
@@ -266,7 +267,7 @@ def test_random_expressions_parse_evaluate_render_or_fail_with_expr_error(text, 
         assert len(value) <= 10_000
 
 
-@settings(max_examples=max(EXAMPLES // 10, 10), deadline=timedelta(seconds=30), **SETTINGS)
+@settings(max_examples=max(EXAMPLES // 20, 10), deadline=timedelta(seconds=30), **SETTINGS)
 @given(data=st.data())
 def test_mutated_specs_build_completely_or_not_at_all(data):
     """The whole pipeline including render and write, into a fresh directory: all files or none."""
