@@ -1,5 +1,12 @@
 """gqa: multi-/grouped-/multi-query self-attention (LlamaAttention): fused QKV, RoPE, optional per-head QK RMSNorm
-(Qwen3 ``q_norm``/``k_norm``, GLM4-MoE ``use_qk_norm``), a paged K/V cache declared by the class (``kv_spec()``)."""
+(Qwen3 ``q_norm``/``k_norm``, GLM4-MoE ``use_qk_norm``), a paged K/V cache declared by the class (``kv_spec()``),
+optional sliding window and per-head attention sinks (GPT-OSS).
+
+Per-layer windows: ``sliding_window`` is a config expression of the block, not of the layer index, so a model whose
+layers differ (GPT-OSS ``layer_types``: sliding / full) declares one block per layer type and picks it with
+``layers.block_rule`` (``'sliding' if layer_types[i] == 'sliding_attention' else 'full'``). Each block's attention
+becomes its own class whose window is fixed at construction, as HF's ``self.sliding_window`` is per layer.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,6 +55,16 @@ class GQASpec(Strict):
     )
     rope: RopeSpec
     kv_cache: KVCacheSpec
+    sliding_window: Expression | None = Field(
+        default=None,
+        description="expression: window W in tokens (a query at position q sees keys k with q - W < k <= q, "
+        "transformers' sliding_window_overlay); null, or an expression that evaluates to None: full attention",
+    )
+    sinks: bool = Field(
+        default=False,
+        description="a learned logit per query head (checkpoint `<name>.sinks [num_heads]`) joins the softmax "
+        "denominator without a value (GPT-OSS attention sinks); heads are sharded with tensor parallelism",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------- IR
@@ -77,6 +94,8 @@ class GQAttention(Module):
     output_gate: bool  # q_proj rows are [query_h | gate_h] per head; o_proj(attn * sigmoid(gate))
     rope: Rope
     kv_cache: str
+    sliding_window: Value | None = None  # None: full attention (the value may still be None at runtime)
+    sinks: bool = False
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
@@ -108,6 +127,10 @@ class GQAttention(Module):
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
         rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling `{rope.scaling.spec}` "
                              "(default, linear, dynamic, llama3, yarn)"))
+        if self.sliding_window is not None:
+            rows.append(("sliding window", f"`{self.sliding_window.spec}` tokens (q - W < k <= q)"))
+        if self.sinks:
+            rows.append(("attention sinks", "per-head learned logit `sinks` in the softmax denominator"))
         layout = "`[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"
         rows.append(("KV cache", f"{self.kv_cache}: {layout}"))
         return rows
@@ -134,6 +157,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         output_gate=a.output_gate,
         rope=ctx.rope(p + ("rope",), a.rope),
         kv_cache=a.kv_cache.kind,
+        sliding_window=ctx.optional(p + ("sliding_window",), a.sliding_window),
+        sinks=a.sinks,
     )
 
 

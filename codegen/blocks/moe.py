@@ -1,7 +1,9 @@
 """moe: routed experts behind a top-k router (HF ``*SparseMoeBlock`` / ``*TopKRouter``), optional shared experts.
 
-Softmax routers (Mixtral, Qwen3-MoE) and sigmoid grouped routers with a selection bias (GLM4-MoE, DeepSeek-V3). The
-experts' checkpoint names are data of ``checkpoint.experts`` (codegen/schema.py), both per-expert and fused layouts.
+Softmax routers (Mixtral, Qwen3-MoE), sigmoid grouped routers with a selection bias (GLM4-MoE, DeepSeek-V3) and
+GPT-OSS's biased router (top-k over the logits, softmax over the selected) with biased experts and a clamped SwiGLU.
+The experts' checkpoint names are data of ``checkpoint.experts`` (codegen/schema.py), both per-expert and fused
+layouts; ``expert_layout`` says how the fused tensors are laid out (GPT-OSS transposes and interleaves gate/up).
 """
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ class RouterSpec(Strict):
     """Top-k expert selection: scores, optional grouped top-k and bias, renormalisation."""
 
     name: Identifier = Field(default="gate", description="module / checkpoint name of the router linear")
-    scoring: Literal["softmax", "sigmoid"] = Field(
-        description="softmax: Mixtral/Qwen3-MoE; sigmoid: GLM4-MoE/DeepSeek-V3"
+    scoring: Literal["softmax", "sigmoid", "topk_softmax"] = Field(
+        description="softmax: Mixtral/Qwen3-MoE (softmax over all experts, then top-k); sigmoid: GLM4-MoE/DeepSeek-V3; "
+        "topk_softmax: GPT-OSS (top-k over the logits, then softmax over the k selected)"
     )
+    bias: bool = Field(default=False, description="the router linear has a bias `<name>.bias` (GPT-OSS)")
     top_k: Expression
     renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
     n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
@@ -51,12 +55,33 @@ class SharedExpertsSpec(Strict):
     )
 
 
+class ClampedSwiGLUSpec(Strict):
+    """GPT-OSS's expert activation (GptOssExperts._apply_gate): gate clamped to max `limit`, up to [-limit, limit],
+    ``(up + 1) * gate * sigmoid(alpha * gate)``."""
+
+    kind: Literal["clamped_swiglu"]
+    alpha: Expression = Field(description="sigmoid sharpness (swiglu_alpha, 1.702)")
+    limit: Expression = Field(description="clamp bound (swiglu_limit, 7.0)")
+
+
 class MoESpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. mlp")
     kind: Literal["moe"] = Field(description="moe: routed experts (+ optional shared experts), fused MoE op")
     num_experts: Expression
     intermediate_size: Expression = Field(description="per-expert intermediate width (moe_intermediate_size)")
-    activation: Literal["silu"]
+    activation: Literal["silu"] | ClampedSwiGLUSpec = Field(
+        description="silu (SwiGLU), or {kind: clamped_swiglu, alpha, limit} (GPT-OSS)"
+    )
+    expert_bias: bool = Field(
+        default=False,
+        description="experts carry gate-up [E, 2I] and down [E, H] biases, loaded from `<fused name>_bias` (GPT-OSS)",
+    )
+    expert_layout: Literal["stacked", "interleaved_transposed"] = Field(
+        default="stacked",
+        description="layout of checkpoint.experts.fused tensors: stacked = transformers v5 MoE ([E, 2I, H] gate rows "
+        "then up rows, [E, H, I]); interleaved_transposed = GPT-OSS ([E, H, 2I] with gate/up interleaved on the last "
+        "dim, [E, I, H])",
+    )
     router: RouterSpec
     shared_experts: SharedExpertsSpec | None = None
     experts_name: Identifier = "experts"
@@ -74,6 +99,7 @@ class Router:
     routed_scaling_factor: Value | None  # None: literally 1
     float32: bool
     weights_in_model_dtype: bool
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,13 @@ class MoE(Module):
     router: Router
     shared: SharedExperts | None
     experts_name: str
+    activation_params: tuple[tuple[str, Value], ...] = ()  # (name, value) of a parametric activation
+    expert_bias: bool = False
+    expert_layout: str = "stacked"
+
+    def activation_params_py(self) -> str:
+        """The parameters as a Python dict literal over config values (``{"alpha": ..., "limit": ...}``)."""
+        return "{" + ", ".join(f"\"{k}\": {v.py}" for k, v in self.activation_params) + "}"
 
     def dependencies(self) -> tuple[Module, ...]:
         return (self.shared.mlp,) if self.shared else ()
@@ -113,7 +146,10 @@ class MoE(Module):
             text += f", grouped top-k (`{r.n_group.spec}` groups, keep `{r.topk_group.spec}`)"
         if r.correction_bias:
             text += ", e_score_correction_bias"
-        text += f", renormalise `{r.renormalize.spec}`"
+        if r.scoring != "topk_softmax":
+            text += f", renormalise `{r.renormalize.spec}`"
+        if r.bias:
+            text += ", router bias"
         if r.routed_scaling_factor is not None:
             text += f", scaling `{r.routed_scaling_factor.spec}`"
         if self.shared:
@@ -121,7 +157,15 @@ class MoE(Module):
             width = self.shared.mlp.intermediate_size.spec
             gated = f", scaled by sigmoid(`{self.shared.gate}`(x))" if self.shared.gate else ""
             text += f", `{self.shared.count.spec}` shared experts (width `{width}`{fused}{gated})"
-        return [("intermediate_size", f"`{self.intermediate_size.spec}` per expert"), ("MoE", text)]
+        rows = [("intermediate_size", f"`{self.intermediate_size.spec}` per expert"), ("MoE", text)]
+        if self.activation_params:
+            params = ", ".join(f"{k} `{v.spec}`" for k, v in self.activation_params)
+            rows.append(("expert activation", f"{self.activation} ({params})"))
+        if self.expert_bias:
+            rows.append(("expert biases", "gate-up and down biases per expert"))
+        if self.expert_layout != "stacked":
+            rows.append(("fused expert layout", self.expert_layout))
+        return rows
 
 
 def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
@@ -134,12 +178,21 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         renormalize=ctx.value(rp + ("renormalize",), r.renormalize),
         n_group=ctx.optional(rp + ("n_group",), r.n_group), topk_group=ctx.optional(rp + ("topk_group",), r.topk_group),
         correction_bias=r.correction_bias, routed_scaling_factor=None if scaling.is_literal(1) else scaling,
-        float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype,
+        float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype, bias=r.bias,
     )
+    if isinstance(m.activation, ClampedSwiGLUSpec):
+        ap = p + ("activation",)
+        activation = m.activation.kind
+        params = (("alpha", ctx.value(ap + ("alpha",), m.activation.alpha)),
+                  ("limit", ctx.value(ap + ("limit",), m.activation.limit)))
+        if m.shared_experts is not None:
+            ctx.error(ap, "shared experts are gated MLPs (silu); a clamped_swiglu MoE cannot have them")
+    else:
+        activation, params = m.activation, ()
     shared = None
     if m.shared_experts is not None:
         se, sp = m.shared_experts, p + ("shared_experts",)
-        mlp = GatedMLP(name=se.name, activation=m.activation, bias=Const(False),
+        mlp = GatedMLP(name=se.name, activation=activation, bias=Const(False),
                        intermediate_size=ctx.value(sp + ("intermediate_size",), se.intermediate_size))
         if se.gate is not None and se.fuse:
             ctx.error(sp + ("fuse",), "a gated shared expert cannot ride in the fused MoE op (its weight is "
@@ -147,8 +200,9 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         shared = SharedExperts(count=ctx.value(sp + ("count",), se.count), fuse=se.fuse, mlp=mlp, gate=se.gate)
     return MoE(
         name=m.name, num_experts=ctx.value(p + ("num_experts",), m.num_experts),
-        intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=m.activation,
-        router=router, shared=shared, experts_name=m.experts_name,
+        intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=activation,
+        router=router, shared=shared, experts_name=m.experts_name, activation_params=params,
+        expert_bias=m.expert_bias, expert_layout=m.expert_layout,
     )
 
 

@@ -3,6 +3,7 @@
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
     "Glm4MoeForCausalLM": "glm4_moe",
+    "GptOssForCausalLM": "gpt_oss",
     "LlamaForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",
     "Qwen3ForCausalLM": "qwen3",

@@ -13,6 +13,10 @@ RoPE fusion: a model may hand its rotary module to the attention (``PagedAttenti
 ``positions`` to ``forward``; then q and k arrive un-rotated and the GPU path rotates them inside the cache-write
 (prefill) or attention (decode) kernel, saving the separate RoPE launch. Without it (today's generated code) the
 model rotates first and the module receives rotated q and k.
+
+Sliding windows and attention sinks (GPT-OSS, Mistral-style windows) run the torch references on every device: the
+Triton kernels know neither yet, so a layer with ``sliding_window`` or ``sinks`` never takes the GPU path (rather than
+silently attending to keys outside its window or dropping the sink from the denominator).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import distributed as dist
 from ..ops import attention as ops
 from ..ops import gpu
 
@@ -54,11 +59,14 @@ class AttentionMetadata:
 class PagedAttention(nn.Module):
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
-        rotary_emb: nn.Module | None = None,
+        rotary_emb: nn.Module | None = None, sliding_window: int | None = None,
     ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
+        if sliding_window is not None and sliding_window < 1:
+            raise ValueError(f"{layer_name}: sliding_window must be a positive number of tokens, got {sliding_window}")
+        self.sliding_window = sliding_window  # None: full causal attention
         self.layer_name = layer_name
         # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
         self._rotary = [rotary_emb] if rotary_emb is not None else []
@@ -67,24 +75,28 @@ class PagedAttention(nn.Module):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-        positions: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H * D]`` (q, k un-rotated only when ``positions`` is given
-        and a rotary module was bound)."""
+        and a rotary module was bound); ``sinks [H]``: this rank's per-head sink logits (GPT-OSS), or None."""
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
-        if gpu.enabled(q):
+        if gpu.enabled(q) and self.sliding_window is None and sinks is None:
             return self._forward_gpu(q, k, v, meta, rotary, positions)
         if rotary is not None:
             q, k = rotary(positions, q, k)
         ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.is_prefill:
             o = ops.paged_prefill_attention(
-                q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale
+                q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
+                sliding_window=self.sliding_window, sinks=sinks,
             )
         else:
-            o = ops.paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale)
+            o = ops.paged_decode_attention(
+                q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,
+                sliding_window=self.sliding_window, sinks=sinks,
+            )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
     def _forward_gpu(self, q, k, v, meta, rotary, positions) -> torch.Tensor:
@@ -107,3 +119,12 @@ class PagedAttention(nn.Module):
                 self.scale, num_splits=meta.decode_splits, rope=rope,
             )
         return o.view(o.shape[0], self.num_heads * self.head_dim)
+
+
+def head_sharded_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
+    """``weight_loader`` of a per-query-head vector (GPT-OSS ``self_attn.sinks [num_heads]``): this rank keeps the
+    slice of its heads, ``[rank * H_local, (rank + 1) * H_local)``, as QKVParallelLinear shards the queries."""
+    local = param.shape[0]
+    if loaded.dim() != 1 or loaded.shape[0] != local * dist.tp_size():
+        raise ValueError(f"checkpoint tensor has shape {tuple(loaded.shape)}, expected ({local * dist.tp_size()},)")
+    param.data.copy_(loaded.narrow(0, dist.tp_rank() * local, local))

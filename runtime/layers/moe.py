@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from .. import backends
 from .. import distributed as dist
 from ..ops import gpu
-from ..ops.moe import fused_moe, fused_moe_static, route
+from ..ops.activation import gated_activation
+from ..ops.moe import fused_moe, fused_moe_static, route, stacked_from_fused
 from .linear import linear
 
 
@@ -41,6 +42,7 @@ class TopKRouter(nn.Module):
         routed_scaling_factor: float = 1.0,
         float32: bool = False,
         weights_in_model_dtype: bool = False,
+        bias: bool = False,
     ):
         super().__init__()
         self.top_k, self.scoring, self.renormalize = top_k, scoring, renormalize
@@ -53,11 +55,17 @@ class TopKRouter(nn.Module):
             self.e_score_correction_bias = nn.Parameter(torch.empty(num_experts, dtype=torch.float32), requires_grad=False)
         else:
             self.register_parameter("e_score_correction_bias", None)
+        if bias:  # a bias of the router linear itself (GPT-OSS router.bias): part of the logits
+            self.bias = nn.Parameter(torch.empty(num_experts, dtype=dtype), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
         self.backend = backends.active("rocm")
 
     def _gpu(self, x: torch.Tensor) -> bool:
         # Group-limited softmax routing has no HF counterpart: the reference raises for it, so let it.
-        return self.backend != "aiter" and gpu.enabled(x) and not (self.scoring == "softmax" and (self.n_group or 1) > 1)
+        # The router kernel knows neither a linear bias nor GPT-OSS's top-k-then-softmax: those take the reference.
+        return (self.backend != "aiter" and gpu.enabled(x) and self.bias is None and self.scoring != "topk_softmax"
+                and not (self.scoring == "softmax" and (self.n_group or 1) > 1))
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
@@ -71,7 +79,7 @@ class TopKRouter(nn.Module):
                 routed_scaling_factor=self.routed_scaling_factor,
                 out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear,
             )
-        logits = F.linear(x, self.weight)
+        logits = F.linear(x, self.weight, self.bias)
         weights, ids = route(
             logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
             topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
@@ -87,8 +95,12 @@ class FusedMoE(nn.Module):
 
     def __init__(
         self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu",
-        num_shared_experts: int = 0,
+        num_shared_experts: int = 0, *, activation_params: dict[str, float] | None = None, bias: bool = False,
+        fused_layout: str = "stacked",
     ):
+        """``activation_params``: the parameters of a parametric activation (clamped_swiglu: alpha, limit);
+        ``bias``: per-expert ``w13_bias [E, 2I]`` and ``w2_bias [E, H]`` (GPT-OSS); ``fused_layout``: the layout of
+        the checkpoint's fused all-experts tensors (``runtime/ops/moe.py`` ``stacked_from_fused``)."""
         super().__init__()
         world, rank = dist.tp_size(), dist.tp_rank()
         self.num_experts = num_experts
@@ -96,6 +108,9 @@ class FusedMoE(nn.Module):
         self.expert_offset = rank * self.num_local_experts
         self.intermediate_size = intermediate_size
         self.activation = activation
+        self.activation_params = activation_params
+        self.act = gated_activation(activation, activation_params)
+        self.fused_layout = fused_layout
         self.expert_parallel = world > 1
         # Shared experts as extra slots [L, L + S) after this rank's routed experts; every token visits them with
         # weight 1. Each rank holds them, but only rank 0 routes tokens there (the all-reduce would count them twice).
@@ -104,7 +119,17 @@ class FusedMoE(nn.Module):
         L, H, I = self.num_local_experts + num_shared_experts, hidden_size, intermediate_size
         self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
         self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
-        for p in (self.w13_weight, self.w2_weight):
+        params = [self.w13_weight, self.w2_weight]
+        if bias:
+            if num_shared_experts:
+                raise ValueError("FusedMoE: expert biases with fused shared-expert slots are not supported")
+            self.w13_bias = nn.Parameter(torch.empty(L, 2 * I), requires_grad=False)
+            self.w2_bias = nn.Parameter(torch.empty(L, H), requires_grad=False)
+            params += [self.w13_bias, self.w2_bias]
+        else:
+            self.register_parameter("w13_bias", None)
+            self.register_parameter("w2_bias", None)
+        for p in params:
             p.weight_loader = self.weight_loader
             p.is_expert_param = True
         self.backend = backends.active("rocm")
@@ -118,7 +143,9 @@ class FusedMoE(nn.Module):
         if shard_id.startswith("shared_"):
             self._load_shared(param, loaded, shard_id)
             return
-        if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I]
+        if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I] once in the stacked layout
+            if shard_id in ("w13", "w2", "w13_bias", "w2_bias"):
+                loaded = stacked_from_fused(loaded, shard_id, self.fused_layout)
             want = (self.num_experts, *param.shape[1:])
             if tuple(loaded.shape) != want:
                 raise ValueError(f"fused experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
@@ -175,7 +202,8 @@ class FusedMoE(nn.Module):
         if self.backend != "aiter" and gpu.enabled(hidden_states):
             from ..ops.gpu import moe as gpu_moe
 
-            if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
+            # Expert biases (GPT-OSS) are not in the kernels: those layers take the torch reference below.
+            if self.w13_bias is None and gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
                 # Global ids in, this rank's experts [offset, offset + L) and (rank 0) the shared slots computed.
                 out = gpu_moe.fused_moe(
                     hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
@@ -192,12 +220,13 @@ class FusedMoE(nn.Module):
             # Inside a CUDA-graph capture (decode steps): the sorted path's one host sync (expert counts) is not
             # allowed, so every local expert runs on the (few) decode tokens with a dense combine instead.
             out = fused_moe_static(
-                hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
-                expert_offset=offset, num_local_experts=num_local,
+                hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.act,
+                expert_offset=offset, num_local_experts=num_local, w13_bias=self.w13_bias, w2_bias=self.w2_bias,
             )
             return dist.all_reduce(out) if self.expert_parallel else out
         out = fused_moe(
-            hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
+            hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids,
+            self.activation if self.activation_params is None else self.act,  # the name lets aiter take silu
             expert_offset=offset,
             num_local_experts=num_local if (self.expert_parallel or self.num_shared_experts) else None,
             # Sum the k weighted expert outputs per token, then round once: the numerics of HF's default
@@ -205,5 +234,6 @@ class FusedMoE(nn.Module):
             accumulate="sum",
             backend=self.backend,
             global_num_experts=num_local if self.num_shared_experts else self.num_experts,
+            w13_bias=self.w13_bias, w2_bias=self.w2_bias,
         )
         return dist.all_reduce(out) if self.expert_parallel else out

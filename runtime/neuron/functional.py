@@ -12,7 +12,7 @@ from .. import backends
 from .. import distributed as dist
 from ..ops import attention as attn_ops
 from ..ops import moe as moe_ops
-from ..ops.activation import GATED_ACTIVATIONS
+from ..ops.activation import GATED_ACTIVATIONS, gated_activation
 from ..ops.norm import rms_norm as _rms_norm
 from ..ops.rope import apply_rope
 from ..ops.sampling import sample_static
@@ -82,10 +82,11 @@ def write_kv_cache(
 
 
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float,
+    sliding_window: int | None = None, sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Prefill: causal attention among one bucket's packed prompt tokens."""
-    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale)
+    """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks when given)."""
+    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks)
 
 
 def segmented_attention(
@@ -96,9 +97,13 @@ def segmented_attention(
     seq_ids: torch.Tensor,
     positions: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Segmented prefill: a prompt chunk attends its request's cached prefix and itself (already written)."""
-    return attn_ops.paged_segment_attention(q, k_cache, v_cache, block_table, seq_ids, positions, scale)
+    return attn_ops.paged_segment_attention(
+        q, k_cache, v_cache, block_table, seq_ids, positions, scale, sliding_window, sinks
+    )
 
 
 def attention_decode(
@@ -108,9 +113,11 @@ def attention_decode(
     block_table: torch.Tensor,
     positions: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode: one query per request over its paged context (``positions + 1`` cached tokens, its own included)."""
-    return attn_ops.paged_decode_attention(q, k_cache, v_cache, block_table, positions + 1, scale)
+    return attn_ops.paged_decode_attention(q, k_cache, v_cache, block_table, positions + 1, scale, sliding_window, sinks)
 
 
 def router(
@@ -125,9 +132,11 @@ def router(
     e_score_correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0,
     weights_in_model_dtype: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router logits in the router weight's dtype (float32 routers cast the hidden states up), then top-k."""
-    logits = linear(hidden.to(weight.dtype), weight.t())
+    """Router logits in the router weight's dtype (float32 routers cast the hidden states up; ``bias``: the router
+    linear's own bias, GPT-OSS), then top-k."""
+    logits = linear(hidden.to(weight.dtype), weight.t(), bias)
     weights, ids = moe_ops.route(
         logits, top_k, scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
         e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor,
@@ -143,10 +152,15 @@ def moe(
     topk_ids: torch.Tensor,
     activation: str,
     expert_offset: int,
+    activation_params: dict[str, float] | None = None,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Shape-static fused MoE over this rank's experts ``[expert_offset, expert_offset + L)``; summed across ranks."""
+    """Shape-static fused MoE over this rank's experts ``[expert_offset, expert_offset + L)``; summed across ranks.
+    ``activation_params``: a parametric activation's parameters; ``w13_bias``/``w2_bias``: expert biases (GPT-OSS)."""
     out = moe_ops.fused_moe_static(
-        hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset=expert_offset, num_local_experts=w13.shape[0]
+        hidden, w13, w2, topk_weights, topk_ids, gated_activation(activation, activation_params),
+        expert_offset=expert_offset, num_local_experts=w13.shape[0], w13_bias=w13_bias, w2_bias=w2_bias,
     )
     return dist.all_reduce(out)
 

@@ -5,6 +5,15 @@ Cache layout (vLLM Neuron's HND): ``k_cache, v_cache: [num_blocks, num_kv_heads,
 
 Softmax runs through ``scaled_dot_product_attention`` (math/flash kernels on CPU/GPU, traceable by dynamo) with
 ``enable_gqa`` so KV heads are broadcast to their query groups without materialising repeated K/V.
+
+Two per-layer options, shared by every function below (transformers' semantics):
+  * ``sliding_window`` W (None = full attention): the query at position q sees key k iff ``q - W < k <= q``
+    (``masking_utils.sliding_window_overlay``: ``kv_idx > q_idx - sliding_window``, on top of the causal mask).
+    The references only mask (static shapes for traced graphs); keys outside the window still get gathered.
+  * ``sinks [heads]`` (GPT-OSS ``self_attn.sinks``): one learned logit per query head that joins the softmax
+    denominator and carries no value (HF concatenates it as an extra logit column, softmaxes, drops the column). Here
+    it is an extra all-zero key/value column whose additive mask is the sink: ``q . 0 * scale + sink = sink``, and its
+    zero value adds nothing to the output, so SDPA computes exactly ``softmax([logits, sink])[:-1] @ V``.
 """
 from __future__ import annotations
 
@@ -47,6 +56,33 @@ def write_paged_kv_static(
         cache.index_put_(index, torch.where(valid, new.to(cache.dtype), zero), accumulate=True)
 
 
+def _window(key_pos: torch.Tensor, query_pos: torch.Tensor, sliding_window: int | None) -> torch.Tensor:
+    """Causal (and sliding-window) visibility of keys at ``key_pos`` to queries at ``query_pos`` (broadcast)."""
+    visible = key_pos <= query_pos
+    if sliding_window is not None:
+        visible = visible & (key_pos > query_pos - sliding_window)
+    return visible
+
+
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None
+) -> torch.Tensor:
+    """``q [..., H, Lq, D]``, ``k, v [..., KVH, L, D]``, boolean ``mask`` broadcastable to ``[..., H, Lq, L]``.
+
+    With ``sinks`` the keys get one more all-zero column and the mask turns additive: 0 / -inf for the real keys and
+    ``sinks[h]`` on the extra column (see the module docstring)."""
+    if sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    zero = torch.zeros_like(k[..., :1, :])
+    k, v = torch.cat([k, zero], dim=-2), torch.cat([v, zero], dim=-2)
+    H, Lq = q.shape[-3], q.shape[-2]
+    mask = mask.expand(*mask.shape[:-3], H, Lq, mask.shape[-1])
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    sink = sinks.to(q.dtype).view(H, 1, 1).expand(*mask.shape[:-1], 1)
+    bias = torch.cat([bias, sink], dim=-1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=True)
+
+
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     """``[..., max_blocks]`` block ids -> ``[..., kv_heads, max_blocks * block_size, head_dim]`` (dense, padded)."""
     g = cache[block_table]  # [..., M, KVH, bs, D]
@@ -62,18 +98,19 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> ``[batch, heads, head_dim]``.
 
-    Each query attends to the first ``context_lens[b]`` cached positions of its sequence (its own K/V included).
+    Each query (at position ``context_lens[b] - 1``) attends to the cached positions of its sequence that are
+    causally visible and inside its ``sliding_window`` (its own K/V included).
     """
     k = gather_kv(k_cache, block_tables)  # [B, KVH, L, D]
     v = gather_kv(v_cache, block_tables)
     L = k.shape[-2]
-    mask = torch.arange(L, device=q.device)[None, :] < context_lens[:, None]  # [B, L]
-    out = F.scaled_dot_product_attention(
-        q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
-    )
+    mask = _window(torch.arange(L, device=q.device)[None, :], (context_lens - 1)[:, None], sliding_window)  # [B, L]
+    out = _sdpa(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), mask[:, None, None, :], scale, sinks)
     return out[:, :, 0, :]
 
 
@@ -85,6 +122,8 @@ def paged_prefill_attention(
     context_lens: torch.Tensor,
     block_tables: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention for flattened queries ``q [tokens, heads, head_dim]`` over the paged cache.
 
@@ -105,10 +144,8 @@ def paged_prefill_attention(
         k = gather_kv(k_cache, block_tables[b, :nblocks])[:, :c].to(q.dtype)  # [KVH, c, D]
         v = gather_kv(v_cache, block_tables[b, :nblocks])[:, :c].to(q.dtype)
         qpos = torch.arange(c - n, c, device=q.device)
-        mask = torch.arange(c, device=q.device)[None, :] <= qpos[:, None]  # [n, c]
-        o = F.scaled_dot_product_attention(
-            q[s:e].transpose(0, 1), k, v, attn_mask=mask, scale=scale, enable_gqa=True
-        )  # [H, n, D]
+        mask = _window(torch.arange(c, device=q.device)[None, :], qpos[:, None], sliding_window)  # [n, c]
+        o = _sdpa(q[s:e].transpose(0, 1), k, v, mask, scale, sinks)  # [H, n, D]
         out[s:e] = o.transpose(0, 1)
     return out
 
@@ -120,6 +157,8 @@ def packed_prefill_attention(
     seq_ids: torch.Tensor,
     positions: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Shape-static causal attention among the tokens of one packed prefill bucket (no cached prefix).
 
@@ -129,13 +168,11 @@ def packed_prefill_attention(
     """
     T = q.shape[0]
     same = (seq_ids[:, None] == seq_ids[None, :]) & (seq_ids[None, :] >= 0)
-    causal = positions[None, :] <= positions[:, None]
+    causal = _window(positions[None, :], positions[:, None], sliding_window)
     eye = torch.eye(T, dtype=torch.bool, device=q.device)
     mask = (same & causal) | eye
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-        attn_mask=mask[None, None], scale=scale, enable_gqa=True,
-    )
+    out = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask[None, None], scale,
+                sinks)
     return out[0].transpose(0, 1)
 
 
@@ -147,6 +184,8 @@ def paged_segment_attention(
     seq_ids: torch.Tensor,
     positions: torch.Tensor,
     scale: float,
+    sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Shape-static segmented (chunked) prefill: ``q [T, H, D]`` of one chunk per request, whose K/V are already in
     the cache after the request's earlier chunks; token i attends its request's cached positions ``<= positions[i]``.
@@ -161,7 +200,6 @@ def paged_segment_attention(
     v = gather_kv(v_cache, tables).to(q.dtype)
     L = k.shape[-2]
     j = torch.arange(L, device=q.device)[None, :]
-    mask = (j <= positions[:, None]) & valid[:, None] | (j == 0) & ~valid[:, None]  # [T, L]
-    out = F.scaled_dot_product_attention(q[:, :, None, :], k, v, attn_mask=mask[:, None, None, :], scale=scale,
-                                         enable_gqa=True)
+    mask = _window(j, positions[:, None], sliding_window) & valid[:, None] | (j == 0) & ~valid[:, None]  # [T, L]
+    out = _sdpa(q[:, :, None, :], k, v, mask[:, None, None, :], scale, sinks)
     return out[:, :, 0, :]

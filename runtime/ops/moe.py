@@ -45,12 +45,14 @@ it runs every local expert densely on all tokens and combines with a dense ``[T,
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
-from .activation import GATED_ACTIVATIONS
+from .activation import gated_activation
 
-__all__ = ["route", "fused_moe", "fused_moe_static"]
+__all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused"]
 
 
 # ------------------------------------------------------------------------------------------------------------ router
@@ -73,11 +75,13 @@ def route(
     ``renormalize=norm_topk_prob``, ``routed_scaling_factor``). Group-limited selection runs when ``n_group > 1``
     (with ``n_group`` 1 or None the group mask keeps every expert, so the result is the same as HF's).
     The ids of the sigmoid router come in ``topk(sorted=False)`` order, as HF's do; compare them as sets.
+    ``scoring="topk_softmax"``: GPT-OSS (``GptOssTopKRouter``): top-k over the raw logits, then a softmax over the k
+    selected logits in their own dtype (so the weights always sum to 1; ``renormalize`` changes nothing).
     """
     if router_logits.dim() != 2:
         raise ValueError(f"route: router_logits must be [tokens, experts], got {tuple(router_logits.shape)}")
-    if scoring not in ("softmax", "sigmoid"):
-        raise ValueError(f"route: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
+    if scoring not in ("softmax", "sigmoid", "topk_softmax"):
+        raise ValueError(f"route: scoring must be 'softmax', 'sigmoid' or 'topk_softmax', got {scoring!r}")
     num_experts = router_logits.shape[-1]
     grouped = n_group is not None and n_group > 1
     if grouped:
@@ -88,13 +92,20 @@ def route(
         if scoring != "sigmoid":
             raise NotImplementedError("route: group-limited selection is implemented for scoring='sigmoid' only")
 
-    if backend == "aiter" and router_logits.is_cuda:
+    if backend == "aiter" and router_logits.is_cuda and scoring != "topk_softmax":
         out = _aiter_route(
             router_logits, top_k, scoring, renormalize, n_group, topk_group, e_score_correction_bias,
             routed_scaling_factor,
         )
         if out is not None:
             return out
+
+    if scoring == "topk_softmax":
+        values, ids = torch.topk(router_logits, top_k, dim=-1)
+        weights = torch.softmax(values, dim=-1, dtype=values.dtype).float()
+        if routed_scaling_factor != 1.0:
+            weights = weights * routed_scaling_factor
+        return weights, ids
 
     if scoring == "softmax":
         probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
@@ -131,9 +142,11 @@ def _local_ids(topk_ids: torch.Tensor, expert_offset: int, num_local: int, ep: b
     return torch.where((local >= 0) & (local < num_local), local, torch.full_like(local, num_local))
 
 
-def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts):
-    if activation not in GATED_ACTIVATIONS:
-        raise ValueError(f"fused_moe: activation {activation!r} not in {sorted(GATED_ACTIVATIONS)}")
+def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts, w13_bias, w2_bias):
+    try:
+        gated_activation(activation)
+    except ValueError as e:
+        raise ValueError(f"fused_moe: {e}") from None
     if hidden.dim() != 2 or w13.dim() != 3 or w2.dim() != 3:
         raise ValueError(
             f"fused_moe: expected hidden [T, H], w13 [E, 2I, H], w2 [E, H, I]; got {tuple(hidden.shape)}, "
@@ -149,6 +162,12 @@ def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, n
             f"fused_moe: topk_ids {tuple(topk_ids.shape)} / topk_weights {tuple(topk_weights.shape)} do not match "
             f"{hidden.shape[0]} tokens"
         )
+    if (w13_bias is not None and tuple(w13_bias.shape) != (E, two_i)) or (
+            w2_bias is not None and tuple(w2_bias.shape) != (E, H)):
+        raise ValueError(
+            f"fused_moe: expert biases must be w13_bias [E, 2I] = {(E, two_i)} and w2_bias [E, H] = {(E, H)}; got "
+            f"{None if w13_bias is None else tuple(w13_bias.shape)}, {None if w2_bias is None else tuple(w2_bias.shape)}"
+        )
     num_local = E if num_local_experts is None else num_local_experts
     if num_local > E:
         raise ValueError(f"fused_moe: num_local_experts={num_local} but w13 holds {E} experts")
@@ -162,13 +181,15 @@ def fused_moe(
     w2: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    activation: str = "silu",
+    activation: str | Callable = "silu",
     *,
     expert_offset: int = 0,
     num_local_experts: int | None = None,
     accumulate: str = "index_add",
     backend: str = "torch",
     global_num_experts: int | None = None,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(hidden[t])`` -> ``[T, H]`` in ``hidden.dtype``.
 
@@ -180,12 +201,16 @@ def fused_moe(
     Expert parallelism: this rank holds global experts ``[expert_offset, expert_offset + num_local_experts)`` as
     ``w13[0:L]``/``w2[0:L]`` and returns only their contribution (other ids are skipped); the caller all-reduces.
     ``global_num_experts`` is only needed by the aiter branch under expert parallelism (its expert mask is global).
+    ``activation``: a name of ``runtime/ops/activation.py`` or a callable (a parametric one bound with its parameters).
+    ``w13_bias [E, 2I]`` / ``w2_bias [E, H]`` (GPT-OSS): added to each expert's gate-up / down output, the down bias
+    before the routing weight (as ``GptOssExperts``: ``(g @ down + b) * weight``).
     """
-    num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts)
+    num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
+                           w13_bias, w2_bias)
     if accumulate not in ("index_add", "sum"):
         raise ValueError(f"fused_moe: accumulate must be 'index_add' or 'sum', got {accumulate!r}")
 
-    if backend == "aiter" and hidden.is_cuda:
+    if backend == "aiter" and hidden.is_cuda and isinstance(activation, str) and w13_bias is None and w2_bias is None:
         out = _aiter_fused_moe(
             hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local, ep, global_num_experts
         )
@@ -194,7 +219,7 @@ def fused_moe(
 
     T, H = hidden.shape
     k = topk_ids.shape[1]
-    act = GATED_ACTIVATIONS[activation]
+    act = gated_activation(activation)
     flat_local = _local_ids(topk_ids, expert_offset, num_local, ep).reshape(-1)
     order = torch.argsort(flat_local, stable=True)  # pairs grouped by expert, ascending; sentinel (EP) last
     counts = torch.bincount(flat_local, minlength=num_local + 1)[:num_local].tolist()  # the one host sync
@@ -211,7 +236,8 @@ def fused_moe(
             continue
         end = start + n
         tokens = token_of[start:end]
-        y = F.linear(act(F.linear(hidden[tokens], w13[e])), w2[e])
+        b13, b2 = (None if w13_bias is None else w13_bias[e]), (None if w2_bias is None else w2_bias[e])
+        y = F.linear(act(F.linear(hidden[tokens], w13[e], b13)), w2[e], b2)
         y = y * weight_of[start:end, None]
         if accumulate == "index_add":
             out.index_add_(0, tokens, y.to(out.dtype))
@@ -229,10 +255,12 @@ def fused_moe_static(
     w2: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    activation: str = "silu",
+    activation: str | Callable = "silu",
     *,
     expert_offset: int = 0,
     num_local_experts: int | None = None,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Shape-static ``fused_moe`` for traced graphs: no ``.item()``, ``nonzero`` or boolean indexing.
 
@@ -241,16 +269,47 @@ def fused_moe_static(
     ``scatter_add`` (ids outside this rank's range land in a dropped sentinel column) weights and sums them.
     Products are formed with HF's promotion (``expert_out * weight``) and summed over experts in that dtype.
     """
-    num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts)
+    num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
+                           w13_bias, w2_bias)
     T = hidden.shape[0]
     local = _local_ids(topk_ids, expert_offset, num_local, True)
     combine = torch.zeros(T, num_local + 1, dtype=topk_weights.dtype, device=hidden.device)
     combine = combine.scatter_add(1, local, topk_weights)[:, :num_local]  # [T, L]
     w13_local, w2_local = w13[:num_local], w2[:num_local]
     gate_up = torch.matmul(hidden.unsqueeze(0), w13_local.transpose(1, 2))  # [L, T, 2I]
-    y = torch.matmul(GATED_ACTIVATIONS[activation](gate_up), w2_local.transpose(1, 2))  # [L, T, H]
+    if w13_bias is not None:
+        gate_up = gate_up + w13_bias[:num_local, None, :]
+    y = torch.matmul(gated_activation(activation)(gate_up), w2_local.transpose(1, 2))  # [L, T, H]
+    if w2_bias is not None:
+        y = y + w2_bias[:num_local, None, :]
     y = y * combine.t().unsqueeze(-1)
     return y.sum(dim=0).to(hidden.dtype)
+
+
+# ----------------------------------------------------------------------------------------------- checkpoint layouts
+EXPERT_LAYOUTS = ("stacked", "interleaved_transposed")
+
+
+def stacked_from_fused(tensor: torch.Tensor, part: str, layout: str) -> torch.Tensor:
+    """A fused all-experts checkpoint tensor -> the stacked layout of ``fused_moe`` (gate rows, then up rows).
+
+    ``part``: ``w13`` / ``w2`` (weights) or ``w13_bias`` / ``w2_bias``. ``layout="stacked"``: transformers v5's MoE
+    layout, already ``w13 [E, 2I, H]``, ``w2 [E, H, I]``: returned as is. ``layout="interleaved_transposed"``: GPT-OSS
+    (``GptOssExperts``, used as ``x @ W``): ``gate_up_proj [E, H, 2I]`` with gate/up interleaved on the last dim
+    (``[..., ::2]`` gate, ``[..., 1::2]`` up), ``gate_up_proj_bias [E, 2I]`` interleaved alike, ``down_proj [E, I, H]``,
+    ``down_proj_bias [E, H]``.
+    """
+    if layout == "stacked" or part == "w2_bias":
+        return tensor
+    if layout != "interleaved_transposed":
+        raise ValueError(f"unknown expert layout {layout!r}; expected one of {EXPERT_LAYOUTS}")
+    if part == "w2":
+        return tensor.transpose(1, 2)
+    if part == "w13":
+        tensor = tensor.transpose(1, 2)  # [E, 2I, H], rows interleaved gate_0, up_0, gate_1, ...
+    elif part != "w13_bias":
+        raise ValueError(f"unknown expert tensor {part!r}; expected w13, w2, w13_bias or w2_bias")
+    return torch.cat([tensor[:, 0::2], tensor[:, 1::2]], dim=1)
 
 
 # ------------------------------------------------------------------------------------------------------------ aiter
