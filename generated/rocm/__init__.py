@@ -2,8 +2,8 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe",
-    "GptOssForCausalLM": "gpt_oss",
     "LlamaForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",
     "Qwen3ForCausalLM": "qwen3",

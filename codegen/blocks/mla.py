@@ -1,0 +1,109 @@
+"""mla: multi-head latent attention of DeepSeek-V2/V3 (HF ``DeepseekV3Attention``): low-rank query
+(``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``, or ``q_proj`` when ``q_lora_rank`` is null), compressed KV
+(``kv_a_proj_with_mqa`` -> ``kv_a_layernorm`` latent + a shared RoPE key), ``kv_b_proj`` absorbed into the query and
+the output, RoPE on the rope part only (interleaved pairs when the config says so), YaRN mscale in the softmax scale.
+
+Its cache is one latent per token (``paged_latent``: ``kv_lora_rank + qk_rope_head_dim`` values per token and layer),
+declared by the generated class's ``kv_spec()``. Runtime: runtime/layers/mla.py (rocm), runtime/ops/mla.py (both).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..ir import Module, Rope, RopeTable, Value
+from ..spec_types import Expression, Identifier, RopeSpec, Strict
+from ._kind import Kind, LoweringContext
+
+
+class LatentCacheSpec(Strict):
+    kind: Literal["paged_latent"] = Field(
+        description="paged_latent: blocks [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim] per layer"
+    )
+
+
+class MLASpec(Strict):
+    name: Identifier = Field(description="module / checkpoint name, e.g. self_attn")
+    kind: Literal["mla"] = Field(description="mla: multi-head latent attention (DeepSeek-V2/V3)")
+    num_heads: Expression
+    q_lora_rank: Expression = Field(description="expression; null at run time builds q_proj instead of q_a/q_b")
+    kv_lora_rank: Expression
+    qk_nope_head_dim: Expression
+    qk_rope_head_dim: Expression
+    v_head_dim: Expression
+    bias: Expression = Field(default=False, description="bias of q_a_proj, kv_a_proj_with_mqa and o_proj")
+    latent_norm_eps: Expression = Field(
+        default=1.0e-6, description="eps of q_a_layernorm / kv_a_layernorm (HF builds them with its default 1e-6)"
+    )
+    rope_interleave: Expression = Field(
+        default=False, description="expression; true rotates interleaved pairs (2i, 2i+1), false uses rope.style"
+    )
+    scale: Expression | None = Field(
+        default=None, description="softmax scale; default qk_head_dim ** -0.5 with YaRN's mscale_all_dim folded in"
+    )
+    rope: RopeSpec
+    kv_cache: LatentCacheSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLAttention(Module):
+    kind = "mla"
+    slot = "attention"
+    class_suffix = "Attention"
+
+    num_heads: Value
+    q_lora_rank: Value
+    kv_lora_rank: Value
+    qk_nope_head_dim: Value
+    qk_rope_head_dim: Value
+    v_head_dim: Value
+    bias: Value
+    latent_norm_eps: Value
+    rope_interleave: Value
+    scale: Value | None
+    rope: Rope
+    kv_cache: str
+
+    def rope_table(self) -> RopeTable:
+        return RopeTable(rotary_dim=self.qk_rope_head_dim, rope=self.rope)
+
+    def readme_rows(self, target: str) -> list[tuple[str, str]]:
+        r, dr = self.kv_lora_rank.spec, self.qk_rope_head_dim.spec
+        return [
+            ("num_attention_heads", f"`{self.num_heads.spec}`"),
+            ("query", f"`q_a_proj` -> RMSNorm -> `q_b_proj` (rank `{self.q_lora_rank.spec}`), `q_proj` when null"),
+            ("latent KV", f"`kv_a_proj_with_mqa` -> `{r}` latent (RMSNorm) + shared RoPE key `{dr}`; `kv_b_proj` "
+                          "absorbed into the query (W_UK) and the output (W_UV)"),
+            ("head dims", f"qk nope `{self.qk_nope_head_dim.spec}` + rope `{dr}`, v `{self.v_head_dim.spec}`"),
+            ("RoPE", f"on the rope part only; interleaved pairs when `{self.rope_interleave.spec}`, else "
+                     f"{self.rope.style}; theta `{self.rope.theta.spec}`, scaling `{self.rope.scaling.spec}` (YaRN "
+                     "mscale_all_dim folded into the softmax scale)"),
+            ("KV cache", f"{self.kv_cache}: `[num_blocks, block_size, {r} + {dr}]` per layer, `({r} + {dr}) x "
+                         "dtype bytes` per token (GQA with the same heads: `2 x heads x head_dim x dtype bytes`)"),
+        ]
+
+
+def lower(ctx: LoweringContext, p: tuple[Any, ...], a: MLASpec) -> MLAttention:
+    rope = ctx.rope(p + ("rope",), a.rope)
+    if rope.partial_factor is not None:
+        ctx.error(p + ("rope", "partial_factor"), "mla rotates its qk_rope_head_dim part whole; drop partial_factor")
+    return MLAttention(
+        name=a.name,
+        num_heads=ctx.value(p + ("num_heads",), a.num_heads),
+        q_lora_rank=ctx.value(p + ("q_lora_rank",), a.q_lora_rank),
+        kv_lora_rank=ctx.value(p + ("kv_lora_rank",), a.kv_lora_rank),
+        qk_nope_head_dim=ctx.value(p + ("qk_nope_head_dim",), a.qk_nope_head_dim),
+        qk_rope_head_dim=ctx.value(p + ("qk_rope_head_dim",), a.qk_rope_head_dim),
+        v_head_dim=ctx.value(p + ("v_head_dim",), a.v_head_dim),
+        bias=ctx.value(p + ("bias",), a.bias),
+        latent_norm_eps=ctx.value(p + ("latent_norm_eps",), a.latent_norm_eps),
+        rope_interleave=ctx.value(p + ("rope_interleave",), a.rope_interleave),
+        scale=ctx.optional(p + ("scale",), a.scale),
+        rope=rope,
+        kv_cache=a.kv_cache.kind,
+    )
+
+
+KIND = Kind(name="mla", spec=MLASpec, ir=MLAttention, lower=lower)

@@ -1,0 +1,126 @@
+"""Multi-head latent attention (DeepSeek-V2/V3, HF ``DeepseekV3Attention``) for the rocm target, and its cache spec.
+
+    q      = q_proj(x)                                  (q_lora_rank null)
+           | q_b_proj(q_a_layernorm(q_a_proj(x)))        -> [T, H, dn + dr] = [q_nope | q_pe]
+    c, kpe = kv_a_proj_with_mqa(x)                       -> [r | dr];  c = kv_a_layernorm(c)
+    q_pe, kpe = RoPE(q_pe, kpe)                          (interleaved pairs when config.rope_interleave)
+    cache  <- [c | kpe] per token (the latent cache: r + dr values per token and layer, not K/V heads)
+    out    = o_proj(W_UV . attention([W_UK^T q_nope | q_pe], [c | kpe], value c))
+
+The attention is the weight-absorbed form of runtime/ops/mla.py for prefill and decode alike (one path, equal to the
+un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor parallelism shards heads
+(``q_proj``/``q_b_proj``/``kv_b_proj`` column-parallel by head, ``o_proj`` row-parallel); the latent path
+(``q_a_proj``, ``kv_a_proj_with_mqa``, both norms) and the latent cache are replicated on every rank.
+
+Parameter names are the checkpoint's, so the loader maps them one to one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..ops import mla as ops
+from .attention import AttentionMetadata
+from .linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
+from .norm import RMSNorm
+from .rotary import get_rope
+
+CACHE_KIND = "paged_latent"
+
+
+@dataclass(frozen=True)
+class LatentCacheSpec:
+    """One layer's latent cache: ``[num_blocks, block_size, latent_dim]`` with ``latent_dim = kv_lora_rank +
+    qk_rope_head_dim`` (the same on every rank). Bytes per token: ``latent_dim * itemsize``, against GQA's
+    ``2 * kv_heads * head_dim * itemsize``."""
+
+    name: str
+    latent_dim: int
+    dtype: torch.dtype
+    kind: str = CACHE_KIND
+
+    def bytes_per_token(self) -> int:
+        return self.latent_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return block_size * self.bytes_per_token()
+
+    def allocate(self, num_blocks: int, block_size: int, device: torch.device | str) -> list[torch.Tensor]:
+        # Zeros: the static write path (neuron) subtracts the old contents, which must be finite.
+        return [torch.zeros(num_blocks, block_size, self.latent_dim, dtype=self.dtype, device=device)]
+
+
+class MLAttention(nn.Module):
+    def __init__(
+        self,
+        *,
+        hidden_size: int,
+        num_heads: int,
+        q_lora_rank: int | None,
+        kv_lora_rank: int,
+        qk_nope_head_dim: int,
+        qk_rope_head_dim: int,
+        v_head_dim: int,
+        bias: bool,
+        latent_norm_eps: float,
+        rope_interleave: bool,
+        rope_style: str,
+        max_position: int,
+        rope_theta: float,
+        rope_scaling: dict[str, Any] | None,
+        scale: float | None,
+        layer_name: str,
+    ):
+        super().__init__()
+        self.layer_name = layer_name
+        self.q_lora_rank, self.kv_lora_rank = q_lora_rank, kv_lora_rank
+        self.nope_dim, self.rope_dim, self.v_dim = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
+        if q_lora_rank is None:
+            self.q_proj = ColumnParallelLinear(hidden_size, num_heads * qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = ReplicatedLinear(hidden_size, q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(q_lora_rank, eps=latent_norm_eps)
+            self.q_b_proj = ColumnParallelLinear(q_lora_rank, num_heads * qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = ReplicatedLinear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=bias)
+        self.kv_a_layernorm = RMSNorm(kv_lora_rank, eps=latent_norm_eps)
+        self.kv_b_proj = ColumnParallelLinear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
+        self.o_proj = RowParallelLinear(num_heads * v_head_dim, hidden_size, bias=bias)
+        self.num_heads = self.kv_b_proj.out_features // (qk_nope_head_dim + v_head_dim)  # this rank's heads
+        self.scale = ops.softmax_scale(qk_head_dim, rope_scaling) if scale is None else scale
+        self.rotary_emb = get_rope(qk_rope_head_dim, qk_rope_head_dim, max_position, rope_theta, rope_scaling,
+                                   ops.rope_style(rope_interleave, rope_style))
+        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr]
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        if self.cache is None:
+            raise RuntimeError(f"{self.layer_name}: no latent cache bound (call bind_kv_cache first)")
+        T = hidden_states.shape[0]
+        if self.q_lora_rank is None:
+            q = self.q_proj(hidden_states)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+        q_nope, q_pe = q.view(T, self.num_heads, -1).split([self.nope_dim, self.rope_dim], dim=-1)
+        c, k_pe = self.kv_a_proj_with_mqa(hidden_states).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        c = self.kv_a_layernorm(c.contiguous())
+        q_pe, k_pe = self.rotary_emb(positions, q_pe.contiguous(), k_pe.reshape(T, 1, self.rope_dim))
+        ops.write_latent(torch.cat([c, k_pe[:, 0]], dim=-1), self.cache, attn_metadata.slot_mapping)
+
+        w_uk, w_uv = ops.split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope_dim, self.v_dim)
+        q = torch.cat([ops.absorb_query(q_nope, w_uk), q_pe], dim=-1)  # [T, H, r + dr]
+        m = attn_metadata
+        if m.is_prefill:
+            o = ops.paged_prefill(q, self.cache, m.cu_seqlens_q, m.context_lens, m.block_tables, self.scale,
+                                  self.kv_lora_rank)
+        else:
+            o = ops.paged_decode(q, self.cache, m.block_tables, m.context_lens, self.scale, self.kv_lora_rank)
+        return self.o_proj(ops.expand_output(o, w_uv).reshape(T, self.num_heads * self.v_dim))
+
+    def latent_cache_spec(self) -> LatentCacheSpec:
+        return LatentCacheSpec(name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim,
+                               dtype=self.kv_a_proj_with_mqa.weight.dtype)
