@@ -4,6 +4,7 @@
 MODELS = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe",
+    "GptOssForCausalLM": "gpt_oss",
     "LlamaForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",
     "Qwen3ForCausalLM": "qwen3",
