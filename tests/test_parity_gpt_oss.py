@@ -83,3 +83,52 @@ def test_each_feature_moves_the_logits(checkpoints):
     assert err_after(lambda layer: setattr(layer.self_attn.attn, "sliding_window", None)) > 1e-2
     assert err_after(lambda layer: layer.mlp.experts.w13_bias.zero_()) > 1e-2
     assert err_after(lambda layer: layer.mlp.router.bias.zero_()) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_tensor_parallel_2_matches_1(tmp_path, target):
+    """TP=2 over gloo: each rank holds 2 of the 4 query heads with their sinks, 1 KV head and 2 of the 4 experts
+    (with their biases); logits and greedy tokens equal TP=1's."""
+    import json
+
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.tp_worker import run_rank
+
+    make_gpt_oss(tmp_path / "ckpt")
+    single = LLM(tmp_path / "ckpt", target=target, dtype="float32", max_model_len=64)
+    want = single.score(PROMPT)
+    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(tmp_path / "ckpt"), target, PROMPT, out), nprocs=2)
+    for rank in range(2):
+        got = load_file(f"{out}.rank{rank}.safetensors")["logits"]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        meta = json.loads(open(f"{out}.rank{rank}.json").read())
+        assert meta["tokens"] == want_tokens
+        assert meta["kv_heads"] == 1
+
+
+@pytest.mark.slow
+def test_neuron_buckets_fullgraph_without_recompiles(checkpoints):
+    """Every prefill/decode bucket of the windowed, sink-bearing model traces with fullgraph=True, and serving after
+    warm-up (contexts past the window, two batch sizes) never recompiles and equals eager."""
+    torch._dynamo.reset()
+    path, hf = checkpoints("default")
+    buckets = dict(prefill_buckets=[16, 64], decode_buckets=[1, 2], decode_context_buckets=[64])
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=2, compile=True,
+              **buckets)
+    llm.runner.warmup()
+    prompts = [PROMPT, PROMPT[:12]]
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate(prompts, params)
+        got_single = llm.generate([PROMPT], params)
+    finally:
+        torch.compiler.set_stance("default")
+    expected = [hf_greedy(hf, p, 6) for p in prompts]
+    assert got == expected
+    assert got_single == [expected[0]]
