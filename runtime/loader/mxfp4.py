@@ -1,0 +1,217 @@
+"""MXFP4 checkpoints (``quantization_config.quant_method: mxfp4``, every released GPT-OSS checkpoint): dequantized to
+the model dtype at load, through a checkpoint view, so neither loader nor any spec changes.
+
+Format (transformers ``integrations/mxfp4.py``, from OpenAI's gpt-oss repository): a quantized tensor ``X`` (the MoE
+experts' ``gate_up_proj`` and ``down_proj``) is stored as two tensors,
+
+* ``X_blocks`` uint8 ``[E, R, G, 16]``: 32 FP4 (E2M1) values per group, two per byte, the low nibble first (even
+  element) and the high nibble second (odd element); a nibble indexes :data:`FP4_VALUES` (bit 3 is the sign);
+* ``X_scales`` uint8 ``[E, R, G]``: one E8M0 exponent per 32-value group, biased by 127 (value = fp4 * 2**(s - 127)).
+
+The 32-value groups run along the input dim, so dequantizing gives ``[E, R, 32 G]`` (``R`` output rows) and
+transformers returns it transposed, ``[E, 32 G, R]``: exactly the unquantized checkpoint's ``gate_up_proj [E, H, 2I]``
+/ ``down_proj [E, I, H]``. :class:`Mxfp4DequantCheckpoint` therefore presents ``X`` in that layout and the spec's
+expert layout (``interleaved_transposed``) takes it from there.
+
+Registration (two lines in ``runtime/loader/quantization.py``): ``SUPPORTED_METHODS["mxfp4"] = parse_mxfp4`` and, in
+``wrap_checkpoint``, ``if isinstance(quantization, Mxfp4Config): return Mxfp4DequantCheckpoint(checkpoint, dtype)``.
+This module imports nothing from quantization.py, so that import has no cycle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from .checkpoint import CheckpointError
+
+# E2M1 code -> value (transformers' FP4_VALUES): codes 0-7 positive, 8-15 the same magnitudes negated.
+FP4_VALUES = (+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+GROUP = 32  # values per E8M0 scale
+SCALE_BIAS = 127
+BLOCKS_SUFFIX, SCALES_SUFFIX = "_blocks", "_scales"
+
+
+@dataclass(frozen=True)
+class Mxfp4Config:
+    """``quant_method: mxfp4`` (the same fields as quantization.QuantConfig)."""
+
+    method: str = "mxfp4"
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+def parse_mxfp4(qc: Mapping[str, Any]) -> Mxfp4Config:
+    """The ``quantization_config`` parser for ``SUPPORTED_METHODS``: nothing to choose (one group size, one scale
+    format); ``modules_to_not_convert`` names modules stored unquantized, which load as they are."""
+    skip = qc.get("modules_to_not_convert", [])
+    if skip is not None and not (isinstance(skip, list) and all(isinstance(s, str) for s in skip)):
+        raise CheckpointError(f"quantization_config.modules_to_not_convert must be a list of names, got {skip!r}")
+    return Mxfp4Config(raw=dict(qc))
+
+
+def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """``X_blocks [E, R, G, 16]`` + ``X_scales [E, R, G]`` -> ``X [E, 32 G, R]`` in ``dtype``, value for value what
+    transformers' ``convert_moe_packed_tensors`` computes (table lookup in ``dtype``, then ``ldexp``: FP4 values
+    times powers of two are exact in bf16 and fp32 alike)."""
+    if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
+        raise ValueError(f"MXFP4 blocks and scales must be uint8, got {blocks.dtype} and {scales.dtype}")
+    if blocks.dim() < 3 or tuple(blocks.shape[:-1]) != tuple(scales.shape) or blocks.shape[-1] != GROUP // 2:
+        raise ValueError(f"MXFP4 blocks {tuple(blocks.shape)} and scales {tuple(scales.shape)} do not pair: expected "
+                         f"blocks [..., G, {GROUP // 2}] and scales [..., G]")
+    lut = torch.tensor(FP4_VALUES, dtype=dtype, device=blocks.device)
+    *prefix, G, B = blocks.shape
+    out = torch.empty(*prefix, G, 2 * B, dtype=dtype, device=blocks.device)
+    out[..., 0::2] = lut[(blocks & 0x0F).long()]
+    out[..., 1::2] = lut[(blocks >> 4).long()]
+    out = torch.ldexp(out, (scales.to(torch.int32) - SCALE_BIAS)[..., None]).to(dtype)
+    return out.reshape(*prefix, G * 2 * B).transpose(1, 2).contiguous()
+
+
+def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse layout of :func:`dequantize_mxfp4`: ``X [E, 32 G, R]`` -> ``(X_blocks, X_scales)``.
+
+    Per 32-value group the scale is the smallest power of two that brings the group's largest magnitude within 6
+    (the largest E2M1 value), and each value rounds to the nearest E2M1 value (ties to the lower magnitude). Used to
+    build MXFP4 checkpoints from bf16 ones (tests, conversions); not a calibrated quantizer."""
+    if weight.dim() != 3 or weight.shape[1] % GROUP:
+        raise ValueError(f"quantize_mxfp4: expected [E, K, R] with K a multiple of {GROUP}, got {tuple(weight.shape)}")
+    E, K, R = weight.shape
+    x = weight.float().transpose(1, 2).reshape(E, R, K // GROUP, GROUP)
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    exp = torch.ceil(torch.log2(amax.clamp(min=torch.finfo(torch.float32).tiny) / 6.0))
+    exp = exp.clamp(-SCALE_BIAS, SCALE_BIAS)
+    scaled = x / torch.pow(2.0, exp)
+    magnitudes = torch.tensor(FP4_VALUES[:8])
+    code = (scaled.abs()[..., None] - magnitudes).abs().argmin(dim=-1)  # nearest magnitude, lowest on ties
+    code = code + 8 * (scaled < 0).long()
+    code = code.to(torch.uint8)
+    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
+    scales = (exp[..., 0] + SCALE_BIAS).to(torch.uint8)
+    return blocks.contiguous(), scales.contiguous()
+
+
+class _DequantSlice:
+    """A lazy slice of a dequantized tensor (neuron's closure loaders index slices)."""
+
+    def __init__(self, view: "Mxfp4DequantCheckpoint", name: str):
+        self.view, self.name = view, name
+
+    def get_shape(self) -> list[int]:
+        return list(self.view.shape(self.name))
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.view.get_tensor(self.name)[index]
+
+
+class Mxfp4DequantCheckpoint:
+    """A :class:`~modelgen.runtime.loader.checkpoint.Checkpoint` seen through MXFP4 dequantization: every pair
+    ``X_blocks`` / ``X_scales`` reads as one tensor ``X`` in ``dtype`` (layout above), and the pair is not listed.
+    Pairs are checked against the headers when the view is made: a lone ``_blocks`` / ``_scales`` or mismatched shapes
+    are named up front, before any weight is read."""
+
+    def __init__(self, inner: Any, dtype: torch.dtype):
+        self._inner, self.out_dtype = inner, dtype
+        keys = inner.keys()
+        present = set(keys)
+        self._pairs: dict[str, tuple[str, str]] = {}
+        for key in keys:
+            if not key.endswith(BLOCKS_SUFFIX):
+                continue
+            name = key[: -len(BLOCKS_SUFFIX)]
+            scales = name + SCALES_SUFFIX
+            if scales not in present:
+                raise CheckpointError(f"{inner.file_of(key)}: MXFP4 tensor '{key}' has no '{scales}' (one E8M0 scale "
+                                      f"per {GROUP} values)")
+            b, s = tuple(inner.shape(key)), tuple(inner.shape(scales))
+            if len(b) != 4 or b[:-1] != s or b[-1] != GROUP // 2 or inner.dtype(key) != torch.uint8 \
+                    or inner.dtype(scales) != torch.uint8:
+                raise CheckpointError(
+                    f"{inner.file_of(key)}: MXFP4 '{key}' {b} {inner.dtype(key)} / '{scales}' {s} "
+                    f"{inner.dtype(scales)} do not pair: expected uint8 [E, R, G, {GROUP // 2}] and uint8 [E, R, G]")
+            if name in present:
+                raise CheckpointError(f"{inner.file_of(key)}: '{name}' is stored both plain and as MXFP4 blocks")
+            self._pairs[name] = (key, scales)
+        lone = [k for k in keys if k.endswith(SCALES_SUFFIX) and k[: -len(SCALES_SUFFIX)] not in self._pairs]
+        if lone:
+            raise CheckpointError(f"{inner.file_of(lone[0])}: MXFP4 scales '{lone[0]}' have no "
+                                  f"'{lone[0][: -len(SCALES_SUFFIX)]}{BLOCKS_SUFFIX}'")
+        consumed = {k for pair in self._pairs.values() for k in pair}
+        self._keys = [k for k in keys if k not in consumed]
+        order = {k: i for i, k in enumerate(keys)}
+        self._keys += sorted(self._pairs, key=lambda n: order[self._pairs[n][0]])
+
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pairs or (name in self._keys)
+
+    def file_of(self, name: str):
+        return self._inner.file_of(self._pairs[name][0] if name in self._pairs else name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self._pairs:
+            return tuple(self._inner.shape(name))
+        E, R, G, B = self._inner.shape(self._pairs[name][0])
+        return (E, G * 2 * B, R)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self.out_dtype if name in self._pairs else self._inner.dtype(name)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        if name not in self._pairs:
+            return self._inner.get_tensor(name)
+        blocks, scales = self._pairs[name]
+        return dequantize_mxfp4(self._inner.get_tensor(blocks), self._inner.get_tensor(scales), self.out_dtype)
+
+    def get_slice(self, name: str):
+        return _DequantSlice(self, name) if name in self._pairs else self._inner.get_slice(name)
+
+    def _info(self, name: str):
+        # The GPU read-ahead loader copies raw bytes: MXFP4 nibbles would arrive as garbage weights. Refuse loudly.
+        raise CheckpointError("MXFP4 checkpoints are dequantized on the host; set MODELGEN_GPU_LOADER=0")
+
+    def __getattr__(self, attr: str):  # files, metadata, close, check_finite, ...
+        return getattr(self._inner, attr)
+
+    def __enter__(self) -> "Mxfp4DequantCheckpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._inner.close()
+
+
+def dequantize_checkpoint_dir(src: str, dst: str, dtype: torch.dtype = torch.bfloat16) -> list[str]:
+    """Offline conversion: an MXFP4 checkpoint directory -> a plain one in ``dtype`` (one safetensors file; the
+    config without ``quantization_config``; generation config, tokenizer and chat template files copied). Returns
+    the names of the tensors that were dequantized. Unquantized tensors keep their dtype."""
+    import json
+    import pathlib
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from .checkpoint import Checkpoint
+
+    src_p, dst_p = pathlib.Path(src), pathlib.Path(dst)
+    dst_p.mkdir(parents=True, exist_ok=True)
+    with Checkpoint(src_p) as inner:
+        view = Mxfp4DequantCheckpoint(inner, dtype)
+        tensors = {k: view.get_tensor(k).contiguous() for k in view.keys()}
+        converted = sorted(view._pairs)
+    save_file(tensors, str(dst_p / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src_p / "config.json").read_text())
+    config.pop("quantization_config", None)
+    (dst_p / "config.json").write_text(json.dumps(config, indent=2))
+    for extra in src_p.iterdir():
+        if extra.is_file() and extra.suffix != ".safetensors" and extra.name not in ("config.json",) \
+                and not extra.name.endswith(".safetensors.index.json"):
+            shutil.copy2(extra, dst_p / extra.name)
+    return converted
