@@ -126,7 +126,8 @@ def test_softmax_scale_equals_transformers(rope):
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
 
     cfg = transformers.DeepseekV3Config(hidden_size=32, num_attention_heads=2, kv_lora_rank=8, q_lora_rank=None,
-                                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, max_position_embeddings=512,
+                                        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
+                                        max_position_embeddings=512,
                                         rope_parameters=rope)
     want = DeepseekV3Attention(cfg, 0).scaling
     ours = mla.softmax_scale(12, None if rope is None else rope)

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import torch
 from torch import nn
 
+from ..layers.fp8 import FP8_DTYPES, dequantize_block_fp8, scale_shape
 from .checkpoint import CheckpointError
 
 # Tensor-name suffixes that only quantized checkpoints carry; used to explain a coverage failure when a checkpoint is
@@ -37,8 +39,38 @@ class QuantConfig:
     raw: Mapping[str, Any] = field(default_factory=dict)
 
 
-# quant_method -> parser(raw quantization_config) -> QuantConfig. Empty until a format's layers exist.
+@dataclass(frozen=True)
+class Fp8BlockConfig(QuantConfig):
+    """``quant_method: fp8`` with ``weight_block_size [bo, bi]`` (DeepSeek-V3, Qwen3-FP8): see runtime/layers/fp8.py."""
+
+    block: tuple[int, int] = (128, 128)
+
+
+def parse_fp8(qc: Mapping[str, Any], source: str = "config.json") -> Fp8BlockConfig:
+    """The ``fp8`` method's config: block-scaled weights, dynamic activations (as DeepSeek-V3 and Qwen3-FP8 ship)."""
+    where = f"{source}: quantization_config"
+    block = qc.get("weight_block_size")
+    if not (isinstance(block, (list, tuple)) and len(block) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise QuantizationError(f"{where}.weight_block_size must be two positive integers such as [128, 128] "
+                                f"(per-tensor FP8 is not supported), got {block!r}")
+    fmt = qc.get("fmt", "e4m3")
+    if fmt not in ("e4m3", "float8_e4m3fn"):
+        raise QuantizationError(f"{where}.fmt {fmt!r} is not supported (expected 'e4m3')")
+    scheme = qc.get("activation_scheme", "dynamic")
+    if scheme != "dynamic":
+        # Weights are dequantized at load and activations stay in the model dtype; a static scheme's input_scale
+        # tensors would have no consumer.
+        raise QuantizationError(f"{where}.activation_scheme {scheme!r} is not supported (expected 'dynamic')")
+    return Fp8BlockConfig(method="fp8", raw=dict(qc), block=(block[0], block[1]))
+
+
+# quant_method -> parser(raw quantization_config) -> QuantConfig.
 SUPPORTED_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantConfig]] = {}
+# Formats whose loading exists but that the engine does not route yet: "fp8" joins SUPPORTED_METHODS once
+# runtime/engine/llm.py reads the checkpoint through wrap_checkpoint() (until then an FP8 checkpoint stays refused up
+# front rather than failing on unexpected weight_scale_inv tensors).
+READY_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantConfig]] = {"fp8": parse_fp8}
 
 
 def _quantization_section(hf_config: Mapping[str, Any]) -> tuple[str, Any] | None:
@@ -87,3 +119,89 @@ def process_weights_after_loading(model: nn.Module) -> None:
         hook = getattr(module, "process_weights_after_loading", None)
         if callable(hook) and module is not model:
             hook()
+
+
+# ---------------------------------------------------------------------------------------------- FP8 at read time
+class _DequantSlice:
+    """A lazy slice of an FP8 tensor: indexing dequantizes the tensor, then indexes (neuron's closure loaders)."""
+
+    def __init__(self, view: "Fp8DequantCheckpoint", name: str):
+        self.view, self.name = view, name
+
+    def get_shape(self) -> list[int]:
+        return list(self.view.shape(self.name))
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.view.get_tensor(self.name)[index]
+
+
+class Fp8DequantCheckpoint:
+    """A :class:`~modelgen.runtime.loader.checkpoint.Checkpoint` seen through FP8 block dequantization: every FP8
+    tensor ``X`` reads as ``dequant(X, X_scale_inv)`` in ``dtype``, and the ``X_scale_inv`` tensors it consumed are not
+    listed, so both loaders (packed and mapped) and every spec load FP8 checkpoints unchanged. Scales are checked
+    against the headers when the view is made: a missing or mis-shaped ``weight_scale_inv`` is named up front.
+    """
+
+    def __init__(self, inner: Any, config: Fp8BlockConfig, dtype: torch.dtype):
+        self._inner, self.block, self.out_dtype = inner, config.block, dtype
+        keys = inner.keys()
+        present = set(keys)
+        self._scale_of: dict[str, str] = {}
+        for key in keys:
+            if inner.dtype(key) not in FP8_DTYPES:
+                continue
+            scale = key + "_scale_inv"  # X.weight -> X.weight_scale_inv (also fused experts' X -> X_scale_inv)
+            if scale not in present:
+                raise CheckpointError(f"{inner.file_of(key)}: FP8 tensor '{key}' has no '{scale}' (quantization_config "
+                                      f"fp8 with weight_block_size {list(self.block)} needs one scale per block)")
+            want, got = scale_shape(tuple(inner.shape(key)), self.block), tuple(inner.shape(scale))
+            if got != want:
+                raise CheckpointError(f"{inner.file_of(scale)}: '{scale}' has shape {got}, expected {want} for "
+                                      f"'{key}' of shape {tuple(inner.shape(key))} in {list(self.block)} blocks")
+            self._scale_of[key] = scale
+        consumed = set(self._scale_of.values())
+        self._keys = [k for k in keys if k not in consumed]
+
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._keys
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self.out_dtype if name in self._scale_of else self._inner.dtype(name)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        tensor = self._inner.get_tensor(name)
+        if name not in self._scale_of:
+            return tensor
+        return dequantize_block_fp8(tensor, self._inner.get_tensor(self._scale_of[name]), self.block, self.out_dtype)
+
+    def get_slice(self, name: str):
+        return _DequantSlice(self, name) if name in self._scale_of else self._inner.get_slice(name)
+
+    def _info(self, name: str):
+        # The GPU read-ahead loader copies raw bytes: FP8 weights would arrive unscaled. Refuse it loudly.
+        raise CheckpointError("FP8 block-scaled checkpoints are dequantized on the host; set MODELGEN_GPU_LOADER=0")
+
+    def __getattr__(self, attr: str):  # files, file_of, shape, metadata, close, check_finite, ...
+        return getattr(self._inner, attr)
+
+    def __enter__(self) -> "Fp8DequantCheckpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._inner.close()
+
+
+def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: torch.dtype) -> Any:
+    """The checkpoint as the model's loader should read it: FP8 block-scaled tensors dequantized to ``dtype``."""
+    if isinstance(quantization, Fp8BlockConfig):
+        return Fp8DequantCheckpoint(checkpoint, quantization, dtype)
+    return checkpoint

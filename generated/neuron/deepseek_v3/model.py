@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): d5a55a8a5a3e71f3
+# source hash (spec + templates + generator): bc6956a65cf70269
 # ==================================================================================================================
 """DeepseekV3 for the neuron target, in vLLM Neuron's style.
 
@@ -61,6 +61,7 @@ class DeepseekV3Attention(nn.Module):
         self.v_dim = config.v_head_dim
         qk_size = self.num_heads * (self.nope_dim + self.rope_dim)
         self.rope_style = mla_ops.rope_style(config.rope_interleave, "rotate_half")
+        # qk_head_dim ** -0.5, with YaRN's mscale_all_dim folded in as DeepseekV3Attention does
         self.scale = mla_ops.softmax_scale(self.nope_dim + self.rope_dim, config.rope_scaling)
         use_bias = config.attention_bias
         if self.q_lora_rank is None:

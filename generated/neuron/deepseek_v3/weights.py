@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): d5a55a8a5a3e71f3
+# source hash (spec + templates + generator): bc6956a65cf70269
 # ==================================================================================================================
 """Checkpoint mappings of DeepseekV3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -23,7 +23,9 @@ def _deepseek_v3_attention_mappings(mappings: dict[str, list[str]], module: str,
     else:
         names += ["q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"]
     if config.attention_bias:
-        names += ["kv_a_proj_with_mqa.bias", "o_proj.bias"] + ([] if config.q_lora_rank is None else ["q_a_proj.bias"])
+        names += ["kv_a_proj_with_mqa.bias", "o_proj.bias"]
+        if config.q_lora_rank is not None:
+            names.append("q_a_proj.bias")
     for name in names:
         # Projections are flat parameters (q_a_proj.weight -> q_a_proj_weight); the norms are RMSNorm modules.
         param = name if "layernorm" in name else name.replace(".", "_")

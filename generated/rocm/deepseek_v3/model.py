@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v3.yaml --target rocm
-# source hash (spec + templates + generator): d5a55a8a5a3e71f3
+# source hash (spec + templates + generator): bc6956a65cf70269
 # ==================================================================================================================
 """DeepseekV3 for the rocm target, in ATOM's style.
 
