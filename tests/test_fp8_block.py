@@ -144,3 +144,16 @@ def test_fp8_bf16_three_way_and_quantization_error(fp8_checkpoint, monkeypatch):
     unquantized = hf_logits(make_deepseek(path.parent / "unquantized", "v3_yarn"), PROMPT)
     rel = ((gold - unquantized).norm() / unquantized.norm()).item()
     assert 1e-3 < rel < 0.08, f"FP8 relative logit error {rel}"
+
+
+def test_wrap_checkpoint_routes_each_method(fp8_checkpoint):
+    from modelgen.runtime.loader.mxfp4 import Mxfp4DequantCheckpoint
+    from modelgen.runtime.loader.quantization import READY_METHODS, Fp8DequantCheckpoint
+
+    path, _, _ = fp8_checkpoint
+    with Checkpoint(path) as raw:
+        assert wrap_checkpoint(raw, None, torch.float32) is raw
+        fp8 = wrap_checkpoint(raw, READY_METHODS["fp8"](FP8_CONFIG), torch.float32)
+        assert isinstance(fp8, Fp8DequantCheckpoint)
+        mx = wrap_checkpoint(raw, READY_METHODS["mxfp4"]({"quant_method": "mxfp4"}), torch.float32)
+        assert isinstance(mx, Mxfp4DequantCheckpoint) and set(mx.keys()) == set(raw.keys())  # no *_blocks here

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..layers.fp8 import FP8_DTYPES, dequantize_block_fp8, scale_shape
 from .checkpoint import CheckpointError
+from .mxfp4 import Mxfp4Config, Mxfp4DequantCheckpoint, parse_mxfp4
 
 # Tensor-name suffixes that only quantized checkpoints carry; used to explain a coverage failure when a checkpoint is
 # quantized but says nothing in config.json (e.g. hand-converted weights).
@@ -70,7 +71,7 @@ SUPPORTED_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantConfig]] = {}
 # Formats whose loading exists but that the engine does not route yet: "fp8" joins SUPPORTED_METHODS once
 # runtime/engine/llm.py reads the checkpoint through wrap_checkpoint() (until then an FP8 checkpoint stays refused up
 # front rather than failing on unexpected weight_scale_inv tensors).
-READY_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantConfig]] = {"fp8": parse_fp8}
+READY_METHODS: dict[str, Callable[[Mapping[str, Any]], Any]] = {"fp8": parse_fp8, "mxfp4": parse_mxfp4}
 
 
 def _quantization_section(hf_config: Mapping[str, Any]) -> tuple[str, Any] | None:
@@ -201,7 +202,10 @@ class Fp8DequantCheckpoint:
 
 
 def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: torch.dtype) -> Any:
-    """The checkpoint as the model's loader should read it: FP8 block-scaled tensors dequantized to ``dtype``."""
+    """The checkpoint as the model's loader should read it: FP8 block-scaled and MXFP4 (runtime/loader/mxfp4.py)
+    tensors dequantized to ``dtype``; an unquantized checkpoint as it is."""
     if isinstance(quantization, Fp8BlockConfig):
         return Fp8DequantCheckpoint(checkpoint, quantization, dtype)
+    if isinstance(quantization, Mxfp4Config):
+        return Mxfp4DequantCheckpoint(checkpoint, dtype)
     return checkpoint
