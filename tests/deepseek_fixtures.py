@@ -24,16 +24,23 @@ CASES = {
     "v3_rotate_half": dict(BASE, rope_interleave=False, attention_bias=True),
     "v3_yarn": dict(BASE, rope_parameters=YARN),
 }
+# DeepSeek-V2: softmax greedy routing, no correction bias, no rope_interleave field (always interleaved).
+_V2 = {k: v for k, v in BASE.items() if k not in ("rope_interleave", "n_group", "topk_group", "norm_topk_prob")}
+V2_CASES = {
+    "v2": dict(_V2, topk_method="greedy", routed_scaling_factor=1.5),
+    "v2_lite_yarn": dict(_V2, topk_method="greedy", q_lora_rank=None, first_k_dense_replace=0, rope_parameters=YARN),
+}
 
 
 def make_deepseek(path, name: str, fused: bool = False, seed: int = 0, **overrides):
-    """Save a tiny random DeepseekV3ForCausalLM (``fused``: transformers v5 fused expert tensors); returns the fp32
+    """Save a tiny random DeepseekV3ForCausalLM or (V2_CASES) DeepseekV2ForCausalLM (``fused``: transformers v5 fused expert tensors); returns the fp32
     HF model."""
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.DeepseekV3Config(**{**CASES[name], **overrides})
-    model = transformers.DeepseekV3ForCausalLM(config).eval()
+    version = "V2" if name in V2_CASES else "V3"
+    config = getattr(transformers, f"Deepseek{version}Config")(**{**CASES.get(name, V2_CASES.get(name)), **overrides})
+    model = getattr(transformers, f"Deepseek{version}ForCausalLM")(config).eval()
     with torch.no_grad():  # HF zero-initialises these; random values make a dropped or misplaced one visible
         for n, t in list(model.named_parameters()) + list(model.named_buffers()):
             if n.endswith(".bias") or "e_score_correction_bias" in n:

@@ -19,12 +19,12 @@ from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from modelgen.runtime.testing import assert_close_three_way
-from tests.deepseek_fixtures import BASE, CASES, hf_logits, make_deepseek
+from tests.deepseek_fixtures import BASE, CASES, V2_CASES, hf_logits, make_deepseek
 
 TARGETS = ["rocm", "neuron"]
 PROMPT = [(7 * i + 3) % 157 + 3 for i in range(60)]
 GREEDY = 16
-FORMATS = [(n, False) for n in CASES] + [("v3", True)]
+FORMATS = [(n, False) for n in CASES] + [("v3", True)] + [(n, False) for n in V2_CASES] + [("v2", True)]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_against_hf_fp32(checkpoints, name, target, fused):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["v3", "v3_yarn"])
+@pytest.mark.parametrize("name", ["v3", "v3_yarn", "v2"])
 def test_against_hf_bf16_three_way(checkpoints, name, target):
     path, hf = checkpoints(name)
     gold = hf_logits(hf, PROMPT)
@@ -126,6 +126,14 @@ def test_latent_cache_bytes_per_token(checkpoints, target, dtype, itemsize):
     assert latent * itemsize < gqa / 4  # 40 vs 192 values per token at these tiny sizes
     attn = model.model.model.layers[0].self_attn
     assert tuple(attn.cache.shape[1:]) == (16, latent) and attn.cache.dtype == getattr(torch, dtype)
+
+
+def test_v2_group_limited_greedy_is_refused(tmp_path):
+    from modelgen.runtime.hf_config import ConfigError
+
+    make_deepseek(tmp_path, "v2", topk_method="group_limited_greedy", n_group=2, topk_group=1)
+    with pytest.raises(ConfigError, match="group_limited_greedy routing"):
+        llm(tmp_path, "rocm")
 
 
 def test_missing_mla_tensor_is_named(checkpoints, tmp_path):

@@ -1,0 +1,18 @@
+# ==================================================================================================================
+# GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
+# source hash (spec + templates + generator): e77e3df5b03d7988
+# ==================================================================================================================
+"""DeepseekV2 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, DeepseekV2Config
+from .factory import DeepseekV2ForCausalLMFactory
+from .model import DeepseekV2ForCausalLM
+
+CONFIG_CLASS = DeepseekV2Config
+MODEL_CLASS = DeepseekV2ForCausalLM
+SPEC = "specs/deepseek_v2.yaml"
+
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+    "DeepseekV2ForCausalLMFactory",
+]
