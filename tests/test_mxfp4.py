@@ -124,7 +124,7 @@ def test_mxfp4_gpt_oss_matches_transformers(mxfp4_checkpoint, target):
 
 
 @pytest.mark.skipif("mxfp4" not in quantization.SUPPORTED_METHODS,
-                    reason="runtime/loader/quantization.py does not register mxfp4 yet (see runtime/loader/mxfp4.py)")
+                    reason="mxfp4 is not in quantization.SUPPORTED_METHODS until the engine reads through wrap_checkpoint")
 def test_engine_loads_mxfp4_directly(mxfp4_checkpoint):
     import transformers
 

@@ -13,9 +13,8 @@ transformers returns it transposed, ``[E, 32 G, R]``: exactly the unquantized ch
 / ``down_proj [E, I, H]``. :class:`Mxfp4DequantCheckpoint` therefore presents ``X`` in that layout and the spec's
 expert layout (``interleaved_transposed``) takes it from there.
 
-Registration (two lines in ``runtime/loader/quantization.py``): ``SUPPORTED_METHODS["mxfp4"] = parse_mxfp4`` and, in
-``wrap_checkpoint``, ``if isinstance(quantization, Mxfp4Config): return Mxfp4DequantCheckpoint(checkpoint, dtype)``.
-This module imports nothing from quantization.py, so that import has no cycle.
+Registration: ``runtime/loader/quantization.py`` lists :func:`parse_mxfp4` and routes :class:`Mxfp4Config` to
+:class:`Mxfp4DequantCheckpoint` in ``wrap_checkpoint``; this module imports nothing from quantization.py (no cycle).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 47b0152bf888cb18
+# source hash (spec + templates + generator): 83311f2ab9ba2cec
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 
@@ -126,4 +126,8 @@ class GptOssConfig:
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
-        return 'sliding' if (self.layer_types[i] == 'sliding_attention' if self.layer_types else i % 2 == 0) else 'full'
+        return (
+            'sliding'
+            if (self.layer_types[i] == 'sliding_attention' if self.layer_types else i % 2 == 0)
+            else 'decoder'
+        )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 47b0152bf888cb18
+# source hash (spec + templates + generator): 83311f2ab9ba2cec
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -28,7 +28,6 @@ from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.neuron.expert_layouts import fused_expert_loader
 from modelgen.runtime.neuron.weight_loader import (
-    expert_weight_loader,
     fused_qkv_weight_loader,
     padded_vocab_loader,
     set_weight_loader,
@@ -303,7 +302,7 @@ class GptOssDecoderLayer(nn.Module):
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "full":
+        if block == "decoder":
             self.self_attn = GptOssAttention0(config, layer_idx)
         else:
             self.self_attn = GptOssAttention1(config, layer_idx)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 47b0152bf888cb18
+# source hash (spec + templates + generator): 83311f2ab9ba2cec
 # ==================================================================================================================
 """Checkpoint mappings of GptOssForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -74,7 +74,7 @@ def checkpoint_mappings(config: GptOssConfig, available: set[str]) -> dict[str, 
     for i in range(config.num_hidden_layers):
         prefix = "model.layers." + str(i)
         block = config.layer_block(i)
-        if block == "full":
+        if block == "decoder":
             _gpt_oss_attention0_mappings(mappings, prefix + ".self_attn", config)
         else:
             _gpt_oss_attention1_mappings(mappings, prefix + ".self_attn", config)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): 47b0152bf888cb18
+# source hash (spec + templates + generator): 83311f2ab9ba2cec
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 
@@ -196,7 +196,7 @@ class GptOssDecoderLayer(nn.Module):
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "full":
+        if block == "decoder":
             self.self_attn = GptOssAttention0(config, layer_idx)
         else:
             self.self_attn = GptOssAttention1(config, layer_idx)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): d43f0a3156a9dd05
+# source hash (spec + templates + generator): 2d4f166101307bcc
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
