@@ -2,6 +2,7 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
