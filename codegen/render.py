@@ -25,6 +25,9 @@ from typing import Callable, Iterable
 import jinja2
 import libcst
 
+# The one list of targets (runtime/targets/__init__.py, torch-free); build.py and the tests read it from here.
+from modelgen.runtime.targets import TARGETS, check_target
+
 from . import GENERATOR_VERSION
 from .blocks import KINDS
 from .errors import CodegenError
@@ -33,7 +36,6 @@ from .literal import comment_text, docstring_text, pylit
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .spec_types import check_identifier
 
-TARGETS = ("rocm", "neuron")
 MAX_LINE = 120
 
 # Files of one generated model package: output name -> template.
@@ -175,15 +177,23 @@ def _block(text: str, indent: int) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in str(text).strip("\n").split("\n"))
 
 
+# loader_tables keyword of a kind's partial -> field of runtime/loader/protocol.ExpertMapping.
+EXPERT_TABLE_FIELDS = {"expert_mapping": "per_expert", "fused_expert_mapping": "fused",
+                       "shared_expert_mapping": "shared"}
+
+
 def _loader_tables(ir: ModelIR, partials: dict) -> dict[str, str]:
-    """keyword -> weights.py table, from the ``loader_tables`` macro of every kind that defines one (MoE's expert
-    tables), so the package template passes them to the loader without knowing the kind."""
+    """ExpertMapping field -> weights.py table, from the ``loader_tables`` macro of every kind that defines one
+    (MoE's expert tables), so the package template builds ``get_expert_mapping()`` without knowing the kind."""
     tables: dict[str, str] = {}
     for m in ir.classes:
         macro = getattr(partials[m.kind], "loader_tables", None)
         for line in str(macro(m)).split() if macro else ():
             keyword, table = line.split("=")
-            tables[_ident(keyword)] = _ident(table)
+            if keyword not in EXPERT_TABLE_FIELDS:
+                raise CodegenError(f"templates/{KINDS[m.kind].partial('rocm')}: loader_tables: unknown table "
+                                   f"keyword {keyword!r}; expected one of {', '.join(EXPERT_TABLE_FIELDS)}")
+            tables[EXPERT_TABLE_FIELDS[keyword]] = _ident(table)
     return tables
 
 
@@ -268,8 +278,7 @@ def _check_python(text: str, template_name: str, where: str) -> None:
 
 def render_package(ir: ModelIR, target: str) -> dict[str, str]:
     """Relative path (under generated/) -> content, for one model on one target."""
-    if target not in PACKAGE_FILES:
-        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    check_target(target)
     env = _environment()
     files: dict[str, str] = {}
     ctx: dict | None = None

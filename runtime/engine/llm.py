@@ -1,5 +1,9 @@
 """The generate loop: load a checkpoint through its generated module, then continuous batching over a paged cache.
 
+The engine is target-independent: it reads the checkpoint directory through :class:`CheckpointDir`, finds the
+generated model for the target, and talks to the target object (``runtime/targets/``) for the runner, the step
+budget and weight loading.
+
 Scheduling (one step = one model call): waiting requests are admitted while their prompts fit in free KV blocks;
 every running request then feeds its uncomputed tokens (a prompt, a prompt chunk, or the last sampled token), within
 a per-step token budget (``max_num_batched_tokens``) that splits long prompts into chunks. On the rocm target
@@ -23,10 +27,13 @@ from .. import backends
 from ..hf_config import ConfigError, check_core_fields
 from ..kv_cache import KVSpec, allocate_kv_cache
 from ..state_cache import StatePool
-from ..loader.checkpoint import Checkpoint, CheckpointError, check_finite_tensor, finite_mode, read_json_if_exists
+from ..checkpoint_dir import CheckpointDir
+from ..loader.checkpoint import check_finite_tensor, finite_mode
+from ..targets import get_target
+from ..targets.base import RunnerOptions
 from .block_manager import BlockManager, CacheFullError
 from .registry import find_model
-from .runners import NeuronRunner, RocmRunner, Work
+from .runners import Work
 from .sampler import SamplingParams, sample
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,39 +49,9 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
-def eos_token_ids(checkpoint_dir: Path) -> set[int]:
-    """EOS ids of ``generation_config.json`` (first) or ``config.json``: an integer or a list of integers."""
-    ids: set[int] = set()
-    for name in ("generation_config.json", "config.json"):
-        cfg = read_json_if_exists(checkpoint_dir / name) or {}
-        eos = cfg.get("eos_token_id")
-        values = eos if isinstance(eos, list) else [] if eos is None else [eos]
-        for e in values:
-            if isinstance(e, bool) or not isinstance(e, int) or e < 0:
-                raise ConfigError(
-                    f"{checkpoint_dir / name}: field 'eos_token_id' = {eos!r}: expected a non-negative integer or a "
-                    f"list of them"
-                )
-            ids.add(e)
-        if ids:
-            break
-    return ids
-
-
 # A RoPE table is float32 [positions, rotary_dim]; a config asking for more than this is refused before allocation
 # (a 10M-token context at head_dim 128 needs 5.1 GB; max_position_embeddings 1e9 would need tens of GB).
 MAX_ROPE_TABLE_BYTES = 8 << 30
-
-
-def check_checkpoint_dir(path: str | Path) -> Path:
-    """``path`` as a Path; CheckpointError unless it is an existing directory."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory (expected a checkpoint directory holding config.json and "
-                              f"*.safetensors)")
-    return path
 
 
 def _positive_int(name: str, value, what: str = "a positive integer") -> int:
@@ -220,7 +197,7 @@ class GenerateStats:
 class LLM:
     def __init__(
         self,
-        checkpoint: str | Path,
+        checkpoint: str | Path | CheckpointDir,
         target: str = "rocm",
         dtype: str | torch.dtype | None = None,
         device: str | torch.device = "cpu",
@@ -239,13 +216,12 @@ class LLM:
         allow_external_shards: bool = False,
         check_finite: bool | str = "auto",
     ):
-        self.checkpoint_dir = check_checkpoint_dir(checkpoint)
-        config_path = self.checkpoint_dir / "config.json"
-        hf_config = read_json_if_exists(config_path)
-        if hf_config is None:
-            raise CheckpointError(f"{self.checkpoint_dir}: checkpoint directory has no config.json")
-        if target not in ("rocm", "neuron"):
-            raise ValueError(f"target {target!r}: expected rocm or neuron")
+        # The directory, its config.json (text_config lifted) and quantization_config: refused here if unsupported.
+        self.checkpoint = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
+        self.checkpoint_dir = self.checkpoint.path
+        config_path = self.checkpoint.config_path
+        hf_config = self.checkpoint.hf_config
+        self.target = get_target(target)  # ValueError naming the targets for an unknown one
         # Engine sizes: checked before any arithmetic uses them (block_size 0 would divide by zero below).
         _positive_int("block_size", block_size)
         _positive_int("max_num_seqs", max_num_seqs)
@@ -253,15 +229,9 @@ class LLM:
                             ("max_num_batched_tokens", max_num_batched_tokens)):
             if value is not None:
                 _positive_int(name, value)
-        self.target = target
-        self.module = find_model(hf_config.get("architectures"), target)
-        # Multimodal checkpoints (Qwen3.5 *ForConditionalGeneration) nest the language model's config under
-        # text_config; the generated text model reads those fields, its own values winning over the wrapper's.
-        text_config = hf_config.get("text_config")
-        if isinstance(text_config, dict):
-            hf_config = {**hf_config, **text_config, "architectures": hf_config.get("architectures")}
+        self.module = find_model(self.checkpoint.architectures, self.target.name)
         self.device = _resolve_device(device)
-        self.backend, self.backend_reason = backends.select(target, self.device)
+        self.backend, self.backend_reason = backends.select(self.target.name, self.device)
         self.dtype = _resolve_dtype(dtype, hf_config, config_path)
         # Fields every architecture has: a count or size below 1 is a config error here, not a division by zero
         # or "unexpected tensors" later; the generated readers check types.
@@ -273,7 +243,7 @@ class LLM:
         check_core_fields(self.config, str(config_path))  # derived values too (head_dim = hidden // heads)
         _check_rope_table(self.config, config_path, self.device)
         self.vocab_size = int(self.config.vocab_size)
-        self.eos_ids = eos_token_ids(self.checkpoint_dir)  # before the (slow) weight load: a bad field fails fast
+        self.eos_ids = self.checkpoint.eos_token_ids()  # before the (slow) weight load: a bad field fails fast
         with default_dtype(self.dtype), self.device:
             self.model = self.module.MODEL_CLASS(self.config)
         self.model.eval()
@@ -305,13 +275,10 @@ class LLM:
         on_device_check = mode != "off" and self.device.type != "cpu"
         if mode == "auto":
             mode = "sampled"
-        with Checkpoint(self.checkpoint_dir, allow_external_shards=allow_external_shards,
-                        check_finite="off" if on_device_check else mode) as ckpt:
+        with self.checkpoint.open_weights(self.dtype, allow_external_shards=allow_external_shards,
+                                          check_finite="off" if on_device_check else mode) as ckpt:
             t0 = time.perf_counter()
-            if target == "neuron":
-                self.model.load_weights(ckpt, device=self.device)
-            else:
-                self.model.load_weights(ckpt)
+            self.target.load(self.model, ckpt)  # the model's load_weights(checkpoint), the same on every target
             self.load_seconds = time.perf_counter() - t0
         if on_device_check:
             _check_parameters_finite(self.model, self.checkpoint_dir, self.device)
@@ -328,29 +295,19 @@ class LLM:
             self._request_releasers += (self.state_pool.free,)
             caches.update(self.state_pool.tensors())
         self.model.bind_kv_cache(caches)
-        # Token budget per step: prompts longer than it are prefilled in chunks. The rocm runner continues a chunk
-        # over the paged cache natively (unlimited by default); on neuron the budget is the largest prefill bucket
-        # and a smaller one turns on segmented prefill (one more graph per prefill x context bucket).
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.chunked_prefill = True
-        if target == "neuron":
-            largest = max(prefill_buckets) if prefill_buckets else self.max_model_len
-            if max_num_batched_tokens is not None and max_num_batched_tokens > largest:
-                raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens} exceeds the largest prefill bucket {largest}")
-            self.max_num_batched_tokens = max_num_batched_tokens or largest
-            self.chunked_prefill = self.max_num_batched_tokens < self.max_model_len
-            self.runner = NeuronRunner(
-                self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
-                prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
-                decode_context_buckets=decode_context_buckets, compile=compile,
-                on_device_sampling=on_device_sampling, segmented_prefill=self.chunked_prefill,
-                state_pool=self.state_pool,
-            )
-        else:
-            self.runner = RocmRunner(
-                self.model, self.blocks, self.device, max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
-                cuda_graphs=cuda_graphs, decode_buckets=decode_buckets, state_pool=self.state_pool,
-            )
+        # Token budget per step: prompts longer than it are prefilled in chunks. The target decides: rocm continues a
+        # chunk over the paged cache natively (unlimited by default); on neuron the budget is the largest prefill
+        # bucket and a smaller one turns on segmented prefill (one more graph per prefill x context bucket).
+        options = RunnerOptions(
+            max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            cuda_graphs=cuda_graphs, compile=compile, prefill_buckets=prefill_buckets, decode_buckets=decode_buckets,
+            decode_context_buckets=decode_context_buckets, on_device_sampling=on_device_sampling,
+        )
+        budget = self.target.step_budget(options)
+        self.max_num_batched_tokens = budget.max_num_batched_tokens
+        self.chunked_prefill = budget.chunked_prefill
+        self.runner = self.target.make_runner(self.model, self.blocks, self.device, options, budget,
+                                              state_pool=self.state_pool)
         self._next_id = 0
         self.stats = GenerateStats()
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-TARGETS = ("rocm", "neuron")
+from ..targets import check_target
 
 
 def model_index(target: str) -> dict[str, str]:
     """Architecture -> model package name, for every spec built for ``target`` (imports no model package)."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-    return dict(importlib.import_module(f"modelgen.generated.{target}").MODELS)
+    return dict(importlib.import_module(f"modelgen.generated.{check_target(target)}").MODELS)
 
 
 def find_model(architectures: list[str] | None, target: str) -> ModuleType:

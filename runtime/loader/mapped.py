@@ -1,8 +1,11 @@
 """neuron-target loading (vLLM Neuron style): ``parameter -> [checkpoint keys]`` mappings + transform closures.
 
-Each parameter may carry a loader whose ``transform(slices, rank)`` receives lazy safetensors slices (one per mapped
-key) and returns this rank's tensor; parameters without one are loaded as-is. Renames are applied to checkpoint keys
-before the mappings are looked up.
+The model exposes the mappings through the loader protocol (``runtime/loader/protocol.py``):
+``checkpoint_mappings(available)``, ``ignored_keys`` and ``renames``. Each parameter may carry a loader whose
+``transform(slices, rank)`` receives lazy safetensors slices (one per mapped key) and returns this rank's tensor;
+parameters without one are loaded as-is. Renames are applied to checkpoint keys before the mappings are looked up.
+Each loaded tensor replaces its parameter's data on the device the parameter was built on (the engine builds the
+model under its device), so the caller passes no device.
 """
 from __future__ import annotations
 
@@ -11,22 +14,33 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from .. import distributed as dist
 from .checkpoint import Checkpoint, CheckpointError
 from .names import ExtraLayers, IgnoreRules, apply_renames
 from .quantization import process_weights_after_loading
 from .report import Coverage
 
+Mappings = Mapping[str, Sequence[str]]
+
 
 def load_mapped_weights(
     model: nn.Module,
     checkpoint: Checkpoint,
-    mappings: Mapping[str, Sequence[str]] | Callable[[set[str]], Mapping[str, Sequence[str]]],
+    mappings: Mappings | Callable[[set[str]], Mappings] | None = None,
     *,
-    rank: int,
-    ignored: tuple[str, ...],
-    renames: tuple[tuple[str, str], ...],
-    device: torch.device | str = "cpu",
+    rank: int | None = None,
+    ignored: tuple[str, ...] | None = None,
+    renames: tuple[tuple[str, str], ...] | None = None,
 ) -> None:
+    """Fill every parameter of ``model`` (strict: every parameter mapped, every checkpoint tensor used or ignored).
+
+    ``mappings``/``ignored``/``renames`` default to the model's ``checkpoint_mappings``/``ignored_keys``/``renames``;
+    ``rank`` to this process's tensor-parallel rank.
+    """
+    mappings = model.checkpoint_mappings if mappings is None else mappings
+    ignored = tuple(getattr(model, "ignored_keys", ())) if ignored is None else ignored
+    renames = tuple(getattr(model, "renames", ())) if renames is None else renames
+    rank = dist.tp_rank() if rank is None else rank
     canonical = {apply_renames(k, renames): k for k in checkpoint.keys()}
     if callable(mappings):  # built from the (renamed) keys present, e.g. fused vs per-expert expert tensors
         mappings = mappings(set(canonical))
@@ -71,7 +85,7 @@ def load_mapped_weights(
                 f"parameter '{name}' expects {param.dtype}"
             )
         with torch.no_grad():
-            param.data = tensor.to(device=device, dtype=param.dtype).contiguous()
+            param.data = tensor.to(device=param.device, dtype=param.dtype).contiguous()
         # A key may feed several parameters (tied embeddings are mapped twice, never aliased).
         coverage.expected.discard((name, None))
         used.update(originals)

@@ -1,12 +1,16 @@
 """rocm-target loading (ATOM style): stream checkpoint tensors, route each to a parameter's ``weight_loader``.
 
-Routing uses the generated tables of ``generated/rocm/<model>/weights.py``: renames, ignore patterns, the
-``packed_modules_mapping`` (q/k/v -> qkv_proj, gate/up -> gate_up_proj), the expert mappings (per-expert names with
-``{e}`` and transformers v5 fused names) and tied parameters.
+Routing reads the model's tables (the loader protocol, ``runtime/loader/protocol.py``): renames, ignore patterns,
+``packed_modules_mapping`` (q/k/v -> qkv_proj, gate/up -> gate_up_proj), ``get_expert_mapping()`` (per-expert names
+with ``{e}``, transformers v5 fused names, shared-expert slots) and tied parameters. The loader knows no layer's
+internal names: which stacked parameter an expert tensor fills, with which shard ids, and which extra coverage slots
+a shared expert adds are all rows of those tables; shard ids are passed through to the parameters' loaders.
 
-Per-expert tensors go through :class:`~modelgen.runtime.loader.experts.ExpertStager`: with more than one loader thread
+A stacked expert parameter's module provides ``num_local_experts``, ``expert_offset``, ``local_index(expert)`` and
+``load_stacked(param, {shard: [L, ...]})`` (``runtime/layers/moe.py`` FusedMoE). Per-expert tensors go through
+:class:`~modelgen.runtime.loader.experts.ExpertStager`: with more than one loader thread
 (``MODELGEN_LOADER_NUM_THREADS``, default 16) they are read on a thread pool and copied once per stacked parameter;
-with one thread each expert is copied through the module's ``weight_loader`` as it is read.
+with one thread each expert is copied through the parameter's ``weight_loader`` as it is read.
 
 When the model's parameters are on a CUDA device, the other tensors are read in file order by
 :class:`~modelgen.runtime.loader.device_reader.DeviceReader` (parallel reads into pinned buffers, async host-to-device copies,
@@ -16,7 +20,8 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -24,17 +29,80 @@ from torch import nn
 from .checkpoint import Checkpoint, CheckpointError
 from .experts import ExpertStager, default_num_threads
 from .names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
+from .protocol import ExpertMapping, PackedTables
 from .quantization import process_weights_after_loading
 from .report import Coverage
 
-EXPERTS = "experts"  # coverage slot of a stacked expert parameter
+EXPERTS = "experts"  # coverage slot of a stacked expert parameter (every routed expert, staged or fused)
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where one checkpoint key goes, decided once (the device reader's key list and the load loop both read it)."""
+
+    param: str | None = None  # parameter name; None: skipped on purpose (``why``)
+    shard: Any = None  # shard id handed to the parameter's loader (None: ``loader(param, tensor)``)
+    slot: Any = None  # coverage slot the tensor fills
+    expert: int | None = None  # per-expert tensor: global expert index (staged, never fetched directly)
+    why: str | None = None  # reason the key is ignored
+
+    @property
+    def fetched(self) -> bool:
+        return self.param is not None and self.expert is None
+
+
+class _Router:
+    """Checkpoint key -> :class:`_Route` (or None: no parameter takes it, reported as unexpected by coverage)."""
+
+    def __init__(self, model: nn.Module, params: Mapping[str, nn.Parameter], tables: PackedTables):
+        self.params, self.tables = params, tables
+        self.rules = IgnoreRules(tables.ignored)
+        self.extra_layers = ExtraLayers.of(model)
+        self.tied = tables.tied
+        ex = tables.experts
+        self.per_expert = [(_expert_regex(pattern), param, shard) for param, pattern, shard in ex.per_expert]
+        # Whole-tensor expert rows: a fused tensor fills the EXPERTS slot, a shared-expert tensor its own slot.
+        self.whole = [(pattern, param, shard, EXPERTS) for param, pattern, shard in ex.fused]
+        self.whole += [(pattern, param, shard, shard) for param, pattern, shard in ex.shared]
+
+    def route(self, key: str) -> _Route | None:
+        name = apply_renames(key, self.tables.renames)
+        pattern = self.rules.match(name)
+        if pattern is not None:
+            return _Route(why=f"checkpoint.ignore '{pattern}'")
+        skipped = self.extra_layers.match(name)
+        if skipped is not None:
+            return _Route(why=skipped)
+        if name in self.tied:
+            return _Route(why=f"tied to {self.tied[name]}")
+        for rx, param_suffix, shard in self.per_expert:
+            m = rx.match(name)
+            if m and f"{m['block']}.{param_suffix}" in self.params:
+                return _Route(f"{m['block']}.{param_suffix}", shard, EXPERTS, expert=int(m["e"]))
+        for pattern, param_suffix, shard, slot in self.whole:
+            if name.endswith("." + pattern) and name[: -len(pattern)] + param_suffix in self.params:
+                return _Route(name[: -len(pattern)] + param_suffix, shard, slot)
+        param_name, shard = resolve_packed(name, self.tables.packed_modules_mapping)
+        return _Route(param_name, shard, shard) if param_name in self.params else None
+
+
+def _expert_regex(pattern: str) -> re.Pattern:
+    """``experts.{e}.gate_proj.weight`` -> a regex over full keys capturing the MoE block and the expert index."""
+    body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
+    return re.compile(rf"^(?P<block>.+)\.{body}$")
+
+
+def _stacked_of(params: Mapping[str, nn.Parameter], experts: ExpertMapping) -> dict[str, str]:
+    """Full name of every stacked expert parameter -> its name relative to the MoE block (the tables' key)."""
+    suffixes = experts.stacked_params()
+    return {name: s for name in params for s in suffixes if name == s or name.endswith("." + s)}
 
 
 def _expected_slots(
-    model: nn.Module, modules: Mapping[str, nn.Module], packed: Mapping[str, tuple[str, Any]], skip: set[str]
+    model: nn.Module, tables: PackedTables, stacked: Mapping[str, str], skip: set[str]
 ) -> list[tuple[str, Any]]:
     shards_of: dict[str, list[Any]] = {}
-    for fused, shard in packed.values():
+    for fused, shard in tables.packed_modules_mapping.values():
         shards_of.setdefault(fused, []).append(shard)
     slots = []
     seen: set[int] = set()
@@ -43,11 +111,9 @@ def _expected_slots(
             continue
         seen.add(id(param))
         module_name = name.split(".")[-2] if "." in name else ""
-        if getattr(param, "is_expert_param", False):
+        if name in stacked:  # routed experts, plus one slot per shared-expert tensor the tables route here
             slots.append((name, EXPERTS))
-            module = modules.get(name.rsplit(".", 1)[0])
-            if getattr(module, "num_shared_experts", 0):  # fused shared-expert slots, filled from their own tensors
-                slots += [(name, s) for s in (("shared_w1", "shared_w3") if name.endswith("w13_weight") else ("shared_w2",))]
+            slots += [(name, s) for s in tables.experts.shared_slots(stacked[name])]
         elif module_name in shards_of:
             slots += [(name, s) for s in shards_of[module_name]]
         else:
@@ -55,35 +121,29 @@ def _expected_slots(
     return slots
 
 
-def _expert_rules(mapping: Sequence[tuple[str, str, str]]) -> list[tuple[re.Pattern, str, str]]:
-    """``("experts.w13_weight", "experts.{e}.gate_proj.weight", "w1")`` -> (regex over full keys, param suffix, shard)."""
-    rules = []
-    for param, pattern, shard in mapping:
-        body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
-        rules.append((re.compile(rf"^(?P<block>.+)\.{body}$"), param, shard))
-    return rules
-
-
 class _ExpertLoads:
     """Per-expert tensors of every stacked parameter, staged until each parameter is complete."""
 
-    def __init__(self, params: dict[str, nn.Parameter], modules: dict[str, nn.Module], num_threads: int):
-        self.params, self.modules = params, modules
+    def __init__(self, params: Mapping[str, nn.Parameter], modules: Mapping[str, nn.Module],
+                 stacked: Mapping[str, str], experts: ExpertMapping, num_threads: int):
+        self.params, self.modules, self.stacked, self.experts = params, modules, stacked, experts
         self.num_threads = num_threads
         self.executor = ThreadPoolExecutor(num_threads, thread_name_prefix="modelgen-load") if num_threads > 1 else None
         self.stagers: dict[str, ExpertStager] = {}
 
+    def module_of(self, param_name: str) -> nn.Module:
+        return self.modules[param_name.rsplit(".", 1)[0]]
+
     def stager(self, param_name: str) -> ExpertStager:
         if param_name not in self.stagers:
-            module = self.modules[param_name.rsplit(".", 1)[0]]
+            module = self.module_of(param_name)
             param = self.params[param_name]
-            shards = ("w1", "w3") if param_name.endswith("w13_weight") else ("w2",)
             offset = module.expert_offset
             self.stagers[param_name] = ExpertStager(
-                module.num_local_experts, shards,
+                module.num_local_experts, self.experts.per_expert_shards(self.stacked[param_name]),
                 lambda stacked, m=module, p=param: m.load_stacked(p, stacked),
                 self.num_threads, name=param_name, executor=self.executor,
-                per_expert_loader=lambda e, s, t, m=module, p=param: m.weight_loader(p, t, s, e + offset),
+                per_expert_loader=lambda e, s, t, p=param: p.weight_loader(p, t, s, e + offset),
             )
         return self.stagers[param_name]
 
@@ -98,33 +158,27 @@ class _ExpertLoads:
 
 
 def load_packed_weights(
-    model: nn.Module,
-    checkpoint: Checkpoint,
-    *,
-    packed_modules_mapping: Mapping[str, tuple[str, Any]],
-    ignored: tuple[str, ...],
-    renames: tuple[tuple[str, str], ...],
-    tied: Mapping[str, str],
-    expert_mapping: Sequence[tuple[str, str, str]] = (),
-    fused_expert_mapping: Sequence[tuple[str, str, str]] = (),
-    shared_expert_mapping: Sequence[tuple[str, str, str]] = (),
-    num_threads: int | None = None,
+    model: nn.Module, checkpoint: Checkpoint, *, num_threads: int | None = None, **overrides: Any
 ) -> None:
-    """Fill every parameter of ``model`` from ``checkpoint``; raise CheckpointError on any mismatch.
+    """Fill every parameter of ``model`` from ``checkpoint`` through the model's tables; raise CheckpointError on
+    any mismatch (strict: nothing missing, nothing unused unless ignored).
 
-    ``tied`` maps a parameter that shares storage with another (``lm_head.weight`` -> ``model.embed_tokens.weight``)
-    when the config ties them: it is filled through its twin, and a checkpoint copy of it is ignored.
+    ``overrides`` replace tables by :class:`PackedTables` field name (``packed_modules_mapping``, ``ignored``,
+    ``renames``, ``tied``, ``experts``), for hand-built models in tests. A ``tied`` pair is honoured only when both
+    names are one tensor in the model (``lm_head.weight is model.embed_tokens.weight``): the parameter is filled
+    through its twin and a checkpoint copy of it is ignored; untied, it needs its own tensor.
     """
     params = dict(model.named_parameters(remove_duplicate=False))
     modules = dict(model.named_modules())
-    rules = IgnoreRules(ignored)
-    extra_layers = ExtraLayers.of(model)
-    coverage = Coverage(checkpoint.keys(), _expected_slots(model, modules, packed_modules_mapping, set(tied)))
-    per_expert = _expert_rules(expert_mapping)
-    fused_experts = {pattern: (param, shard) for param, pattern, shard in fused_expert_mapping}
-    # Shared experts fused into the expert stack: one tensor per shard, split into slots by the module's loader.
-    fused_experts.update({pattern: (param, shard) for param, pattern, shard in shared_expert_mapping})
-    experts = _ExpertLoads(params, modules, default_num_threads() if num_threads is None else num_threads)
+    tables = PackedTables.of(model, **overrides)
+    tied = {a: b for a, b in tables.tied.items() if a in params and b in params and params[a] is params[b]}
+    tables = PackedTables(tables.packed_modules_mapping, tables.ignored, tables.renames, tied, tables.experts)
+    stacked = _stacked_of(params, tables.experts)
+    coverage = Coverage(checkpoint.keys(), _expected_slots(model, tables, stacked, set(tied)))
+    router = _Router(model, params, tables)
+    routes = {key: router.route(key) for key in checkpoint.keys()}
+    experts = _ExpertLoads(params, modules, stacked, tables.experts,
+                           default_num_threads() if num_threads is None else num_threads)
 
     def fail(key: str, param_name: str, err: Exception) -> CheckpointError:
         return CheckpointError(
@@ -132,44 +186,25 @@ def load_packed_weights(
             f"{checkpoint.dtype(key)}) -> parameter '{param_name}': {err}"
         )
 
-    def fetched(key: str) -> bool:  # the routing below, without side effects: does the loop read this tensor?
-        name = apply_renames(key, renames)
-        if rules.match(name) is not None or extra_layers.match(name) is not None or name in tied \
-                or _match_expert(name, per_expert, params) is not None:
-            return False
-        param_name, _ = _match_fused_expert(name, fused_experts, params) or resolve_packed(name, packed_modules_mapping)
-        return param_name in params
-
-    reader = _device_reader(model, checkpoint, fetched)
+    reader = _device_reader(model, checkpoint, [k for k, r in routes.items() if r is not None and r.fetched])
     keys = reader.order_all if reader is not None else checkpoint.keys()
     fetch = reader.fetch if reader is not None else checkpoint.get_tensor
     try:
         for key in keys:
-            name = apply_renames(key, renames)
-            pattern = rules.match(name)
-            if pattern is not None:
-                coverage.ignore(key, f"checkpoint.ignore '{pattern}'")
+            route = routes[key]
+            if route is None:
+                continue  # reported as unexpected by coverage
+            if route.why is not None:
+                coverage.ignore(key, route.why)
                 continue
-            skipped = extra_layers.match(name)
-            if skipped is not None:
-                coverage.ignore(key, skipped)
-                continue
-            if name in tied:
-                coverage.ignore(key, f"tied to {tied[name]}")
-                continue
-            expert_hit = _match_expert(name, per_expert, params)
-            if expert_hit is not None:
-                param_name, shard, expert = expert_hit
-                module = modules[param_name.rsplit(".", 1)[0]]
-                local = module.local_index(expert)
+            param_name, shard = route.param, route.shard
+            if route.expert is not None:
+                local = experts.module_of(param_name).local_index(route.expert)
                 coverage.unused.discard(key)
-                if local is not None:
+                if local is not None:  # another rank's expert otherwise
                     experts.stager(param_name).add(local, shard, lambda k=key: checkpoint.get_tensor(k))
                 continue
-            param_name, shard = _match_fused_expert(name, fused_experts, params) or resolve_packed(name, packed_modules_mapping)
-            param = params.get(param_name)
-            if param is None:
-                continue  # reported as unexpected by coverage
+            param = params[param_name]
             tensor = fetch(key)
             if tensor.is_floating_point() != param.is_floating_point():
                 raise CheckpointError(
@@ -182,14 +217,13 @@ def load_packed_weights(
                     if tuple(tensor.shape) != tuple(param.shape):
                         raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
                     param.data.copy_(tensor)
-                elif getattr(param, "is_expert_param", False):
-                    loader(param, tensor, shard)  # fused tensor of every expert, or a shared expert's slots
-                    shard = shard if shard.startswith("shared_") else EXPERTS
+                elif shard is not None:
+                    loader(param, tensor, shard)
                 else:
-                    loader(param, tensor, shard) if shard is not None else loader(param, tensor)
+                    loader(param, tensor)
             except ValueError as e:
                 raise fail(key, param_name, e) from None
-            coverage.fill(param_name, shard, key)
+            coverage.fill(param_name, route.slot, key)
         for param_name in experts.finish():
             coverage.fill(param_name, EXPERTS, f"per-expert tensors of {param_name}")
     except ValueError as e:  # a staged per-expert copy with a wrong shape
@@ -204,13 +238,13 @@ def load_packed_weights(
 class _ReaderRoute:
     """Keys in file order and a fetch that reads ahead to the GPU (falls back per key to the mmap reader)."""
 
-    def __init__(self, checkpoint: Checkpoint, device: torch.device, num_threads: int, fetched):
+    def __init__(self, checkpoint: Checkpoint, device: torch.device, num_threads: int, fetched: list[str]):
         from .device_reader import DeviceReader, file_order
 
         self.checkpoint = checkpoint
         self.order_all = file_order(checkpoint, checkpoint.keys())
-        wanted = [k for k in self.order_all if fetched(k)]
-        self.reader = DeviceReader(checkpoint, wanted, device, num_threads=num_threads)
+        wanted = set(fetched)
+        self.reader = DeviceReader(checkpoint, [k for k in self.order_all if k in wanted], device, num_threads=num_threads)
         self.fast = set(self.reader.order)
 
     def fetch(self, key: str) -> torch.Tensor:
@@ -220,7 +254,7 @@ class _ReaderRoute:
         self.reader.close()
 
 
-def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched):
+def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched: list[str]):
     """A GPU read-ahead route when the model's parameters live on a CUDA device (``MODELGEN_GPU_LOADER=0`` disables)."""
     import os
 
@@ -228,22 +262,3 @@ def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched):
     if probe is None or probe.device.type != "cuda" or os.environ.get("MODELGEN_GPU_LOADER", "1") == "0":
         return None
     return _ReaderRoute(checkpoint, probe.device, min(16, max(1, default_num_threads())), fetched)
-
-
-def _match_expert(name: str, rules, params) -> tuple[str, str, int] | None:
-    for rx, param_suffix, shard in rules:
-        m = rx.match(name)
-        if m:
-            param_name = f"{m['block']}.{param_suffix}"
-            if param_name in params:
-                return param_name, shard, int(m["e"])
-    return None
-
-
-def _match_fused_expert(name: str, fused: dict[str, tuple[str, str]], params) -> tuple[str, str] | None:
-    for pattern, (param_suffix, shard) in fused.items():
-        if name.endswith("." + pattern):
-            param_name = name[: -len(pattern)] + param_suffix
-            if param_name in params:
-                return param_name, shard
-    return None

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 7b36075bbc84f0a4
+# source hash (spec + templates + generator): 89a578b289301074
 # ==================================================================================================================
 """DeepseekV3 for the neuron target, in vLLM Neuron's style.
 
@@ -278,6 +278,10 @@ class DeepseekV3Model(nn.Module):
 
 
 class DeepseekV3ForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): load_mapped_weights reads these and checkpoint_mappings().
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+
     def __init__(self, config: DeepseekV3Config):
         super().__init__()
         self.config = config
@@ -326,14 +330,11 @@ class DeepseekV3ForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
-    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
-        load_mapped_weights(
-            self,
-            checkpoint,
-            lambda available: checkpoint_mappings(self.config, available),
-            rank=dist.tp_rank(),
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            device=device,
-        )
+    def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
+        """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
+        return checkpoint_mappings(self.config, available)  # fused vs per-expert expert tensors, by what is present
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint
+        tensor used or ignored)."""
+        load_mapped_weights(self, checkpoint)

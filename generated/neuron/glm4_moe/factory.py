@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 0bd06c24a676bffb
+# source hash (spec + templates + generator): f0bbfdb20d5a0ef1
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Glm4MoeForCausalLM."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 83311f2ab9ba2cec
+# source hash (spec + templates + generator): 93962163a9bb6e40
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -358,6 +358,10 @@ class GptOssModel(nn.Module):
 
 
 class GptOssForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): load_mapped_weights reads these and checkpoint_mappings().
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+
     def __init__(self, config: GptOssConfig):
         super().__init__()
         self.config = config
@@ -406,14 +410,11 @@ class GptOssForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
-    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
-        load_mapped_weights(
-            self,
-            checkpoint,
-            lambda available: checkpoint_mappings(self.config, available),
-            rank=dist.tp_rank(),
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            device=device,
-        )
+    def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
+        """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
+        return checkpoint_mappings(self.config, available)  # fused vs per-expert expert tensors, by what is present
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint
+        tensor used or ignored)."""
+        load_mapped_weights(self, checkpoint)

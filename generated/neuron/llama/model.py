@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): de313e3726fd15f4
+# source hash (spec + templates + generator): 2d716ba15979cd6c
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 
@@ -223,6 +223,10 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): load_mapped_weights reads these and checkpoint_mappings().
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
@@ -271,14 +275,11 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
-    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
-        load_mapped_weights(
-            self,
-            checkpoint,
-            lambda _available: checkpoint_mappings(self.config),
-            rank=dist.tp_rank(),
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            device=device,
-        )
+    def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
+        """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
+        return checkpoint_mappings(self.config)
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint
+        tensor used or ignored)."""
+        load_mapped_weights(self, checkpoint)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 651569000917ccff
+# source hash (spec + templates + generator): 18634ea2bf5ca382
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style.
 
@@ -218,6 +218,10 @@ class MixtralModel(nn.Module):
 
 
 class MixtralForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): load_mapped_weights reads these and checkpoint_mappings().
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+
     def __init__(self, config: MixtralConfig):
         super().__init__()
         self.config = config
@@ -266,14 +270,11 @@ class MixtralForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
-    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
-        load_mapped_weights(
-            self,
-            checkpoint,
-            lambda available: checkpoint_mappings(self.config, available),
-            rank=dist.tp_rank(),
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            device=device,
-        )
+    def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
+        """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
+        return checkpoint_mappings(self.config, available)  # fused vs per-expert expert tensors, by what is present
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint
+        tensor used or ignored)."""
+        load_mapped_weights(self, checkpoint)

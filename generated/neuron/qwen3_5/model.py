@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): a8464e49fa53823f
+# source hash (spec + templates + generator): 83f0d9afd51f5852
 # ==================================================================================================================
 """Qwen35 for the neuron target, in vLLM Neuron's style.
 
@@ -318,6 +318,10 @@ class Qwen35Model(nn.Module):
 
 
 class Qwen35ForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): load_mapped_weights reads these and checkpoint_mappings().
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+
     def __init__(self, config: Qwen35Config):
         super().__init__()
         self.config = config
@@ -366,14 +370,11 @@ class Qwen35ForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.get_attention().bind_kv_cache(kv_caches)
 
-    def load_weights(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        """Load this rank's shards (strict: every parameter mapped, every checkpoint tensor used or ignored)."""
-        load_mapped_weights(
-            self,
-            checkpoint,
-            lambda _available: checkpoint_mappings(self.config),
-            rank=dist.tp_rank(),
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            device=device,
-        )
+    def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
+        """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
+        return checkpoint_mappings(self.config)
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint
+        tensor used or ignored)."""
+        load_mapped_weights(self, checkpoint)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): de313e3726fd15f4
+# source hash (spec + templates + generator): 2d716ba15979cd6c
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 
@@ -27,6 +27,7 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
 
 from .config import LlamaConfig
 from .weights import (
@@ -156,7 +157,12 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
     packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
@@ -185,14 +191,10 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
+    def get_expert_mapping(self) -> ExpertMapping:
+        """No routed experts in this model."""
+        return ExpertMapping()
+
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
-        load_packed_weights(
-            self,
-            checkpoint,
-            packed_modules_mapping=PACKED_MODULES_MAPPING,
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            tied=TIED_PARAMETERS if tied else {},
-        )
+        load_packed_weights(self, checkpoint)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): b3cdabd38afdf11a
+# source hash (spec + templates + generator): c0746d021b2fee01
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 
@@ -27,6 +27,7 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
 
 from .config import Qwen3Config
 from .weights import (
@@ -157,7 +158,12 @@ class Qwen3Model(nn.Module):
 
 
 class Qwen3ForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
     packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
 
     def __init__(self, config: Qwen3Config):
         super().__init__()
@@ -186,14 +192,10 @@ class Qwen3ForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
+    def get_expert_mapping(self) -> ExpertMapping:
+        """No routed experts in this model."""
+        return ExpertMapping()
+
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
-        load_packed_weights(
-            self,
-            checkpoint,
-            packed_modules_mapping=PACKED_MODULES_MAPPING,
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            tied=TIED_PARAMETERS if tied else {},
-        )
+        load_packed_weights(self, checkpoint)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): a8464e49fa53823f
+# source hash (spec + templates + generator): 83f0d9afd51f5852
 # ==================================================================================================================
 """Qwen35 for the rocm target, in ATOM's style.
 
@@ -29,6 +29,7 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
 from modelgen.runtime.state_cache import StateSpec
 
 from .config import Qwen35Config
@@ -210,7 +211,12 @@ class Qwen35Model(nn.Module):
 
 
 class Qwen35ForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
     packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
 
     def __init__(self, config: Qwen35Config):
         super().__init__()
@@ -239,14 +245,10 @@ class Qwen35ForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.get_attention().bind_kv_cache(kv_caches)
 
+    def get_expert_mapping(self) -> ExpertMapping:
+        """No routed experts in this model."""
+        return ExpertMapping()
+
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
-        load_packed_weights(
-            self,
-            checkpoint,
-            packed_modules_mapping=PACKED_MODULES_MAPPING,
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            tied=TIED_PARAMETERS if tied else {},
-        )
+        load_packed_weights(self, checkpoint)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 5fffb57a46d7fa65
+# source hash (spec + templates + generator): 22533d32774b62f2
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
@@ -28,6 +28,7 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
 
 from .config import Qwen3MoeConfig
 from .weights import (
@@ -190,7 +191,12 @@ class Qwen3MoeModel(nn.Module):
 
 
 class Qwen3MoeForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
     packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
 
     def __init__(self, config: Qwen3MoeConfig):
         super().__init__()
@@ -219,16 +225,13 @@ class Qwen3MoeForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.bind_kv_cache(kv_caches)
 
+    def get_expert_mapping(self) -> ExpertMapping:
+        """Routed-expert tables: per-expert and fused checkpoint names -> stacked parameters (and shared slots)."""
+        return ExpertMapping(
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
+        )
+
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
-        load_packed_weights(
-            self,
-            checkpoint,
-            packed_modules_mapping=PACKED_MODULES_MAPPING,
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            expert_mapping=EXPERT_PARAMS_MAPPING,
-            fused_expert_mapping=FUSED_EXPERT_MAPPING,
-            tied=TIED_PARAMETERS if tied else {},
-        )
+        load_packed_weights(self, checkpoint)

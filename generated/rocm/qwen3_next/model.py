@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): 2d4f166101307bcc
+# source hash (spec + templates + generator): 488122ceb46f4326
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -35,6 +35,7 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
 from modelgen.runtime.state_cache import StateSpec
 
 from .config import Qwen3NextConfig
@@ -263,7 +264,12 @@ class Qwen3NextModel(nn.Module):
 
 
 class Qwen3NextForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
     packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
 
     def __init__(self, config: Qwen3NextConfig):
         super().__init__()
@@ -292,16 +298,13 @@ class Qwen3NextForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.get_attention().bind_kv_cache(kv_caches)
 
+    def get_expert_mapping(self) -> ExpertMapping:
+        """Routed-expert tables: per-expert and fused checkpoint names -> stacked parameters (and shared slots)."""
+        return ExpertMapping(
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
+        )
+
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
-        tied = self.lm_head.weight is self.model.embed_tokens.weight
-        load_packed_weights(
-            self,
-            checkpoint,
-            packed_modules_mapping=PACKED_MODULES_MAPPING,
-            ignored=IGNORED_KEYS,
-            renames=RENAMES,
-            expert_mapping=EXPERT_PARAMS_MAPPING,
-            fused_expert_mapping=FUSED_EXPERT_MAPPING,
-            tied=TIED_PARAMETERS if tied else {},
-        )
+        load_packed_weights(self, checkpoint)

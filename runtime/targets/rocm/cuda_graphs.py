@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..layers.attention import AttentionMetadata
+from ...layers.attention import AttentionMetadata
 
 
 def default_decode_buckets(max_num_seqs: int) -> list[int]:
@@ -41,7 +41,7 @@ class _Bucket:
         cu = torch.arange(B + 1, dtype=torch.int32, device=device)
         state = None
         if with_state:  # recurrent layers: each row's state slot (-1 = padding row) and fresh flag (0/1)
-            from ..layers.gated_deltanet import StateMetadata
+            from ...layers.gated_deltanet import StateMetadata
 
             self.h_state, self.h_fresh = self.host[4 * B:5 * B], self.host[5 * B:6 * B]
             self.state_slot, self.fresh_i64 = d[4 * B:5 * B], d[5 * B:6 * B]

@@ -1,0 +1,57 @@
+"""What the engine needs from a target: a runner for the scheduled steps, a token budget, and weight loading."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..engine.block_manager import BlockManager
+from ..loader.checkpoint import Checkpoint
+from ..loader.protocol import LoadsWeights
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Engine options a runner may use; each target reads the ones that concern it (the others are ignored, as
+    before: ``cuda_graphs`` means nothing on neuron, compiled buckets nothing on rocm)."""
+
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int | None = None
+    cuda_graphs: bool = True
+    compile: bool = False
+    prefill_buckets: list[int] | None = None
+    decode_buckets: list[int] | None = None
+    decode_context_buckets: list[int] | None = None
+    on_device_sampling: bool = False
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """Tokens one step may feed (None: unlimited) and whether a prompt longer than that is split into chunks."""
+
+    max_num_batched_tokens: int | None
+    chunked_prefill: bool
+
+
+class Target:
+    """One target's run-time side. Subclasses set ``name`` and implement :meth:`make_runner`."""
+
+    name: str
+
+    def step_budget(self, options: RunnerOptions) -> StepBudget:
+        """The default: the runner continues any chunk over the paged cache, so the budget is the caller's
+        (unlimited when None) and chunking is always on."""
+        return StepBudget(options.max_num_batched_tokens, True)
+
+    def make_runner(self, model: torch.nn.Module, blocks: BlockManager, device: torch.device,
+                    options: RunnerOptions, budget: StepBudget, state_pool=None):
+        raise NotImplementedError
+
+    def load(self, model: LoadsWeights, checkpoint: Checkpoint) -> None:
+        """Fill the model's parameters: the one ``load_weights(checkpoint)`` of the loader protocol, on every target
+        (the model's tables say how; its parameters' device says where)."""
+        model.load_weights(checkpoint)
+
+    def __repr__(self) -> str:
+        return f"<target {self.name}>"

@@ -1,0 +1,97 @@
+"""The rocm runner (ATOM style): a scheduled step -> one flattened varlen batch -> next-token logits."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ...engine.block_manager import BlockManager
+from ...engine.runners import Work, pad_tables
+from ...layers.attention import AttentionMetadata
+from .cuda_graphs import DecodeGraphs, slots_for
+
+
+class RocmRunner:
+    """ATOM-style: flattened tokens, :class:`AttentionMetadata`, ``forward`` + ``compute_logits``.
+
+    On a GPU with the Triton kernels active, pure decode steps of up to the largest bucket replay CUDA graphs
+    (``runtime/targets/rocm/cuda_graphs.py``); prefill, mixed steps and scoring run eagerly (their shapes vary).
+    ``cuda_graphs=False`` or ``MODELGEN_CUDA_GRAPHS=0`` turns the graphs off.
+    """
+
+    mixes_prefill_and_decode = True
+
+    def __init__(
+        self, model: torch.nn.Module, blocks: BlockManager, device: torch.device, *,
+        max_model_len: int | None = None, max_num_seqs: int = 8, cuda_graphs: bool = True,
+        decode_buckets: list[int] | None = None, state_pool=None,
+    ):
+        self.model, self.blocks, self.device = model, blocks, device
+        self.state_pool = state_pool  # StatePool of recurrent layers (Gated DeltaNet), None for pure attention
+        self.graphs = None
+        if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
+            width = blocks.blocks_needed(max_model_len) if max_model_len else blocks.num_blocks
+            self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets,
+                                       with_state=state_pool is not None)
+
+    def warmup(self) -> None:
+        """Capture every decode bucket now rather than on first use."""
+        if self.graphs is not None:
+            with torch.inference_mode():
+                self.graphs.capture_all()
+
+    @torch.inference_mode()
+    def step(self, work: list[Work], all_positions: bool = False) -> torch.Tensor:
+        """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``)."""
+        graphs = self.graphs
+        if graphs is not None and not all_positions and all(len(w.token_ids) == 1 for w in work) \
+                and graphs.bucket_for(len(work)) is not None:
+            tables = self.blocks.tables
+            slots = [self.state_pool.slot(w.seq_id) for w in work] if self.state_pool is not None else None
+            return graphs.run([w.token_ids[0] for w in work], [w.start_pos for w in work],
+                              [tables[w.seq_id] for w in work], state_slots=slots)
+        ids, pos, cu, ctx = [], [], [0], []
+        for w in work:
+            n = len(w.token_ids)
+            ids += w.token_ids
+            pos += range(w.start_pos, w.start_pos + n)
+            cu.append(cu[-1] + n)
+            ctx.append(w.start_pos + n)
+        tables = [self.blocks.tables[w.seq_id] for w in work]
+        slots = slots_for(tables, [w.start_pos for w in work], [len(w.token_ids) for w in work], self.blocks.block_size)
+        width = max(len(t) for t in tables)
+        dev = self.device
+        meta = AttentionMetadata(
+            is_prefill=any(len(w.token_ids) > 1 for w in work),
+            slot_mapping=torch.from_numpy(slots).to(dev),
+            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
+            context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
+            block_tables=torch.tensor(pad_tables(tables, width), dtype=torch.int32, device=dev),
+            max_seqlen_q=max(len(w.token_ids) for w in work),
+            state=self._state_metadata(work),
+        )
+        input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
+        positions = torch.tensor(pos, dtype=torch.int64, device=dev)
+        hidden = self.model(input_ids, positions, meta)
+        if all_positions:
+            return self.model.compute_logits(hidden)
+        last = torch.tensor(cu[1:], device=dev) - 1
+        return self.model.compute_logits(hidden.index_select(0, last))
+
+    def _state_metadata(self, work: list[Work]):
+        """Each sequence's state slot; ``fresh`` (no computed token yet) makes a recurrent layer start from zeros."""
+        if self.state_pool is None:
+            return None
+        from ...layers.gated_deltanet import StateMetadata
+
+        return StateMetadata.build([len(w.token_ids) for w in work], [self.state_pool.slot(w.seq_id) for w in work],
+                                   [w.start_pos == 0 for w in work], self.device)
+
+
+def _gpu_kernels_on(model: torch.nn.Module, device: torch.device) -> bool:
+    if torch.device(device).type != "cuda":
+        return False
+    from ...ops import gpu
+
+    probe = next(model.parameters(), None)
+    return probe is not None and gpu.enabled(probe)
