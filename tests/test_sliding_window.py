@@ -133,3 +133,32 @@ def test_chunked_prefill_and_decode_past_the_window(gpt_oss, target):
     short = PROMPT[:5]
     got = chunked.generate([short, PROMPT], SamplingParams(max_new_tokens=12, ignore_eos=True))
     assert got == [hf_greedy(hf, short, 12), want[:12]]
+
+
+def test_gpu_dispatch_falls_back_for_windows_sinks_and_gpt_oss_experts(gpt_oss, monkeypatch):
+    """The Triton kernels know no window, sink, router bias, expert bias or clamped SwiGLU: with the GPU path
+    "enabled" every GPT-OSS layer still runs the torch references (a kernel call would raise here), and its logits
+    are HF's. A plain layer does dispatch to the kernel (so the patch is live)."""
+    from modelgen.runtime.layers import attention as attn_layer
+    from modelgen.runtime.layers import moe as moe_layer
+
+    path, hf = gpt_oss
+    llm = LLM(path, target="rocm", dtype="float32", max_model_len=128)
+
+    def kernel(*args, **kwargs):
+        raise AssertionError("a GPT-OSS layer reached a GPU kernel")
+
+    import types
+
+    # Only these two layer modules see a GPU (norms, RoPE etc. keep their real dispatch on this CPU-only machine).
+    for module in (attn_layer, moe_layer):
+        monkeypatch.setattr(module, "gpu", types.SimpleNamespace(enabled=lambda x: True))
+    monkeypatch.setattr(attn_layer.PagedAttention, "_forward_gpu", kernel)
+    err = (llm.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
+    assert err < 1e-4
+    router = llm.model.model.layers[0].mlp.router
+    assert not router._gpu(torch.zeros(1, 64))
+    plain = attn_layer.PagedAttention(H, KVH, D, scale=1.0, layer_name="plain")
+    plain.k_cache = plain.v_cache = torch.zeros(1)
+    with pytest.raises(AssertionError, match="reached a GPU kernel"):
+        plain(torch.zeros(1, H, D), torch.zeros(1, KVH, D), torch.zeros(1, KVH, D), None)

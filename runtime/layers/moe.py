@@ -199,11 +199,11 @@ class FusedMoE(nn.Module):
         return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-        if self.backend != "aiter" and gpu.enabled(hidden_states):
+        # Expert biases (GPT-OSS) are not in the kernels: those layers take the torch reference below.
+        if self.backend != "aiter" and self.w13_bias is None and gpu.enabled(hidden_states):
             from ..ops.gpu import moe as gpu_moe
 
-            # Expert biases (GPT-OSS) are not in the kernels: those layers take the torch reference below.
-            if self.w13_bias is None and gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
+            if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
                 # Global ids in, this rank's experts [offset, offset + L) and (rank 0) the shared slots computed.
                 out = gpu_moe.fused_moe(
                     hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
