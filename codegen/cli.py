@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from modelgen.runtime.checkpoint_dir import CheckpointDir
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.targets import get_target
 
     # Request parameters are checked before anything is loaded: a bad --temperature fails at once.
     params = SamplingParams(
@@ -114,8 +115,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("modelgen run: give --prompt TEXT or --prompt-ids 1,2,3", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    if args.on_device_sampling and args.target != "neuron":
-        print("modelgen run: --on-device-sampling applies to the neuron target", file=sys.stderr)
+    if args.on_device_sampling and not get_target(args.target).on_device_sampling:
+        able = [t for t in TARGETS if get_target(t).on_device_sampling]
+        print(f"modelgen run: --on-device-sampling applies to the {', '.join(able)} target", file=sys.stderr)
         return 2
     extra = {"on_device_sampling": True} if args.on_device_sampling else {}
     for name in ("block_size", "num_blocks", "max_model_len"):

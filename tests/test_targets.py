@@ -24,6 +24,7 @@ def test_targets_is_defined_once_and_shared():
     from modelgen.runtime.engine import registry
 
     assert render.TARGETS is TARGETS and cli.TARGETS is TARGETS
+    assert set(render.PACKAGE_FILES) == set(TARGETS)  # each target's generated package files
     assert set(TARGETS) == {p.name for p in (ROOT / "generated").iterdir() if p.is_dir() and p.name != "__pycache__"}
     # No second definition anywhere in the code folders (a literal tuple of the target names, or TARGETS = ...).
     pattern = re.compile(r"^\s*TARGETS\s*[:=]|\(\s*['\"]rocm['\"]\s*,\s*['\"]neuron['\"]\s*\)", re.M)
@@ -141,3 +142,12 @@ def test_open_weights_and_tokenizer(llama_checkpoint):
     assert ckpt.tokenizer() is None  # save_pretrained of a bare model writes no tokenizer.json
     with ckpt.open_weights(torch.float32) as weights:
         assert torch.equal(weights.get_tensor("model.norm.weight"), hf.model.norm.weight)
+
+
+def test_cli_asks_the_target_about_on_device_sampling(llama_checkpoint, capsys):
+    from modelgen.codegen.cli import main
+
+    path, _ = llama_checkpoint("gqa")
+    assert [t for t in TARGETS if get_target(t).on_device_sampling] == ["neuron"]
+    rc = main(["run", "--checkpoint", str(path), "--target", "rocm", "--on-device-sampling", "--prompt-ids", "1,2"])
+    assert rc == 2 and "--on-device-sampling applies to the neuron target" in capsys.readouterr().err

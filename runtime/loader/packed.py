@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
@@ -172,7 +172,7 @@ def load_packed_weights(
     modules = dict(model.named_modules())
     tables = PackedTables.of(model, **overrides)
     tied = {a: b for a, b in tables.tied.items() if a in params and b in params and params[a] is params[b]}
-    tables = PackedTables(tables.packed_modules_mapping, tables.ignored, tables.renames, tied, tables.experts)
+    tables = replace(tables, tied=tied)
     stacked = _stacked_of(params, tables.experts)
     coverage = Coverage(checkpoint.keys(), _expected_slots(model, tables, stacked, set(tied)))
     router = _Router(model, params, tables)

@@ -38,6 +38,8 @@ class Target:
     """One target's run-time side. Subclasses set ``name`` and implement :meth:`make_runner`."""
 
     name: str
+    # Whether the model graph can sample (forward returns token ids; LLM(on_device_sampling=True)).
+    on_device_sampling: bool = False
 
     def step_budget(self, options: RunnerOptions) -> StepBudget:
         """The default: the runner continues any chunk over the paged cache, so the budget is the caller's

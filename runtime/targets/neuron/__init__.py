@@ -15,6 +15,7 @@ from .runner import NeuronRunner, default_buckets
 
 class NeuronTarget(Target):
     name = "neuron"
+    on_device_sampling = True  # NF.sample inside the compiled graph (the Neuron guide's on-device sampling)
 
     def step_budget(self, options: RunnerOptions) -> StepBudget:
         """A step's tokens must fit the largest prefill bucket; a budget below ``max_model_len`` turns on
