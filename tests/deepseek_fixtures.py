@@ -30,17 +30,32 @@ V2_CASES = {
     "v2": dict(_V2, topk_method="greedy", routed_scaling_factor=1.5),
     "v2_lite_yarn": dict(_V2, topk_method="greedy", q_lora_rank=None, first_k_dense_replace=0, rope_parameters=YARN),
 }
+# DeepSeek-V3.2 (DSA): index_topk at least the test prompts' length (dense regime) or below it (sparse).
+_V32 = dict({k: v for k, v in BASE.items() if k != "rope_interleave"}, index_n_heads=8, index_head_dim=16)
+V32_CASES = {
+    "v32_dense": dict(_V32, index_topk=128),
+    "v32_sparse": dict(_V32, index_topk=16, rope_parameters=YARN),
+}
+# GLM-5: the V3.2 layout with an interleaved-RoPE indexer and dense/MoE layers listed by mlp_layer_types.
+GLM5_CASES = {
+    "glm5_dense": dict(_V32, index_topk=128),
+    "glm5_sparse": dict(_V32, index_topk=16, mlp_layer_types=["sparse", "dense", "sparse"], attention_bias=True),
+}
+VERSIONS = {**{n: "DeepseekV3" for n in CASES}, **{n: "DeepseekV2" for n in V2_CASES},
+            **{n: "DeepseekV32" for n in V32_CASES}, **{n: "GlmMoeDsa" for n in GLM5_CASES}}
 
 
 def make_deepseek(path, name: str, fused: bool = False, seed: int = 0, **overrides):
-    """Save a tiny random DeepseekV3ForCausalLM or (V2_CASES) DeepseekV2ForCausalLM (``fused``: transformers v5 fused expert tensors); returns the fp32
+    """Save a tiny random DeepseekV3ForCausalLM, DeepseekV2ForCausalLM (V2_CASES), DeepseekV32ForCausalLM
+    (V32_CASES) or GlmMoeDsaForCausalLM (GLM5_CASES) (``fused``: transformers v5 fused expert tensors); returns the fp32
     HF model."""
     import transformers
 
     torch.manual_seed(seed)
-    version = "V2" if name in V2_CASES else "V3"
-    config = getattr(transformers, f"Deepseek{version}Config")(**{**CASES.get(name, V2_CASES.get(name)), **overrides})
-    model = getattr(transformers, f"Deepseek{version}ForCausalLM")(config).eval()
+    version = VERSIONS[name]
+    kwargs = {**CASES, **V2_CASES, **V32_CASES, **GLM5_CASES}[name]
+    config = getattr(transformers, f"{version}Config")(**{**kwargs, **overrides})
+    model = getattr(transformers, f"{version}ForCausalLM")(config).eval()
     with torch.no_grad():  # HF zero-initialises these; random values make a dropped or misplaced one visible
         for n, t in list(model.named_parameters()) + list(model.named_buffers()):
             if n.endswith(".bias") or "e_score_correction_bias" in n:

@@ -134,3 +134,56 @@ def test_softmax_scale_equals_transformers(rope):
     assert ours == pytest.approx(want, rel=1e-12)
     if rope and rope.get("mscale_all_dim"):
         assert ours > 12 ** -0.5 * 1.05  # the fold is there, not a coincidence of defaults
+
+
+# ------------------------------------------------------------------------------------------------------------- DSA
+HI, DI, TOPK = 3, 5, 4
+
+
+def dsa_reference(q_nope, q_pe, q_idx, w, lat, kv_b, scale, q_pos):
+    """DeepSeek's published DSA semantics, per query, independent of the ops: index scores over the causal keys only,
+    top-TOPK of those, then the un-absorbed attention over the selected keys."""
+    outs = []
+    for i, p in enumerate(q_pos.tolist()):
+        keys = lat[: p + 1]
+        score = (w[i, :, None] * (q_idx[i] @ keys[:, R + DR:].t()).relu()).sum(0)  # [p + 1]
+        chosen = score.topk(min(TOPK, p + 1)).indices.sort().values
+        sel = keys[chosen]
+        outs.append(unabsorbed(q_nope[i:i + 1], q_pe[i:i + 1], sel[:, :R], sel[:, R:R + DR], kv_b, scale,
+                               torch.tensor([0]), torch.zeros(len(chosen), dtype=torch.long)))
+    return torch.cat(outs)
+
+
+def test_dsa_ops_equal_the_reference_on_every_path():
+    """Chunked paged prefill, paged decode, neuron's segment / packed paths with the index: each equals the
+    reference. Index queries/keys are positive so relu never ties scores at zero (top-k is then unambiguous)."""
+    g = torch.Generator().manual_seed(1)
+    f64 = dict(generator=g, dtype=torch.float64)
+    n_ctx, new, block_size = 11, 6, 4
+    lat = torch.randn(n_ctx, D + DI, **f64)
+    lat[:, D:] = lat[:, D:].abs()
+    table = torch.tensor([[2, 0, 5]], dtype=torch.int32)
+    cache = torch.zeros(6, block_size, D + DI, dtype=torch.float64)
+    pos = torch.arange(n_ctx)
+    mla.write_latent(lat, cache, table[0, pos // block_size].long() * block_size + pos % block_size)
+    kv_b = torch.randn(H * (DN + DV), R, **f64) / math.sqrt(R)
+    q_nope, q_pe = torch.randn(n_ctx, H, DN, **f64), torch.randn(n_ctx, H, DR, **f64)
+    q_idx, w = torch.randn(n_ctx, HI, DI, **f64).abs(), torch.randn(n_ctx, HI, **f64)
+    q, w_uv = absorbed_q(q_nope, q_pe, kv_b)
+    scale = 0.3
+    want = dsa_reference(q_nope, q_pe, q_idx, w, lat, kv_b, scale, pos)
+    full = (q_idx, w, TOPK)
+    last = slice(n_ctx - new, n_ctx)  # a chunk continuing over 5 cached latents
+    chunk = mla.paged_prefill(q[last], cache, torch.tensor([0, new], dtype=torch.int32), torch.tensor([n_ctx]),
+                              table, scale, R, (q_idx[last], w[last], TOPK))
+    torch.testing.assert_close(mla.expand_output(chunk, w_uv), want[last], atol=1e-12, rtol=1e-12)
+    dec = mla.paged_decode(q[-1:], cache, table, torch.tensor([n_ctx]), scale, R, (q_idx[-1:], w[-1:], TOPK))
+    torch.testing.assert_close(mla.expand_output(dec, w_uv), want[-1:], atol=1e-12, rtol=1e-12)
+    seq = torch.zeros(n_ctx, dtype=torch.long)
+    seg = mla.segment_prefill(q, cache, table, seq, pos, scale, R, full)
+    torch.testing.assert_close(mla.expand_output(seg, w_uv), want, atol=1e-12, rtol=1e-12)
+    packed = mla.packed_prefill(q, lat, seq, pos, scale, R, full)
+    torch.testing.assert_close(mla.expand_output(packed, w_uv), want, atol=1e-12, rtol=1e-12)
+    dense = mla.packed_prefill(q, lat, seq, pos, scale, R)
+    assert (dense[TOPK:] - packed[TOPK:]).abs().max() > 1e-3  # past TOPK keys the selection drops some
+    torch.testing.assert_close(dense[:TOPK], packed[:TOPK], atol=1e-12, rtol=1e-12)

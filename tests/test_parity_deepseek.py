@@ -19,12 +19,13 @@ from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from modelgen.runtime.testing import assert_close_three_way
-from tests.deepseek_fixtures import BASE, CASES, V2_CASES, hf_logits, make_deepseek
+from tests.deepseek_fixtures import BASE, CASES, GLM5_CASES, V2_CASES, V32_CASES, hf_logits, make_deepseek
 
 TARGETS = ["rocm", "neuron"]
 PROMPT = [(7 * i + 3) % 157 + 3 for i in range(60)]
 GREEDY = 16
-FORMATS = [(n, False) for n in CASES] + [("v3", True)] + [(n, False) for n in V2_CASES] + [("v2", True)]
+FORMATS = ([(n, False) for n in CASES] + [("v3", True)] + [(n, False) for n in V2_CASES] + [("v2", True)]
+           + [(n, False) for n in V32_CASES] + [(n, False) for n in GLM5_CASES] + [("glm5_sparse", True)])
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_against_hf_fp32(checkpoints, name, target, fused):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["v3", "v3_yarn", "v2"])
+@pytest.mark.parametrize("name", ["v3", "v3_yarn", "v2", "v32_dense", "glm5_dense"])
 def test_against_hf_bf16_three_way(checkpoints, name, target):
     path, hf = checkpoints(name)
     gold = hf_logits(hf, PROMPT)
@@ -128,11 +129,60 @@ def test_latent_cache_bytes_per_token(checkpoints, target, dtype, itemsize):
     assert tuple(attn.cache.shape[1:]) == (16, latent) and attn.cache.dtype == getattr(torch, dtype)
 
 
+@pytest.mark.parametrize("name", ["v32_sparse", "glm5_sparse"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_dsa_sparse_is_prefix_consistent_and_sparse(checkpoints, target, name):
+    """index_topk 16 < 60 tokens: a prefix's logits equal the first rows of the full sequence's (causal masking
+    before top-k), and the selection matters (logits move against the same weights with index_topk >= the prompt)."""
+    path, _ = checkpoints(name)
+    model = llm(path, target)
+    full = model.score(PROMPT)
+    for n in (10, 17, 33):
+        torch.testing.assert_close(model.score(PROMPT[:n]), full[:n], atol=1e-5, rtol=1e-5)
+    cfg = json.loads((path / "config.json").read_text())
+    dense_dir = path.parent / f"{path.name}_dense_{target}"
+    dense_dir.mkdir()
+    for f in path.iterdir():
+        (dense_dir / f.name).write_bytes(f.read_bytes())
+    (dense_dir / "config.json").write_text(json.dumps(dict(cfg, index_topk=len(PROMPT))))
+    dense = llm(dense_dir, target).score(PROMPT)
+    torch.testing.assert_close(dense[:16], full[:16], atol=1e-5, rtol=1e-5)  # <= 16 keys: all selected either way
+    assert (dense[16:] - full[16:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dsa_sparse_decode_and_chunked_prefill(checkpoints, target):
+    """Sparse selection over the paged cache: decode logits == prefill logits of the same tokens, and 16-token
+    prompt chunks == one shot."""
+    path, _ = checkpoints("v32_sparse")
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    model = llm(path, target, block_size=4)
+    out = model.generate([PROMPT], params)[0]
+    assert model.score(PROMPT + out)[len(PROMPT) - 1:-1].argmax(-1).tolist() == out
+    extra = {"prefill_buckets": [16, 256]} if target == "neuron" else {}
+    chunked = llm(path, target, max_num_batched_tokens=16, block_size=8, **extra)
+    assert chunked.generate([PROMPT], params)[0] == out
+
+
+def test_dsa_cache_holds_the_index_key(checkpoints):
+    path, _ = checkpoints("v32_sparse")
+    for layer in llm(path, "rocm", dtype="bfloat16").model.get_kv_spec().layers:
+        assert layer.bytes_per_block(16) == 16 * (BASE["kv_lora_rank"] + BASE["qk_rope_head_dim"] + 16) * 2
+
+
+def test_glm5_shared_indexer_layers_are_refused(tmp_path):
+    from modelgen.runtime.hf_config import ConfigError
+
+    make_deepseek(tmp_path, "glm5_dense", indexer_types=["full", "shared", "full"])
+    with pytest.raises(ConfigError, match="indexer_types 'shared'"):
+        llm(tmp_path, "rocm")
+
+
 def test_v2_group_limited_greedy_is_refused(tmp_path):
     from modelgen.runtime.hf_config import ConfigError
 
     make_deepseek(tmp_path, "v2", topk_method="group_limited_greedy", n_group=2, topk_group=1)
-    with pytest.raises(ConfigError, match="group_limited_greedy routing"):
+    with pytest.raises(ConfigError, match="topk_method group_limited_greedy"):
         llm(tmp_path, "rocm")
 
 
@@ -149,9 +199,10 @@ def test_missing_mla_tensor_is_named(checkpoints, tmp_path):
 
 
 @pytest.mark.slow
-def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoints):
+@pytest.mark.parametrize("name", ["v3", "v32_sparse"])
+def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoints, name):
     torch._dynamo.reset()
-    path, _ = checkpoints("v3")
+    path, _ = checkpoints(name)
     buckets = dict(prefill_buckets=[64], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
                    max_num_seqs=2, block_size=16)
     prompts = [PROMPT[:50], PROMPT[:9]]

@@ -24,6 +24,17 @@ class LatentCacheSpec(Strict):
     )
 
 
+class IndexerSpec(Strict):
+    """DeepSeek Sparse Attention's indexer (V3.2, GLM-5): ``indexer.{wq_b, wk, k_norm, weights_proj}``."""
+
+    num_heads: Expression = Field(description="index_n_heads")
+    head_dim: Expression = Field(description="index_head_dim (its first qk_rope_head_dim dims are rotated)")
+    topk: Expression = Field(description="index_topk: keys each query attends, by index score")
+    rope_style: Literal["rotate_half", "pairwise"] = Field(
+        description="the indexer's RoPE layout: rotate_half (DeepSeek-V3.2), pairwise (GLM-5's interleaved pairs)"
+    )
+
+
 class MLASpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. self_attn")
     kind: Literal["mla"] = Field(description="mla: multi-head latent attention (DeepSeek-V2/V3)")
@@ -44,7 +55,16 @@ class MLASpec(Strict):
         default=None, description="softmax scale; default qk_head_dim ** -0.5 with YaRN's mscale_all_dim folded in"
     )
     rope: RopeSpec
+    indexer: IndexerSpec | None = Field(default=None, description="DSA sparse attention (needs q_lora_rank)")
     kv_cache: LatentCacheSpec
+
+
+@dataclass(frozen=True)
+class Indexer:
+    num_heads: Value
+    head_dim: Value
+    topk: Value
+    rope_style: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +84,7 @@ class MLAttention(Module):
     rope_interleave: Value
     scale: Value | None
     rope: Rope
+    indexer: Indexer | None
     kv_cache: str
 
     def rope_table(self) -> RopeTable:
@@ -71,7 +92,7 @@ class MLAttention(Module):
 
     def readme_rows(self, target: str) -> list[tuple[str, str]]:
         r, dr = self.kv_lora_rank.spec, self.qk_rope_head_dim.spec
-        return [
+        rows = [
             ("num_attention_heads", f"`{self.num_heads.spec}`"),
             ("query", f"`q_a_proj` -> RMSNorm -> `q_b_proj` (rank `{self.q_lora_rank.spec}`), `q_proj` when null"),
             ("latent KV", f"`kv_a_proj_with_mqa` -> `{r}` latent (RMSNorm) + shared RoPE key `{dr}`; `kv_b_proj` "
@@ -80,15 +101,30 @@ class MLAttention(Module):
             ("RoPE", f"on the rope part only; interleaved pairs when `{self.rope_interleave.spec}`, else "
                      f"{self.rope.style}; theta `{self.rope.theta.spec}`, scaling `{self.rope.scaling.spec}` (YaRN "
                      "mscale_all_dim folded into the softmax scale)"),
-            ("KV cache", f"{self.kv_cache}: `[num_blocks, block_size, {r} + {dr}]` per layer, `({r} + {dr}) x "
-                         "dtype bytes` per token (GQA with the same heads: `2 x heads x head_dim x dtype bytes`)"),
         ]
+        idx = ""
+        if self.indexer is not None:
+            i = self.indexer
+            idx = f" + {i.head_dim.spec}"
+            rows.append(("DSA indexer", f"`{i.num_heads.spec}` heads of `{i.head_dim.spec}` ({i.rope_style} RoPE), "
+                                        f"each query attends its top-`{i.topk.spec}` keys by index score (causal "
+                                        "first)"))
+        rows.append(("KV cache", f"{self.kv_cache}: `[num_blocks, block_size, {r} + {dr}{idx}]` per layer, "
+                                 f"`({r} + {dr}{idx}) x dtype bytes` per token (GQA with the same heads: "
+                                 "`2 x heads x head_dim x dtype bytes`)"))
+        return rows
 
 
 def lower(ctx: LoweringContext, p: tuple[Any, ...], a: MLASpec) -> MLAttention:
     rope = ctx.rope(p + ("rope",), a.rope)
     if rope.partial_factor is not None:
         ctx.error(p + ("rope", "partial_factor"), "mla rotates its qk_rope_head_dim part whole; drop partial_factor")
+    indexer = None
+    if a.indexer is not None:
+        i, ip = a.indexer, p + ("indexer",)
+        indexer = Indexer(num_heads=ctx.value(ip + ("num_heads",), i.num_heads),
+                          head_dim=ctx.value(ip + ("head_dim",), i.head_dim),
+                          topk=ctx.value(ip + ("topk",), i.topk), rope_style=i.rope_style)
     return MLAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -102,6 +138,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: MLASpec) -> MLAttention:
         rope_interleave=ctx.value(p + ("rope_interleave",), a.rope_interleave),
         scale=ctx.optional(p + ("scale",), a.scale),
         rope=rope,
+        indexer=indexer,
         kv_cache=a.kv_cache.kind,
     )
 

@@ -3,8 +3,10 @@
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "GptOssForCausalLM": "gpt_oss",
     "LlamaForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",

@@ -12,6 +12,10 @@ un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor 
 (``q_proj``/``q_b_proj``/``kv_b_proj`` column-parallel by head, ``o_proj`` row-parallel); the latent path
 (``q_a_proj``, ``kv_a_proj_with_mqa``, both norms) and the latent cache are replicated on every rank.
 
+DSA (DeepSeek-V3.2, GLM-5: ``index_topk`` given) adds ``indexer.{wq_b, wk, k_norm, weights_proj}`` (replicated: every
+rank selects the same keys), an index key per token after the latent in the cache row, and restricts each query's
+attention to its top-``index_topk`` keys by index score (runtime/ops/mla.py).
+
 Parameter names are the checkpoint's, so the loader maps them one to one.
 """
 from __future__ import annotations
@@ -34,8 +38,8 @@ CACHE_KIND = "paged_latent"
 @dataclass(frozen=True)
 class LatentCacheSpec:
     """One layer's latent cache: ``[num_blocks, block_size, latent_dim]`` with ``latent_dim = kv_lora_rank +
-    qk_rope_head_dim`` (the same on every rank). Bytes per token: ``latent_dim * itemsize``, against GQA's
-    ``2 * kv_heads * head_dim * itemsize``."""
+    qk_rope_head_dim`` (+ ``index_head_dim`` with DSA; the same on every rank). Bytes per token:
+    ``latent_dim * itemsize``, against GQA's ``2 * kv_heads * head_dim * itemsize``."""
 
     name: str
     latent_dim: int
@@ -51,6 +55,18 @@ class LatentCacheSpec:
     def allocate(self, num_blocks: int, block_size: int, device: torch.device | str) -> list[torch.Tensor]:
         # Zeros: the static write path (neuron) subtracts the old contents, which must be finite.
         return [torch.zeros(num_blocks, block_size, self.latent_dim, dtype=self.dtype, device=device)]
+
+
+class DSAIndexer(nn.Module):
+    """The indexer's weights under the checkpoint's names (HF ``DeepseekV32Indexer``); the math is in ops.mla."""
+
+    def __init__(self, hidden_size: int, q_lora_rank: int, num_heads: int, head_dim: int):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.wq_b = ReplicatedLinear(q_lora_rank, num_heads * head_dim, bias=False)
+        self.wk = ReplicatedLinear(hidden_size, head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(head_dim, eps=1e-6)
+        self.weights_proj = ReplicatedLinear(hidden_size, num_heads, bias=False)
 
 
 class MLAttention(nn.Module):
@@ -73,6 +89,10 @@ class MLAttention(nn.Module):
         rope_scaling: dict[str, Any] | None,
         scale: float | None,
         layer_name: str,
+        index_heads: int | None = None,
+        index_head_dim: int | None = None,
+        index_topk: int | None = None,
+        index_rope_style: str = "rotate_half",
     ):
         super().__init__()
         self.layer_name = layer_name
@@ -93,7 +113,14 @@ class MLAttention(nn.Module):
         self.scale = ops.softmax_scale(qk_head_dim, rope_scaling) if scale is None else scale
         self.rotary_emb = get_rope(qk_rope_head_dim, qk_rope_head_dim, max_position, rope_theta, rope_scaling,
                                    ops.rope_style(rope_interleave, rope_style))
-        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr]
+        self.index_topk, self.index_rope_style = index_topk, index_rope_style
+        self.index_dim = 0
+        if index_topk is not None:
+            if q_lora_rank is None:
+                raise ValueError(f"{layer_name}: the DSA indexer reads the low-rank query; q_lora_rank must be set")
+            self.indexer = DSAIndexer(hidden_size, q_lora_rank, index_heads, index_head_dim)
+            self.index_dim = index_head_dim
+        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr (+ Di)]
 
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
@@ -104,23 +131,33 @@ class MLAttention(nn.Module):
         if self.q_lora_rank is None:
             q = self.q_proj(hidden_states)
         else:
-            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+            q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))
+            q = self.q_b_proj(q_resid)
         q_nope, q_pe = q.view(T, self.num_heads, -1).split([self.nope_dim, self.rope_dim], dim=-1)
         c, k_pe = self.kv_a_proj_with_mqa(hidden_states).split([self.kv_lora_rank, self.rope_dim], dim=-1)
         c = self.kv_a_layernorm(c.contiguous())
         q_pe, k_pe = self.rotary_emb(positions, q_pe.contiguous(), k_pe.reshape(T, 1, self.rope_dim))
-        ops.write_latent(torch.cat([c, k_pe[:, 0]], dim=-1), self.cache, attn_metadata.slot_mapping)
+        row, index = [c, k_pe[:, 0]], None
+        if self.index_topk is not None:
+            ix = self.indexer
+            q_idx, k_idx, w = ops.index_inputs(
+                ix.wq_b(q_resid), ix.wk(hidden_states), ix.weights_proj(hidden_states), ix.k_norm.weight,
+                ix.k_norm.bias, self.rotary_emb.cos_sin_cache, positions, self.rope_dim, self.index_rope_style,
+            )
+            row.append(k_idx)
+            index = (q_idx, w, self.index_topk)
+        ops.write_latent(torch.cat(row, dim=-1), self.cache, attn_metadata.slot_mapping)
 
         w_uk, w_uv = ops.split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope_dim, self.v_dim)
         q = torch.cat([ops.absorb_query(q_nope, w_uk), q_pe], dim=-1)  # [T, H, r + dr]
         m = attn_metadata
         if m.is_prefill:
             o = ops.paged_prefill(q, self.cache, m.cu_seqlens_q, m.context_lens, m.block_tables, self.scale,
-                                  self.kv_lora_rank)
+                                  self.kv_lora_rank, index)
         else:
-            o = ops.paged_decode(q, self.cache, m.block_tables, m.context_lens, self.scale, self.kv_lora_rank)
+            o = ops.paged_decode(q, self.cache, m.block_tables, m.context_lens, self.scale, self.kv_lora_rank, index)
         return self.o_proj(ops.expand_output(o, w_uv).reshape(T, self.num_heads * self.v_dim))
 
     def latent_cache_spec(self) -> LatentCacheSpec:
-        return LatentCacheSpec(name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim,
+        return LatentCacheSpec(name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim + self.index_dim,
                                dtype=self.kv_a_proj_with_mqa.weight.dtype)

@@ -14,6 +14,12 @@ Attention runs in the weight-absorbed form (DeepSeek-V2 paper, sec. 2.1.3; vLLM/
 so every head attends the *same* single-"head" key ``[c_j | k_pe_j]`` with the query ``[W_UK^T q_nope | q_pe]`` and
 the value ``c_j``: one shared KV head (``enable_gqa``), value dim ``r``. That is HF's un-absorbed math
 (``DeepseekV3Attention.expand_kv``) reassociated; tests/test_mla_ops.py checks both agree.
+
+DeepSeek Sparse Attention (DSA: V3.2, GLM-5) adds an indexer: per token a key ``k_idx [Di]`` (stored after the latent in
+the same cache row, so a row is ``[c | k_pe | k_idx]``) and per query ``q_idx [Hi, Di]`` with head weights ``w [Hi]``.
+The index score of query i and key j is ``sum_h w_h * relu(q_idx_h . k_idx_j)`` (``Di ** -0.5`` and ``Hi ** -0.5``
+folded into ``w``), masked causally *before* the per-query top-``index_topk`` (DeepSeek's inference code); attention
+then runs only over the selected keys. Every attention function takes that as ``index=(q_idx, w, topk)``.
 """
 from __future__ import annotations
 
@@ -91,11 +97,41 @@ def gather_latent(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tenso
     return cache[block_table].flatten(-3, -2)
 
 
+# ----------------------------------------------------------------------------------------------------- DSA indexer
+Index = tuple[torch.Tensor, torch.Tensor, int]  # (q_idx [T, Hi, Di], w [T, Hi], index_topk)
+
+
+def index_inputs(
+    q_idx: torch.Tensor, k_idx: torch.Tensor, weights: torch.Tensor, k_norm_weight: torch.Tensor,
+    k_norm_bias: torch.Tensor, cos_sin: torch.Tensor, positions: torch.Tensor, rope_dim: int, style: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The indexer's projections (``wq_b(q_resid) [T, Hi * Di]``, ``wk(x) [T, Di]``, ``weights_proj(x) [T, Hi]``) ->
+    ``q_idx [T, Hi, Di]``, ``k_idx [T, Di]`` (LayerNorm ``k_norm``, eps 1e-6), float32 head weights ``[T, Hi]``.
+    RoPE rotates the first ``rope_dim`` dims of each (HF ``DeepseekV32Indexer``: half-split; GLM-5: interleaved)."""
+    from .rope import apply_rope
+
+    T, Di = k_idx.shape
+    q_idx = apply_rope(q_idx.view(T, -1, Di), cos_sin, positions, rope_dim, style)
+    k_idx = F.layer_norm(k_idx, (Di,), k_norm_weight, k_norm_bias, 1e-6)
+    k_idx = apply_rope(k_idx[:, None, :], cos_sin, positions, rope_dim, style)[:, 0]
+    w = weights.float() * (q_idx.shape[1] ** -0.5 * Di ** -0.5)  # relu(s * x) = s * relu(x) for s > 0
+    return q_idx, k_idx, w
+
+
+def _select(mask: torch.Tensor, q_idx: torch.Tensor, w: torch.Tensor, k_idx: torch.Tensor, topk: int) -> torch.Tensor:
+    """``mask [..., n, L]`` (causal / valid keys) narrowed to each query's top-``topk`` index scores among them.
+    ``q_idx [..., n, Hi, Di]``, ``w [..., n, Hi]``, ``k_idx [..., L, Di]``; scores in float32."""
+    per_head = torch.einsum("...nhd,...ld->...nhl", q_idx.float(), k_idx.float()).relu()
+    score = torch.einsum("...nh,...nhl->...nl", w.float(), per_head).masked_fill(~mask, float("-inf"))
+    top = score.topk(min(topk, score.shape[-1]), dim=-1).indices
+    return mask & torch.zeros_like(mask).scatter(-1, top, True)
+
+
 # --------------------------------------------------------------------------------------------------------- attention
 def _attend(q: torch.Tensor, kv: torch.Tensor, latent_dim: int, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """``q [..., H, Lq, D]`` over the shared latent ``kv [..., S, D]`` (key: all of D, value: its first
-    ``latent_dim``) -> ``[..., H, Lq, latent_dim]``."""
-    kv = kv.to(q.dtype).unsqueeze(-3)  # one KV head shared by all query heads
+    """``q [..., H, Lq, D]`` over the shared latent ``kv [..., S, >= D]`` (key: its first D, value: its first
+    ``latent_dim``; an index key after D is ignored) -> ``[..., H, Lq, latent_dim]``."""
+    kv = kv[..., : q.shape[-1]].to(q.dtype).unsqueeze(-3)  # one KV head shared by all query heads
     return F.scaled_dot_product_attention(q, kv, kv[..., :latent_dim], attn_mask=mask, scale=scale, enable_gqa=True)
 
 
@@ -107,6 +143,7 @@ def paged_prefill(
     block_tables: torch.Tensor,
     scale: float,
     latent_dim: int,
+    index: Index | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention of flattened queries ``q [T, H, D]`` (absorbed) over the paged latents; sequence b's
     rows are its last ``n`` tokens of ``context_lens[b]`` (chunked prefill continues over cached latents). Eager."""
@@ -121,6 +158,8 @@ def paged_prefill(
         kv = gather_latent(cache, block_tables[b, : (c + block_size - 1) // block_size])[:c]  # [c, D]
         qpos = torch.arange(c - n, c, device=q.device)
         mask = torch.arange(c, device=q.device)[None, :] <= qpos[:, None]  # [n, c]
+        if index is not None:
+            mask = _select(mask, index[0][s:e], index[1][s:e], kv[:, q.shape[-1]:], index[2])
         out[s:e] = _attend(q[s:e].transpose(0, 1), kv, latent_dim, mask, scale).transpose(0, 1)
     return out
 
@@ -132,17 +171,20 @@ def paged_decode(
     context_lens: torch.Tensor,
     scale: float,
     latent_dim: int,
+    index: Index | None = None,
 ) -> torch.Tensor:
     """One query per sequence, ``q [B, H, D]`` -> ``[B, H, latent_dim]`` over its first ``context_lens[b]`` latents.
     Shape-static (no host reads): the decode step of both targets."""
     kv = gather_latent(cache, block_tables)  # [B, L, D]
-    mask = torch.arange(kv.shape[1], device=q.device)[None, :] < context_lens[:, None]  # [B, L]
-    return _attend(q[:, :, None, :], kv, latent_dim, mask[:, None, None, :], scale)[:, :, 0, :]
+    mask = (torch.arange(kv.shape[1], device=q.device)[None, :] < context_lens[:, None])[:, None, :]  # [B, 1, L]
+    if index is not None:
+        mask = _select(mask, index[0][:, None], index[1][:, None], kv[..., q.shape[-1]:], index[2])
+    return _attend(q[:, :, None, :], kv, latent_dim, mask[:, None], scale)[:, :, 0, :]
 
 
 def packed_prefill(
     q: torch.Tensor, latent: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float,
-    latent_dim: int,
+    latent_dim: int, index: Index | None = None,
 ) -> torch.Tensor:
     """Shape-static causal attention among one packed prefill bucket's tokens (no cached prefix): token i attends j
     when both belong to one request (``seq_ids``, -1 = padding) and ``positions[j] <= positions[i]``; padding rows
@@ -150,6 +192,8 @@ def packed_prefill(
     T = q.shape[0]
     same = (seq_ids[:, None] == seq_ids[None, :]) & (seq_ids[None, :] >= 0)
     mask = (same & (positions[None, :] <= positions[:, None])) | torch.eye(T, dtype=torch.bool, device=q.device)
+    if index is not None:
+        mask = _select(mask, index[0], index[1], latent[:, q.shape[-1]:], index[2])
     return _attend(q.transpose(0, 1), latent, latent_dim, mask, scale).transpose(0, 1)
 
 
@@ -161,6 +205,7 @@ def segment_prefill(
     positions: torch.Tensor,
     scale: float,
     latent_dim: int,
+    index: Index | None = None,
 ) -> torch.Tensor:
     """Shape-static segmented (chunked) prefill: each token of a chunk gathers its request's block-table row and
     attends the cached latents ``<= positions[i]`` (the chunk's own already written). Padding tokens attend slot 0."""
@@ -168,5 +213,7 @@ def segment_prefill(
     tables = block_tables.index_select(0, seq_ids.clamp(min=0).long())  # [T, W]
     kv = gather_latent(cache, tables)  # [T, L, D]
     j = torch.arange(kv.shape[1], device=q.device)[None, :]
-    mask = (j <= positions[:, None]) & valid[:, None] | (j == 0) & ~valid[:, None]  # [T, L]
-    return _attend(q[:, :, None, :], kv, latent_dim, mask[:, None, None, :], scale)[:, :, 0, :]
+    mask = ((j <= positions[:, None]) & valid[:, None] | (j == 0) & ~valid[:, None])[:, None, :]  # [T, 1, L]
+    if index is not None:
+        mask = _select(mask, index[0][:, None], index[1][:, None], kv[..., q.shape[-1]:], index[2])
+    return _attend(q[:, :, None, :], kv, latent_dim, mask[:, None], scale)[:, :, 0, :]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): ce89163db34f6bfa
+# source hash (spec + templates + generator): 64c287aeeb6daee7
 # ==================================================================================================================
 """Checkpoint mappings of DeepseekV2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -28,7 +28,7 @@ def _deepseek_v2_attention_mappings(mappings: dict[str, list[str]], module: str,
             names.append("q_a_proj.bias")
     for name in names:
         # Projections are flat parameters (q_a_proj.weight -> q_a_proj_weight); the norms are RMSNorm modules.
-        param = name if "layernorm" in name else name.replace(".", "_")
+        param = name if "_layernorm" in name else name.replace(".", "_")
         mappings[f"{module}.{param}"] = [f"{module}.{name}"]
 
 

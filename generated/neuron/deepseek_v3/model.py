@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 89a578b289301074
+# source hash (spec + templates + generator): b12d716aa9f4dcc4
 # ==================================================================================================================
 """DeepseekV3 for the neuron target, in vLLM Neuron's style.
 
@@ -90,7 +90,8 @@ class DeepseekV3Attention(nn.Module):
             sharding_weight_loader(0, self.num_heads * self.v_dim, world, is_storage_transposed=True),
         )
         self.o_proj_bias = _param(hidden_size) if use_bias else None  # replicated: added once after the all-reduce
-        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr]
+        self.index_dim = 0
+        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr (+ Di)]
 
     def forward(
         self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
@@ -100,8 +101,8 @@ class DeepseekV3Attention(nn.Module):
         if self.q_lora_rank is None:
             q = NF.linear(hidden_states, self.q_proj_weight)
         else:
-            q_a = self.q_a_layernorm(NF.linear(hidden_states, self.q_a_proj_weight, self.q_a_proj_bias))
-            q = NF.linear(q_a, self.q_b_proj_weight)
+            q_resid = self.q_a_layernorm(NF.linear(hidden_states, self.q_a_proj_weight, self.q_a_proj_bias))
+            q = NF.linear(q_resid, self.q_b_proj_weight)
         q_nope, q_pe = q.view(T, self.num_heads, -1).split([self.nope_dim, self.rope_dim], dim=-1)
         kv = NF.linear(hidden_states, self.kv_a_proj_with_mqa_weight, self.kv_a_proj_with_mqa_bias)
         c, k_pe = kv.split([self.kv_lora_rank, self.rope_dim], dim=-1)
@@ -109,27 +110,28 @@ class DeepseekV3Attention(nn.Module):
         q_pe = NF.rope(q_pe, cos_sin, positions, self.rope_dim, self.rope_style)
         k_pe = NF.rope(k_pe[:, None, :], cos_sin, positions, self.rope_dim, self.rope_style)[:, 0]
         latent = torch.cat([c, k_pe], dim=-1)
+        index = None
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
         mla_ops.write_latent_static(latent, self.cache, meta["slot_mapping"])
         w_uk, w_uv = mla_ops.split_kv_b(self.kv_b_proj_weight, self.num_heads, self.nope_dim, self.v_dim)
         q = torch.cat([mla_ops.absorb_query(q_nope, w_uk), q_pe], dim=-1)
         r = self.kv_lora_rank
         if meta["max_query_len"] <= meta["decode_token_threshold"]:
-            o = mla_ops.paged_decode(q, self.cache, meta["block_table_tensor"], positions + 1, self.scale, r)
+            o = mla_ops.paged_decode(q, self.cache, meta["block_table_tensor"], positions + 1, self.scale, r, index)
         elif meta["kv_segment_size"] > 0:
             # Segmented (chunked) prefill: the chunk's latents were just written next to the cached prefix.
             o = mla_ops.segment_prefill(
-                q, self.cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale, r
+                q, self.cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale, r, index
             )
         else:
-            o = mla_ops.packed_prefill(q, latent, meta["seq_ids"], positions, self.scale, r)
+            o = mla_ops.packed_prefill(q, latent, meta["seq_ids"], positions, self.scale, r, index)
         o = mla_ops.expand_output(o, w_uv).reshape(T, self.num_heads * self.v_dim)
         return NF.o_proj(o, self.o_proj_weight, self.o_proj_bias)
 
     def kv_spec(self) -> LatentCacheSpec:
         """This layer's cache (replicated on every rank): one latent of kv_lora_rank + qk_rope_head_dim per token."""
         return LatentCacheSpec(
-            name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim,
+            name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim + self.index_dim,
             dtype=self.kv_a_proj_with_mqa_weight.dtype,
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): ce89163db34f6bfa
+# source hash (spec + templates + generator): 64c287aeeb6daee7
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 
@@ -126,7 +126,7 @@ class DeepseekV2Config:
             mlp_bias = False
         if not (topk_method == 'greedy'):
             raise ConfigError(
-                "specs/deepseek_v2.yaml: group_limited_greedy routing (topk_method) is not generated yet: the moe kind's grouped top-k ranks groups by the sum of their top two scores (DeepSeek-V3), V2 by their maximum",
+                "specs/deepseek_v2.yaml: topk_method group_limited_greedy (groups ranked by max) is not generated yet"
             )
         if mlp_bias:
             raise ConfigError("specs/deepseek_v2.yaml: MLP biases (mlp_bias) are not generated for DeepSeek-V2")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): ce89163db34f6bfa
+# source hash (spec + templates + generator): 64c287aeeb6daee7
 # ==================================================================================================================
 """DeepseekV2 for the rocm target, in ATOM's style.
 

@@ -1,0 +1,18 @@
+# ==================================================================================================================
+# GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
+# source hash (spec + templates + generator): 09039549dd4c7dca
+# ==================================================================================================================
+"""GlmMoeDsa for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, GlmMoeDsaConfig
+from .factory import GlmMoeDsaForCausalLMFactory
+from .model import GlmMoeDsaForCausalLM
+
+CONFIG_CLASS = GlmMoeDsaConfig
+MODEL_CLASS = GlmMoeDsaForCausalLM
+SPEC = "specs/glm_moe_dsa.yaml"
+
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+    "GlmMoeDsaForCausalLMFactory",
+]
