@@ -162,3 +162,17 @@ def test_gpu_dispatch_falls_back_for_windows_sinks_and_gpt_oss_experts(gpt_oss, 
     plain.k_cache = plain.v_cache = torch.zeros(1)
     with pytest.raises(AssertionError, match="reached a GPU kernel"):
         plain(torch.zeros(1, H, D), torch.zeros(1, KVH, D), torch.zeros(1, KVH, D), None)
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+@pytest.mark.parametrize("bad", [0, -4])
+def test_bad_window_is_one_line_error(tmp_path, target, bad):
+    import json
+
+    make_gpt_oss(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["sliding_window"] = bad
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"layers.0.self_attn: sliding_window must be a positive number of tokens or "
+                                         f"null, got {bad}"):
+        LLM(tmp_path, target=target, dtype="float32", max_model_len=64)

@@ -64,9 +64,7 @@ class PagedAttention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
-        if sliding_window is not None and sliding_window < 1:
-            raise ValueError(f"{layer_name}: sliding_window must be a positive number of tokens, got {sliding_window}")
-        self.sliding_window = sliding_window  # None: full causal attention
+        self.sliding_window = ops.check_sliding_window(sliding_window, layer_name)  # None: full causal attention
         self.layer_name = layer_name
         # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
         self._rotary = [rotary_emb] if rotary_emb is not None else []

@@ -81,6 +81,11 @@ def write_kv_cache(
     attn_ops.write_paged_kv_static(k, v, k_cache, v_cache, slot_mapping)
 
 
+def sliding_window(window: int | None, where: str) -> int | None:
+    """A layer's window from the config: None (full attention) or a positive int (checked once, at construction)."""
+    return attn_ops.check_sliding_window(window, where)
+
+
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float,
     sliding_window: int | None = None, sinks: torch.Tensor | None = None,

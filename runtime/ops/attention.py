@@ -56,6 +56,13 @@ def write_paged_kv_static(
         cache.index_put_(index, torch.where(valid, new.to(cache.dtype), zero), accumulate=True)
 
 
+def check_sliding_window(window: int | None, where: str) -> int | None:
+    """A layer's window as its constructor receives it from the config: None (full attention) or a positive int."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"{where}: sliding_window must be a positive number of tokens or null, got {window!r}")
+    return window
+
+
 def _window(key_pos: torch.Tensor, query_pos: torch.Tensor, sliding_window: int | None) -> torch.Tensor:
     """Causal (and sliding-window) visibility of keys at ``key_pos`` to queries at ``query_pos`` (broadcast)."""
     visible = key_pos <= query_pos

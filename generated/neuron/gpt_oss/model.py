@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 93962163a9bb6e40
+# source hash (spec + templates + generator): 0065b8bb882e97c2
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -161,7 +161,7 @@ class GptOssAttention1(nn.Module):
         self.scale = self.head_dim ** -0.5
         self.rotary_dim = self.head_dim
         # q sees k iff q - W < k <= q (None: full attention); masked, never sliced, so shapes stay static.
-        self.sliding_window = config.sliding_window
+        self.sliding_window = NF.sliding_window(config.sliding_window, self.layer_name)
 
         self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
         set_weight_loader(

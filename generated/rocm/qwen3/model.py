@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): c0746d021b2fee01
+# source hash (spec + templates + generator): 4be9674426a3fdb8
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 
