@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import GENERATOR_VERSION, ir
 from .blocks import KINDS
+from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
 from .expr import FUNCTIONS, Expr, ExprError, parse_expr
 from .schema import Spec
@@ -424,6 +425,8 @@ class _Lowerer:
             lm_head_name=s.lm_head.name, tie_embeddings=self.value(("lm_head", "tie"), s.lm_head.tie),
             checkpoint=self.checkpoint(classes),
         )
+        if not self.issues:  # every expression evaluated against a sample config: type errors fail the build
+            self.issues += evaluate_spec(self.spec, self.smap)
         if self.issues:
             raise SpecError(self.issues)
         return model
