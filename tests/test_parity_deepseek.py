@@ -231,11 +231,12 @@ def run_rank(rank: int, world: int, init_file: str, checkpoint: str, target: str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-def test_tensor_parallel_2_equals_1(checkpoints, tmp_path, target):
-    """Heads sharded (q_b/kv_b column-parallel, o_proj row-parallel), latent path and cache replicated."""
+@pytest.mark.parametrize("name", ["v3", "v32_sparse"])
+def test_tensor_parallel_2_equals_1(checkpoints, tmp_path, target, name):
+    """Heads sharded (q_b/kv_b column-parallel, o_proj row-parallel); latent path, DSA indexer and cache replicated."""
     import torch.multiprocessing as mp
 
-    path, _ = checkpoints("v3")
+    path, _ = checkpoints(name)
     single = llm(path, target)
     want = single.score(PROMPT)
     want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
