@@ -146,7 +146,9 @@ class MLAttention(nn.Module):
             )
             row.append(k_idx)
             index = (q_idx, w, self.index_topk)
-        ops.write_latent(torch.cat(row, dim=-1), self.cache, attn_metadata.slot_mapping)
+        # Decode steps may be captured in CUDA graphs: their write is the shape-static one (no host sync).
+        write = ops.write_latent if attn_metadata.is_prefill else ops.write_latent_static
+        write(torch.cat(row, dim=-1), self.cache, attn_metadata.slot_mapping)
 
         w_uk, w_uv = ops.split_kv_b(self.kv_b_proj.weight, self.num_heads, self.nope_dim, self.v_dim)
         q = torch.cat([ops.absorb_query(q_nope, w_uk), q_pe], dim=-1)  # [T, H, r + dr]
