@@ -158,3 +158,23 @@ def test_wrap_checkpoint_routes_each_method(fp8_checkpoint):
         assert isinstance(fp8, Fp8DequantCheckpoint)
         mx = wrap_checkpoint(raw, READY_METHODS["mxfp4"]({"quant_method": "mxfp4"}), torch.float32)
         assert isinstance(mx, Mxfp4DequantCheckpoint) and set(mx.keys()) == set(raw.keys())  # no *_blocks here
+
+
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_fp8_applies_to_every_spec_qwen3(tmp_path_factory, target, monkeypatch):
+    """Not DeepSeek only: a Qwen3 FP8 checkpoint (the same format; q/k/v fused into qkv_proj and gate/up into
+    gate_up_proj after dequantization) equals transformers on the dequantized weights."""
+    import transformers
+
+    from tests.moe_fixtures import make_moe
+
+    path, ref = tmp_path_factory.mktemp("qwen3_fp8"), tmp_path_factory.mktemp("qwen3_dequantized")
+    make_moe(path, "qwen3")
+    make_moe(ref, "qwen3")
+    dequantized = quantize_checkpoint(path)
+    assert any(".k_proj." in k for k in dequantized) and any(".gate_proj." in k for k in dequantized)
+    save_file({**load_file(ref / "model.safetensors"), **dequantized}, ref / "model.safetensors",
+              metadata={"format": "pt"})
+    hf = transformers.Qwen3ForCausalLM.from_pretrained(ref, dtype=torch.float32).eval()
+    err = (fp8_llm(path, target, monkeypatch).score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
+    assert err < 1e-4, f"qwen3 FP8 / {target}: {err}"
