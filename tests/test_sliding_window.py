@@ -176,3 +176,17 @@ def test_bad_window_is_one_line_error(tmp_path, target, bad):
     with pytest.raises(ValueError, match=f"layers.0.self_attn: sliding_window must be a positive number of tokens or "
                                          f"null, got {bad}"):
         LLM(tmp_path, target=target, dtype="float32", max_model_len=64)
+
+
+def test_prefill_skips_blocks_wholly_outside_the_window():
+    """Chunked prefill of a sliding layer never reads the blocks before its first visible key: poisoning them with
+    NaN leaves the result finite and equal (a masked NaN key would still turn SDPA's row into NaN)."""
+    L, n, window = 19, 7, 6  # first visible key 19 - 7 - 6 + 1 = 7: block 1 on (block size 4), block 0 unread
+    k, v, k_cache, v_cache, table = paged(L)
+    q = torch.randn(n, H, D, generator=torch.Generator().manual_seed(3))
+    args = (torch.tensor([0, n], dtype=torch.int32), torch.tensor([L], dtype=torch.int32), table[None], D ** -0.5)
+    want = ops.paged_prefill_attention(q, k_cache, v_cache, *args, sliding_window=window)
+    k_cache[table[0]], v_cache[table[0]] = float("nan"), float("nan")
+    got = ops.paged_prefill_attention(q, k_cache, v_cache, *args, sliding_window=window)
+    torch.testing.assert_close(got, want)
+    assert ops.paged_prefill_attention(q, k_cache, v_cache, *args).isnan().any()  # full attention reads block 0

@@ -136,7 +136,8 @@ def paged_prefill_attention(
 
     Sequence ``b`` owns query rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]``, which are its *last* tokens: its context
     holds ``context_lens[b]`` positions (earlier cached ones plus these), so chunked prefill and prefix reuse work
-    unchanged. Eager (loops over sequences); the GPU path replaces it with a kernel.
+    unchanged. Eager (loops over sequences); the GPU path replaces it with a kernel. With a ``sliding_window`` the
+    blocks wholly before every query's window are not gathered.
     """
     out = torch.empty_like(q)
     block_size = k_cache.shape[2]
@@ -148,10 +149,14 @@ def paged_prefill_attention(
         if n == 0:
             continue
         nblocks = (c + block_size - 1) // block_size
-        k = gather_kv(k_cache, block_tables[b, :nblocks])[:, :c].to(q.dtype)  # [KVH, c, D]
-        v = gather_kv(v_cache, block_tables[b, :nblocks])[:, :c].to(q.dtype)
+        # A sliding layer reads only from the block holding its first visible key (c - n - W + 1) on: the blocks
+        # before it are wholly outside every query's window.
+        first = 0 if sliding_window is None else max(0, c - n - sliding_window + 1) // block_size
+        k0 = first * block_size
+        k = gather_kv(k_cache, block_tables[b, first:nblocks])[:, : c - k0].to(q.dtype)  # [KVH, c - k0, D]
+        v = gather_kv(v_cache, block_tables[b, first:nblocks])[:, : c - k0].to(q.dtype)
         qpos = torch.arange(c - n, c, device=q.device)
-        mask = _window(torch.arange(c, device=q.device)[None, :], qpos[:, None], sliding_window)  # [n, c]
+        mask = _window(torch.arange(k0, c, device=q.device)[None, :], qpos[:, None], sliding_window)  # [n, c - k0]
         o = _sdpa(q[s:e].transpose(0, 1), k, v, mask, scale, sinks)  # [H, n, D]
         out[s:e] = o.transpose(0, 1)
     return out
