@@ -156,6 +156,10 @@ def _scan(yaml: YAML, text: str, name: str) -> None:
 
 def _plain(node: Any, path: Path_, smap: SourceMap, replace: set[Path_]) -> Any:
     if isinstance(node, CommentedMap):
+        if getattr(node, "merge", None):  # `<<: *anchor`: keys with no position of their own; extends does this job
+            line, col = node.lc.line + 1, node.lc.col + 1
+            raise _fail(smap.file, line, col, "YAML merge keys (<<) are not allowed in specs; use an alias of the "
+                        "whole value, or `extends:` with `!remove`/`!replace`", ".".join(map(str, path)))
         if _tag_name(getattr(node, "tag", None)) == REPLACE_TAG:
             replace.add(path)
         out = {}

@@ -75,6 +75,12 @@ def test_reused_anchor_is_refused(tmp_path):
         write(tmp_path, "a: &a 1\nb: &a 2\nc: *a\n"))
 
 
+def test_merge_keys_are_refused_located(tmp_path):
+    """`<<: *anchor` keys have no position of their own (ruamel); they used to crash lowering with a TypeError."""
+    msg = load_error(write(tmp_path, "name: x\nconfig: &a {b: int}\nderived:\n  <<: *a\n"))
+    assert "spec.yaml:4:3: derived: YAML merge keys (<<) are not allowed" in msg
+
+
 def test_recursive_and_undefined_aliases(tmp_path):
     assert "recursive alias" in load_error(write(tmp_path, "a: &a [1, *a]\n"))
     assert "has no anchor before it" in load_error(write(tmp_path, "a: *nope\n"))
