@@ -82,13 +82,9 @@ def fp8_checkpoint(tmp_path_factory):
 
 
 def fp8_llm(path, target, monkeypatch, dtype=torch.float32, **kw):
-    """The engine on the FP8 checkpoint: CheckpointDir.open_weights reads it through wrap_checkpoint. fp8 is
-    registered here for the test only: it joins SUPPORTED_METHODS when tests/test_quantization.py stops listing it as
-    unsupported (named in this task's report)."""
+    """The engine on the FP8 checkpoint: CheckpointDir.open_weights reads it through wrap_checkpoint."""
     from modelgen.runtime.engine.llm import LLM
-    from modelgen.runtime.loader import quantization
 
-    monkeypatch.setitem(quantization.SUPPORTED_METHODS, "fp8", parse_fp8)
     return LLM(path, target=target, dtype=dtype, max_model_len=128, **kw)
 
 
@@ -149,14 +145,14 @@ def test_fp8_bf16_three_way_and_quantization_error(fp8_checkpoint, monkeypatch):
 
 def test_wrap_checkpoint_routes_each_method(fp8_checkpoint):
     from modelgen.runtime.loader.mxfp4 import Mxfp4DequantCheckpoint
-    from modelgen.runtime.loader.quantization import READY_METHODS, Fp8DequantCheckpoint
+    from modelgen.runtime.loader.quantization import SUPPORTED_METHODS, Fp8DequantCheckpoint
 
     path, _, _ = fp8_checkpoint
     with Checkpoint(path) as raw:
         assert wrap_checkpoint(raw, None, torch.float32) is raw
-        fp8 = wrap_checkpoint(raw, READY_METHODS["fp8"](FP8_CONFIG), torch.float32)
+        fp8 = wrap_checkpoint(raw, SUPPORTED_METHODS["fp8"](FP8_CONFIG), torch.float32)
         assert isinstance(fp8, Fp8DequantCheckpoint)
-        mx = wrap_checkpoint(raw, READY_METHODS["mxfp4"]({"quant_method": "mxfp4"}), torch.float32)
+        mx = wrap_checkpoint(raw, SUPPORTED_METHODS["mxfp4"]({"quant_method": "mxfp4"}), torch.float32)
         assert isinstance(mx, Mxfp4DequantCheckpoint) and set(mx.keys()) == set(raw.keys())  # no *_blocks here
 
 

@@ -123,8 +123,7 @@ def test_mxfp4_gpt_oss_matches_transformers(mxfp4_checkpoint, target):
     assert llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0] == hf_greedy(hf, PROMPT, 16)
 
 
-@pytest.mark.skipif("mxfp4" not in quantization.SUPPORTED_METHODS,
-                    reason="mxfp4 is not in quantization.SUPPORTED_METHODS until the engine reads through wrap_checkpoint")
+@pytest.mark.skipif("mxfp4" not in quantization.SUPPORTED_METHODS, reason="mxfp4 not registered")
 def test_engine_loads_mxfp4_directly(mxfp4_checkpoint):
     import transformers
 

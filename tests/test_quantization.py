@@ -19,7 +19,7 @@ def test_unquantized_config_passes():
     assert check_quantization({"quantization_config": None}) is None
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq", "fp8", "mxfp4", "bitsandbytes", "compressed-tensors"])
+@pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "compressed-tensors", "fbgemm_fp8"])
 def test_unsupported_method_is_named(method):
     with pytest.raises(QuantizationError) as e:
         check_quantization({"quantization_config": {"quant_method": method, "bits": 4}}, "ckpt/config.json")
@@ -62,3 +62,21 @@ def test_post_load_hook_runs_once_after_all_weights(llama_checkpoint, monkeypatc
     LLM(path, target=target, dtype="float32", max_model_len=64)
     want = float(hf.model.norm.weight.detach().sum())
     assert seen and any(abs(v - want) < 1e-4 for v in seen)
+
+
+def test_dequantizing_views_never_take_the_gpu_raw_byte_path(monkeypatch):
+    """The GPU read-ahead copies file bytes: for an FP8/MXFP4 view those are not the weights the model needs."""
+    from types import SimpleNamespace
+
+    from modelgen.runtime.loader import packed
+    from modelgen.runtime.loader.mxfp4 import Mxfp4DequantCheckpoint
+    from modelgen.runtime.loader.quantization import Fp8DequantCheckpoint
+
+    cuda_param = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    model = SimpleNamespace(parameters=lambda: iter([cuda_param]))
+    routes = []
+    monkeypatch.setattr(packed, "_ReaderRoute", lambda *a: routes.append(a) or "route")
+    for view in (Fp8DequantCheckpoint, Mxfp4DequantCheckpoint):
+        assert view.raw_reads is False
+        assert packed._device_reader(model, view.__new__(view), []) is None
+    assert packed._device_reader(model, SimpleNamespace(), []) == "route"  # a plain checkpoint does

@@ -109,6 +109,8 @@ class Mxfp4DequantCheckpoint:
     Pairs are checked against the headers when the view is made: a lone ``_blocks`` / ``_scales`` or mismatched shapes
     are named up front, before any weight is read."""
 
+    raw_reads = False  # tensors are computed on the host: the GPU read-ahead (raw file bytes) must not be used
+
     def __init__(self, inner: Any, dtype: torch.dtype):
         self._inner, self.out_dtype = inner, dtype
         keys = inner.keys()

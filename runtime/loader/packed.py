@@ -261,4 +261,6 @@ def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched: list[str])
     probe = next(model.parameters(), None)
     if probe is None or probe.device.type != "cuda" or os.environ.get("MODELGEN_GPU_LOADER", "1") == "0":
         return None
+    if not getattr(checkpoint, "raw_reads", True):  # a dequantizing view (FP8, MXFP4): its tensors are not file bytes
+        return None
     return _ReaderRoute(checkpoint, probe.device, min(16, max(1, default_num_threads())), fetched)

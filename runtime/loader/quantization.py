@@ -66,12 +66,10 @@ def parse_fp8(qc: Mapping[str, Any], source: str = "config.json") -> Fp8BlockCon
     return Fp8BlockConfig(method="fp8", raw=dict(qc), block=(block[0], block[1]))
 
 
-# quant_method -> parser(raw quantization_config) -> QuantConfig.
-SUPPORTED_METHODS: dict[str, Callable[[Mapping[str, Any]], QuantConfig]] = {}
-# Formats whose loading exists (CheckpointDir.open_weights reads through wrap_checkpoint) and is tested
-# (tests/test_fp8_block.py, tests/test_mxfp4.py), waiting to join SUPPORTED_METHODS until tests/test_quantization.py
-# stops listing fp8 and mxfp4 among the refused methods.
-READY_METHODS: dict[str, Callable[[Mapping[str, Any]], Any]] = {"fp8": parse_fp8, "mxfp4": parse_mxfp4}
+# quant_method -> parser(raw quantization_config) -> QuantConfig. Each format is dequantized at load by a checkpoint
+# view (wrap_checkpoint, which CheckpointDir.open_weights applies): FP8 block scales (DeepSeek-V3 / GLM-5 releases,
+# tests/test_fp8_block.py) and MXFP4 experts (GPT-OSS releases, runtime/loader/mxfp4.py, tests/test_mxfp4.py).
+SUPPORTED_METHODS: dict[str, Callable[[Mapping[str, Any]], Any]] = {"fp8": parse_fp8, "mxfp4": parse_mxfp4}
 
 
 def _quantization_section(hf_config: Mapping[str, Any]) -> tuple[str, Any] | None:
@@ -142,6 +140,8 @@ class Fp8DequantCheckpoint:
     listed, so both loaders (packed and mapped) and every spec load FP8 checkpoints unchanged. Scales are checked
     against the headers when the view is made: a missing or mis-shaped ``weight_scale_inv`` is named up front.
     """
+
+    raw_reads = False  # tensors are computed on the host: the GPU read-ahead (raw file bytes) must not be used
 
     def __init__(self, inner: Any, config: Fp8BlockConfig, dtype: torch.dtype):
         self._inner, self.block, self.out_dtype = inner, config.block, dtype
