@@ -8,7 +8,9 @@ this package's search path is extended with the repository root, which holds the
 
 Public Python API::
 
-    from modelgen import LLM, SamplingParams
+    from modelgen import LLM, SamplingParams  # and RequestOutput, StreamDelta (what complete/chat/stream return)
+
+(README.md, "Python API").
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ if not (_here / "runtime").is_dir() and (_here.parent / "runtime" / "__init__.py
     # are meant to be imported through this path (tests/, bench/ are not packages of modelgen).
     __path__.append(str(_here.parent))  # type: ignore[name-defined]
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta"]
 
 
 def __getattr__(name: str):
@@ -33,4 +35,8 @@ def __getattr__(name: str):
         from modelgen.runtime.engine.sampler import SamplingParams
 
         return SamplingParams
+    if name in ("RequestOutput", "StreamDelta"):
+        from modelgen.runtime.engine import outputs
+
+        return getattr(outputs, name)
     raise AttributeError(f"module 'modelgen' has no attribute {name!r}")
