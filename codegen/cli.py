@@ -186,6 +186,32 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from modelgen.runtime.engine.llm import LLM
+
+    import importlib.util
+
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"modelgen serve: {', '.join(missing)} not installed; pip install -e '.[serve]'", file=sys.stderr)
+        return 2
+    from modelgen.runtime.server.app import serve
+
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
+
+        checkpoint = ensure_smollm2_checkpoint(progress=None)
+    extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks") if getattr(args, name) is not None}
+    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
+              **extra)
+    name = args.model_name or Path(checkpoint).name
+    print(f"modelgen serve: {name} on http://{args.host}:{args.port}/v1 ({args.target} target, {llm.device})",
+          file=sys.stderr, flush=True)
+    serve(llm, name, host=args.host, port=args.port, max_waiting=args.max_waiting)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="modelgen",
@@ -258,6 +284,28 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)
+
+    sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, SSE streaming)",
+                        formatter_class=_DefaultsFormatter,
+                        description="Serve a checkpoint at /v1/completions, /v1/chat/completions, /v1/models and "
+                        "/health (FastAPI + uvicorn; needs the `serve` extra). Concurrent requests share the "
+                        "continuous batch.")
+    sv.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (default: SmolLM2-135M-Instruct)")
+    sv.add_argument("--target", choices=TARGETS, default="rocm", help="generated target to run")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on")
+    sv.add_argument("--model-name", default=None, help="model id in the API (default: the checkpoint folder's name)")
+    sv.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                    help="model dtype (default: the checkpoint's torch_dtype)")
+    sv.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    sv.add_argument("--max-num-seqs", type=int, default=32, metavar="N", help="requests decoded together")
+    sv.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                    help="context length (default: min(max_position_embeddings, 4096))")
+    sv.add_argument("--num-blocks", type=int, default=None, metavar="N", help="KV-cache blocks (default: enough for "
+                    "max-num-seqs requests at max-model-len)")
+    sv.add_argument("--max-waiting", type=int, default=256, metavar="N",
+                    help="requests queued beyond max-num-seqs before answering 503")
+    sv.set_defaults(func=cmd_serve)
     return p
 
 
@@ -296,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         if modelgen_error is not None and isinstance(e, modelgen_error):
             print(f"modelgen {args.command}: {e}", file=sys.stderr)
             return 1
-        if args.command != "run" or not isinstance(e, _user_errors()):
+        if args.command not in ("run", "serve") or not isinstance(e, _user_errors()):
             raise
-        print(f"modelgen run: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"modelgen {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 
