@@ -100,6 +100,23 @@ def test_chat_and_streaming_equal_engine(client, llm):
     assert len([p for p in pieces if p]) > 1  # token by token, not one piece
 
 
+def test_greedy_equals_modelgen_run(client, ckpt):
+    """The same chat prompt through `modelgen run` (chat template by default) and the server."""
+    import contextlib
+    import io
+
+    from modelgen.codegen.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["run", "--checkpoint", str(ckpt), "--prompt", "hello world", "--max-new-tokens", "7",
+                     "--json"]) == 0
+    want = json.loads(out.getvalue())["outputs"][0]["text"]
+    r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello world"}],
+                                       max_tokens=7, temperature=0)
+    assert r.choices[0].message.content == want
+
+
 def test_n_and_stop(client, llm):
     r = client.completions.create(model="tiny", prompt="hello", max_tokens=5, temperature=1.0, n=3, seed=7)
     assert len(r.choices) == 3 and sorted(c.index for c in r.choices) == [0, 1, 2]
@@ -177,4 +194,13 @@ def test_disconnect_mid_stream_frees_blocks(server, client):
     # Cancelled, not run to its 240 tokens; every block is back; the server keeps serving.
     assert now["requests_aborted"] == before["requests_aborted"] + 1, now
     assert now["requests_in_flight"] == 0 and now["kv_blocks_free"] == now["kv_blocks_total"], now
+    assert client.completions.create(model="tiny", prompt="hello", max_tokens=2, temperature=0).choices
+
+
+def test_queue_full_gets_503(server, client):
+    """20 prompts x n=16 = 320 requests at once, over the 8 running + 256 waiting the server accepts."""
+    status, err = _post(server, "/v1/completions", json.dumps({"model": "tiny", "prompt": ["hello"] * 20, "n": 16,
+                                                                "max_tokens": 2}).encode())
+    assert status == 503 and "requests in flight" in err["error"]["message"], err
+    assert _health(server)["requests_in_flight"] == 0  # nothing of the refused call was queued
     assert client.completions.create(model="tiny", prompt="hello", max_tokens=2, temperature=0).choices
