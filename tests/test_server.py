@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -35,8 +36,7 @@ def ckpt(llama_checkpoint, tmp_path_factory):
     return make_api_checkpoint(llama_checkpoint, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def server(ckpt):
+def _start(ckpt) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", str(ckpt),
@@ -47,12 +47,17 @@ def server(ckpt):
     while True:
         try:
             urllib.request.urlopen(base + "/health", timeout=2)
-            break
+            return proc, base
         except (urllib.error.URLError, ConnectionError):
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
                 pytest.fail(f"server did not start:\n{proc.stdout.read()}")
             time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    proc, base = _start(ckpt)
     yield base
     proc.terminate()
     try:
@@ -204,3 +209,24 @@ def test_queue_full_gets_503(server, client):
     assert status == 503 and "requests in flight" in err["error"]["message"], err
     assert _health(server)["requests_in_flight"] == 0  # nothing of the refused call was queued
     assert client.completions.create(model="tiny", prompt="hello", max_tokens=2, temperature=0).choices
+
+
+def test_sigterm_finishes_running_streams(ckpt):
+    """Graceful shutdown: a stream running when SIGTERM arrives is completed, then the server exits cleanly."""
+    proc, base = _start(ckpt)
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        stream = client.completions.create(model="tiny", prompt="hello", max_tokens=240, temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        first = next(chunks)
+        proc.terminate()
+        rest = list(chunks)
+        finish = [c.choices[0].finish_reason for c in [first, *rest] if c.choices[0].finish_reason]
+        assert finish == ["length"]
+        # uvicorn re-raises the captured SIGTERM once it has shut down cleanly (exit status -SIGTERM), 0 otherwise
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+        assert "Traceback" not in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

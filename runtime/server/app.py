@@ -7,6 +7,7 @@ context, 503 when the queue is full. A streaming client that disconnects cancels
 freed between steps); a string ``stop`` ends a request when its text contains it (the text is cut before it)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -106,12 +107,15 @@ class _Choice:
 def create_app(llm: LLM, model_name: str, max_waiting: int = 256):
     engine = EngineLoop(llm, max_waiting)
     tokenizer = llm.tokenizer
-    app = FastAPI(title="modelgen", version="1")
-    app.state.engine = engine
-
-    @app.on_event("shutdown")
-    def _stop() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        # uvicorn on Ctrl-C / SIGTERM: stop accepting, then end what is still running (each stream gets an error
+        # event, each waiting JSON request a 500) and free its blocks.
         engine.shutdown()
+
+    app = FastAPI(title="modelgen", version="1", lifespan=lifespan)
+    app.state.engine = engine
 
     @app.exception_handler(BadRequest)
     async def _bad(_request, e: BadRequest):
@@ -275,4 +279,7 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256):
 def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000, max_waiting: int = 256) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(llm, model_name, max_waiting), host=host, port=port, log_level="warning")
+    # On SIGTERM / Ctrl-C uvicorn stops accepting and lets running requests finish for up to 30 s, then cancels them
+    # (their blocks are freed by the streams' finally) and runs the lifespan shutdown above.
+    uvicorn.run(create_app(llm, model_name, max_waiting), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=30)
