@@ -147,8 +147,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             outputs[0] += delta.token_ids
             if tokenizer is not None:
                 sys.stdout.write(delta.text)
-            else:
-                sys.stdout.write("".join(f"{t} " for t in delta.token_ids))
+            else:  # ids separated by spaces, as the --no-stream output prints them
+                sys.stdout.write(" ".join(map(str, delta.token_ids)) if len(outputs[0]) == len(delta.token_ids)
+                                 else "".join(f" {t}" for t in delta.token_ids))
             sys.stdout.flush()
         sys.stdout.write("\n")
     else:

@@ -92,3 +92,18 @@ def test_progress_on_a_terminal_only_and_never_with_json(ckpt):
     json.loads(out.getvalue())  # stdout stays exactly one JSON object
     rc, _, err = _run(*common)  # stderr not a terminal: no bar
     assert rc == 0 and "loading weights" not in err.getvalue()
+
+
+def test_streamed_ids_without_tokenizer_match_batch(ckpt, tmp_path):
+    """A checkpoint without tokenizer.json streams token ids, printed as --no-stream prints them."""
+    import shutil
+
+    d = tmp_path / "notok"
+    shutil.copytree(ckpt, d)
+    (d / "tokenizer.json").unlink()
+    common = ("--checkpoint", str(d), "--prompt-ids", "5,6,7", "--max-new-tokens", "4", "--ignore-eos")
+    rc, streamed, _ = _run(*common)
+    assert rc == 0
+    rc, batch, _ = _run(*common, "--no-stream")
+    assert rc == 0 and streamed.getvalue() == batch.getvalue()
+    assert len(streamed.getvalue().split()) == 4
