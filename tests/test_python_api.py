@@ -92,6 +92,8 @@ def test_chat_applies_template(llm):
     assert [o.token_ids for o in both][0] == reply.token_ids and len(both) == 2
     with pytest.raises(ValueError, match="conversation 0"):
         llm.chat([[]], PARAMS)
+    with pytest.raises(ValueError, match="messages: expected a non-empty list"):
+        llm.chat([], PARAMS)
 
 
 def test_stream_matches_generate_and_frees_blocks(llm):

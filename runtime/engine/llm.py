@@ -497,7 +497,9 @@ class LLM:
              params: SamplingParams | list[SamplingParams] | None = None) -> RequestOutput | list[RequestOutput]:
         """Reply to one conversation (a list of ``{"role", "content"}`` dicts) rendered with the checkpoint's chat
         template, or to each of a list of conversations (then a list of outputs, batched together)."""
-        single = bool(messages) and isinstance(messages[0], dict)
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("messages: expected a non-empty list of {'role', 'content'} dicts (or of conversations)")
+        single = isinstance(messages[0], dict)
         convs = [messages] if single else list(messages)
         for i, conv in enumerate(convs):
             if not conv or not all(isinstance(m, dict) for m in conv):
