@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import torch
 
 from .checkpoint import CheckpointError
+from .dequant_view import DequantView
 
 # E2M1 code -> value (transformers' FP4_VALUES): codes 0-7 positive, 8-15 the same magnitudes negated.
 FP4_VALUES = (+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -90,29 +91,13 @@ def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return blocks.contiguous(), scales.contiguous()
 
 
-class _DequantSlice:
-    """A lazy slice of a dequantized tensor (neuron's closure loaders index slices)."""
-
-    def __init__(self, view: "Mxfp4DequantCheckpoint", name: str):
-        self.view, self.name = view, name
-
-    def get_shape(self) -> list[int]:
-        return list(self.view.shape(self.name))
-
-    def __getitem__(self, index) -> torch.Tensor:
-        return self.view.get_tensor(self.name)[index]
-
-
-class Mxfp4DequantCheckpoint:
+class Mxfp4DequantCheckpoint(DequantView):
     """A :class:`~modelgen.runtime.loader.checkpoint.Checkpoint` seen through MXFP4 dequantization: every pair
     ``X_blocks`` / ``X_scales`` reads as one tensor ``X`` in ``dtype`` (layout above), and the pair is not listed.
     Pairs are checked against the headers when the view is made: a lone ``_blocks`` / ``_scales`` or mismatched shapes
     are named up front, before any weight is read."""
 
-    raw_reads = False  # tensors are computed on the host: the GPU read-ahead (raw file bytes) must not be used
-
     def __init__(self, inner: Any, dtype: torch.dtype):
-        self._inner, self.out_dtype = inner, dtype
         keys = inner.keys()
         present = set(keys)
         self._pairs: dict[str, tuple[str, str]] = {}
@@ -138,21 +123,16 @@ class Mxfp4DequantCheckpoint:
             raise CheckpointError(f"{inner.file_of(lone[0])}: MXFP4 scales '{lone[0]}' have no "
                                   f"'{lone[0][: -len(SCALES_SUFFIX)]}{BLOCKS_SUFFIX}'")
         consumed = {k for pair in self._pairs.values() for k in pair}
-        self._keys = [k for k in keys if k not in consumed]
         order = {k: i for i, k in enumerate(keys)}
-        self._keys += sorted(self._pairs, key=lambda n: order[self._pairs[n][0]])
+        computed = sorted(self._pairs, key=lambda n: order[self._pairs[n][0]])
+        super().__init__(inner, dtype, [k for k in keys if k not in consumed] + computed)
 
-    def keys(self) -> list[str]:
-        return list(self._keys)
+    def _computes(self, name: str) -> bool:
+        return name in self._pairs
 
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._pairs or (name in self._keys)
+    def _dequantize(self, name: str) -> torch.Tensor:
+        blocks, scales = self._pairs[name]
+        return dequantize_mxfp4(self._inner.get_tensor(blocks), self._inner.get_tensor(scales), self.out_dtype)
 
     def file_of(self, name: str):
         return self._inner.file_of(self._pairs[name][0] if name in self._pairs else name)
@@ -162,31 +142,6 @@ class Mxfp4DequantCheckpoint:
             return tuple(self._inner.shape(name))
         E, R, G, B = self._inner.shape(self._pairs[name][0])
         return (E, G * 2 * B, R)
-
-    def dtype(self, name: str) -> torch.dtype:
-        return self.out_dtype if name in self._pairs else self._inner.dtype(name)
-
-    def get_tensor(self, name: str) -> torch.Tensor:
-        if name not in self._pairs:
-            return self._inner.get_tensor(name)
-        blocks, scales = self._pairs[name]
-        return dequantize_mxfp4(self._inner.get_tensor(blocks), self._inner.get_tensor(scales), self.out_dtype)
-
-    def get_slice(self, name: str):
-        return _DequantSlice(self, name) if name in self._pairs else self._inner.get_slice(name)
-
-    def _info(self, name: str):
-        # The GPU read-ahead loader copies raw bytes: MXFP4 nibbles would arrive as garbage weights. Refuse loudly.
-        raise CheckpointError("MXFP4 checkpoints are dequantized on the host; set MODELGEN_GPU_LOADER=0")
-
-    def __getattr__(self, attr: str):  # files, metadata, close, check_finite, ...
-        return getattr(self._inner, attr)
-
-    def __enter__(self) -> "Mxfp4DequantCheckpoint":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._inner.close()
 
 
 def dequantize_checkpoint_dir(src: str, dst: str, dtype: torch.dtype = torch.bfloat16) -> list[str]:

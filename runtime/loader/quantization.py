@@ -20,6 +20,7 @@ from torch import nn
 
 from ..layers.fp8 import FP8_DTYPES, dequantize_block_fp8, scale_shape
 from .checkpoint import CheckpointError
+from .dequant_view import DequantView
 from .mxfp4 import Mxfp4Config, Mxfp4DequantCheckpoint, parse_mxfp4
 
 # Tensor-name suffixes that only quantized checkpoints carry; used to explain a coverage failure when a checkpoint is
@@ -121,30 +122,15 @@ def process_weights_after_loading(model: nn.Module) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- FP8 at read time
-class _DequantSlice:
-    """A lazy slice of an FP8 tensor: indexing dequantizes the tensor, then indexes (neuron's closure loaders)."""
-
-    def __init__(self, view: "Fp8DequantCheckpoint", name: str):
-        self.view, self.name = view, name
-
-    def get_shape(self) -> list[int]:
-        return list(self.view.shape(self.name))
-
-    def __getitem__(self, index) -> torch.Tensor:
-        return self.view.get_tensor(self.name)[index]
-
-
-class Fp8DequantCheckpoint:
+class Fp8DequantCheckpoint(DequantView):
     """A :class:`~modelgen.runtime.loader.checkpoint.Checkpoint` seen through FP8 block dequantization: every FP8
     tensor ``X`` reads as ``dequant(X, X_scale_inv)`` in ``dtype``, and the ``X_scale_inv`` tensors it consumed are not
     listed, so both loaders (packed and mapped) and every spec load FP8 checkpoints unchanged. Scales are checked
     against the headers when the view is made: a missing or mis-shaped ``weight_scale_inv`` is named up front.
     """
 
-    raw_reads = False  # tensors are computed on the host: the GPU read-ahead (raw file bytes) must not be used
-
     def __init__(self, inner: Any, config: Fp8BlockConfig, dtype: torch.dtype):
-        self._inner, self.block, self.out_dtype = inner, config.block, dtype
+        self.block = config.block
         keys = inner.keys()
         present = set(keys)
         self._scale_of: dict[str, str] = {}
@@ -161,44 +147,14 @@ class Fp8DequantCheckpoint:
                                       f"'{key}' of shape {tuple(inner.shape(key))} in {list(self.block)} blocks")
             self._scale_of[key] = scale
         consumed = set(self._scale_of.values())
-        self._keys = [k for k in keys if k not in consumed]
+        super().__init__(inner, dtype, [k for k in keys if k not in consumed])
 
-    def keys(self) -> list[str]:
-        return list(self._keys)
+    def _computes(self, name: str) -> bool:
+        return name in self._scale_of
 
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._keys
-
-    def dtype(self, name: str) -> torch.dtype:
-        return self.out_dtype if name in self._scale_of else self._inner.dtype(name)
-
-    def get_tensor(self, name: str) -> torch.Tensor:
-        tensor = self._inner.get_tensor(name)
-        if name not in self._scale_of:
-            return tensor
-        return dequantize_block_fp8(tensor, self._inner.get_tensor(self._scale_of[name]), self.block, self.out_dtype)
-
-    def get_slice(self, name: str):
-        return _DequantSlice(self, name) if name in self._scale_of else self._inner.get_slice(name)
-
-    def _info(self, name: str):
-        # The GPU read-ahead loader copies raw bytes: FP8 weights would arrive unscaled. Refuse it loudly.
-        raise CheckpointError("FP8 block-scaled checkpoints are dequantized on the host; set MODELGEN_GPU_LOADER=0")
-
-    def __getattr__(self, attr: str):  # files, file_of, shape, metadata, close, check_finite, ...
-        return getattr(self._inner, attr)
-
-    def __enter__(self) -> "Fp8DequantCheckpoint":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._inner.close()
+    def _dequantize(self, name: str) -> torch.Tensor:
+        scale = self._inner.get_tensor(self._scale_of[name])
+        return dequantize_block_fp8(self._inner.get_tensor(name), scale, self.block, self.out_dtype)
 
 
 def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: torch.dtype) -> Any:
