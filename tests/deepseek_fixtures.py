@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.parity_helpers import hf_logits  # noqa: F401 -- re-exported for the parity tests
+
 BASE = dict(vocab_size=160, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
             num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=48, qk_nope_head_dim=16,
             qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
@@ -64,8 +66,3 @@ def make_deepseek(path, name: str, fused: bool = False, seed: int = 0, **overrid
                 t.normal_(1.0, 0.2)
     model.save_pretrained(path, save_original_format=not fused)
     return model
-
-
-def hf_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.parity_helpers import hf_logits  # noqa: F401 -- re-exported for the parity tests
+
 TEXT = dict(vocab_size=160, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
             linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
@@ -46,8 +48,3 @@ def make_qwen3_next(path, name: str, fused: bool = False, seed: int = 0):
                 t.normal_(0, 0.2)
     model.save_pretrained(path, save_original_format=not fused)
     return model
-
-
-def hf_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float()

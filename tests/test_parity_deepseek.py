@@ -19,6 +19,7 @@ from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from modelgen.runtime.testing import assert_close_three_way
+from tests.parity_helpers import checkpoint_cache, hf_greedy_forward, llm
 from tests.deepseek_fixtures import BASE, CASES, GLM5_CASES, V2_CASES, V32_CASES, hf_logits, make_deepseek
 
 TARGETS = ["rocm", "neuron"]
@@ -30,32 +31,7 @@ FORMATS = ([(n, False) for n in CASES] + [("v3", True)] + [(n, False) for n in V
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    cache: dict = {}
-
-    def get(name: str, fused: bool = False):
-        if (name, fused) not in cache:
-            d = tmp_path_factory.mktemp(f"{name}_{'fused' if fused else 'per_expert'}")
-            cache[name, fused] = (d, make_deepseek(d, name, fused))
-        return cache[name, fused]
-
-    return get
-
-
-def hf_greedy_forward(model, ids: list[int], n: int) -> list[int]:
-    """Greedy continuation by repeated full forwards (teacher-forced, no HF cache)."""
-    ids = list(ids)
-    out = []
-    for _ in range(n):
-        tok = int(hf_logits(model, ids)[-1].argmax())
-        out.append(tok)
-        ids.append(tok)
-    return out
-
-
-def llm(path, target, **kw):
-    kw.setdefault("dtype", "float32")
-    kw.setdefault("max_model_len", 256)
-    return LLM(path, target=target, **kw)
+    return checkpoint_cache(tmp_path_factory, make_deepseek)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -18,6 +18,7 @@ from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from modelgen.runtime.testing import assert_close_three_way
+from tests.parity_helpers import checkpoint_cache, hf_greedy_forward, llm
 from tests.qwen3_next_fixtures import CASES, hf_logits, make_qwen3_next
 
 TARGETS = ["rocm", "neuron"]
@@ -29,32 +30,7 @@ FORMATS = [(n, f) for n in CASES for f in (False, True) if f is False or n in MO
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    cache: dict = {}
-
-    def get(name: str, fused: bool = False):
-        if (name, fused) not in cache:
-            d = tmp_path_factory.mktemp(f"{name}_{'fused' if fused else 'per_expert'}")
-            cache[name, fused] = (d, make_qwen3_next(d, name, fused))
-        return cache[name, fused]
-
-    return get
-
-
-def hf_greedy_forward(model, ids: list[int], n: int) -> list[int]:
-    """Greedy continuation by repeated full forwards (teacher-forced, no HF cache)."""
-    ids = list(ids)
-    out = []
-    for _ in range(n):
-        tok = int(hf_logits(model, ids)[-1].argmax())
-        out.append(tok)
-        ids.append(tok)
-    return out
-
-
-def llm(path, target, **kw):
-    kw.setdefault("dtype", "float32")
-    kw.setdefault("max_model_len", 256)
-    return LLM(path, target=target, **kw)
+    return checkpoint_cache(tmp_path_factory, make_qwen3_next)
 
 
 @pytest.mark.parametrize("target", TARGETS)
