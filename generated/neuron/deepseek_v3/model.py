@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): b12d716aa9f4dcc4
+# source hash (spec + templates + generator): 185a6aa3da4b692a
 # ==================================================================================================================
 """DeepseekV3 for the neuron target, in vLLM Neuron's style.
 
@@ -51,7 +51,7 @@ class DeepseekV3Attention(nn.Module):
 
     def __init__(self, config: DeepseekV3Config, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; the latent path and its cache are replicated.
         world = dist.tp_size()
         hidden_size = config.hidden_size

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 833316c433664a74
+# source hash (spec + templates + generator): 56880cc55693dc6a
 # ==================================================================================================================
 """DeepseekV32 for the neuron target, in vLLM Neuron's style.
 
@@ -51,7 +51,7 @@ class DeepseekV32Attention(nn.Module):
 
     def __init__(self, config: DeepseekV32Config, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; the latent path and its cache are replicated.
         world = dist.tp_size()
         hidden_size = config.hidden_size

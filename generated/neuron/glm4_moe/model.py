@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): a5a6d797f0a48c5b
+# source hash (spec + templates + generator): 8a010b79fe517525
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style.
 
@@ -47,7 +47,7 @@ class Glm4MoeAttention(nn.Module):
 
     def __init__(self, config: Glm4MoeConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 09039549dd4c7dca
+# source hash (spec + templates + generator): 03142d6f5b77b4df
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -51,7 +51,7 @@ class GlmMoeDsaAttention(nn.Module):
 
     def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; the latent path and its cache are replicated.
         world = dist.tp_size()
         hidden_size = config.hidden_size

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 0065b8bb882e97c2
+# source hash (spec + templates + generator): ad46b083a655a3b3
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -48,7 +48,7 @@ class GptOssAttention0(nn.Module):
 
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
@@ -149,7 +149,7 @@ class GptOssAttention1(nn.Module):
 
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

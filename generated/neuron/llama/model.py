@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): fc61f70fa15a71fb
+# source hash (spec + templates + generator): 51800b3f0e05c810
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 
@@ -46,7 +46,7 @@ class LlamaAttention(nn.Module):
 
     def __init__(self, config: LlamaConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

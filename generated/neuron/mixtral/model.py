@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 2e67e39f198cb6a4
+# source hash (spec + templates + generator): c318ae69135919e2
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style.
 
@@ -47,7 +47,7 @@ class MixtralAttention(nn.Module):
 
     def __init__(self, config: MixtralConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 4be9674426a3fdb8
+# source hash (spec + templates + generator): 7649cddf4d40c0c1
 # ==================================================================================================================
 """Qwen3 for the neuron target, in vLLM Neuron's style.
 
@@ -46,7 +46,7 @@ class Qwen3Attention(nn.Module):
 
     def __init__(self, config: Qwen3Config, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

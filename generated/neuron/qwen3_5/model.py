@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): 6909aa2dfa8e70df
+# source hash (spec + templates + generator): a1145ddac75ef102
 # ==================================================================================================================
 """Qwen35 for the neuron target, in vLLM Neuron's style.
 
@@ -50,7 +50,7 @@ class Qwen35Attention(nn.Module):
 
     def __init__(self, config: Qwen35Config, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
@@ -149,7 +149,7 @@ class Qwen35GatedDeltaNet(nn.Module):
 
     def __init__(self, config: Qwen35Config, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "linear_attn"
+        self.layer_name = f"layers.{layer_idx}.linear_attn"
         # >>> PARALLELISM <<< key heads (and their groups of value heads) are sharded across TP ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): 103fe8cba55e3393
+# source hash (spec + templates + generator): 35e6b1f343fb6746
 # ==================================================================================================================
 """Qwen35Moe for the neuron target, in vLLM Neuron's style.
 
@@ -52,7 +52,7 @@ class Qwen35MoeAttention(nn.Module):
 
     def __init__(self, config: Qwen35MoeConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
@@ -151,7 +151,7 @@ class Qwen35MoeGatedDeltaNet(nn.Module):
 
     def __init__(self, config: Qwen35MoeConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "linear_attn"
+        self.layer_name = f"layers.{layer_idx}.linear_attn"
         # >>> PARALLELISM <<< key heads (and their groups of value heads) are sharded across TP ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

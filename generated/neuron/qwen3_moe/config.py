@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): e7d99a9dcbb46867
+# source hash (spec + templates + generator): cf7f8e832a3cc94c
 # ==================================================================================================================
 """Qwen3MoeConfig: the HF ``config.json`` fields specs/qwen3_moe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): e7d99a9dcbb46867
+# source hash (spec + templates + generator): cf7f8e832a3cc94c
 # ==================================================================================================================
 """Qwen3Moe for the neuron target, in vLLM Neuron's style.
 
@@ -47,7 +47,7 @@ class Qwen3MoeAttention(nn.Module):
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

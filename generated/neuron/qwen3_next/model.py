@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_next.yaml --target neuron
-# source hash (spec + templates + generator): a8f9e41accca166f
+# source hash (spec + templates + generator): 447be53320b1f213
 # ==================================================================================================================
 """Qwen3Next for the neuron target, in vLLM Neuron's style.
 
@@ -52,7 +52,7 @@ class Qwen3NextAttention(nn.Module):
 
     def __init__(self, config: Qwen3NextConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "self_attn"
+        self.layer_name = f"layers.{layer_idx}.self_attn"
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
@@ -151,7 +151,7 @@ class Qwen3NextGatedDeltaNet(nn.Module):
 
     def __init__(self, config: Qwen3NextConfig, layer_idx: int):
         super().__init__()
-        self.layer_name = f"layers.{layer_idx}." + "linear_attn"
+        self.layer_name = f"layers.{layer_idx}.linear_attn"
         # >>> PARALLELISM <<< key heads (and their groups of value heads) are sharded across TP ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size

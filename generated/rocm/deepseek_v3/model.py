@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v3.yaml --target rocm
-# source hash (spec + templates + generator): b12d716aa9f4dcc4
+# source hash (spec + templates + generator): 185a6aa3da4b692a
 # ==================================================================================================================
 """DeepseekV3 for the rocm target, in ATOM's style.
 
@@ -68,7 +68,7 @@ class DeepseekV3Attention(MLAttention):
             rope_theta=config.rope_theta,
             rope_scaling=config.rope_scaling,
             scale=None,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
         )
 
     def kv_spec(self) -> LatentCacheSpec:

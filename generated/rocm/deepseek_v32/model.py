@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v32.yaml --target rocm
-# source hash (spec + templates + generator): 833316c433664a74
+# source hash (spec + templates + generator): 56880cc55693dc6a
 # ==================================================================================================================
 """DeepseekV32 for the rocm target, in ATOM's style.
 
@@ -68,7 +68,7 @@ class DeepseekV32Attention(MLAttention):
             rope_theta=config.rope_theta,
             rope_scaling=config.rope_scaling,
             scale=None,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             index_heads=config.index_n_heads,
             index_head_dim=config.index_head_dim,
             index_topk=config.index_topk,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): 09039549dd4c7dca
+# source hash (spec + templates + generator): 03142d6f5b77b4df
 # ==================================================================================================================
 """GlmMoeDsa for the rocm target, in ATOM's style.
 
@@ -68,7 +68,7 @@ class GlmMoeDsaAttention(MLAttention):
             rope_theta=config.rope_theta,
             rope_scaling=config.rope_scaling,
             scale=None,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             index_heads=config.index_n_heads,
             index_head_dim=config.index_head_dim,
             index_topk=config.index_topk,

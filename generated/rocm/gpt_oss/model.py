@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): 0065b8bb882e97c2
+# source hash (spec + templates + generator): ad46b083a655a3b3
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 
@@ -76,7 +76,7 @@ class GptOssAttention0(nn.Module):
         self.sinks.weight_loader = head_sharded_loader
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
@@ -136,7 +136,7 @@ class GptOssAttention1(nn.Module):
         self.sinks.weight_loader = head_sharded_loader
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
             sliding_window=config.sliding_window,  # q sees k iff q - W < k <= q
         )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 2e67e39f198cb6a4
+# source hash (spec + templates + generator): c318ae69135919e2
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 
@@ -66,7 +66,7 @@ class MixtralAttention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): 4be9674426a3fdb8
+# source hash (spec + templates + generator): 7649cddf4d40c0c1
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 
@@ -72,7 +72,7 @@ class Qwen3Attention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): 6909aa2dfa8e70df
+# source hash (spec + templates + generator): a1145ddac75ef102
 # ==================================================================================================================
 """Qwen35 for the rocm target, in ATOM's style.
 
@@ -76,7 +76,7 @@ class Qwen35Attention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
@@ -122,7 +122,7 @@ class Qwen35GatedDeltaNet(GatedDeltaNet):
             conv_kernel=config.linear_conv_kernel_dim,
             rms_norm_eps=config.rms_norm_eps,
             layout="qwen3_5",
-            layer_name=f"layers.{layer_idx}." + "linear_attn",
+            layer_name=f"layers.{layer_idx}.linear_attn",
         )
 
     def forward(

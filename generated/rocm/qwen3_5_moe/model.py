@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): 103fe8cba55e3393
+# source hash (spec + templates + generator): 35e6b1f343fb6746
 # ==================================================================================================================
 """Qwen35Moe for the rocm target, in ATOM's style.
 
@@ -84,7 +84,7 @@ class Qwen35MoeAttention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
@@ -130,7 +130,7 @@ class Qwen35MoeGatedDeltaNet(GatedDeltaNet):
             conv_kernel=config.linear_conv_kernel_dim,
             rms_norm_eps=config.rms_norm_eps,
             layout="qwen3_5",
-            layer_name=f"layers.{layer_idx}." + "linear_attn",
+            layer_name=f"layers.{layer_idx}.linear_attn",
         )
 
     def forward(

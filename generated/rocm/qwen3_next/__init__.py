@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): a8f9e41accca166f
+# source hash (spec + templates + generator): 447be53320b1f213
 # ==================================================================================================================
 """Qwen3Next for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Qwen3NextConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): a8f9e41accca166f
+# source hash (spec + templates + generator): 447be53320b1f213
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -84,7 +84,7 @@ class Qwen3NextAttention(nn.Module):
         )
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
-            layer_name=f"layers.{layer_idx}." + "self_attn",
+            layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
@@ -130,7 +130,7 @@ class Qwen3NextGatedDeltaNet(GatedDeltaNet):
             conv_kernel=config.linear_conv_kernel_dim,
             rms_norm_eps=config.rms_norm_eps,
             layout="qwen3_next",
-            layer_name=f"layers.{layer_idx}." + "linear_attn",
+            layer_name=f"layers.{layer_idx}.linear_attn",
         )
 
     def forward(

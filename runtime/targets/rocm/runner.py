@@ -8,6 +8,7 @@ import torch
 from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
 from ...layers.attention import AttentionMetadata
+from ...layers.gated_deltanet import StateMetadata
 from .cuda_graphs import DecodeGraphs, slots_for
 
 
@@ -82,8 +83,6 @@ class RocmRunner:
         """Each sequence's state slot; ``fresh`` (no computed token yet) makes a recurrent layer start from zeros."""
         if self.state_pool is None:
             return None
-        from ...layers.gated_deltanet import StateMetadata
-
         return StateMetadata.build([len(w.token_ids) for w in work], [self.state_pool.slot(w.seq_id) for w in work],
                                    [w.start_pos == 0 for w in work], self.device)
 
