@@ -1,0 +1,18 @@
+# ==================================================================================================================
+# GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
+# source hash (spec + templates + generator): 52efa889b4ec8849
+# ==================================================================================================================
+"""Mistral for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
+from .config import ARCHITECTURES, MistralConfig
+from .factory import MistralForCausalLMFactory
+from .model import MistralForCausalLM
+
+CONFIG_CLASS = MistralConfig
+MODEL_CLASS = MistralForCausalLM
+SPEC = "specs/mistral.yaml"
+
+__all__ = [
+    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MistralConfig", "MistralForCausalLM",
+    "MistralForCausalLMFactory",
+]
