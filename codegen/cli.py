@@ -76,6 +76,22 @@ def _parse_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--prompt-ids expects comma-separated integers, got {text!r}") from None
 
 
+def _parallel_options(args: argparse.Namespace) -> dict:
+    """LLM keyword arguments of the parallel/dummy/KV-budget flags of `run` (only those given)."""
+    out = {}
+    if args.tensor_parallel_size is not None:
+        out["tensor_parallel_size"] = args.tensor_parallel_size
+    if args.expert_parallel_size is not None:
+        out["expert_parallel_size"] = args.expert_parallel_size
+    if args.load_dummy is not None:
+        out["load_format"] = "dummy_zeros" if args.load_dummy == "zeros" else "dummy"
+    if args.kv_cache_memory is not None:
+        out["kv_cache_memory"] = args.kv_cache_memory
+    if args.gpu_memory_utilization is not None:
+        out["gpu_memory_utilization"] = args.gpu_memory_utilization
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
     import time
@@ -125,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"modelgen run: --on-device-sampling applies to the {', '.join(able)} target", file=sys.stderr)
         return 2
     extra = {"on_device_sampling": True} if args.on_device_sampling else {}
+    extra.update(_parallel_options(args))
     for name in ("block_size", "num_blocks", "max_model_len"):
         if getattr(args, name) is not None:
             extra[name] = getattr(args, name)
@@ -155,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         outputs = llm.generate(prompts, params)
     gen_s = time.perf_counter() - t1
+    llm.close()  # the ranks --tensor-parallel-size started stop here (a no-op otherwise)
     n_new = sum(len(o) for o in outputs)
     results = [
         {"token_ids": ids, "text": tokenizer.decode(ids) if tokenizer is not None else None} for ids in outputs
@@ -282,6 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check-finite", choices=["auto", "full", "sampled", "off"], default="auto",
                    help="NaN/Inf check of the weights at load: auto (full on a GPU, sampled on CPU), full "
                    "(every element), sampled (small tensors whole, 1/64 of large ones), off")
+    r.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
+                   help="shard the model over N ranks started by the engine (gloo on CPU, NCCL on N GPUs); "
+                   "default 1")
+    r.add_argument("--expert-parallel-size", type=int, default=None, metavar="M",
+                   help="MoE experts split over M groups of ranks, each expert sharded over the group's ranks "
+                   "(1: every expert TP-sharded); default: whole experts spread over all ranks")
+    r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
+                   help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
+    r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
+                   help="size the KV cache to this many bytes (default: max-num-seqs full-length requests)")
+    r.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
+                   help="size the KV cache to fill this fraction of the GPU after the weights")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)

@@ -5,6 +5,8 @@ Generated modules ask for ``tp_rank()``/``tp_size()`` when they build their laye
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 
@@ -34,10 +36,66 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.cat(parts, dim=dim)
 
 
-def divide(numerator: int, denominator: int, what: str) -> int:
+def divide(numerator: int, denominator: int, what: str, by: str = "tensor-parallel size") -> int:
     if numerator % denominator:
-        raise ValueError(f"{what} ({numerator}) is not divisible by the tensor-parallel size ({denominator})")
+        raise ValueError(f"{what} ({numerator}) is not divisible by the {by} ({denominator})")
     return numerator // denominator
+
+
+# ------------------------------------------------------------------------------------------- MoE parallel layout
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How the ranks of the (tensor-parallel) world split a MoE layer's experts.
+
+    ``expert_parallel_size`` ``None`` (the default) keeps every expert whole on one rank (EP over all ranks, as
+    before); ``1`` shards every expert's intermediate dimension over all ranks (ATOM's Mixtral "FusedMoE with TP
+    sharding": ``num_experts`` need not divide the world); ``M`` between them groups the ranks into ``M``
+    expert-parallel groups of ``world / M`` ranks, each group holding ``E / M`` experts TP-sharded over its ranks.
+    Set by ``LLM(..., expert_parallel_size=M)`` before the model is built (every rank sets the same value).
+    """
+
+    expert_parallel_size: int | None = None
+
+
+_CONFIG = ParallelConfig()
+
+
+def set_parallel_config(config: ParallelConfig) -> None:
+    global _CONFIG
+    _CONFIG = config
+
+
+def parallel_config() -> ParallelConfig:
+    return _CONFIG
+
+
+@dataclass(frozen=True)
+class MoELayout:
+    """This rank's share of a MoE layer: experts ``[expert_offset, expert_offset + num_local_experts)``, each
+    sharded ``tp_size`` ways along its intermediate dimension, slice ``tp_rank``. Every (expert, slice) pair lives
+    on exactly one rank, so summing the ranks' partial outputs (one all-reduce) gives the layer's output."""
+
+    ep_size: int
+    ep_rank: int
+    tp_size: int
+    tp_rank: int
+    num_local_experts: int
+    expert_offset: int
+
+
+def moe_layout(num_experts: int, world: int | None = None, rank: int | None = None) -> MoELayout:
+    world = tp_size() if world is None else world
+    rank = tp_rank() if rank is None else rank
+    ep = _CONFIG.expert_parallel_size or world
+    if world % ep:
+        raise ValueError(f"expert_parallel_size {ep} does not divide the world size {world}")
+    moe_tp = world // ep
+    ep_rank = rank // moe_tp
+    if num_experts % ep:
+        raise ValueError(f"num_experts ({num_experts}) is not divisible by the expert-parallel size ({ep}); "
+                         f"expert_parallel_size=1 shards every expert over the ranks instead")
+    local = num_experts // ep
+    return MoELayout(ep, ep_rank, moe_tp, rank % moe_tp, local, ep_rank * local)
 
 
 def kv_heads_per_rank(num_kv_heads: int, world: int) -> tuple[int, int]:

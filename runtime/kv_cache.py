@@ -52,3 +52,47 @@ def allocate_kv_cache(
             raise NotImplementedError(f"{layer.name}: cache kind {layer.kind!r} is not allocated per block")
         caches[layer.name] = layer.allocate(num_blocks, block_size, device)
     return caches
+
+
+def num_blocks_for_budget(
+    spec: KVSpec, block_size: int, device: torch.device | str, *, kv_cache_memory: int | None = None,
+    gpu_memory_utilization: float | None = None, state_bytes: int = 0, min_blocks: int = 1,
+) -> int | None:
+    """KV blocks that fit a memory budget (vLLM's ``gpu_memory_utilization`` / an explicit byte count), or None when
+    neither is given (the engine then sizes for ``max_num_seqs`` full-length requests).
+
+    ``kv_cache_memory``: bytes for the cache (any device; on CPU the only way to give a budget).
+    ``gpu_memory_utilization``: the fraction of the GPU's memory this process may hold; what the model already
+    reserved when this is called (its weights) is subtracted, and the rest of the GPU (``1 - fraction``) is the
+    headroom for activations and CUDA graphs. ``state_bytes`` (per-request recurrent state) comes off the budget
+    first. Each block costs ``spec.bytes_per_block(block_size)`` summed over the layers of this rank.
+    """
+    if kv_cache_memory is not None and gpu_memory_utilization is not None:
+        raise ValueError("give kv_cache_memory or gpu_memory_utilization, not both")
+    if kv_cache_memory is None and gpu_memory_utilization is None:
+        return None
+    dev = torch.device(device)
+    if gpu_memory_utilization is not None:
+        u = gpu_memory_utilization
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
+            raise ValueError(f"gpu_memory_utilization = {u!r}: expected a fraction in (0, 1]")
+        if dev.type != "cuda":
+            raise ValueError("gpu_memory_utilization applies to a CUDA device; on CPU give kv_cache_memory (bytes)")
+        total = torch.cuda.get_device_properties(dev).total_memory
+        used = torch.cuda.memory_reserved(dev)
+        budget = int(total * u) - used
+        what = (f"gpu_memory_utilization {u} of {total / 1e9:.1f} GB minus {used / 1e9:.2f} GB already reserved "
+                f"(weights)")
+    else:
+        if isinstance(kv_cache_memory, bool) or not isinstance(kv_cache_memory, int) or kv_cache_memory < 1:
+            raise ValueError(f"kv_cache_memory = {kv_cache_memory!r}: expected a positive number of bytes")
+        budget, what = kv_cache_memory, f"kv_cache_memory {kv_cache_memory} bytes"
+    per_block = spec.bytes_per_block(block_size)
+    blocks = (budget - state_bytes) // per_block if per_block else 0
+    if blocks < min_blocks:
+        raise ValueError(
+            f"{what} holds {max(blocks, 0)} KV blocks of {per_block} bytes (after {state_bytes} bytes of recurrent "
+            f"state), fewer than the {min_blocks} one max_model_len request needs; raise the budget or lower "
+            f"max_model_len"
+        )
+    return int(blocks)

@@ -25,9 +25,11 @@ import torch
 
 from .. import backends
 from ..hf_config import ConfigError, check_core_fields
-from ..kv_cache import KVSpec, allocate_kv_cache
+from ..kv_cache import KVSpec, allocate_kv_cache, num_blocks_for_budget
 from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
+from ..dummy_weights import check_load_format, dummy_checkpoint
+from ..parallel.launch import DriverRunner, abort_ranks_on_error, start_ranks
 from ..loader.checkpoint import check_finite_tensor, finite_mode
 from ..progress import CountingCheckpoint, bar
 from ..targets import get_target
@@ -203,6 +205,7 @@ class GenerateStats:
 
 
 class LLM:
+    @abort_ranks_on_error
     def __init__(
         self,
         checkpoint: str | Path | CheckpointDir,
@@ -224,9 +227,19 @@ class LLM:
         allow_external_shards: bool = False,
         check_finite: bool | str = "auto",
         progress: bool | None = None,
+        tensor_parallel_size: int = 1,
+        expert_parallel_size: int | None = None,
+        load_format: str = "auto",
+        kv_cache_memory: int | None = None,
+        gpu_memory_utilization: float | None = None,
     ):
         """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
         stderr is a terminal, False never (runtime/progress.py)."""
+        # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
+        # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
+        # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
+        check_load_format(load_format)
+        self._ranks, device = start_ranks(dict(locals()), tensor_parallel_size, expert_parallel_size, device)
         # The directory, its config.json (text_config lifted) and quantization_config: refused here if unsupported.
         self.checkpoint = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
         self.checkpoint_dir = self.checkpoint.path
@@ -274,8 +287,13 @@ class LLM:
         declared = self.model.get_kv_spec()
         state_specs = [layer for layer in declared.layers if layer.kind == "recurrent_state"]
         kv_spec = KVSpec(layers=[layer for layer in declared.layers if layer.kind != "recurrent_state"])
-        if num_blocks is None:
-            num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
+        if num_blocks is None:  # a memory budget sizes the cache, else max_num_seqs full-length requests do
+            per_request = -(-self.max_model_len // block_size)
+            num_blocks = num_blocks_for_budget(
+                kv_spec, block_size, self.device, kv_cache_memory=kv_cache_memory,
+                gpu_memory_utilization=gpu_memory_utilization, min_blocks=per_request,
+                state_bytes=StatePool.bytes_per_slot_of(state_specs) * max_num_seqs,
+            ) or max_num_seqs * per_request
         _check_kv_cache_size(kv_spec.bytes_per_block(block_size), num_blocks, block_size, self.device)
         # NaN/Inf check of the weights. On an accelerator, any mode but "off" checks every parameter on the device
         # after the copy (the GPU read-ahead path never goes through Checkpoint.get_tensor; measured on an H200:
@@ -286,8 +304,10 @@ class LLM:
         on_device_check = mode != "off" and self.device.type != "cpu"
         if mode == "auto":
             mode = "sampled"
-        with self.checkpoint.open_weights(self.dtype, allow_external_shards=allow_external_shards,
-                                          check_finite="off" if on_device_check else mode) as ckpt:
+        weights = dummy_checkpoint(self.checkpoint, self.dtype, self.device, load_format) if load_format != "auto" \
+            else self.checkpoint.open_weights(self.dtype, allow_external_shards=allow_external_shards,
+                                              check_finite="off" if on_device_check else mode)
+        with weights as ckpt:
             t0 = time.perf_counter()
             # The bar counts tensors read through get_tensor (the GPU raw-byte read-ahead bypasses it: the bar then
             # jumps to the end when loading is done).
@@ -325,6 +345,9 @@ class LLM:
         self.chunked_prefill = budget.chunked_prefill
         self.runner = self.target.make_runner(self.model, self.blocks, self.device, options, budget,
                                               state_pool=self.state_pool)
+        if self._ranks is not None:  # rank 0 of engine-started ranks: every model call is broadcast first
+            self.runner = DriverRunner(self.runner, self._ranks, self.blocks, self.state_pool)
+            self._ranks.ready(self)
         self._next_id = 0
         self.stats = GenerateStats()
 
@@ -333,6 +356,12 @@ class LLM:
         warm = getattr(self.runner, "warmup", None)
         if warm is not None:
             warm()
+
+    def close(self) -> None:
+        """Stop the ranks this engine started (``tensor_parallel_size`` > 1) and destroy their group; a no-op
+        otherwise. The engine is unusable afterwards."""
+        if self._ranks is not None:
+            self._ranks.shutdown()
 
     # ------------------------------------------------------------------------------------------------------ scoring
     def score(self, prompt: list[int]) -> torch.Tensor:

@@ -5,6 +5,10 @@ Experts are stacked ``w13_weight [E_local, 2I, H]`` (gate rows, then up rows) an
 ``[r * E_local, (r + 1) * E_local)``, computes their contribution for every token, and the partial outputs are summed
 across ranks. ``weight_loader`` accepts a per-expert checkpoint tensor (shard ``w1``/``w3``/``w2`` + expert id) or a
 transformers v5 fused tensor of all experts (shard ``w13``/``w2``, no expert id); other ranks' experts are skipped.
+With ``expert_parallel_size`` below the world size (``runtime/distributed.py`` ``moe_layout``) each expert is also
+TP-sharded (ATOM's Mixtral "FusedMoE with TP sharding"): rank r keeps intermediate rows ``[r_tp * I_local, ...)`` of
+its experts' gate/up and the same columns of down, so ``num_experts`` need not divide the world; the partial outputs
+are summed by the same all-reduce.
 
 On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) both modules run the kernels of
 ``runtime/ops/gpu/moe.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up + down +
@@ -102,10 +106,16 @@ class FusedMoE(nn.Module):
         ``bias``: per-expert ``w13_bias [E, 2I]`` and ``w2_bias [E, H]`` (GPT-OSS); ``fused_layout``: the layout of
         the checkpoint's fused all-experts tensors (``runtime/ops/moe.py`` ``stacked_from_fused``)."""
         super().__init__()
-        world, rank = dist.tp_size(), dist.tp_rank()
+        world = dist.tp_size()
+        layout = dist.moe_layout(num_experts)
         self.num_experts = num_experts
-        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
-        self.expert_offset = rank * self.num_local_experts
+        self.num_local_experts = layout.num_local_experts
+        self.expert_offset = layout.expert_offset
+        # TP sharding inside each expert: this rank's slice of the intermediate dimension.
+        self.moe_tp_size, self.moe_tp_rank = layout.tp_size, layout.tp_rank
+        self.full_intermediate_size = intermediate_size
+        intermediate_size = dist.divide(intermediate_size, layout.tp_size, "moe intermediate_size",
+                                        by="ranks sharing each expert")
         self.intermediate_size = intermediate_size
         self.activation = activation
         self.activation_params = activation_params
@@ -113,9 +123,10 @@ class FusedMoE(nn.Module):
         self.fused_layout = fused_layout
         self.expert_parallel = world > 1
         # Shared experts as extra slots [L, L + S) after this rank's routed experts; every token visits them with
-        # weight 1. Each rank holds them, but only rank 0 routes tokens there (the all-reduce would count them twice).
+        # weight 1. Each rank holds them, but only the first expert-parallel group routes tokens there (the
+        # all-reduce would count them twice); within that group each rank holds its TP slice of them.
         self.num_shared_experts = num_shared_experts
-        self.shared_active = num_shared_experts > 0 and rank == 0
+        self.shared_active = num_shared_experts > 0 and layout.ep_rank == 0
         L, H, I = self.num_local_experts + num_shared_experts, hidden_size, intermediate_size
         self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
         self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
@@ -146,41 +157,75 @@ class FusedMoE(nn.Module):
         if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I] once in the stacked layout
             if shard_id in ("w13", "w2", "w13_bias", "w2_bias"):
                 loaded = stacked_from_fused(loaded, shard_id, self.fused_layout)
-            want = (self.num_experts, *param.shape[1:])
+            want = (self.num_experts, *self._full_shape(param.shape[1:], shard_id))
             if tuple(loaded.shape) != want:
                 raise ValueError(f"fused experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
-            param.data[: self.num_local_experts].copy_(loaded.narrow(0, self.expert_offset, self.num_local_experts))
+            local = loaded.narrow(0, self.expert_offset, self.num_local_experts)
+            param.data[: self.num_local_experts].copy_(self._tp_slice(local, shard_id))
             return
         e = self.local_index(expert_id)
         if e is None:
             return  # another rank's expert
         target = {"w1": param.data[e, :I], "w3": param.data[e, I:], "w2": param.data[e]}[shard_id]
-        if tuple(loaded.shape) != tuple(target.shape):
-            raise ValueError(
-                f"expert {expert_id} {shard_id}: checkpoint tensor has shape {tuple(loaded.shape)}, expected {tuple(target.shape)}"
-            )
-        target.copy_(loaded)
+        want = self._full_shape(target.shape, shard_id)
+        if tuple(loaded.shape) != want:
+            raise ValueError(f"expert {expert_id} {shard_id}: checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
+        target.copy_(self._tp_slice(loaded, shard_id))
+
+    def _full_shape(self, local: tuple[int, ...], shard_id: str) -> tuple[int, ...]:
+        """The checkpoint shape of a tensor whose TP-sharded local shape is ``local`` (no expert dim)."""
+        t = self.moe_tp_size
+        local = tuple(local)
+        if t == 1 or shard_id == "w2_bias":
+            return local
+        if shard_id in ("w13", "w1", "w3"):  # [2I, H] / [I, H]: rows
+            return (local[0] * t, *local[1:])
+        if shard_id == "w13_bias":
+            return (local[0] * t,)
+        return (*local[:-1], local[-1] * t)  # w2 [H, I]: columns
+
+    def _tp_slice(self, t: torch.Tensor, shard_id: str) -> torch.Tensor:
+        """This rank's intermediate slice of a full expert tensor (``[..., 2I, H]`` gate rows then up rows, ``[..., I,
+        H]``, ``[..., H, I]``, ``[..., 2I]``); the down bias is added by one rank of the expert's group only."""
+        if self.moe_tp_size == 1:
+            return t
+        I, r = self.intermediate_size, self.moe_tp_rank
+        if shard_id in ("w13", "w13_bias"):
+            dim = -2 if shard_id == "w13" else -1
+            gate, up = t.chunk(2, dim=dim)
+            return torch.cat([gate.narrow(dim, r * I, I), up.narrow(dim, r * I, I)], dim=dim)
+        if shard_id in ("w1", "w3"):
+            return t.narrow(-2, r * I, I)
+        if shard_id == "w2":
+            return t.narrow(-1, r * I, I)
+        if shard_id == "w2_bias":
+            return t if r == 0 else torch.zeros_like(t)
+        raise ValueError(f"unknown expert shard {shard_id!r}")
 
     def _load_shared(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str) -> None:
         """A shared expert MLP of width ``S * I`` -> S slots of width I (the gated activation is elementwise, so the
         S slot outputs sum to the MLP's output)."""
         I, S, L = self.intermediate_size, self.num_shared_experts, self.num_local_experts
+        F, r = self.full_intermediate_size, self.moe_tp_rank  # TP-sharded experts: slice r of each slot's width
         H = param.shape[1]  # w2 is [L + S, H, I]
         if shard_id in ("shared_w1", "shared_w3"):
-            want = (S * I, param.shape[2])
+            want = (S * F, param.shape[2])
             rows = slice(0, I) if shard_id == "shared_w1" else slice(I, 2 * I)
             if tuple(loaded.shape) != want:
                 raise ValueError(f"shared experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
-            param.data[L:, rows].copy_(loaded.view(S, I, -1))
+            param.data[L:, rows].copy_(loaded.view(S, F, -1).narrow(1, r * I, I))
         else:
-            want = (H, S * I)
+            want = (H, S * F)
             if tuple(loaded.shape) != want:
                 raise ValueError(f"shared experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
-            param.data[L:].copy_(loaded.view(H, S, I).permute(1, 0, 2))
+            param.data[L:].copy_(loaded.view(H, S, F).permute(1, 0, 2).narrow(2, r * I, I))
 
     def load_stacked(self, param: nn.Parameter, stacked: dict[str, torch.Tensor]) -> None:
         """One copy per fused parameter from staged per-expert tensors ({"w1": [L, I, H], "w3": ...} or {"w2": ...})."""
-        full = torch.cat([stacked["w1"], stacked["w3"]], dim=1) if "w1" in stacked else stacked["w2"]
+        if "w1" in stacked:
+            full = torch.cat([self._tp_slice(stacked["w1"], "w1"), self._tp_slice(stacked["w3"], "w3")], dim=1)
+        else:
+            full = self._tp_slice(stacked["w2"], "w2")
         target = param.data[: self.num_local_experts]
         if tuple(full.shape) != tuple(target.shape):
             raise ValueError(f"stacked experts have shape {tuple(full.shape)}, expected {tuple(target.shape)}")

@@ -52,7 +52,12 @@ class Target:
 
     def load(self, model: LoadsWeights, checkpoint: Checkpoint) -> None:
         """Fill the model's parameters: the one ``load_weights(checkpoint)`` of the loader protocol, on every target
-        (the model's tables say how; its parameters' device says where)."""
+        (the model's tables say how; its parameters' device says where). Dummy weights without a tensor layout
+        (``runtime/dummy_weights.py``) fill the parameters in place instead."""
+        fill = getattr(checkpoint, "fill_in_place", None)
+        if fill is not None:
+            fill(model)
+            return
         model.load_weights(checkpoint)
 
     def __repr__(self) -> str:

@@ -1,0 +1,372 @@
+"""Engine-started ranks: ``LLM(..., tensor_parallel_size=N)`` runs N processes and behaves as one engine.
+
+The calling process is rank 0: it schedules (admission, block tables, sampling) exactly as at N = 1. Ranks 1..N-1
+are spawned here (``torch.multiprocessing`` "spawn"; they build the same LLM from the same arguments, each on its
+shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
+start position, block table and state slot, plus the sampling parameters for on-device sampling — and every rank
+runs the same runner call, so their collectives (row-parallel all-reduces, the vocab all-gather) pair up. Only rank
+0's result is used. The step messages are int64/float64 tensors on a gloo group (no pickling, no GPU sync on the
+driver); the model's own collectives use the default group: gloo on CPU, NCCL when the device is CUDA with >= N
+GPUs (rank r on ``cuda:base + r``).
+
+Already-initialised ``torch.distributed`` (``torchrun``, or the ranks started here) means every rank runs the
+engine itself (SPMD): nothing is spawned and ``tensor_parallel_size`` must equal the world size.
+
+One engine-started group per process: ``LLM.close()`` (or garbage collection / interpreter exit) stops the
+followers and destroys the group. Scripts using it need the ``if __name__ == "__main__":`` guard, as for any
+"spawn" multiprocessing.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+import weakref
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+from .. import distributed
+
+# Control commands (the first element of every header broadcast).
+STOP, READY, STEP, SAMPLE, WARMUP = range(5)
+_HEADER = 4  # [command, flag, number of work items, payload length]
+_PER_WORK = 5  # seq_id, start_pos, tokens, table length, state slot
+
+_ACTIVE: "Ranks | None" = None  # the engine-started group of this process
+
+
+def _timeout() -> timedelta:
+    return timedelta(seconds=float(os.environ.get("MODELGEN_DIST_TIMEOUT", "600")))
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} = {value!r}: expected a positive integer")
+    return value
+
+
+def world_size_for(tensor_parallel_size: int, expert_parallel_size: int | None) -> int:
+    """Ranks of a run: the tensor-parallel size (attention and dense MLPs are sharded over all ranks), or the
+    expert-parallel size when only that is given; EP must divide it."""
+    tp = _positive("tensor_parallel_size", tensor_parallel_size)
+    if expert_parallel_size is None:
+        return tp
+    ep = _positive("expert_parallel_size", expert_parallel_size)
+    world = max(tp, ep)
+    if world % ep:
+        raise ValueError(f"expert_parallel_size {ep} does not divide tensor_parallel_size {tp}")
+    return world
+
+
+def _json_args(args: dict) -> str:
+    """The LLM arguments a follower rebuilds the engine from, as JSON (paths, dtype names, device strings)."""
+    out = {}
+    for key, value in args.items():
+        if key in ("self", "__class__"):
+            continue
+        if key == "checkpoint":
+            value = str(getattr(value, "path", value))
+        elif isinstance(value, torch.dtype):
+            value = str(value).removeprefix("torch.")
+        elif isinstance(value, (torch.device, Path)):
+            value = str(value)
+        out[key] = value
+    out["progress"] = False  # one bar, rank 0's
+    return json.dumps(out)
+
+
+def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int | None,
+                device) -> tuple["Ranks | None", object]:
+    """Set the MoE layout and, for N > 1 without an initialised group, spawn ranks 1..N-1 and join the group as
+    rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device."""
+    world = world_size_for(tensor_parallel_size, expert_parallel_size)
+    if _ACTIVE is not None and not _ACTIVE.closed:
+        raise RuntimeError(f"an LLM with {_ACTIVE.world} engine-started ranks is open in this process; close() it "
+                           f"before building another engine")
+    distributed.set_parallel_config(distributed.ParallelConfig(expert_parallel_size))
+    if dist.is_available() and dist.is_initialized():
+        existing = dist.get_world_size()
+        if world > 1 and world != existing:
+            raise ValueError(f"tensor_parallel_size {world} differs from the torch.distributed world size {existing} "
+                             f"this process was launched with")
+        return None, device
+    if world == 1:
+        return None, device
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        base = dev.index or 0
+        if torch.cuda.device_count() < base + world:
+            raise ValueError(f"tensor_parallel_size {world} on {device}: needs GPUs {base}..{base + world - 1}, "
+                             f"{torch.cuda.device_count()} visible")
+        backend = "nccl"
+    elif dev.type == "cpu":
+        backend, base = "gloo", 0
+    else:
+        raise ValueError(f"device {device!r}: engine-started ranks run on cpu or cuda")
+    ranks = Ranks(world, backend, dev.type, base, _json_args(args))
+    return ranks, (torch.device("cuda", base) if dev.type == "cuda" else dev)
+
+
+def abort_ranks_on_error(init):
+    """Decorator of ``LLM.__init__``: if building rank 0's engine fails after the ranks were started, stop them
+    (and destroy the group) before the exception propagates."""
+
+    @functools.wraps(init)
+    def wrapper(self, *a, **kw):
+        try:
+            init(self, *a, **kw)
+        except BaseException:
+            ranks = self.__dict__.get("_ranks")
+            if ranks is not None:
+                ranks.shutdown()
+            raise
+
+    return wrapper
+
+
+class Ranks:
+    """Rank 0's handle on the followers: spawn, handshake, step broadcasts, shutdown."""
+
+    def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str):
+        global _ACTIVE
+        import torch.multiprocessing as mp
+
+        self.world, self.backend = world, backend
+        self.closed = False
+        self.tmp = tempfile.mkdtemp(prefix="modelgen-ranks-")
+        init = f"file://{self.tmp}/rendezvous"
+        ctx = mp.get_context("spawn")
+        self.procs, self.pipes = [], []
+        threads = max(1, (os.cpu_count() or 1) // world)
+        for rank in range(1, world):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker, daemon=True, name=f"modelgen-rank{rank}",
+                            args=(rank, world, init, backend, device_type, base_index, threads, args_json, send))
+            p.start()
+            send.close()
+            self.procs.append(p)
+            self.pipes.append(recv)
+        _ACTIVE = self
+        try:
+            if device_type == "cuda":
+                torch.cuda.set_device(base_index)
+            dist.init_process_group(backend, init_method=init, rank=0, world_size=world, timeout=_timeout())
+            self.control = dist.new_group(backend="gloo", timeout=_timeout())
+        except BaseException:
+            self._kill()
+            raise
+        self._finalizer = weakref.finalize(self, Ranks._final, self.procs, self.tmp)
+
+    # ------------------------------------------------------------------------------------------------- handshake
+    def ready(self, llm) -> None:
+        """After rank 0 built its engine: every rank reports whether it built one, with its KV block count (block
+        ids are rank 0's, so every rank needs the same count); a failure stops all ranks and raises naming it."""
+        self._header(READY, llm.blocks.num_blocks, 0, 0)
+        status = torch.tensor([1, llm.blocks.num_blocks, -llm.blocks.num_blocks], dtype=torch.int64)
+        dist.all_reduce(status, op=dist.ReduceOp.MIN, group=self.control)
+        ok, lo, hi = int(status[0]), int(status[1]), -int(status[2])
+        if not ok:
+            messages = []
+            for rank, pipe in enumerate(self.pipes, start=1):
+                if pipe.poll(30):
+                    try:
+                        messages.append(f"rank {rank}: {pipe.recv_bytes().decode(errors='replace')}")
+                    except EOFError:
+                        pass
+            self.shutdown()
+            raise RuntimeError("; ".join(messages) or "a follower rank failed to build its engine")
+        if lo != hi:
+            self.shutdown()
+            raise RuntimeError(f"the ranks sized their KV caches differently ({lo}..{hi} blocks); pass num_blocks")
+        if self.backend == "nccl":  # creates the NCCL communicator now, never inside a CUDA-graph capture
+            dist.all_reduce(torch.zeros(1, device=llm.device))
+            torch.cuda.synchronize(llm.device)
+
+    # ------------------------------------------------------------------------------------------------ broadcasts
+    def _header(self, command: int, flag: int, n: int, length: int) -> None:
+        dist.broadcast(torch.tensor([command, flag, n, length], dtype=torch.int64), src=0, group=self.control)
+
+    def send_step(self, command: int, work, blocks, state_pool, flag: int = 0, params=None) -> None:
+        ints, tokens, tables = [], [], []
+        for w in work:
+            table = blocks.tables[w.seq_id]
+            slot = state_pool.slot(w.seq_id) if state_pool is not None else -1
+            ints += (w.seq_id, w.start_pos, len(w.token_ids), len(table), slot)
+            tokens += w.token_ids
+            tables += table
+        payload = torch.tensor(ints + tokens + tables, dtype=torch.int64)
+        self._header(command, flag, len(work), payload.numel())
+        dist.broadcast(payload, src=0, group=self.control)
+        if params is not None:
+            floats = torch.tensor([[p.top_k, p.top_p, p.temperature] for p in params], dtype=torch.float64)
+            dist.broadcast(floats, src=0, group=self.control)
+
+    def send_warmup(self) -> None:
+        self._header(WARMUP, 0, 0, 0)
+
+    # -------------------------------------------------------------------------------------------------- shutdown
+    def shutdown(self) -> None:
+        """Stop the followers (STOP, then join; kill what does not exit) and destroy the group."""
+        global _ACTIVE
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if all(p.is_alive() for p in self.procs):
+                self._header(STOP, 0, 0, 0)
+        except Exception:  # a follower died: nothing to tell it
+            pass
+        for p in self.procs:
+            p.join(timeout=30)
+        self._kill()
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            distributed.set_parallel_config(distributed.ParallelConfig())
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if _ACTIVE is self:
+                _ACTIVE = None
+
+    def _kill(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+
+    @staticmethod
+    def _final(procs, tmp) -> None:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class DriverRunner:
+    """Rank 0's runner: broadcasts each call's inputs to the followers, then runs it locally.
+
+    Only the calls every rank must make together are allowed through (``step``, ``step_sample``, ``warmup``);
+    another method of the wrapped runner would run on rank 0 alone and deadlock in its first collective, so it
+    raises instead. Plain attributes are read from the wrapped runner (``inner``)."""
+
+    _LOCAL_CALLS = frozenset({"build_inputs", "bucket_for", "_bucket", "_stance"})  # no collectives inside
+
+    def __init__(self, inner, ranks: Ranks, blocks, state_pool):
+        self.inner, self.ranks, self.blocks, self.state_pool = inner, ranks, blocks, state_pool
+
+    def __getattr__(self, name: str):
+        value = getattr(self.inner, name)
+        if callable(value) and not isinstance(value, type) and name not in self._LOCAL_CALLS \
+                and getattr(value, "__self__", None) is self.inner:
+            raise NotImplementedError(f"runner.{name}: not broadcast to the other ranks (an engine-started "
+                                      f"tensor-parallel runner supports step, step_sample and warmup)")
+        return value
+
+    def step(self, work, all_positions: bool = False):
+        self.ranks.send_step(STEP, work, self.blocks, self.state_pool, flag=int(all_positions))
+        return self.inner.step(work, all_positions=all_positions)
+
+    def step_sample(self, work, params):
+        self.ranks.send_step(SAMPLE, work, self.blocks, self.state_pool, params=params)
+        return self.inner.step_sample(work, params)
+
+    def warmup(self) -> None:
+        self.ranks.send_warmup()
+        warm = getattr(self.inner, "warmup", None)
+        if warm is not None:
+            warm()
+
+
+# ------------------------------------------------------------------------------------------------------ followers
+def _recv(n: int, dtype: torch.dtype, group) -> torch.Tensor:
+    t = torch.empty(n, dtype=dtype)
+    dist.broadcast(t, src=0, group=group)
+    return t
+
+
+def follow(llm, control) -> None:
+    """A follower's loop: receive each step's inputs from rank 0 and run the same runner call (results dropped)."""
+    from ..engine.runners import Work
+
+    runner, blocks, pool = llm.runner, llm.blocks, llm.state_pool
+    while True:
+        command, flag, n, length = _recv(_HEADER, torch.int64, control).tolist()
+        if command == STOP:
+            return
+        if command == WARMUP:
+            warm = getattr(runner, "warmup", None)
+            if warm is not None:
+                warm()
+            continue
+        if command not in (STEP, SAMPLE):
+            raise RuntimeError(f"follower: unexpected command {command}")
+        data = _recv(length, torch.int64, control).tolist()
+        heads, rest = data[: n * _PER_WORK], data[n * _PER_WORK:]
+        work, t = [], 0
+        for i in range(n):
+            seq_id, start, count, _, slot = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
+            work.append(Work(seq_id, rest[t:t + count], start))
+            t += count
+        for i in range(n):
+            seq_id, start, _, width, slot = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
+            blocks.tables[seq_id] = rest[t:t + width]
+            t += width
+            if pool is not None:
+                pool.slots[seq_id] = slot
+                if start == 0:
+                    pool.reset(slot)  # rank 0 zeroed it at admission
+        try:
+            if command == STEP:
+                runner.step(work, all_positions=bool(flag))
+            else:
+                floats = _recv(3 * n, torch.float64, control).view(n, 3).tolist()
+                params = [SimpleNamespace(top_k=int(k), top_p=p, temperature=temp) for k, p, temp in floats]
+                runner.step_sample(work, params)
+        finally:
+            blocks.tables.clear()
+            if pool is not None:
+                pool.slots.clear()
+
+
+def _worker(rank: int, world: int, init: str, backend: str, device_type: str, base_index: int, threads: int,
+            args_json: str, errors) -> None:
+    """Process body of rank ``rank``: join the group, build the engine, report at READY, then follow."""
+    torch.set_num_threads(threads)
+    kwargs = json.loads(args_json)
+    if device_type == "cuda":
+        torch.cuda.set_device(base_index + rank)
+        kwargs["device"] = f"cuda:{base_index + rank}"
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=_timeout())
+    control = dist.new_group(backend="gloo", timeout=_timeout())
+    llm, failed = None, False
+    try:
+        from ..engine.llm import LLM
+
+        llm = LLM(**kwargs)
+    except BaseException as e:  # reported by rank 0 at READY, in one line
+        failed = True
+        errors.send_bytes(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".encode())
+    try:
+        command, num_blocks, _, _ = _recv(_HEADER, torch.int64, control).tolist()
+        if command != READY:
+            return  # rank 0 failed before READY and sent STOP
+        mine = llm.blocks.num_blocks if llm is not None else num_blocks
+        status = torch.tensor([0 if failed else 1, mine, -mine], dtype=torch.int64)
+        dist.all_reduce(status, op=dist.ReduceOp.MIN, group=control)
+        if failed or not int(status[0]) or int(status[1]) != -int(status[2]):
+            return
+        if backend == "nccl":
+            dist.all_reduce(torch.zeros(1, device=llm.device))
+            torch.cuda.synchronize(llm.device)
+        follow(llm, control)
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
