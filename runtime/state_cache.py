@@ -137,6 +137,28 @@ class StatePool:
         if slot is not None:
             self.free_slots.append(slot)
 
+    # ------------------------------------------------------------------------------------- speculative rollback
+    def snapshot(self, slots: list[int]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of ``slots``' conv and recurrent states in every layer (taken before a speculative verify step,
+        which advances a recurrent state over every draft token: the rejected ones must be undone)."""
+        index = torch.tensor(slots, dtype=torch.int64, device=next(iter(self.conv.values())).device) if self.conv \
+            else None
+        return {name: (self.conv[name].index_select(0, index), self.recurrent[name].index_select(0, index))
+                for name in self.conv}
+
+    def restore(self, slots: list[int], snapshot: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                rows: list[int] | None = None) -> None:
+        """Write back rows ``rows`` (default: all) of a :meth:`snapshot` taken over ``slots`` into those slots."""
+        rows = list(range(len(slots))) if rows is None else rows
+        if not rows:
+            return
+        device = next(iter(self.conv.values())).device
+        src = torch.tensor(rows, dtype=torch.int64, device=device)
+        dst = torch.tensor([slots[r] for r in rows], dtype=torch.int64, device=device)
+        for name, (conv, recurrent) in snapshot.items():
+            self.conv[name].index_copy_(0, dst, conv.index_select(0, src))
+            self.recurrent[name].index_copy_(0, dst, recurrent.index_select(0, src))
+
     def reset(self, slot: int) -> None:
         """Zero ``slot`` in every layer (a fresh request's conv history and delta-rule state are zeros)."""
         if not 0 <= slot < self.num_slots:

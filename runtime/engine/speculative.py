@@ -1,0 +1,400 @@
+"""Speculative decoding with the checkpoint's own multi-token-prediction (MTP) head (``LLM(speculative_tokens=K)``).
+
+Each engine step of a decoding request is a *verify* step: the target model runs the request's last token plus its K
+draft tokens in one forward over the paged cache (positions ``c .. c+K``), and the request keeps the longest run of
+drafts the target agrees with plus one token of the target's own (the correction or the bonus token). Then the MTP
+head, chained on its own hidden state, proposes the next K drafts. This is vLLM's MTP/EAGLE loop, on the engine's
+scheduler and the targets' runners, unchanged:
+
+* **Target hidden states.** MTP reads the target's final hidden state ``h[i]``; the runners return logits, so the
+  step's hidden states are taken from a forward hook on the target's inner model (``model.model``, whose output is
+  the final-normed hidden states of every token of the call). Every step runs with ``all_positions=True``: logits
+  of every fed token (K+1 per verifying request); on the GPU that is the eager path, so verify steps do not replay
+  CUDA graphs.
+* **The draft's cache.** The MTP layer's attention has its own paged cache with the target's block tables (same
+  block ids, its own tensors). After every target step the draft runs over the same positions ``[c0, c)`` of the
+  tokens the target accepted (ids shifted by one: the token at ``i+1`` with ``h[i]``), which rewrites whatever a
+  chained draft wrote there, then chains ``K-1`` single-token steps.
+* **Rollback.** K/V written for rejected drafts needs no undo: attention reads a sequence only up to its context
+  length and the next step overwrites those slots. A recurrent layer (Gated DeltaNet) has advanced its state over
+  every fed token, so the states of verifying requests are snapshotted before the step (``StatePool.snapshot``) and,
+  for a request that rejected a draft, restored and re-advanced over the accepted tokens only (a second, shorter
+  target forward for those requests; its hidden states feed the draft).
+* **Exactness.** Greedy: a draft is accepted iff it equals the target's argmax at its position, so the output is
+  plain greedy decoding's token for token (up to the floating-point differences of computing K+1 positions in one
+  call rather than one at a time). Sampling: the rejection rule of Leviathan et al. 2023 / Chen et al. 2023 —
+  accept draft ``x ~ q`` with probability ``min(1, p(x)/q(x))``, else sample ``norm(max(p - q, 0))``; all accepted:
+  sample the bonus token from ``p`` — with ``p`` and ``q`` the temperature / top-k / top-p distributions the
+  non-speculative sampler uses, so each token's distribution is unchanged.
+* **Budgets.** A request drafts at most ``max_new_tokens - generated - 1`` tokens (the verify step's extra token
+  is never beyond what it may emit), never past ``max_model_len``, and only when the KV blocks for them can be had
+  without preempting anyone (else it drafts fewer, down to a plain decode step).
+
+Neuron: the same loop, K static; verify and draft steps run the eager forward of the runner's buckets
+(``all_positions``) with segmented prefill on (a verify window continues a cached sequence).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+
+from ..kv_cache import allocate_kv_cache
+from ..layers.mtp import MissingDraftWeights
+from .runners import Work
+from .sampler import SamplingParams, filter_logits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .llm import LLM
+
+MAX_SPECULATIVE_TOKENS = 3
+
+
+@dataclass
+class SpeculativeStats:
+    """Draft figures of one generate call (``LLM.stats.as_dict()["speculative"]``)."""
+
+    num_speculative_tokens: int
+    proposed_tokens: int = 0  # drafts verified
+    accepted_tokens: int = 0  # drafts the target agreed with
+    verify_steps: int = 0  # (request, step) pairs that verified at least one draft
+    rollbacks: int = 0  # recurrent-state restores (a request with GDN layers rejected a draft)
+    draft_s: float = 0.0  # time in the MTP head
+
+    def as_dict(self) -> dict:
+        return {
+            **self.__dict__,
+            # fraction of proposed drafts accepted
+            "acceptance_rate": self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else None,
+            # drafts accepted per verify step (0..K); each such step emits this + 1 tokens
+            "mean_accepted_tokens": self.accepted_tokens / self.verify_steps if self.verify_steps else None,
+        }
+
+
+@contextlib.contextmanager
+def capture_output(module: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """The outputs of ``module``'s forward calls inside the block (the target's final hidden states)."""
+    seen: list[torch.Tensor] = []
+    handle = module.register_forward_hook(lambda _m, _args, out: seen.append(out))
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def check_speculative_tokens(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise ValueError(f"speculative_tokens = {k!r}: expected an integer in [1, {MAX_SPECULATIVE_TOKENS}] "
+                         f"(draft tokens per step; 0 / None = no speculation)")
+    return k
+
+
+def load_draft_module(package_name: str):
+    """The generated ``mtp`` module of a model package; ValueError when the spec declares no MTP head."""
+    try:
+        return importlib.import_module(f"{package_name}.mtp")
+    except ModuleNotFoundError as e:
+        if e.name != f"{package_name}.mtp":
+            raise
+        raise ValueError(f"{package_name}: this architecture has no multi-token-prediction head in its spec (no `mtp:` "
+                         f"section), so it cannot draft for speculative decoding") from None
+
+
+def _probs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """The distribution ``sample`` draws from: temperature, then top-k / top-p (float32)."""
+    return filter_logits(logits.float() / p.temperature, p.top_k, p.top_p).softmax(-1)
+
+
+def _uniform(generator: torch.Generator | None, device: torch.device) -> float:
+    return float(torch.rand((), generator=generator, device=device))
+
+
+def verify(drafts: list[int], target_logits: torch.Tensor, params: SamplingParams, generator,
+           draft_probs: list[torch.Tensor] | None) -> tuple[list[int], int]:
+    """Tokens to emit and the number of accepted drafts for one request.
+
+    ``target_logits [len(drafts) + 1, V]``: row j is the target's prediction after the request's last token and the
+    first j drafts. Greedy: accept while the draft is the argmax, then the argmax (correction or bonus). Sampling:
+    the rejection rule (module docstring) with ``draft_probs[j]`` the distribution draft j was drawn from.
+    """
+    if params.temperature == 0:
+        target = target_logits.argmax(-1).tolist()
+        a = 0
+        while a < len(drafts) and drafts[a] == target[a]:
+            a += 1
+        return drafts[:a] + [target[a]], a
+    device = target_logits.device
+    for j, x in enumerate(drafts):
+        p = _probs(target_logits[j], params)
+        q = draft_probs[j]
+        px, qx = float(p[x]), float(q[x])
+        if qx > 0 and _uniform(generator, device) * qx <= px:  # accept with probability min(1, p(x)/q(x))
+            continue
+        residual = (p - q).clamp_min(0)
+        total = float(residual.sum())
+        # p == q (to rounding) can reject only with vanishing probability; sampling p is then the same distribution.
+        dist = residual / total if total > 0 else p
+        return drafts[:j] + [int(torch.multinomial(dist, 1, generator=generator))], j
+    p = _probs(target_logits[len(drafts)], params)
+    return drafts + [int(torch.multinomial(p, 1, generator=generator))], len(drafts)
+
+
+@dataclass
+class _Drafted:
+    tokens: list[int] = field(default_factory=list)
+    probs: list[torch.Tensor] = field(default_factory=list)  # sampling requests: the q each draft was drawn from
+
+
+class SpeculativeDecoder:
+    """The MTP draft model of an :class:`LLM` and the engine step that drafts and verifies (see module docstring)."""
+
+    def __init__(self, llm: "LLM", num_speculative_tokens: int, options, budget, *,
+                 allow_external_shards: bool = False, check_finite: str = "sampled"):
+        """``options`` / ``budget``: the target runner's RunnerOptions and StepBudget (the draft's runner gets the same,
+        without CUDA graphs)."""
+        from .llm import default_dtype  # llm imports this module lazily: no cycle at import time
+
+        self.llm = llm
+        self.k = check_speculative_tokens(num_speculative_tokens)
+        if getattr(llm.runner, "on_device_sampling", False):
+            raise ValueError("speculative_tokens: not supported with on_device_sampling (drafts are verified on the host)")
+        if getattr(llm, "_ranks", None) is not None:
+            raise ValueError("speculative_tokens: not supported with tensor_parallel_size > 1 yet")
+        mtp = load_draft_module(llm.module.__name__)
+        layers = int(mtp.num_mtp_layers(llm.config))
+        if layers < 1:
+            raise MissingDraftWeights(
+                f"{llm.checkpoint.config_path}: the config declares no MTP layers ({mtp.__name__}.num_mtp_layers = "
+                f"{layers}): this checkpoint has no draft head for speculative decoding"
+            )
+        with default_dtype(llm.dtype), llm.device:
+            self.draft = mtp.DRAFT_CLASS(llm.config, llm.model)
+        self.draft.eval()
+        with llm.checkpoint.open_weights(llm.dtype, allow_external_shards=allow_external_shards,
+                                         check_finite=check_finite) as ckpt:
+            llm.target.load(self.draft, ckpt)
+        blocks = llm.blocks
+        caches = allocate_kv_cache(self.draft.get_kv_spec(), blocks.num_blocks, blocks.block_size, llm.device)
+        self.draft.bind_kv_cache(caches)
+        # The draft runs through the target's own runner class over the same block tables (no graphs: its inputs
+        # include the bound hidden states, which a captured graph would not see).
+        self.runner = llm.target.make_runner(self.draft, blocks, llm.device, replace(options, cuda_graphs=False),
+                                             budget, state_pool=None)
+        for runner in (llm.runner, self.runner):
+            if hasattr(runner, "segmented_prefill"):
+                runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
+        self.inner = getattr(llm.model, "model", None)
+        if not isinstance(self.inner, torch.nn.Module):
+            raise ValueError(f"{type(llm.model).__name__}: no inner `model` module to read the final hidden states from")
+        self.drafted: dict[int, _Drafted] = {}
+        self.stats = SpeculativeStats(self.k)
+
+    def reset_stats(self) -> None:
+        self.stats = SpeculativeStats(self.k)
+
+    def release(self, seq_id: int) -> None:
+        """Forget a request's drafts (it finished, failed or was preempted)."""
+        self.drafted.pop(seq_id, None)
+
+    # ------------------------------------------------------------------------------------------------------- step
+    def _target_step(self, work: list[Work]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and final hidden states of every fed token, in work order."""
+        with capture_output(self.inner) as seen:
+            logits = self.llm.runner.step(work, all_positions=True)
+        total = sum(len(w.token_ids) for w in work)
+        return logits[:total], seen[-1][:total]
+
+    def step(self, waiting: list, running: list) -> list:
+        llm = self.llm
+        t0 = time.perf_counter()
+        running.extend(llm._admit(waiting, running))
+        for r in list(running):
+            if r.computed == 0 or len(r.tokens) - r.computed > 1:
+                self.release(r.seq_id)  # admitted or readmitted after preemption: drafts were for an old state
+        llm._ensure_decode_blocks(waiting, running)
+        for seq_id in [s for s in self.drafted if all(r.seq_id != s for r in running)]:
+            self.release(seq_id)  # preempted in _ensure_decode_blocks
+        if waiting and not running:
+            from .block_manager import CacheFullError
+
+            raise CacheFullError("no request fits in the KV cache")
+        work: list[Work] = []
+        batch, real, drafts = [], [], []
+        budget = llm.max_num_batched_tokens
+        tables, block_size = llm.blocks.tables, llm.blocks.block_size
+        for r in running:
+            n = len(r.tokens) - r.computed
+            d = self.drafted[r.seq_id].tokens if n == 1 and r.seq_id in self.drafted else []
+            room = len(tables.get(r.seq_id, [])) * block_size - len(r.tokens)
+            d = d[: max(0, room)]
+            if budget is not None:
+                if budget <= 0:
+                    break
+                n = min(n, budget)
+                d = d[: max(0, budget - n)]
+                budget -= n + len(d)
+            work.append(Work(r.seq_id, r.tokens[r.computed : r.computed + n] + d, r.computed))
+            batch.append(r)
+            real.append(n)
+            drafts.append(d)
+        if not work:
+            return []
+        pool = llm.state_pool
+        verifying = [i for i, d in enumerate(drafts) if d]
+        snapshot = None
+        if pool is not None and verifying:
+            slots = [pool.slot(batch[i].seq_id) for i in verifying]
+            snapshot = pool.snapshot(slots)
+        logits, hidden = self._target_step(work)
+        offsets = [0]
+        for w in work:
+            offsets.append(offsets[-1] + len(w.token_ids))
+        now = time.perf_counter()
+        emitted, starts, accepted_counts = [], [], []
+        n_emitted = 0
+        prefill = any(n > 1 for n in real)
+        for i, (r, n, d) in enumerate(zip(batch, real, drafts)):
+            start = r.computed
+            starts.append(start)
+            finishing = start + n == len(r.tokens)
+            if not finishing:  # a prompt chunk: nothing sampled
+                r.computed += n
+                accepted_counts.append(None)
+                continue
+            rows = logits[offsets[i] + n - 1 : offsets[i] + n + len(d)]
+            got = self.drafted.get(r.seq_id)
+            tokens, a = verify(d, rows, r.params, r.generator, got.probs[: len(d)] if got and d else None)
+            if d:
+                self.stats.proposed_tokens += len(d)
+                self.stats.accepted_tokens += a
+                self.stats.verify_steps += 1
+            accepted_counts.append(a)
+            r.computed += n + a
+            self.release(r.seq_id)
+            emitted.append(r)
+            for tok in tokens:
+                r.append(tok)
+                n_emitted += 1
+                if r.t_first is None:
+                    r.t_first = now
+                stop = (tok in llm.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
+                if stop or len(r.output) >= r.params.max_new_tokens:
+                    r.done = True
+                    r.finish_reason = "stop" if stop else "length"
+                    r.t_done = now
+                    break
+        # Recurrent layers: requests that rejected a draft get their state back and re-advance over what they kept.
+        hidden_rows: dict[int, torch.Tensor] = {}
+        if snapshot is not None:
+            redo = [j for j, i in enumerate(verifying)
+                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
+            if redo:
+                pool.restore(slots, snapshot, rows=redo)
+                redo_work = []
+                for j in redo:
+                    i = verifying[j]
+                    r = batch[i]
+                    redo_work.append(Work(r.seq_id, r.tokens[starts[i] : r.computed], starts[i]))
+                _, redo_hidden = self._target_step(redo_work)
+                at = 0
+                for j, w in zip(redo, redo_work):
+                    hidden_rows[verifying[j]] = redo_hidden[at : at + len(w.token_ids)]
+                    at += len(w.token_ids)
+                self.stats.rollbacks += len(redo)
+        for r in batch:
+            if r.done:
+                running.remove(r)
+                llm._release(r.seq_id)
+        t_draft = time.perf_counter()
+        self._draft(batch, starts, offsets, hidden, hidden_rows)
+        done = time.perf_counter()
+        self.stats.draft_s += done - t_draft
+        dt = done - t0
+        if prefill:
+            llm.stats.prefill_tokens += sum(real)
+            llm.stats.prefill_s += dt
+        else:
+            llm.stats.decode_tokens += n_emitted
+            llm.stats.decode_s += dt
+        llm.stats.steps += 1
+        return emitted
+
+    # ------------------------------------------------------------------------------------------------------ draft
+    def _num_drafts(self, r) -> int:
+        """Drafts request ``r`` may propose now: within its remaining tokens, the context and the free blocks."""
+        llm = self.llm
+        k = min(self.k, r.params.max_new_tokens - len(r.output) - 1, llm.max_model_len - len(r.tokens))
+        while k > 0 and not llm.blocks.can_allocate(r.seq_id, len(r.tokens) + k):
+            k -= 1
+        if k > 0:
+            llm.blocks.ensure(r.seq_id, len(r.tokens) + k)
+        return max(k, 0)
+
+    def _draft(self, batch: list, starts: list[int], offsets: list[int], hidden: torch.Tensor,
+               hidden_rows: dict[int, torch.Tensor]) -> None:
+        """Feed the MTP head the positions the target just settled and chain K drafts for the requests that want
+        them (module docstring)."""
+        work, rows, wanted, owners = [], [], [], []
+        for i, r in enumerate(batch):
+            if r.done:
+                continue
+            start, end = starts[i], r.computed
+            if end <= start:
+                continue
+            h = hidden_rows.get(i)
+            if h is None:
+                h = hidden[offsets[i] : offsets[i] + (end - start)]
+            work.append(Work(r.seq_id, r.tokens[start + 1 : end + 1], start))
+            rows.append(h)
+            owners.append(r)
+            # Only a request whose next token is known and sampled (its whole context is in the cache) drafts.
+            wanted.append(self._num_drafts(r) if end + 1 == len(r.tokens) else 0)
+        if not work:
+            return
+        self.draft.bind_hidden_states(torch.cat(rows))
+        logits = self.runner.step(work, all_positions=True)
+        chained = self.draft.last_hidden_states
+        ends = []
+        at = 0
+        for w in work:
+            at += len(w.token_ids)
+            ends.append(at - 1)
+        last_logits = logits[ends]
+        last_hidden = chained[ends]
+        active = [j for j, k in enumerate(wanted) if k > 0]
+        for j in active:
+            self.drafted[owners[j].seq_id] = _Drafted()
+        for step in range(self.k):
+            active = [j for j in active if wanted[j] > step]
+            if not active:
+                break
+            if step > 0:
+                step_work = []
+                for j in active:
+                    r = owners[j]
+                    got = self.drafted[r.seq_id].tokens
+                    # draft `step` (token len(tokens) + step - 1) enters at the position before it
+                    step_work.append(Work(r.seq_id, [got[-1]], len(r.tokens) + step - 2))
+                self.draft.bind_hidden_states(last_hidden[active])
+                last_logits_step = self.runner.step(step_work, all_positions=True)
+                chained = self.draft.last_hidden_states
+                rows_logits = last_logits_step[: len(active)]
+                new_hidden = last_hidden.clone()
+                new_hidden[active] = chained[: len(active)]
+                last_hidden = new_hidden
+                new_logits = last_logits.clone()
+                new_logits[active] = rows_logits.to(new_logits.dtype)
+                last_logits = new_logits
+            for j in active:
+                r = owners[j]
+                entry = self.drafted[r.seq_id]
+                if r.params.temperature == 0:
+                    entry.tokens.append(int(last_logits[j].argmax()))
+                else:
+                    q = _probs(last_logits[j], r.params)
+                    entry.tokens.append(int(torch.multinomial(q, 1, generator=r.generator)))
+                    entry.probs.append(q)
