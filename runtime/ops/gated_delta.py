@@ -19,6 +19,12 @@ is 1 and ``seq`` is the concatenation of variable-length sequences, ``initial_st
 Value heads are grouped over key heads: key head ``h`` serves value heads ``h * r .. h * r + r - 1`` with
 ``r = num_v_heads // num_k_heads`` (``repeat_interleave``, as transformers).
 
+GPU dispatch: on a CUDA tensor (``runtime/ops/gpu.enabled``) :func:`gdn_gating`, :func:`gated_rms_norm` and the decode
+path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/ops/gpu/gated_delta.py`` (sync-free, capturable in
+CUDA graphs), and :func:`chunk_gated_delta_rule` runs flash-linear-attention's chunked kernel when ``fla`` imports
+(optional: ``pip install 'modelgen[fla]'``). The ``*_ref`` functions are the torch references the GPU tests compare
+against; every other caller goes through the dispatching names. ``MODELGEN_BACKEND=torch`` keeps the references.
+
 Precision (as transformers 5.24 ``modeling_qwen3_next.py`` and fla): the delta rule runs in float32 whatever the input
 dtype (L2 norm included) and returns its output in the input dtype and its state in float32; the gate ``g`` is computed
 in float32 from ``A_log`` (``-exp(A_log)`` overflows to ``-inf`` in fp16 otherwise); the conv runs in the weight dtype.
@@ -31,6 +37,12 @@ import torch.nn.functional as F
 L2NORM_EPS = 1e-6  # transformers' l2norm default, aligned with fla's kernel
 
 
+def _triton(x: torch.Tensor) -> bool:
+    from . import gpu
+
+    return gpu.enabled(x)
+
+
 # ---------------------------------------------------------------------------------------------------- small pieces
 def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + eps)`` over the last dim (transformers' ``l2norm``, eps inside the root as fla)."""
@@ -38,6 +50,17 @@ def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
 
 
 def gdn_gating(
+    A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`gdn_gating_ref`, one Triton launch on a GPU (``a, b [T, Hv]``)."""
+    if a.dim() == 2 and _triton(a):
+        from .gpu import gated_delta as ggd
+
+        return ggd.gdn_gating(A_log, a, dt_bias, b)
+    return gdn_gating_ref(A_log, a, dt_bias, b)
+
+
+def gdn_gating_ref(
     A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``g = -exp(A_log) * softplus(a + dt_bias)`` (float32 log-decay, <= 0) and ``beta = sigmoid(b)`` (input dtype).
@@ -60,6 +83,15 @@ def expand_kv_heads(x: torch.Tensor, num_v_heads: int, dim: int = -2) -> torch.T
 
 
 def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`gated_rms_norm_ref`, one Triton launch on a GPU."""
+    if _triton(x):
+        from .gpu import gated_delta as ggd
+
+        return ggd.gated_rms_norm(x, z, weight, eps)
+    return gated_rms_norm_ref(x, z, weight, eps)
+
+
+def gated_rms_norm_ref(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``rmsnorm(x) * weight * silu(z)`` over the last dim: transformers 5.24 ``Qwen3NextRMSNormGated`` (identical
     ``Qwen3_5RMSNormGated``).
 
@@ -263,6 +295,31 @@ def chunk_gated_delta_rule(
     cu_seqlens: torch.Tensor | list[int] | None = None,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`chunk_gated_delta_rule_ref`; on a CUDA GPU with flash-linear-attention installed, fla's chunked Triton
+    kernel (same algorithm, chunk size 64)."""
+    if q.is_cuda and chunk_size == 64 and _triton(q):
+        from .gpu import gated_delta as ggd
+
+        if ggd.fla_chunk() is not None:
+            if initial_state is None:
+                n = q.shape[0] if cu_seqlens is None else len(cu_seqlens) - 1
+                initial_state = q.new_zeros(n, v.shape[2], k.shape[-1], v.shape[-1], dtype=torch.float32)
+            return ggd.chunk_prefill(q, k, v, g, beta, initial_state, use_qk_l2norm, scale, cu_seqlens)
+    return chunk_gated_delta_rule_ref(q, k, v, g, beta, initial_state, chunk_size, use_qk_l2norm, cu_seqlens, scale)
+
+
+def chunk_gated_delta_rule_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    use_qk_l2norm: bool = True,
+    cu_seqlens: torch.Tensor | list[int] | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Prefill: ``q, k [B, T, Hk, Dk]``, ``v [B, T, Hv, Dv]``, ``g`` (log decay) and ``beta [B, T, Hv]``.
 
     Returns ``(out [B, T, Hv, Dv]`` in ``q.dtype``, ``final_state [N, Hv, Dk, Dv]`` float32)`` where ``N = B``, or the
@@ -283,7 +340,7 @@ def chunk_gated_delta_rule(
     outs, finals = [], []
     for i in range(num_seqs):  # reference: one sequence at a time, no padding across sequences
         s, e = offsets[i], offsets[i + 1]
-        out, final = chunk_gated_delta_rule(
+        out, final = chunk_gated_delta_rule_ref(
             q[:, s:e], k[:, s:e], v[:, s:e], g[:, s:e], beta[:, s:e], states[i:i + 1], chunk_size, use_qk_l2norm,
             scale=scale,
         )
@@ -388,6 +445,34 @@ def gdn_mixer_static(
     ``gdn_gating``); ``conv_weight [C, K]``. ``decode`` (a Python bool: one graph per path) means one token per row
     (``T == R``).
     """
+    if decode and _triton(mixed):  # conv update + delta-rule step: two launches, states advanced in place
+        from .gpu import gated_delta as ggd
+
+        return ggd.decode(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, state_slots, state_fresh,
+                          num_k_heads=num_k_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim)
+    return gdn_mixer_static_ref(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, state_slots,
+                                state_fresh, num_k_heads=num_k_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim,
+                                decode=decode, chunk_size=chunk_size)
+
+
+def gdn_mixer_static_ref(
+    mixed: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    conv_weight: torch.Tensor,
+    conv_pool: torch.Tensor,
+    recurrent_pool: torch.Tensor,
+    seq_ids: torch.Tensor,
+    state_slots: torch.Tensor,
+    state_fresh: torch.Tensor,
+    *,
+    num_k_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    decode: bool,
+    chunk_size: int = 64,
+) -> torch.Tensor:
+    """The torch definition of :func:`gdn_mixer_static` (also its CPU and neuron path)."""
     T, C = mixed.shape
     R = state_slots.shape[0]
     num_v_heads = g.shape[-1]

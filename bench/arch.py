@@ -1,0 +1,411 @@
+"""Decode benchmark for the newer architectures: modelgen's rocm module vs transformers eager, one GPU, one run.
+
+``--model`` picks a shape (few layers of the real model, the rest of its config as released):
+  * ``qwen3_next``: Qwen3-Next-80B-A3B (Gated DeltaNet 3:1 linear:full schedule, 512 experts top-10 + shared expert);
+  * ``deepseek_v3``: DeepSeek-V3 (MLA, 256 experts top-8 + shared, first layer dense), ``--quant fp8`` also runs
+    the FP8 block-scaled checkpoint (128x128 scales, DeepSeek's release format);
+  * ``gpt_oss``: gpt-oss-20b (alternating sliding-window/full attention with sinks, 32 experts top-4),
+    ``--quant mxfp4`` also runs the MXFP4 checkpoint (experts as released).
+
+Steps: the HBM copy rate and the bf16 matmul peak; transformers builds the model with its own random initialisation
+on the GPU in bf16 and writes it with ``save_pretrained``; modelgen loads that checkpoint; decode tokens/s at each
+batch (prompt ``--prompt``, ``--new`` tokens, rate = batch * (N - 1) / (T(N) - T(1)) for every system); the
+roofline = batch x copy rate / bytes one decode step must read: every weight but the embedding, the routed experts
+at the expected number of distinct experts the batch touches (E * (1 - (1 - k/E)^b), uniform routing as random
+weights give), plus each sequence's cache (K/V of full-attention layers, the window of sliding layers, MLA's latent,
+GDN's recurrent state read and written, fp32). ``active_weight_roofline_tok_s_bs1`` is weights only (batch 1).
+
+Writes ``--out`` (JSON, rewritten after every phase so a cut run keeps what it measured).
+
+  python -m bench.arch --model qwen3_next --layers 8 --out bench/results/h200-qwen3-next-80b-a3b.json
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.decode import hf_generate, log, measure_ceilings, wall, warm_page_cache  # noqa: E402
+
+# The released configs' shapes (num_hidden_layers is replaced by --layers).
+SHAPES = {
+    "qwen3_next": dict(
+        name="Qwen3-Next-80B-A3B", config="Qwen3NextConfig", of_layers=48, layers=8,
+        cfg=dict(hidden_size=2048, intermediate_size=5120, num_attention_heads=16, num_key_value_heads=2,
+                 head_dim=256, vocab_size=151936, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+                 shared_expert_intermediate_size=512, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                 linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                 linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
+                 rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+                 max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                 bos_token_id=151643, eos_token_id=151645)),
+    "deepseek_v3": dict(
+        name="DeepSeek-V3", config="DeepseekV3Config", of_layers=61, layers=2,
+        cfg=dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256,
+                 n_shared_experts=1, num_experts_per_tok=8, n_group=8, topk_group=4, routed_scaling_factor=2.5,
+                 first_k_dense_replace=1, norm_topk_prob=True, num_attention_heads=128, num_key_value_heads=128,
+                 q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                 vocab_size=129280, max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                  "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0},
+                 rope_interleave=True, bos_token_id=0, eos_token_id=1)),
+    "gpt_oss": dict(
+        name="gpt-oss-20b", config="GptOssConfig", of_layers=24, layers=4,
+        cfg=dict(hidden_size=2880, intermediate_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                 vocab_size=201088, num_local_experts=32, num_experts_per_tok=4, sliding_window=128,
+                 swiglu_limit=7.0, attention_bias=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                 rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                  "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "truncate": False},
+                 tie_word_embeddings=False, bos_token_id=199998, eos_token_id=200002)),
+}
+ROUTED = re.compile(r"(?<!shared_)experts\.")  # routed experts (not Qwen's shared_expert nor DeepSeek's shared_experts)
+
+
+def hf_config(model: str, layers: int):
+    import transformers
+
+    shape = SHAPES[model]
+    cfg = dict(shape["cfg"], num_hidden_layers=layers)
+    if model == "gpt_oss":
+        cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if model == "qwen3_next":
+        cfg["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    return getattr(transformers, shape["config"])(**cfg)
+
+
+def experts_of(config) -> tuple[int, int]:
+    E = getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None) \
+        or getattr(config, "num_local_experts", None)
+    return E, config.num_experts_per_tok
+
+
+# ------------------------------------------------------------------------------------------------------------ bytes
+def step_bytes(hf, model: str, batch: int, context: float) -> dict:
+    """Bytes one decode step reads at ``batch`` sequences of ``context`` tokens (bf16 weights)."""
+    config = hf.config
+    E, k = experts_of(config)
+    distinct = E * (1 - (1 - k / E) ** batch)
+    dense = routed = 0
+    for name, p in hf.named_parameters():
+        if "embed_tokens" in name:  # one row per token: negligible
+            continue
+        if ROUTED.search(name):
+            routed += p.numel() * p.element_size()
+        else:
+            dense += p.numel() * p.element_size()
+    moe_layers = sum(1 for layer in hf.model.layers if any(ROUTED.search(n) for n, _ in layer.named_parameters()))
+    per_expert = routed / max(1, moe_layers * E)
+    weights = dense + moe_layers * distinct * per_expert
+    L = config.num_hidden_layers
+    cache = 0.0
+    if model == "qwen3_next":
+        types = config.layer_types
+        lin = sum(t == "linear_attention" for t in types)
+        state = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4
+        conv = (2 * config.linear_num_key_heads * config.linear_key_head_dim
+                + config.linear_num_value_heads * config.linear_value_head_dim) * (config.linear_conv_kernel_dim - 1) * 2
+        kv = 2 * config.num_key_value_heads * config.head_dim * 2
+        cache = batch * (lin * 2 * (state + conv) + (L - lin) * context * kv)
+    elif model == "deepseek_v3":
+        cache = batch * L * context * (config.kv_lora_rank + config.qk_rope_head_dim) * 2
+    elif model == "gpt_oss":
+        kv = 2 * config.num_key_value_heads * config.head_dim * 2
+        cache = batch * sum((min(context, config.sliding_window) if t == "sliding_attention" else context) * kv
+                            for t in config.layer_types)
+    return {"weights": weights, "cache": cache, "total": weights + cache, "distinct_experts": distinct,
+            "dense_weight_bytes": dense, "routed_expert_bytes_total": routed, "per_expert": per_expert,
+            "moe_layers": moe_layers}
+
+
+# ------------------------------------------------------------------------------------------------------- checkpoints
+def build_and_save_hf(model: str, layers: int, path: Path):
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    config = hf_config(model, layers)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        hf = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    hf.eval().requires_grad_(False)
+    hf.save_pretrained(path)
+    hf.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=None, pad_token_id=0,
+                                            do_sample=False)
+    return hf
+
+
+def write_fp8(src: Path, dst: Path) -> int:
+    """DeepSeek's release format from a bf16 checkpoint: every linear ``*proj.weight`` (attention, dense MLP, experts;
+    not the router, norms, embeddings or lm_head) as float8_e4m3fn + ``weight_scale_inv`` per 128x128 block, quantized
+    on the GPU with ``quantize_block_fp8``'s arithmetic (amax / 448 per block)."""
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for f in sorted(src.glob("*.safetensors")):
+        out = {}
+        for name, t in load_file(str(f), device="cuda").items():
+            if (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")) and t.dim() == 2:
+                o, i = t.shape
+                R, C = -(-o // 128), -(-i // 128)
+                pad = torch.zeros(R * 128, C * 128, device="cuda", dtype=torch.float32)
+                pad[:o, :i] = t.float()
+                tiles = pad.view(R, 128, C, 128)
+                s = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+                q = (tiles / s[:, None, :, None]).view_as(pad)[:o, :i].to(torch.float8_e4m3fn)
+                out[name], out[name + "_scale_inv"] = q.cpu(), s.cpu()
+                n += 1
+            else:
+                out[name] = t.cpu()
+        save_file(out, str(dst / f.name), metadata={"format": "pt"})
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, dst / f.name)
+    if (src / "model.safetensors.index.json").exists():  # the scales live beside their weights
+        index = json.loads((src / "model.safetensors.index.json").read_text())
+        wm = index["weight_map"]
+        for name in list(wm):
+            if (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")):
+                wm[name + "_scale_inv"] = wm[name]
+        (dst / "model.safetensors.index.json").write_text(json.dumps(index))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [128, 128]}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return n
+
+
+def write_mxfp4(src: Path, dst: Path) -> int:
+    """gpt-oss's release format: the fused expert tensors as MXFP4 ``*_blocks``/``*_scales`` (runtime's
+    ``quantize_mxfp4``, transformers' packing), everything else as is."""
+    from safetensors.torch import load_file, save_file
+
+    from modelgen.runtime.loader.mxfp4 import quantize_mxfp4
+
+    dst.mkdir(parents=True, exist_ok=True)
+    n = 0
+    weight_map = {}
+    for f in sorted(src.glob("*.safetensors")):
+        out = {}
+        for name, t in load_file(str(f)).items():
+            if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                out[name + "_blocks"], out[name + "_scales"] = quantize_mxfp4(t.cuda())
+                out[name + "_blocks"], out[name + "_scales"] = out[name + "_blocks"].cpu(), out[name + "_scales"].cpu()
+                n += 1
+            else:
+                out[name] = t
+        weight_map.update({k: f.name for k in out})
+        save_file(out, str(dst / f.name), metadata={"format": "pt"})
+    for f in src.iterdir():
+        if f.suffix != ".safetensors" and f.name != "model.safetensors.index.json":
+            shutil.copy(f, dst / f.name)
+    if (src / "model.safetensors.index.json").exists():
+        (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"]}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return n
+
+
+# -------------------------------------------------------------------------------------------------------------- main
+def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    greedy = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
+    out = {"decode_tok_s": {}, "step_ms": {}}
+    t0 = time.perf_counter()
+    llm.warmup()
+    out["graph_capture_s"] = time.perf_counter() - t0
+    for b in batches:
+        ids = prompts[b].tolist()
+        llm.generate(ids, greedy(2))
+        t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
+        tn = min(wall(lambda: llm.generate(ids, greedy(new))) for _ in range(2))
+        out["decode_tok_s"][str(b)] = b * (new - 1) / (tn - t1)
+        out["step_ms"][str(b)] = (tn - t1) / (new - 1) * 1e3
+        log(f"  modelgen bs{b}: {out['decode_tok_s'][str(b)]:.1f} tok/s ({out['step_ms'][str(b)]:.2f} ms/step)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--ckpt", default=None)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--quant", choices=["none", "fp8", "mxfp4"], default="none",
+                    help="also run modelgen on the quantized checkpoint (dequantized at load)")
+    ap.add_argument("--systems", nargs="+", default=["modelgen", "hf_eager"])
+    ap.add_argument("--budget-s", type=float, default=400, help="skip remaining phases past this")
+    args = ap.parse_args(argv)
+    shape = SHAPES[args.model]
+    layers = args.layers or shape["layers"]
+    out_path = Path(args.out or f"bench/results/h200-{args.model}.json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    ckpt = Path(args.ckpt or f"/tmp/modelgen-bench-{args.model}")
+    t_start = time.perf_counter()
+    left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
+
+    import transformers
+    import triton
+
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    res: dict = {
+        "gpu": torch.cuda.get_device_name(0),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+                     "transformers": transformers.__version__, "python": platform.python_version(),
+                     "fla": getattr(sys.modules.get("fla"), "__version__", None) if ggd.fla_chunk() else None},
+        "model": {"shape": shape["name"], "layers": layers, "of_layers": shape["of_layers"], "dtype": "bfloat16",
+                  "weights": "random, transformers' initialisation, written by save_pretrained",
+                  "config": {k: v for k, v in hf_config(args.model, layers).to_dict().items()
+                             if not isinstance(v, (dict, list)) or k in ("layer_types", "rope_parameters")}},
+        "setup": {"prompt_tokens": args.prompt, "new_tokens": args.new, "batches": args.batches,
+                  "decode_rate": "batch * (N - 1) / (T(N new tokens) - T(1 new token)), same for every system"},
+    }
+
+    def save() -> None:
+        out_path.write_text(json.dumps(res, indent=2, default=str))
+
+    log("ceilings")
+    res.update(measure_ceilings())
+    copy = res["hbm_copy_tb_s"] * 1e12
+    save()
+
+    log("transformers model + save_pretrained", ckpt)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    t0 = time.perf_counter()
+    hf = build_and_save_hf(args.model, layers, ckpt)
+    res["checkpoint"] = {"bytes": sum(f.stat().st_size for f in ckpt.glob("*.safetensors")),
+                         "write_s": time.perf_counter() - t0}
+    ctx = args.prompt + args.new / 2
+    res["bytes_per_step"] = {str(b): step_bytes(hf, args.model, b, ctx) for b in args.batches}
+    w1 = step_bytes(hf, args.model, 1, 0)["weights"]
+    res["active_weight_bytes_bs1"] = w1
+    res["active_weight_roofline_tok_s_bs1"] = copy / w1
+    res["roofline_tok_s"] = {str(b): b * copy / res["bytes_per_step"][str(b)]["total"] for b in args.batches}
+    log({k: res[k] for k in ("hbm_copy_tb_s", "active_weight_bytes_bs1", "active_weight_roofline_tok_s_bs1",
+                             "roofline_tok_s", "checkpoint")})
+    save()
+    warm_page_cache(ckpt)
+
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    gen = torch.Generator().manual_seed(1)
+    prompts = {b: torch.randint(1000, hf.config.vocab_size - 1000, (b, args.prompt), generator=gen)
+               for b in args.batches}
+    kw = dict(target="rocm", dtype="bfloat16", device="cuda", max_model_len=args.prompt + args.new + 16,
+              max_num_seqs=max(args.batches))
+
+    def run_modelgen(path: Path, key: str) -> None:
+        try:
+            llm = LLM(path, **kw)
+            entry = res.setdefault(key, {})
+            entry["load_s"] = llm.load_seconds
+            entry["backend"] = f"{llm.backend} ({llm.backend_reason})"
+            log(key, "loaded in", f"{llm.load_seconds:.1f}s;", entry["backend"])
+            ids = prompts[args.batches[0]][:1].cuda()
+            want = hf_generate(hf, ids, 8, static=False)[0, ids.shape[1]:].tolist()
+            got = llm.generate(ids.tolist(), SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
+            entry["greedy_agreement_first_8_vs_hf"] = sum(a == b for a, b in zip(want, got))
+            log("greedy agreement", entry["greedy_agreement_first_8_vs_hf"], "/ 8", want, got)
+            entry.update(time_modelgen(llm, prompts, args.new, args.batches))
+            del llm
+        except Exception as e:  # record and go on: the other systems still run
+            import traceback
+
+            res.setdefault(key, {})["error"] = f"{type(e).__name__}: {e}"[:600]
+            log(key, "FAILED", traceback.format_exc()[-2000:])
+        gc.collect()
+        torch.cuda.empty_cache()
+        save()
+
+    if "modelgen" in args.systems:
+        run_modelgen(ckpt, "modelgen")
+
+    if "hf_eager" in args.systems:
+        entry = res.setdefault("hf_eager", {"decode_tok_s": {}})
+        if args.model == "qwen3_next":
+            entry["gdn_kernels"] = "fla (transformers binds fla when it imports)" if ggd.fla_chunk() else "torch"
+        for b in args.batches:
+            if left() < 40:
+                entry.setdefault("skipped", []).append(b)
+                continue
+            ids = prompts[b].cuda()
+            try:
+                hf_generate(hf, ids, 2, static=False)
+                t1 = wall(lambda: hf_generate(hf, ids, 1, static=False))
+                tn = wall(lambda: hf_generate(hf, ids, args.new, static=False))
+            except Exception as e:
+                entry.setdefault("errors", {})[str(b)] = f"{type(e).__name__}: {e}"[:400]
+                log(f"  hf eager bs{b}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                continue
+            entry["decode_tok_s"][str(b)] = b * (args.new - 1) / (tn - t1)
+            log(f"  hf eager bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s")
+            save()
+
+    if args.quant != "none" and left() > 60:
+        qpath = ckpt.with_name(ckpt.name + "-" + args.quant)
+        shutil.rmtree(qpath, ignore_errors=True)
+        t0 = time.perf_counter()
+        n = (write_fp8 if args.quant == "fp8" else write_mxfp4)(ckpt, qpath)
+        res[f"{args.quant}_checkpoint"] = {"quantized_tensors": n, "write_s": time.perf_counter() - t0,
+                                           "bytes": sum(f.stat().st_size for f in qpath.glob("*.safetensors"))}
+        log(res[f"{args.quant}_checkpoint"])
+        warm_page_cache(qpath)
+        run_modelgen(qpath, f"modelgen_{args.quant}")
+        shutil.rmtree(qpath, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------------- summary
+    ratios = {}
+    for b in args.batches:
+        r = {}
+        for key in ("modelgen", f"modelgen_{args.quant}"):
+            m = res.get(key, {}).get("decode_tok_s", {}).get(str(b))
+            if not m:
+                continue
+            r[f"{key}_of_roofline"] = m / res["roofline_tok_s"][str(b)]
+            other = res.get("hf_eager", {}).get("decode_tok_s", {}).get(str(b))
+            if other:
+                r[f"{key}_vs_hf_eager"] = m / other
+        ratios[str(b)] = r
+    res["ratios"] = ratios
+    m1 = res.get("modelgen", {}).get("decode_tok_s", {}).get("1")
+    if m1:
+        res["bs1_fraction_of_active_weight_roofline"] = m1 / res["active_weight_roofline_tok_s_bs1"]
+    res["bench_wall_s"] = time.perf_counter() - t_start
+    save()
+    del hf
+    gc.collect()
+    shutil.rmtree(ckpt, ignore_errors=True)
+    print(f"\n{shape['name']} ({layers} layers) | batch | modelgen | {args.quant if args.quant != 'none' else '-'} | "
+          "hf eager | roofline | of roofline | vs eager")
+    for b in args.batches:
+        g = lambda s: res.get(s, {}).get("decode_tok_s", {}).get(str(b))  # noqa: E731
+        fmt = lambda v: f"{v:,.1f}" if v else "-"  # noqa: E731
+        r = ratios.get(str(b), {})
+        print(f"{b:5d} | {fmt(g('modelgen'))} | {fmt(g('modelgen_' + args.quant))} | {fmt(g('hf_eager'))} | "
+              f"{res['roofline_tok_s'][str(b)]:,.0f} | {r.get('modelgen_of_roofline', 0):.1%} | "
+              f"{r.get('modelgen_vs_hf_eager', 0):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

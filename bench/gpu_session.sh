@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call of the GPU session (H200): GPU tests and benchmarks in sequence, logs and JSON under $OUT.
+#   bash bench/gpu_session.sh 1   # GDN tests, Qwen3-Next bench, test_gpu + test_gpu_moe, gpt-oss bench (bf16 + MXFP4)
+#   bash bench/gpu_session.sh 2   # MLA tests, DeepSeek-V3 bench (bf16 + FP8)
+# Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
+set -o pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=$PWD:/tmp/site
+else
+  export PYTHONPATH=$PWD
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
+t0=$(date +%s)
+phase=${1:-1}
+if [ "$phase" = 1 ]; then
+  timeout 150 python3 -m pytest -q -rs tests/test_gpu_gdn.py -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] gdn tests done"
+  timeout 260 python3 -m bench.qwen3_next --budget-s 220 --out "$OUT/h200-qwen3-next-80b-a3b.json" 2>&1 \
+    | grep -v Warning | tee "$OUT/h200-qwen3-next-80b-a3b.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next bench done"
+  timeout 120 python3 -m pytest -q -n 4 tests/test_gpu.py tests/test_gpu_moe.py -p no:cacheprovider 2>&1 \
+    | tail -30 | tee "$OUT/h200-gpu-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpu tests done"
+  left=$(( 545 - ($(date +%s) - t0) ))
+  if [ $left -gt 60 ]; then
+    timeout $left python3 -m bench.gpt_oss --quant mxfp4 --budget-s $(( left - 15 )) --out "$OUT/h200-gpt-oss-20b.json" 2>&1 \
+      | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
+  fi
+else
+  timeout 150 python3 -m pytest -q -rs tests/test_gpu_mla.py -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-mla-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] mla tests done"
+  left=$(( 545 - ($(date +%s) - t0) ))
+  timeout $left python3 -m bench.deepseek --quant fp8 --budget-s $(( left - 15 )) --out "$OUT/h200-deepseek-v3.json" 2>&1 \
+    | grep -v Warning | tee "$OUT/h200-deepseek-v3.log"
+fi
+echo "[$(( $(date +%s) - t0 ))s] session phase $phase done"

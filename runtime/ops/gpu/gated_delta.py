@@ -1,0 +1,251 @@
+"""Triton kernels of the Gated DeltaNet decode step (Qwen3-Next / Qwen3.5), and the optional fla prefill.
+
+The torch references of ``runtime/ops/gated_delta.py`` define every function here; these compute the same values
+with no host reads and no data-dependent shapes, so a decode step is capturable in a CUDA graph:
+
+* :func:`gdn_gating` -- ``g = -exp(A_log) * softplus(a + dt_bias)`` (float32) and ``beta = sigmoid(b)`` in one launch
+  (the reference is six elementwise launches);
+* :func:`conv_update` -- one token of the depthwise causal conv1d + SiLU per row, reading and advancing each row's
+  conv state in the pool slot it names;
+* :func:`recurrent_step` -- one token of the gated delta rule per row: L2-normalised q/k, decay, delta-rule write and
+  read, with the state read from and written back to the pool slot in place (each state element is read once and
+  written once: the step is bound by the state bytes, 2 x 4 B x Hv x Dk x Dv per row per layer);
+* :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch.
+
+Rows whose slot is negative (padding rows of a CUDA-graph bucket) produce zeros and touch no state; ``fresh`` rows read
+their state as zeros (their slot may hold a finished request's state).
+
+Prefill runs flash-linear-attention's chunked kernel (``fla.ops.gated_delta_rule.chunk_gated_delta_rule``, pure Triton,
+optional: ``pip install fla-core``) when it imports; its chunked algorithm is the one ``chunk_gated_delta_rule`` of the
+reference implements (UT transform per 64-token chunk), with q/k L2-normalised in the kernel.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from . import next_pow2
+
+
+# ------------------------------------------------------------------------------------------------------- gating
+@triton.jit
+def _gating_kernel(a_ptr, b_ptr, alog_ptr, dt_ptr, g_ptr, beta_ptr, s_a, s_b, H, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, BLOCK)
+    m = h < H
+    a = tl.load(a_ptr + row * s_a + h, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + row * s_b + h, mask=m, other=0.0).to(tl.float32)
+    alog = tl.load(alog_ptr + h, mask=m, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + h, mask=m, other=0.0).to(tl.float32)
+    x = a + dt
+    # softplus as torch computes it (threshold 20: x itself above), log1p(exp(x)) below
+    sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    tl.store(g_ptr + row * H + h, -tl.exp(alog) * sp, mask=m)
+    # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
+    tl.store(beta_ptr + row * H + h, (1.0 / (1.0 + tl.exp(-b))).to(beta_ptr.dtype.element_ty), mask=m)
+
+
+def gdn_gating(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor):
+    """``a, b [T, H]`` (views with unit last stride allowed) -> ``(g [T, H] float32, beta [T, H] b.dtype)``."""
+    T, H = a.shape
+    if a.stride(-1) != 1:
+        a = a.contiguous()
+    if b.stride(-1) != 1:
+        b = b.contiguous()
+    g = torch.empty((T, H), dtype=torch.float32, device=a.device)
+    beta = torch.empty((T, H), dtype=b.dtype, device=a.device)
+    if T:
+        _gating_kernel[(T,)](a, b, A_log, dt_bias, g, beta, a.stride(0), b.stride(0), H, BLOCK=next_pow2(H),
+                             num_warps=1)
+    return g, beta
+
+
+# ------------------------------------------------------------------------------------------------------- conv1d
+@triton.jit
+def _conv_update_kernel(
+    x_ptr, w_ptr, pool_ptr, slot_ptr, fresh_ptr, seq_ptr, o_ptr, s_x, s_o, s_pool, C,
+    K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr,
+):
+    row = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    slot = tl.load(slot_ptr + row).to(tl.int64)
+    # a real row: a slot, and its token is its own (seq_ids[r] == r; -1 marks a padding token)
+    live = (slot >= 0) & (tl.load(seq_ptr + row).to(tl.int32) == row)
+    keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
+    x = tl.load(x_ptr + row.to(tl.int64) * s_x + c, mask=cm, other=0.0)
+    base = pool_ptr + tl.maximum(slot, 0) * s_pool + c * (K - 1)
+    rd = cm & keep
+    # conv in float32 over the state (inputs K-1 .. 1 tokens back) and this token, weights [C, K] oldest first
+    acc = tl.load(w_ptr + c * K + (K - 1), mask=cm, other=0.0).to(tl.float32) * x.to(tl.float32)
+    prev = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for j in tl.static_range(K - 1):
+        s = tl.load(base + j, mask=rd, other=0.0)
+        acc += tl.load(w_ptr + c * K + j, mask=cm, other=0.0).to(tl.float32) * s.to(tl.float32)
+        if j > 0:  # shift left: slot j-1 takes slot j (the reads above happened first, in this program)
+            tl.store(base + (j - 1), s, mask=cm & live)
+    tl.store(base + (K - 2), x.to(pool_ptr.dtype.element_ty), mask=cm & live)
+    acc = acc.to(w_ptr.dtype.element_ty).to(tl.float32)  # the reference's conv output, in the weight dtype
+    if SILU:
+        acc = acc / (1.0 + tl.exp(-acc))
+    acc = tl.where(live, acc, 0.0)
+    tl.store(o_ptr + row.to(tl.int64) * s_o + c, acc.to(o_ptr.dtype.element_ty), mask=cm)
+
+
+def conv_update(x: torch.Tensor, weight: torch.Tensor, conv_pool: torch.Tensor, slots: torch.Tensor,
+                fresh: torch.Tensor, seq_ids: torch.Tensor, silu: bool = True) -> torch.Tensor:
+    """``x [R, C]`` one token per row, ``weight [C, K]``, ``conv_pool [S, C, K-1]`` (advanced in place for real rows:
+    ``slots[r] >= 0`` and ``seq_ids[r] == r``), ``fresh [R]`` -> ``out [R, C]`` (x dtype; zeros on other rows)."""
+    R, C = x.shape
+    K = weight.shape[-1]
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    weight = weight.contiguous()
+    if not conv_pool.is_contiguous():
+        raise ValueError("conv_update: conv_pool must be contiguous [num_slots, C, K-1]")
+    out = torch.empty((R, C), dtype=x.dtype, device=x.device)
+    if R:
+        block = 256
+        _conv_update_kernel[(R, triton.cdiv(C, block))](
+            x, weight, conv_pool, slots, fresh, seq_ids, out, x.stride(0), out.stride(0), conv_pool.stride(0), C,
+            K=K, BLOCK_C=block, SILU=silu, num_warps=4)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- delta rule step
+@triton.jit
+def _recurrent_kernel(
+    x_ptr, g_ptr, beta_ptr, pool_ptr, slot_ptr, fresh_ptr, seq_ptr, o_ptr, s_x, s_pool, scale, eps,
+    HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KEY_DIM: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    kh = h // R  # key head serving this value head (repeat_interleave grouping)
+    slot = tl.load(slot_ptr + row).to(tl.int64)
+    live = (slot >= 0) & (tl.load(seq_ptr + row).to(tl.int32) == row)
+    keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
+    dk = tl.arange(0, BK)
+    dv = vb * BV + tl.arange(0, BV)
+    km = dk < DK
+    vm = dv < DV
+    xrow = x_ptr + row.to(tl.int64) * s_x
+    q = tl.load(xrow + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
+    k = tl.load(xrow + KEY_DIM + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
+    v = tl.load(xrow + 2 * KEY_DIM + h * DV + dv, mask=vm, other=0.0).to(tl.float32)
+    if L2NORM:
+        q = q * tl.math.rsqrt(tl.sum(q * q, 0) + eps)
+        k = k * tl.math.rsqrt(tl.sum(k * k, 0) + eps)
+    q = q * scale
+    g = tl.load(g_ptr + row * HV + h).to(tl.float32)
+    beta = tl.load(beta_ptr + row * HV + h).to(tl.float32)
+    sp = pool_ptr + tl.maximum(slot, 0) * s_pool + h * (DK * DV) + dk[:, None] * DV + dv[None, :]
+    m2 = km[:, None] & vm[None, :]
+    S = tl.load(sp, mask=m2 & keep, other=0.0).to(tl.float32)  # [BK, BV]
+    S = S * tl.exp(g)
+    delta = (v - tl.sum(S * k[:, None], 0)) * beta  # beta (v - S^T k)
+    S = S + k[:, None] * delta[None, :]
+    o = tl.sum(S * q[:, None], 0)  # S^T q
+    tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)
+    o = tl.where(live, o, 0.0)
+    tl.store(o_ptr + (row.to(tl.int64) * HV + h) * DV + dv, o.to(o_ptr.dtype.element_ty), mask=vm)
+
+
+def recurrent_step(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor,
+                   fresh: torch.Tensor, seq_ids: torch.Tensor, *, num_k_heads: int, head_k_dim: int, head_v_dim: int,
+                   use_qk_l2norm: bool = True, scale: float | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """One token per row: ``x [R, 2*Hk*Dk + Hv*Dv]`` (the conv output ``[q, k, v]``), ``g, beta [R, Hv]``, the state
+    pool ``[S, Hv, Dk, Dv]`` (advanced in place) -> ``o [R, Hv, Dv]`` in ``x.dtype``."""
+    Rn = x.shape[0]
+    Hv = g.shape[-1]
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    g, beta = g.contiguous(), beta.contiguous()
+    if not pool.is_contiguous():
+        raise ValueError("recurrent_step: the state pool must be contiguous [num_slots, Hv, Dk, Dv]")
+    out = torch.empty((Rn, Hv, head_v_dim), dtype=x.dtype, device=x.device)
+    if Rn:
+        BK = next_pow2(head_k_dim)
+        BV = min(32, next_pow2(head_v_dim))  # [128 x 32] fp32 tile: 32 registers a thread at 4 warps
+        _recurrent_kernel[(Rn, Hv, triton.cdiv(head_v_dim, BV))](
+            x, g, beta, pool, slots, fresh, seq_ids, out, x.stride(0), pool.stride(0),
+            head_k_dim ** -0.5 if scale is None else scale, eps,
+            HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
+            BK=BK, BV=BV, L2NORM=use_qk_l2norm, num_warps=4)
+    return out
+
+
+def decode(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, slots, fresh, *, num_k_heads, head_k_dim,
+           head_v_dim) -> torch.Tensor:
+    """The decode path of ``gdn_mixer_static``: conv update then the delta-rule step, two launches."""
+    slots, fresh, seq_ids = slots.contiguous(), fresh.contiguous(), seq_ids.contiguous()
+    x = conv_update(mixed, conv_weight, conv_pool, slots, fresh, seq_ids)
+    return recurrent_step(x, g, beta, recurrent_pool, slots, fresh, seq_ids, num_k_heads=num_k_heads, head_k_dim=head_k_dim,
+                          head_v_dim=head_v_dim)
+
+
+# ------------------------------------------------------------------------------------------------ gated RMSNorm
+@triton.jit
+def _gated_rms_kernel(x_ptr, z_ptr, w_ptr, o_ptr, s_x, s_z, eps, N: tl.constexpr, BLOCK: tl.constexpr,
+                      ROUND_HW: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    x = tl.load(x_ptr + row * s_x + offs, mask=m, other=0.0)
+    xf = x.to(tl.float32)
+    h = xf * tl.math.rsqrt(tl.sum(xf * xf, 0) / N + eps)
+    # the reference's casts: normalised value rounded to x's dtype, times the weight (rounded as torch's promotion),
+    # times silu(z) computed in float32, rounded once to x's dtype
+    w = tl.load(w_ptr + offs, mask=m, other=0.0)
+    hw = w.to(tl.float32) * h.to(x_ptr.dtype.element_ty).to(tl.float32)
+    if ROUND_HW:  # weight and x of one dtype: torch rounds their product to it
+        hw = hw.to(x_ptr.dtype.element_ty)
+    z = tl.load(z_ptr + row * s_z + offs, mask=m, other=0.0).to(tl.float32)
+    y = hw.to(tl.float32) * (z / (1.0 + tl.exp(-z)))
+    tl.store(o_ptr + row * N + offs, y.to(o_ptr.dtype.element_ty), mask=m)
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x, z [..., N]`` -> ``rmsnorm(x) * weight * silu(z)`` in ``x.dtype`` (one program per row)."""
+    N = x.shape[-1]
+    x2, z2 = x.reshape(-1, N), z.reshape(-1, N)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if z2.stride(-1) != 1:
+        z2 = z2.contiguous()
+    out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    if x2.shape[0]:
+        _gated_rms_kernel[(x2.shape[0],)](x2, z2, weight, out, x2.stride(0), z2.stride(0), eps, N=N,
+                                          BLOCK=next_pow2(N), ROUND_HW=torch.promote_types(weight.dtype, x.dtype) == x.dtype,
+                                          num_warps=1 if N <= 256 else 4)
+    return out.view(x.shape)
+
+
+# ------------------------------------------------------------------------------------------------ prefill (fla)
+@functools.lru_cache(maxsize=None)
+def fla_chunk():
+    """fla's ``chunk_gated_delta_rule``, or None when flash-linear-attention (fla-core) is not installed."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception:  # ImportError, or an fla/triton version mismatch failing at import
+        return None
+    return chunk_gated_delta_rule
+
+
+def chunk_prefill(q, k, v, g, beta, initial_state, use_qk_l2norm: bool, scale: float | None, cu_seqlens=None):
+    """fla's chunked gated delta rule with the reference's conventions: ``[B, T, H, D]`` inputs (value heads grouped
+    over key heads, fla's GVA), float32 initial/final state ``[N, Hv, Dk, Dv]``; output in ``q.dtype``."""
+    fn = fla_chunk()
+    if initial_state is not None:
+        initial_state = initial_state.float().contiguous()
+    if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+        cu_seqlens = torch.tensor(cu_seqlens, dtype=torch.long, device=q.device)
+    o, state = fn(q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(),
+                  scale=scale, initial_state=initial_state, output_final_state=True,
+                  use_qk_l2norm_in_kernel=use_qk_l2norm,
+                  cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(q.device, torch.long))
+    return o.to(q.dtype), state.float()

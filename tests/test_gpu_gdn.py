@@ -1,0 +1,249 @@
+"""Gated DeltaNet on the GPU (``runtime/ops/gpu/gated_delta.py`` and fla's chunked prefill) against the torch
+references of ``runtime/ops/gated_delta.py``, and the Qwen3-Next engine against transformers with those kernels in
+prefill and in graphed decode. Skipped without CUDA.
+
+``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs the kernel tests (not fla's, not the CUDA-graph or engine ones) on
+the CPU through Triton's interpreter. Every check draws fresh random inputs and poisons outputs/untouched pool slots,
+so an unwritten element, a wrong slot or a state written for a padding row shows.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1"
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+# Triton's interpreter truncates float32 -> bfloat16 (no round-to-nearest): the 16-bit cases use float16 there
+LOW = torch.bfloat16 if torch.cuda.is_available() else torch.float16
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() and not INTERPRET, reason="needs a CUDA GPU"),
+]
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (not the interpreter)")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def tol(dtype) -> float:
+    return 2e-5 if dtype == torch.float32 else 1e-2
+
+
+def test_gating_matches_reference():
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    for T, H, dtype in ((1, 32, LOW), (37, 8, torch.float32), (5, 48, torch.float16)):
+        ba = torch.randn(T, 2 * H, device=DEV).mul(4).to(dtype)  # b, a as views of one projection
+        b, a = ba[:, :H], ba[:, H:]
+        a[0, 0] = 30.0  # softplus' linear branch (x > 20)
+        A_log = torch.randn(H, device=DEV)
+        dt_bias = torch.randn(H, device=DEV)
+        g, beta = ggd.gdn_gating(A_log, a, dt_bias, b)
+        g_ref, beta_ref = gd.gdn_gating_ref(A_log, a, dt_bias, b)
+        assert g.dtype == torch.float32 and beta.dtype == dtype
+        assert rel(g, g_ref) < 1e-6
+        assert (beta.float() - beta_ref.float()).abs().max().item() <= (1e-6 if dtype == torch.float32 else 4e-3)
+
+
+@pytest.mark.parametrize("dtype,wdtype", [(torch.float32, torch.float32), (LOW, LOW), (LOW, torch.float32)])
+def test_gated_rms_norm_matches_reference(dtype, wdtype):
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    x = torch.randn(7, 4, 128, device=DEV).to(dtype)
+    z = torch.randn(7, 4, 128, device=DEV).to(dtype)
+    w = (1 + 0.3 * torch.randn(128, device=DEV)).to(wdtype)
+    got = ggd.gated_rms_norm(x.reshape(-1, 128), z.reshape(-1, 128), w, 1e-6)
+    want = gd.gated_rms_norm_ref(x.reshape(-1, 128), z.reshape(-1, 128), w, 1e-6)
+    assert got.dtype == want.dtype
+    assert rel(got, want) < (1e-6 if dtype == torch.float32 else 8e-3)
+
+
+def _decode_case(R, S, Hk, Hv, Dk, Dv, K, dtype, seed):
+    g_ = torch.Generator(device=DEV).manual_seed(seed)
+    C = 2 * Hk * Dk + Hv * Dv
+    rnd = lambda *s: torch.randn(*s, device=DEV, generator=g_)  # noqa: E731
+    conv_pool = rnd(S, C, K - 1).to(dtype)
+    rec_pool = rnd(S, Hv, Dk, Dv) * 0.1
+    weight = (rnd(C, K) * 0.5).to(dtype)
+    return C, conv_pool, rec_pool, weight, rnd
+
+
+@pytest.mark.parametrize("Hk,Hv,Dk,Dv", [(2, 4, 16, 16), (2, 4, 128, 128), (1, 1, 32, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_decode_steps_match_reference(Hk, Hv, Dk, Dv, dtype):
+    """Three decode steps over a pool: rows with real slots (one fresh), a padding row (slot -1) and a row whose token
+    is padding (seq_id -1); outputs and every pool slot equal the static reference's after each step, and slots
+    no row names stay bit-for-bit unchanged (NaN-poisoned: a stray read would also poison an output)."""
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    R, S, K = 5, 8, 4
+    C, conv_pool, rec_pool, weight, rnd = _decode_case(R, S, Hk, Hv, Dk, Dv, K, dtype, seed=Hk * 100 + Dk)
+    untouched = [0, 6]
+    conv_pool[untouched] = float("nan")
+    rec_pool[untouched] = float("nan")
+    slots = torch.tensor([3, 1, -1, 5, 7], device=DEV)
+    seq_ids = torch.tensor([0, 1, 2, 3, -1], device=DEV)  # row 4: a padding token in a real slot: no state change
+    fresh = torch.tensor([False, True, False, False, False], device=DEV)
+    ref_conv, ref_rec = conv_pool.clone(), rec_pool.clone()
+    for step in range(3):
+        mixed = rnd(R, C).to(dtype)
+        g = -torch.rand(R, Hv, device=DEV) * 2
+        beta = torch.rand(R, Hv, device=DEV).to(dtype)
+        got = ggd.decode(mixed, g, beta, weight, conv_pool, rec_pool, seq_ids, slots, fresh, num_k_heads=Hk,
+                         head_k_dim=Dk, head_v_dim=Dv)
+        want = gd.gdn_mixer_static_ref(mixed, g, beta, weight, ref_conv, ref_rec, seq_ids, slots, fresh,
+                                       num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv, decode=True)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert rel(got, want) < tol(dtype), step
+        assert (got[2] == 0).all() and (got[4] == 0).all()  # padding rows: zeros
+        live = [3, 1, 5]
+        assert rel(rec_pool[live], ref_rec[live]) < tol(torch.float32 if dtype == torch.float32 else dtype)
+        assert torch.equal(conv_pool[live], ref_conv[live])  # a shift of stored inputs: exact
+        assert torch.equal(rec_pool[7], ref_rec[7]) and torch.equal(conv_pool[7], ref_conv[7])  # padding token
+        for s in untouched:
+            assert torch.isnan(rec_pool[s]).all() and torch.isnan(conv_pool[s].float()).all()
+        fresh = torch.zeros_like(fresh)
+
+
+def test_mixer_static_dispatches_to_the_kernels(monkeypatch):
+    """``gdn_mixer_static(decode=True)`` on a GPU tensor runs the Triton decode (the layer's graphed path)."""
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    calls = []
+    monkeypatch.setattr(ggd, "decode", lambda *a, **k: calls.append(1) or torch.zeros(1))
+    C, conv_pool, rec_pool, weight, rnd = _decode_case(2, 2, 1, 2, 16, 16, 4, torch.float32, seed=1)
+    gd.gdn_mixer_static(rnd(2, C), torch.zeros(2, 2, device=DEV), torch.zeros(2, 2, device=DEV), weight, conv_pool,
+                        rec_pool, torch.arange(2, device=DEV), torch.arange(2, device=DEV),
+                        torch.zeros(2, dtype=torch.bool, device=DEV), num_k_heads=1, head_k_dim=16, head_v_dim=16,
+                        decode=True)
+    assert calls == [1]
+
+
+# ------------------------------------------------------------------------------------------------- CUDA only
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lens", [[200], [1, 64, 130, 7]])
+def test_fla_chunk_prefill_matches_reference(dtype, lens):
+    """fla's chunked kernel (through the dispatching ``chunk_gated_delta_rule``) equals the torch chunked reference:
+    grouped value heads, a non-zero initial state, varlen sequences crossing the 64-token chunk boundary."""
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    if ggd.fla_chunk() is None:
+        pytest.skip("flash-linear-attention (fla-core) not installed")
+    Hk, Hv, Dk, Dv = 2, 4, 128, 128
+    T = sum(lens)
+    q = torch.randn(1, T, Hk, Dk, device="cuda").to(dtype)
+    k = torch.randn(1, T, Hk, Dk, device="cuda").to(dtype)
+    v = torch.randn(1, T, Hv, Dv, device="cuda").to(dtype)
+    g = -torch.rand(1, T, Hv, device="cuda") * 0.5
+    beta = torch.rand(1, T, Hv, device="cuda").to(dtype)
+    h0 = torch.randn(len(lens), Hv, Dk, Dv, device="cuda") * 0.1
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    cu_arg = None if len(lens) == 1 else cu
+    got, got_state = gd.chunk_gated_delta_rule(q, k, v, g, beta, h0, cu_seqlens=cu_arg)
+    want, want_state = gd.chunk_gated_delta_rule_ref(q.double(), k.double(), v.double(), g.double(), beta.double(),
+                                                     h0.double(), cu_seqlens=cu_arg)
+    # fla computes its dots in tf32/bf16 on the tensor cores: bf16-level agreement whatever the input dtype
+    assert got.dtype == dtype and rel(got, want) < 1e-2
+    assert got_state.dtype == torch.float32 and rel(got_state, want_state) < 1e-2
+
+
+@cuda_only
+def test_decode_replays_from_a_cuda_graph():
+    """Captured once, replayed on new inputs and new slots: the replay reads the slot tensors, not captured values."""
+    from modelgen.runtime.ops import gated_delta as gd
+
+    Hk, Hv, Dk, Dv, K, R, S = 2, 4, 128, 128, 4, 4, 6
+    dtype = torch.bfloat16
+    C, conv_pool, rec_pool, weight, rnd = _decode_case(R, S, Hk, Hv, Dk, Dv, K, dtype, seed=7)
+    mixed, g, beta = rnd(R, C).to(dtype), -torch.rand(R, Hv, device="cuda"), torch.rand(R, Hv, device="cuda").to(dtype)
+    slots = torch.tensor([0, 2, 4, -1], device="cuda")
+    seq_ids = torch.arange(R, device="cuda")
+    fresh = torch.zeros(R, dtype=torch.bool, device="cuda")
+    kw = dict(num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv, decode=True)
+    gd.gdn_mixer_static(mixed, g, beta, weight, conv_pool.clone(), rec_pool.clone(), seq_ids, slots, fresh, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gd.gdn_mixer_static(mixed, g, beta, weight, conv_pool, rec_pool, seq_ids, slots, fresh, **kw)
+    for new_slots in ([1, 3, 5, -1], [5, -1, 0, 2]):
+        mixed.copy_(rnd(R, C).to(dtype))
+        g.copy_(-torch.rand(R, Hv, device="cuda"))
+        slots.copy_(torch.tensor(new_slots, device="cuda"))
+        ref_conv, ref_rec = conv_pool.clone(), rec_pool.clone()
+        want = gd.gdn_mixer_static_ref(mixed, g, beta, weight, ref_conv, ref_rec, seq_ids, slots, fresh, **kw)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel(out, want) < 1e-2
+        assert rel(rec_pool, ref_rec) < 1e-2 and torch.equal(conv_pool, ref_conv)
+
+
+def _hf_torch_paths(monkeypatch):
+    """The HF oracle runs on the CPU: with fla installed, transformers binds its GDN functions to fla's Triton kernels
+    at import (``use_kernel_func_from_hub_with_fallback``), which cannot run on CPU tensors. Put the torch ones back
+    (the decorated functions keep them as ``__wrapped__``)."""
+    import importlib
+
+    for mod_name in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        try:
+            mod = importlib.import_module(f"transformers.models.{mod_name}.modeling_{mod_name}")
+        except ImportError:
+            continue
+        for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                     "causal_conv1d_update"):
+            fn = getattr(mod, name, None)
+            while fn is not None and hasattr(fn, "__wrapped__"):
+                fn = fn.__wrapped__
+            if fn is not None:
+                monkeypatch.setattr(mod, name, fn)
+
+
+PROMPT = list(range(3, 150, 2))  # 74 tokens: prefill crosses the 64-token chunk boundary
+
+
+@cuda_only
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5"])
+def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypatch, name):
+    """fp32 prefill logits and 16 greedy tokens (graphed decode) equal transformers, with the Triton GDN decode inside
+    the captured graphs; a batch of mixed-length prompts decodes as each prompt alone."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from tests.parity_helpers import hf_greedy_forward, hf_logits
+    from tests.qwen3_next_fixtures import make_qwen3_next
+    from tests.test_parity_llama import PREFILL_ATOL
+
+    calls = {"decode": 0, "captured": 0}
+    real = ggd.decode
+
+    def counting(*a, **kw):
+        calls["decode"] += 1
+        calls["captured"] += torch.cuda.is_current_stream_capturing()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(ggd, "decode", counting)
+    _hf_torch_paths(monkeypatch)
+    hf = make_qwen3_next(tmp_path, name)
+    llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=256, max_num_seqs=4)
+    assert llm.backend == "triton"
+    assert (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item() < PREFILL_ATOL
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    assert llm.generate([PROMPT], params)[0] == hf_greedy_forward(hf, PROMPT, 16)
+    assert calls["captured"] > 0
+    prompts = [PROMPT, [1, 5, 9, 33], list(range(7, 100)), [1, 99]]
+    batch = llm.generate(prompts, SamplingParams(max_new_tokens=8, ignore_eos=True))
+    assert batch == [llm.generate([p], SamplingParams(max_new_tokens=8, ignore_eos=True))[0] for p in prompts]
