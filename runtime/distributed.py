@@ -31,8 +31,14 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     world = tp_size()
     if world == 1:
         return x
+    x = x.contiguous()
+    if dist.get_backend() == "nccl":
+        # One collective into one buffer (no per-rank list): capturable in the rocm decode CUDA graphs.
+        out = torch.empty((world, *x.shape), dtype=x.dtype, device=x.device)
+        dist.all_gather_into_tensor(out, x)
+        return torch.cat(out.unbind(0), dim=dim)
     parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x.contiguous())
+    dist.all_gather(parts, x)
     return torch.cat(parts, dim=dim)
 
 

@@ -78,7 +78,12 @@ def _json_args(args: dict) -> str:
             value = str(value)
         out[key] = value
     out["progress"] = False  # one bar, rank 0's
-    return json.dumps(out)
+    try:
+        return json.dumps(out)
+    except TypeError:
+        bad = [k for k, v in out.items() if not isinstance(v, (str, int, float, bool, list, dict, type(None)))]
+        raise ValueError(f"LLM argument(s) {', '.join(bad)}: engine-started ranks rebuild the engine from plain "
+                         f"values (paths, names, numbers); pass those instead") from None
 
 
 def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int | None,

@@ -1,0 +1,155 @@
+"""Tensor-parallel decode benchmark: TP=1 vs TP=2 in one run, random weights from the config alone (load_dummy).
+
+Llama-3-8B shape by default (``--size llama3-8b``), bf16, on CUDA: the rocm module with CUDA graphs and the Triton
+kernels; TP=2 runs ranks the engine starts itself (``LLM(..., tensor_parallel_size=2)``, NCCL, rank r on cuda:r,
+all-reduces captured in the decode graphs). Both runs load the same dummy weights (each tensor a function of its
+name and the seed; ``runtime/dummy_weights.py``), so TP=2's shards are slices of TP=1's model and their greedy
+tokens are comparable. Per batch size: decode tokens/s = batch * (N - 1) / (T(N new tokens) - T(1 new token)) (the
+same estimator as ``bench/decode.py``), best of ``--reps``; then the speed-up TP=2 / TP=1 and the token check
+(greedy continuations of ``--check-prompts`` prompts, and the max |logit| difference of one scored prompt).
+
+``--size tiny --device cpu`` is the CPU smoke test (gloo; ``tests/test_bench_tp.py`` runs it).
+
+  python bench/tp.py --out bench/results/h200x2-llama8b-tp.json           # on a 2-GPU machine
+  python bench/tp.py --size tiny --device cpu --dtype float32 --new 8 --batches 1 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SIZES = {
+    # Meta-Llama-3-8B's config.json fields that shape the model
+    "llama3-8b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16", hidden_act="silu", head_dim=128,
+    ),
+    # the same architecture at test size
+    "tiny": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=160,
+        max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, torch_dtype="float32", hidden_act="silu", initializer_range=0.2,
+    ),
+}
+
+
+def log(*a) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def wall(fn, device: str) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], check: list[list[int]]) -> dict:
+    """Build the engine at tensor-parallel size ``tp`` and measure every batch size; returns the figures, the
+    greedy tokens of the check prompts and one prompt's logits."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    greedy = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
+    t0 = time.perf_counter()
+    llm = LLM(cfg_dir, target="rocm", dtype=args.dtype, device=args.device, load_format="dummy",
+              tensor_parallel_size=tp, max_num_seqs=max(args.batches + [len(check)]),
+              max_model_len=args.prompt + args.new + 8, progress=False)
+    build_s = time.perf_counter() - t0
+    out: dict = {"tensor_parallel_size": tp, "build_s": round(build_s, 2), "decode_tokens_per_s": {}}
+    try:
+        t0 = time.perf_counter()
+        llm.warmup()  # CUDA graphs of every decode bucket (all ranks capture together)
+        out["warmup_s"] = round(time.perf_counter() - t0, 2)
+        for b in args.batches:
+            ids = prompts[b]
+            llm.generate(ids, greedy(2))  # kernels and GEMM choices for these shapes
+            t1 = min(wall(lambda: llm.generate(ids, greedy(1)), args.device) for _ in range(args.reps))
+            tn = min(wall(lambda: llm.generate(ids, greedy(args.new)), args.device) for _ in range(args.reps))
+            rate = b * (args.new - 1) / (tn - t1)
+            out["decode_tokens_per_s"][str(b)] = round(rate, 1)
+            log(f"TP={tp} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
+        tokens = llm.generate(check, greedy(args.check_new))
+        logits = llm.score(check[0]).float().cpu()
+    finally:
+        llm.close()
+        del llm
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return {"figures": out, "tokens": tokens, "logits": logits}
+
+
+def compare(one: list[list[int]], two: list[list[int]]) -> dict:
+    prefix = []
+    for a, b in zip(one, two):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        prefix.append(n)
+    return {"tokens_equal": one == two, "matching_prefix_per_prompt": prefix,
+            "tokens_per_prompt": [len(t) for t in one]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default="llama3-8b")
+    ap.add_argument("--device", default="cuda", help="cuda (NCCL, GPUs 0 and 1) or cpu (gloo)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens")
+    ap.add_argument("--new", type=int, default=128, help="new tokens per timed run")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=2, help="the tensor-parallel size compared with 1")
+    ap.add_argument("--check-prompts", type=int, default=4)
+    ap.add_argument("--check-new", type=int, default=32)
+    ap.add_argument("--out", type=Path, default=None, help="JSON results (default: stdout only)")
+    args = ap.parse_args(argv)
+    cfg = dict(SIZES[args.size])
+    vocab = cfg["vocab_size"]
+    g = torch.Generator().manual_seed(0)
+    prompts = {b: torch.randint(3, vocab, (b, args.prompt), generator=g).tolist() for b in args.batches}
+    check = torch.randint(3, vocab, (args.check_prompts, min(args.prompt, 32)), generator=g).tolist()
+    result: dict = {
+        "benchmark": "bench/tp.py", "size": args.size, "config": cfg, "device": args.device, "dtype": args.dtype,
+        "prompt_tokens": args.prompt, "new_tokens": args.new, "batches": args.batches,
+        "host": platform.node(), "torch": torch.__version__,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if args.device.startswith("cuda") else [],
+    }
+    with tempfile.TemporaryDirectory(prefix="modelgen-bench-tp-") as tmp:
+        cfg_dir = Path(tmp)
+        (cfg_dir / "config.json").write_text(json.dumps(cfg))  # no weights: load_format="dummy"
+        runs = [measure(tp, cfg_dir, args, prompts, check) for tp in (1, args.tp)]
+    one, two = runs
+    result["tp1"], result[f"tp{args.tp}"] = one["figures"], two["figures"]
+    result["speedup"] = {b: round(two["figures"]["decode_tokens_per_s"][b] / one["figures"]["decode_tokens_per_s"][b], 3)
+                         for b in one["figures"]["decode_tokens_per_s"]}
+    result["check"] = {**compare(one["tokens"], two["tokens"]),
+                       "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),
+                       "logit_scale": float(one["logits"].abs().max())}
+    text = json.dumps(result, indent=1)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
