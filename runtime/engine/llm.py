@@ -253,7 +253,7 @@ class LLM:
                             ("max_num_batched_tokens", max_num_batched_tokens)):
             if value is not None:
                 _positive_int(name, value)
-        self.module = find_model(self.checkpoint.architectures, self.target.name)
+        self.module = find_model(self.checkpoint.architectures, self.target.name, self.checkpoint.hf_config)
         self.device = _resolve_device(device)
         self.backend, self.backend_reason = backends.select(self.target.name, self.device)
         self.dtype = _resolve_dtype(dtype, hf_config, config_path)
