@@ -19,15 +19,17 @@ from tests.deepseek_fixtures import make_deepseek
 from tests.qwen3_next_fixtures import CASES as QWEN_CASES, make_qwen3_next
 
 
-def _deeper_layer(name: str, layers: int, seed: int, **overrides) -> dict[str, torch.Tensor]:
-    """Tensors of decoder layer ``layers`` of a (layers + 1)-layer HF DeepSeek model of case ``name``."""
+def _deeper_layer(name: str, layers: int, seed: int, **overrides):
+    """Saved tensors of decoder layer ``layers`` of a (layers + 1)-layer HF DeepSeek model of case ``name``, and that
+    layer's in-memory state dict (HF's own parameter layout, for transformers' MtpModel)."""
     with tempfile.TemporaryDirectory() as tmp:
-        make_deepseek(tmp, name, seed=seed, num_hidden_layers=layers + 1, **overrides)
+        deeper = make_deepseek(tmp, name, seed=seed, num_hidden_layers=layers + 1, **overrides)
         tensors = {}
         for f in Path(tmp).glob("*.safetensors"):
             tensors.update(load_file(f))
     prefix = f"model.layers.{layers}."
-    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return ({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+            deeper.model.layers[layers].state_dict())
 
 
 def _finish(path: Path, extra: dict[str, torch.Tensor], config_updates: dict) -> None:
@@ -58,7 +60,7 @@ def make_deepseek_mtp(path, name: str = "v3", seed: int = 0, drop: tuple[str, ..
     n = cfg.num_hidden_layers
     gen = torch.Generator().manual_seed(seed + 1000)
     torch.manual_seed(seed + 1000)
-    layer = _deeper_layer(name, n, seed + 1, **overrides)
+    layer, block_state = _deeper_layer(name, n, seed + 1, **overrides)
     h, v = cfg.hidden_size, cfg.vocab_size
     layer.update({
         "enorm.weight": _rand(h, std=0.2, mean=1.0), "hnorm.weight": _rand(h, std=0.2, mean=1.0),
@@ -70,6 +72,10 @@ def make_deepseek_mtp(path, name: str = "v3", seed: int = 0, drop: tuple[str, ..
     })
     extra = {f"model.layers.{n}.{k}": t for k, t in layer.items() if not k.endswith(drop)}
     _finish(path, extra, {"num_nextn_predict_layers": 1})
+    # transformers' MtpModel names: layers.0.{enorm,hnorm,eh_proj,post_norm (= shared_head.norm),mtp_block.*}
+    model.mtp_state = {f"layers.0.mtp_block.{k}": t for k, t in block_state.items()}
+    model.mtp_state.update({f"layers.0.{k}": layer[k] for k in ("enorm.weight", "hnorm.weight", "eh_proj.weight")})
+    model.mtp_state["layers.0.post_norm.weight"] = layer["shared_head.norm.weight"]
     return model
 
 
@@ -92,6 +98,7 @@ def make_qwen3_next_mtp(path, name: str = "qwen3_next", seed: int = 0, drop: tup
                 if k.endswith("norm.weight") or "layernorm" in k:
                     t.normal_(0, 0.2)
         deeper.save_pretrained(tmp)
+        block = deeper.model.layers[n]
         tensors = {}
         for f in Path(tmp).glob("*.safetensors"):
             tensors.update(load_file(f))
@@ -103,6 +110,8 @@ def make_qwen3_next_mtp(path, name: str = "qwen3_next", seed: int = 0, drop: tup
         "mtp.pre_fc_norm_embedding.weight": _rand(h, std=0.2), "mtp.pre_fc_norm_hidden.weight": _rand(h, std=0.2),
         "mtp.fc.weight": torch.randn(h, 2 * h) / (2 * h) ** 0.5, "mtp.norm.weight": _rand(h, std=0.2),
     })
+    model.mtp_block = block  # the HF decoder layer whose tensors are mtp.layers.0.* (hand-written reference)
+    model.mtp_tensors = dict(extra)
     extra = {k: t for k, t in extra.items() if not k.endswith(drop)}
     _finish(path, extra, {"mtp_num_hidden_layers": 1})
     return model
