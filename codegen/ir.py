@@ -172,6 +172,7 @@ class Checkpoint:
     ignore: tuple[str, ...]
     rename: tuple[tuple[str, str], ...]
     experts: Experts | None
+    splits: tuple[Any, ...] = ()  # checkpoint_split.Split: modules stored already fused (checkpoint.split)
 
     def modules(self, param: str, default: dict[Any, str]) -> dict[Any, str]:
         """Shard id -> checkpoint module of a fused parameter (``default`` when the spec does not fuse it)."""

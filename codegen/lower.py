@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import GENERATOR_VERSION, ir
 from .blocks import KINDS
+from .checkpoint_split import lower_splits
 from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
 from .expr import FUNCTIONS, Expr, ExprError, parse_expr
@@ -379,7 +380,7 @@ class _Lowerer:
             self.error(("checkpoint",), "an moe block needs checkpoint.experts (per-expert checkpoint names)")
         return ir.Checkpoint(
             prefix=ck.prefix, fusions=tuple(fusions), ignore=tuple(ck.ignore), rename=tuple(ck.rename.items()),
-            experts=experts,
+            experts=experts, splits=lower_splits(self, ck.split),
         )
 
     def requirement(self, n: int, req: Any) -> ir.Requirement | None:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from .blocks import specs_for
+from .checkpoint_split import SplitSpec
 from .spec_types import (
     ConfigKey,
     ExpertPattern,
@@ -161,6 +162,11 @@ class CheckpointSpec(Strict):
         description="substring renames applied to checkpoint keys (weight_scale_inv: weight_scale, .block_sparse_moe.: .mlp.)",
     )
     experts: ExpertCheckpointSpec | None = None
+    split: dict[Identifier, SplitSpec] = Field(
+        default_factory=dict,
+        description="checkpoint module stored already fused -> its parts (the reverse of fuse; Phi-3), e.g. "
+        "qkv_proj: {parts: {q_proj: num_attention_heads * head_dim, k_proj: ..., v_proj: ...}}",
+    )
 
     @field_validator("fuse")
     @classmethod

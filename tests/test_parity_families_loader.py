@@ -12,6 +12,7 @@ Phi-3 checkpoints store ``qkv_proj`` and ``gate_up_proj`` already fused: they lo
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -39,6 +40,10 @@ CASES = {
     # Mistral: every layer windowed (5 < prompt), head_dim override
     "mistral_window": ("MistralForCausalLM", "MistralConfig", dict(sliding_window=5, head_dim=24), False),
     "mistral_full": ("MistralForCausalLM", "MistralConfig", dict(sliding_window=None), False),
+    # Phi-3: fused qkv_proj / gate_up_proj in the checkpoint (checkpoint.split), half the head dims rotated, window 5
+    "phi3_window": ("Phi3ForCausalLM", "Phi3Config", dict(partial_rotary_factor=0.5, sliding_window=5), False),
+    "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(num_hidden_layers=4, num_key_value_heads=1,
+                                                   tie_word_embeddings=True), False),
     # Qwen2-MoE: softmax top-2 of 8 without renormalisation, a dense layer by mlp_only_layers, the gated shared expert
     "qwen2_moe": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig",
                   dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
@@ -97,7 +102,7 @@ def test_against_hf_bf16_three_way(checkpoints, name, target):
     assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=atol, name=f"{name}/{target}")
 
 
-@pytest.mark.parametrize("name", ["qwen2_window", "mistral_window", "mistral_full", "qwen2_moe_window"])
+@pytest.mark.parametrize("name", ["qwen2_window", "mistral_window", "mistral_full", "qwen2_moe_window", "phi3_window"])
 def test_windows_where_hf_has_them(checkpoints, name):
     """Each layer's window equals the one HF's attention mask uses (layer_types / config.sliding_window)."""
     path, hf = checkpoints(name)
@@ -119,3 +124,94 @@ def test_qwen2_moe_schedule(checkpoints):
         model = llm(path, "rocm")
         ours = [isinstance(getattr(layer.mlp, "experts", None), FusedMoE) for layer in model.model.model.layers]
         assert ours == [hasattr(layer.mlp, "experts") for layer in hf.model.layers] == want
+
+
+# ------------------------------------------------------------------------------------------------ checkpoint.split
+def _rewrite(src, dst, edit) -> None:
+    """Copy checkpoint ``src`` to ``dst`` with its tensors passed through ``edit(dict) -> dict``."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    f = dst / "model.safetensors"
+    save_file(edit(load_file(f)), f, metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_refuses_a_misshaped_fused_tensor(checkpoints, tmp_path, target):
+    """A stored qkv_proj whose rows are not q + k + v from config.json: one line naming the file, the tensor, the
+    expected sizes and the actual shape (here: the checkpoint was written for 2 KV heads, the config says 1)."""
+    from modelgen.runtime.loader.checkpoint import CheckpointError
+
+    path, _ = checkpoints("phi3_window")
+    bad = tmp_path / "bad"
+    key = "model.layers.1.self_attn.qkv_proj.weight"
+    _rewrite(path, bad, lambda t: {**t, key: t[key][:-16]})  # drop 16 rows (one KV head of v)
+    with pytest.raises(CheckpointError) as e:
+        llm(bad, target)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert str(bad / "model.safetensors") in msg and f"'{key}'" in msg, msg
+    assert "shape (112, 64)" in msg and "expects dim 0 = 128 (q_proj 64 + k_proj 32 + v_proj 32" in msg, msg
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_part_used_by_no_parameter_is_reported(checkpoints, tmp_path, target):
+    """Strict coverage: a stored fused tensor whose parts are not all consumed is never silently half-loaded."""
+    from modelgen.runtime.loader.checkpoint import CheckpointError
+
+    path, _ = checkpoints("phi3_window")
+    extra = tmp_path / "extra"
+    key = "model.layers.0.mlp.gate_up_proj.weight"
+    # a second stored-fused tensor under a module no parameter has: its parts route nowhere
+    _rewrite(path, extra, lambda t: {**t, "model.layers.0.mlp2.gate_up_proj.weight": t[key].clone()})
+    with pytest.raises(CheckpointError, match=r"mlp2\.gate_up_proj\.weight"):
+        llm(extra, target)
+
+
+def test_split_spec_errors_are_located(tmp_path):
+    import shutil
+
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+    from tests.test_spec_errors import line_col_of
+
+    for f in ("llama.yaml", "phi3.yaml"):
+        shutil.copy(f"specs/{f}", tmp_path / f)
+    p = tmp_path / "phi3.yaml"
+    text = p.read_text()
+    p.write_text(text.replace("{gate_proj: intermediate_size, up_proj: intermediate_size}",
+                              "{gate_proj: intermediate_size, q_proj: intermediate_size}")
+                 .replace("k_proj: num_key_value_heads * head_dim", "k_proj: num_key_value_head * head_dim"))
+    with pytest.raises(SpecError) as e:
+        compile_spec(p)
+    msg = str(e.value)
+    line, _ = line_col_of(p, "q_proj: intermediate_size")
+    assert re.search(rf"phi3.yaml:{line}:\d+: checkpoint.split.gate_up_proj.parts.q_proj: part 'q_proj' is already a "
+                     r"part of split 'qkv_proj'", msg), msg
+    assert "checkpoint.split.qkv_proj.parts.k_proj: undefined config field 'num_key_value_head'" in msg, msg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_tensor_parallel_2_matches_1(checkpoints, tmp_path, target):
+    """TP=2 (gloo): each rank takes its heads of each of q, k, v and its rows of gate and up out of the fused
+    tensors (neuron reads only those rows); logits and tokens equal TP=1."""
+    import json
+
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.tp_worker import run_rank
+
+    path, _ = checkpoints("phi3_window")
+    single = llm(path, target, max_model_len=64)
+    want = single.score(PROMPT)
+    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
+    for rank in range(2):
+        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
+        meta = json.loads(open(f"{out}.rank{rank}.json").read())
+        assert meta["tokens"] == want_tokens and meta["kv_heads"] == 1

@@ -11,6 +11,7 @@ MODELS = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
+    "Phi3ForCausalLM": "phi3",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3ForCausalLM": "qwen3",

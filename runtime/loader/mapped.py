@@ -19,6 +19,7 @@ from .checkpoint import Checkpoint, CheckpointError
 from .names import ExtraLayers, IgnoreRules, apply_renames
 from .quantization import process_weights_after_loading
 from .report import Coverage
+from .split import SplitPart, SplitReader, stored_key
 
 Mappings = Mapping[str, Sequence[str]]
 
@@ -56,19 +57,26 @@ def load_mapped_weights(
         elif (skipped := extra_layers.match(name)) is not None:
             coverage.ignore(key, skipped)
     used: set[str] = set()
+    # Keys that are parts of a tensor stored fused (checkpoint.split) are read as slices of it.
+    splits = SplitReader(checkpoint, getattr(model, "config", None))
     for name, param in params.items():
         keys = mappings.get(name)
         if keys is None:
             continue  # reported as missing
-        if any(k not in canonical for k in keys):
+        if any(stored_key(k) not in canonical for k in keys):
             continue  # reported as missing, and the present keys as unexpected
-        originals = [canonical[k] for k in keys]
-        slices = [checkpoint.get_slice(k) for k in originals]
+        originals = [canonical[stored_key(k)] for k in keys]
+        slices = [splits.slice(k, o) if isinstance(k, SplitPart) else checkpoint.get_slice(o)
+                  for k, o in zip(keys, originals)]
         loader = getattr(param, "weight_loader", None)
         try:
             tensor = loader.transform(slices, rank) if loader is not None else slices[0][:]
         except ValueError as e:
-            got = ", ".join(f"'{k}' shape {tuple(checkpoint.shape(k))} dtype {checkpoint.dtype(k)}" for k in originals)
+            got = ", ".join(
+                f"'{o}'" + (f" part '{k.part}' shape {tuple(sl.get_shape())}" if isinstance(k, SplitPart)
+                            else f" shape {tuple(checkpoint.shape(o))}") + f" dtype {checkpoint.dtype(o)}"
+                for k, o, sl in zip(keys, originals, slices)
+            )
             raise CheckpointError(
                 f"{checkpoint.file_of(originals[0])}: {got} -> parameter '{name}' (shape {tuple(param.shape)} on "
                 f"rank {rank}): {e}"
@@ -88,7 +96,7 @@ def load_mapped_weights(
             param.data = tensor.to(device=param.device, dtype=param.dtype).contiguous()
         # A key may feed several parameters (tied embeddings are mapped twice, never aliased).
         coverage.expected.discard((name, None))
-        used.update(originals)
-    coverage.unused -= used
+        used.update(o for k, o in zip(keys, originals) if not isinstance(k, SplitPart))
+    coverage.unused -= used | set(splits.fully_used())  # a stored-fused tensor is used once all its parts are
     coverage.check(str(checkpoint.files[0].parent))
     process_weights_after_loading(model)

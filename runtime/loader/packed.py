@@ -32,6 +32,7 @@ from .names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
 from .protocol import ExpertMapping, PackedTables
 from .quantization import process_weights_after_loading
 from .report import Coverage
+from .split import CheckpointSplit
 
 EXPERTS = "experts"  # coverage slot of a stacked expert parameter (every routed expert, staged or fused)
 
@@ -45,6 +46,8 @@ class _Route:
     slot: Any = None  # coverage slot the tensor fills
     expert: int | None = None  # per-expert tensor: global expert index (staged, never fetched directly)
     why: str | None = None  # reason the key is ignored
+    split: CheckpointSplit | None = None  # a module stored fused (checkpoint.split): read once, loaded by ``parts``
+    parts: tuple["_Route | None", ...] = ()  # the route of each part's own key, in ``split.parts`` order
 
     @property
     def fetched(self) -> bool:
@@ -83,6 +86,9 @@ class _Router:
             if name.endswith("." + pattern) and name[: -len(pattern)] + param_suffix in self.params:
                 return _Route(name[: -len(pattern)] + param_suffix, shard, slot)
         param_name, shard = resolve_packed(name, self.tables.packed_modules_mapping)
+        if isinstance(shard, CheckpointSplit):  # each part loads as if the checkpoint stored it on its own
+            parts = tuple(self.route(shard.part_key(name, part)) for part in shard.parts)
+            return _Route(name, split=shard, parts=parts)
         return _Route(param_name, shard, shard) if param_name in self.params else None
 
 
@@ -103,7 +109,8 @@ def _expected_slots(
 ) -> list[tuple[str, Any]]:
     shards_of: dict[str, list[Any]] = {}
     for fused, shard in tables.packed_modules_mapping.values():
-        shards_of.setdefault(fused, []).append(shard)
+        if not isinstance(shard, CheckpointSplit):  # a stored-fused module fills its parts' slots, none of its own
+            shards_of.setdefault(fused, []).append(shard)
     slots = []
     seen: set[int] = set()
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -186,6 +193,29 @@ def load_packed_weights(
             f"{checkpoint.dtype(key)}) -> parameter '{param_name}': {err}"
         )
 
+    def load(key: str, route: _Route, tensor: torch.Tensor, label: str) -> None:
+        """Copy ``tensor`` (checkpoint ``key``, or a part of it named by ``label``) through the route's loader."""
+        param_name, shard = route.param, route.shard
+        param = params[param_name]
+        if tensor.is_floating_point() != param.is_floating_point():
+            raise CheckpointError(
+                f"{checkpoint.file_of(key)}: tensor '{key}' has dtype {tensor.dtype}, "
+                f"parameter '{param_name}' expects {param.dtype}"
+            )
+        loader = getattr(param, "weight_loader", None)
+        try:
+            if loader is None:
+                if tuple(tensor.shape) != tuple(param.shape):
+                    raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+                param.data.copy_(tensor)
+            elif shard is not None:
+                loader(param, tensor, shard)
+            else:
+                loader(param, tensor)
+        except ValueError as e:
+            raise fail(key, param_name, e) from None
+        coverage.fill(param_name, route.slot, label)
+
     reader = _device_reader(model, checkpoint, [k for k, r in routes.items() if r is not None and r.fetched])
     keys = reader.order_all if reader is not None else checkpoint.keys()
     fetch = reader.fetch if reader is not None else checkpoint.get_tensor
@@ -204,26 +234,23 @@ def load_packed_weights(
                 if local is not None:  # another rank's expert otherwise
                     experts.stager(param_name).add(local, shard, lambda k=key: checkpoint.get_tensor(k))
                 continue
-            param = params[param_name]
             tensor = fetch(key)
-            if tensor.is_floating_point() != param.is_floating_point():
-                raise CheckpointError(
-                    f"{checkpoint.file_of(key)}: tensor '{key}' has dtype {tensor.dtype}, "
-                    f"parameter '{param_name}' expects {param.dtype}"
-                )
-            loader = getattr(param, "weight_loader", None)
-            try:
-                if loader is None:
-                    if tuple(tensor.shape) != tuple(param.shape):
-                        raise ValueError(f"checkpoint tensor has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}")
-                    param.data.copy_(tensor)
-                elif shard is not None:
-                    loader(param, tensor, shard)
-                else:
-                    loader(param, tensor)
-            except ValueError as e:
-                raise fail(key, param_name, e) from None
-            coverage.fill(param_name, route.slot, key)
+            if route.split is not None:
+                split = route.split
+                ranges = split.ranges(getattr(model, "config", None), key, tuple(tensor.shape), checkpoint.file_of(key))
+                for (part, start, stop), part_route in zip(ranges, route.parts):
+                    if part_route is not None and part_route.why is not None:
+                        continue  # the part's own key is ignored on purpose
+                    if part_route is None or not part_route.fetched or part_route.split is not None:
+                        raise CheckpointError(
+                            f"{checkpoint.file_of(key)}: tensor '{key}': part '{part}' ({start}:{stop} along dim "
+                            f"{split.axis}, checkpoint.split '{split.module}') is used by no parameter"
+                        )
+                    load(key, part_route, tensor.narrow(split.axis, start, stop - start),
+                         f"{key} [{start}:{stop}] ({part})")
+                coverage.unused.discard(key)
+                continue
+            load(key, route, tensor, key)
         for param_name in experts.finish():
             coverage.fill(param_name, EXPERTS, f"per-expert tensors of {param_name}")
     except ValueError as e:  # a staged per-expert copy with a wrong shape
