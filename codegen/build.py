@@ -1,7 +1,10 @@
 """Build and check ``generated/``: deterministic, atomic, never partial.
 
 ``build`` renders everything first, in memory; only when every spec and template succeeded are files written, each
-through a temporary file + ``os.replace``. A spec or template error therefore leaves ``generated/`` untouched.
+through a temporary file + ``os.replace``. A spec or template error therefore leaves ``generated/`` untouched --
+unless the caller asks to keep going (``modelgen build``: ``keep_going=True``): then each spec is rendered on its
+own, the ones that build are written, a broken spec's files (and the target indexes, which need every spec) are left
+as they were, and :class:`BrokenSpecs` names each broken spec with its error.
 ``check`` renders in memory and compares *bytes* against the tree: stale, missing and extra files (of any kind; only
 ``__pycache__`` is ignored) each get a unified diff; a file that differs only in bytes a text diff hides (CRLF line
 endings, a missing or extra final newline, trailing bytes, invalid UTF-8) says so in its header.
@@ -10,10 +13,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tempfile
 from pathlib import Path
 
-from .lower import REPO_ROOT, SPECS_DIR, compile_spec
+from .errors import ModelgenError
+from .lower import REPO_ROOT, SPECS_DIR, compile_spec, display_path
 from .render import TARGETS, render_fixed, render_package
 
 GENERATED_DIR = REPO_ROOT / "generated"
@@ -32,6 +37,50 @@ def render_all(specs: list[Path], targets: tuple[str, ...]) -> dict[str, str]:
     return files
 
 
+class BrokenSpecs(ModelgenError):
+    """Some specs do not build; the others were handled. ``broken``: spec path -> its error; ``written``: files
+    written for the others (build) or their diffs (check)."""
+
+    def __init__(self, broken: dict[Path, ModelgenError], written: list | None = None):
+        self.broken, self.written = broken, written or []
+        super().__init__("\n".join(f"{display_path(p)}: does not build:\n{e}" for p, e in broken.items()))
+
+
+def render_each(specs: list[Path], targets: tuple[str, ...]) -> tuple[dict[str, str], dict[Path, ModelgenError]]:
+    """Like :func:`render_all`, but one spec at a time: the files of every spec that builds, and the error of each
+    that does not. The target indexes (``<target>/__init__.py``) list every spec in specs/, so they are rendered
+    only when all of those build."""
+    files: dict[str, str] = {}
+    broken: dict[Path, ModelgenError] = {}
+    irs = {}
+    for spec in dict.fromkeys([*specs, *all_specs()]):  # every spec of specs/ too: the indexes need them
+        try:
+            irs[spec] = compile_spec(spec)
+            if spec in specs:
+                out: dict[str, str] = {}
+                for target in targets:
+                    out.update(render_package(irs[spec], target))
+                files.update(out)
+        except ModelgenError as e:
+            broken[spec] = e
+    if not broken:
+        files.update(render_fixed(TARGETS, irs.values()))
+    return files, broken
+
+
+def package_dirs(spec: Path) -> set[str]:
+    """Folders (relative to generated/) a spec's packages live in: ``<target>/<name>`` for its ``name:`` when the
+    file still parses far enough to tell, and for its file stem (the convention) in any case."""
+    names = {spec.stem}
+    try:
+        m = re.search(r"^name:\s*([a-z][a-z0-9_]*)\s*$", spec.read_text(encoding="utf-8"), re.MULTILINE)
+        if m:
+            names.add(m.group(1))
+    except OSError:
+        pass
+    return {f"{t}/{n}" for t in TARGETS for n in names}
+
+
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -44,9 +93,26 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def build(specs: list[Path], targets: tuple[str, ...], out_dir: Path = GENERATED_DIR) -> list[Path]:
-    """Render everything, then write the files that changed. Returns the paths written."""
-    files = render_all(specs, targets)  # raises before anything is written
+def build(specs: list[Path], targets: tuple[str, ...], out_dir: Path = GENERATED_DIR,
+          keep_going: bool = False) -> list[Path]:
+    """Render everything, then write the files that changed. Returns the paths written.
+
+    ``keep_going``: when some specs do not build, write the files of the others, then raise :class:`BrokenSpecs`
+    (its ``written`` lists what was written); otherwise the first error is raised before anything is written."""
+    broken: dict[Path, ModelgenError] = {}
+    try:
+        files = render_all(specs, targets)  # raises before anything is written
+    except ModelgenError:
+        if not keep_going:
+            raise
+        files, broken = render_each(specs, targets)
+    written = _write(files, out_dir)
+    if broken:
+        raise BrokenSpecs(broken, written)
+    return written
+
+
+def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
     written = []
     for rel, text in sorted(files.items()):
         path = out_dir / rel
@@ -86,10 +152,25 @@ def _byte_note(want: bytes, have: bytes) -> str:
 
 
 def check(out_dir: Path = GENERATED_DIR) -> list[str]:
-    """Unified diffs of every stale, missing or extra generated file (empty list = up to date)."""
-    expected = {rel: text.encode("utf-8") for rel, text in render_all(all_specs(), TARGETS).items()}
-    actual = _tree(out_dir)
+    """Unified diffs of every stale, missing or extra generated file (empty list = up to date).
+
+    A spec that does not build is one entry (``broken: specs/x.yaml: ...`` with its errors); the others are still
+    compared, while the broken spec's own packages and the package markers and target indexes (rendered with every
+    spec) are not."""
     diffs = []
+    try:
+        rendered = render_all(all_specs(), TARGETS)
+    except ModelgenError:
+        rendered, broken = render_each(all_specs(), TARGETS)
+        for spec, err in broken.items():
+            diffs.append(f"broken: {display_path(spec)}: does not build; its generated files were not checked:\n{err}")
+    expected = {rel: text.encode("utf-8") for rel, text in rendered.items()}
+    actual = _tree(out_dir)
+    if diffs:  # skip what could not be rendered: the broken specs' packages and the indexes
+        skipped = set().union(*(package_dirs(s) for s in broken)) | {"__init__.py"} | {f"{t}/__init__.py" for t in TARGETS}
+        actual = {rel: data for rel, data in actual.items()
+                  if rel not in skipped and not any(rel.startswith(d + "/") for d in skipped)}
+        expected = {rel: data for rel, data in expected.items() if rel not in skipped}
     for rel in sorted(set(expected) | set(actual)):
         want, have = expected.get(rel), actual.get(rel, b"")
         if rel in actual and have is not None and want == have:

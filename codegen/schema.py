@@ -184,6 +184,12 @@ class Spec(Strict):
     description: str
     hf: HFSection
     config: dict[Identifier, ConfigField]
+    config_ignore: list[ConfigKey] = Field(
+        default_factory=list,
+        description="config.json keys this architecture's checkpoints carry that do not change the forward pass, "
+        "beyond the project-wide generic set (runtime/hf_config.py GENERIC_CONFIG_KEYS); any other key the spec does "
+        "not read is warned about at run (an error with --strict-config), e.g. [pretraining_tp, max_window_layers]",
+    )
     derived: dict[Identifier, Expression] = Field(default_factory=dict)
     requires: list[Requirement] = Field(
         default_factory=list, description="config checks the generated from_hf_config enforces (unsupported features)"

@@ -149,3 +149,77 @@ def as_dict(hf_config: Any) -> Mapping[str, Any]:
     if hasattr(hf_config, "to_dict"):
         return hf_config.to_dict()
     raise TypeError(f"expected a config dict or PretrainedConfig, got {type(hf_config).__name__}")
+
+
+# ------------------------------------------------------------------------------------------- unread config.json keys
+# Keys of config.json that never change what an inference model computes, for every architecture: the bookkeeping and
+# generation defaults of transformers' PretrainedConfig, token ids (the engine reads eos_token_id itself), the dtype
+# (the engine reads it), training-only knobs (dropout, router losses and jitter, initialisation), and wrappers the
+# runtime handles before any spec sees the config (text_config is lifted by CheckpointDir, quantization_config is
+# checked by runtime/loader/quantization.py). Anything else a spec neither reads nor lists under `config_ignore:` is
+# reported: a field the generated code does not honour may change the model's output (Granite's multipliers did).
+GENERIC_CONFIG_KEYS = frozenset({
+    # PretrainedConfig bookkeeping (transformers/configuration_utils.py)
+    "_name_or_path", "name_or_path", "_commit_hash", "architectures", "model_type", "transformers_version",
+    "auto_map", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "use_bfloat16", "tf_legacy_loss",
+    "pruned_heads", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "tie_encoder_decoder", "task_specific_params", "_attn_implementation",
+    "attn_implementation", "_attn_implementation_autoset", "_experts_implementation", "base_model_tp_plan",
+    "base_model_pp_plan", "base_model_ep_plan", "use_cache", "use_return_dict", "output_router_logits",
+    # dtype: the engine's default compute dtype (runtime/engine/llm.py _resolve_dtype)
+    "torch_dtype", "dtype",
+    # token ids: EOS is read by CheckpointDir.eos_token_ids; the others only matter to tokenization / generation
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "unk_token_id",
+    # generation defaults stored in old configs (generation_config.json's job; sampling is SamplingParams)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    # training only: dropout is off at inference, initialisation and auxiliary losses do not touch the forward
+    "initializer_range", "attention_dropout", "hidden_dropout", "dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop",
+    "classifier_dropout", "router_aux_loss_coef", "router_z_loss_coef", "router_jitter_noise", "gradient_checkpointing",
+    # handled before the spec's reader runs
+    "text_config", "quantization_config",
+    # weight tying: every spec that can tie reads it (lm_head.tie); listed so a spec without an LM head split is quiet
+    "tie_word_embeddings",
+})
+
+
+class ConfigKeysWarning(UserWarning):
+    """config.json holds keys the model's spec neither reads nor declares irrelevant (``config_ignore:``)."""
+
+
+def unread_config_keys(config: Mapping[str, Any], read: Sequence[str], ignored: Sequence[str] = ()) -> list[str]:
+    """Top-level keys of ``config`` that are not read (a dotted read key such as ``rope_parameters.rope_theta``
+    counts for its first segment), not in ``ignored`` and not in :data:`GENERIC_CONFIG_KEYS`, sorted."""
+    known = set(GENERIC_CONFIG_KEYS) | {k.split(".", 1)[0] for k in read} | set(ignored)
+    return sorted(k for k in config if k not in known)
+
+
+def check_config_keys(config: Mapping[str, Any], config_class: Any, where: str, spec: str = "its spec",
+                      strict: bool = False) -> list[str]:
+    """Report the keys of ``config`` that ``config_class`` (a generated config class, whose ``CONFIG_KEYS_READ`` and
+    ``CONFIG_KEYS_IGNORED`` list what its spec reads and ignores) does not account for: a :class:`ConfigKeysWarning`
+    naming them, or with ``strict`` a :class:`ConfigError`. Returns the keys (empty when all are accounted for).
+
+    A config class generated before these tuples existed exposes neither; nothing can be said about it, so nothing is
+    reported."""
+    import warnings
+
+    read = getattr(config_class, "CONFIG_KEYS_READ", None)
+    if read is None:
+        return []
+    unread = unread_config_keys(config, read, getattr(config_class, "CONFIG_KEYS_IGNORED", ()))
+    if not unread:
+        return []
+    message = (
+        f"{where}: {len(unread)} key(s) that {spec} neither reads nor ignores: {', '.join(unread)}; the generated "
+        f"model does not honour them, so its output may differ from transformers' (read them in the spec's "
+        f"`config:` or list them under `config_ignore:` if they do not change the forward pass)"
+    )
+    if strict:
+        raise ConfigError(message + " [--strict-config]")
+    warnings.warn(message, ConfigKeysWarning, stacklevel=3)
+    return unread

@@ -24,7 +24,7 @@ from typing import Iterator
 import torch
 
 from .. import backends
-from ..hf_config import ConfigError, check_core_fields
+from ..hf_config import ConfigError, check_config_keys, check_core_fields
 from ..kv_cache import KVSpec, allocate_kv_cache, num_blocks_for_budget
 from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
@@ -232,9 +232,14 @@ class LLM:
         load_format: str = "auto",
         kv_cache_memory: int | None = None,
         gpu_memory_utilization: float | None = None,
+        strict_config: bool = False,
+        module=None,
     ):
         """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
-        stderr is a terminal, False never (runtime/progress.py)."""
+        stderr is a terminal, False never (runtime/progress.py). ``strict_config``: config.json keys the spec neither
+        reads nor ignores are an error instead of a warning (hf_config.check_config_keys). ``module``: the generated
+        model package to run instead of the one registered for the checkpoint's architectures (``modelgen verify``
+        runs a spec rendered into a temporary folder)."""
         # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
         # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
         # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
@@ -253,7 +258,7 @@ class LLM:
                             ("max_num_batched_tokens", max_num_batched_tokens)):
             if value is not None:
                 _positive_int(name, value)
-        self.module = find_model(self.checkpoint.architectures, self.target.name, self.checkpoint.hf_config)
+        self.module = module if module is not None else find_model(self.checkpoint.architectures, self.target.name, self.checkpoint.hf_config)
         self.device = _resolve_device(device)
         self.backend, self.backend_reason = backends.select(self.target.name, self.device)
         self.dtype = _resolve_dtype(dtype, hf_config, config_path)
@@ -265,6 +270,9 @@ class LLM:
         except ConfigError as e:
             raise ConfigError(f"{config_path}: {e}") from None
         check_core_fields(self.config, str(config_path))  # derived values too (head_dim = hidden // heads)
+        # Keys the spec does not read may change the output (a multiplier, an activation): named, never silent.
+        check_config_keys(hf_config, self.module.CONFIG_CLASS, str(config_path), spec=self.module.SPEC,
+                          strict=strict_config)
         _check_rope_table(self.config, config_path, self.device)
         self.vocab_size = int(self.config.vocab_size)
         self.eos_ids = self.checkpoint.eos_token_ids()  # before the (slow) weight load: a bad field fails fast

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 96c755735e7aaa7b
+# source hash (spec + templates + generator): b32d1d912e0c66a4
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 
@@ -10,7 +10,7 @@ Serves: GptOssForCausalLM (model_type ``gpt_oss``). Reference: transformers/mode
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from modelgen.runtime.hf_config import (
     as_dict,
@@ -46,6 +46,36 @@ class GptOssConfig:
     num_experts_per_tok: int
     swiglu_alpha: float
     swiglu_limit: float
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "attention_bias",
+        "tie_word_embeddings",
+        "sliding_window",
+        "layer_types",
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "swiglu_alpha",
+        "swiglu_limit",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "hidden_act",
+)
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "GptOssConfig":

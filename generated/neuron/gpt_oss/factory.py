@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 96c755735e7aaa7b
+# source hash (spec + templates + generator): b32d1d912e0c66a4
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds GptOssForCausalLM."""
 from __future__ import annotations

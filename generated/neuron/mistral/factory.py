@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): a361405dad64f6a6
+# source hash (spec + templates + generator): 9cd0af35b4acef72
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds MistralForCausalLM."""
 from __future__ import annotations

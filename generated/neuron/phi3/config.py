@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): fc8b2a328db36c93
+# source hash (spec + templates + generator): 1cd9159feba0c442
 # ==================================================================================================================
 """Phi3Config: the HF ``config.json`` fields specs/phi3.yaml reads, typed, with the spec's defaults.
 
@@ -10,9 +10,18 @@ Serves: Phi3ForCausalLM (model_type ``phi3``). Reference: transformers/models/ph
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from modelgen.runtime.hf_config import ConfigError, as_dict, read_bool, read_float, read_int, read_rope_scaling, require
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    require,
+)
 
 ARCHITECTURES = ("Phi3ForCausalLM",)
 
@@ -31,8 +40,35 @@ class Phi3Config:
     rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
     rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
     tie_word_embeddings: bool
+    hidden_act: str
     partial_rotary_factor: float  # config.json: partial_rotary_factor or rope_parameters.partial_rotary_factor
     sliding_window: int
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "tie_word_embeddings",
+        "hidden_act",
+        "partial_rotary_factor",
+        "rope_parameters.partial_rotary_factor",
+        "sliding_window",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "pretraining_tp",
+)
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "Phi3Config":
@@ -70,6 +106,9 @@ class Phi3Config:
         tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
         if tie_word_embeddings is None:
             tie_word_embeddings = False
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
         partial_rotary_factor = read_float(
             cfg, "partial_rotary_factor", ("partial_rotary_factor", "rope_parameters.partial_rotary_factor")
         )
@@ -93,6 +132,7 @@ class Phi3Config:
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
             partial_rotary_factor=partial_rotary_factor,
             sliding_window=sliding_window,
         )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): fc8b2a328db36c93
+# source hash (spec + templates + generator): 1cd9159feba0c442
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Phi3ForCausalLM."""
 from __future__ import annotations

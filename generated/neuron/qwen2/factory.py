@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): fffa5af327df3273
+# source hash (spec + templates + generator): 1d76439faa33e01b
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen2ForCausalLM."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): e6e70177dcc19caa
+# source hash (spec + templates + generator): b637caddb0371e22
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen35ForCausalLM."""
 from __future__ import annotations

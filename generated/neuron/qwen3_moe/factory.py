@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 7a81eaa1c86dcb01
+# source hash (spec + templates + generator): e1726e1c56e01b98
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): 4244f55bde0bb337
+# source hash (spec + templates + generator): fa40f83a283def67
 # ==================================================================================================================
 """Qwen2MoeConfig: the HF ``config.json`` fields specs/qwen2_moe.yaml reads, typed, with the spec's defaults.
 
@@ -10,7 +10,7 @@ Serves: Qwen2MoeForCausalLM (model_type ``qwen2_moe``). Reference: transformers/
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from modelgen.runtime.hf_config import (
     ConfigError,
@@ -20,6 +20,7 @@ from modelgen.runtime.hf_config import (
     read_int,
     read_int_list,
     read_rope_scaling,
+    read_str,
     read_str_list,
     require,
 )
@@ -41,6 +42,7 @@ class Qwen2MoeConfig:
     rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
     rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
     tie_word_embeddings: bool
+    hidden_act: str
     use_sliding_window: bool
     sliding_window: int
     max_window_layers: int
@@ -53,6 +55,42 @@ class Qwen2MoeConfig:
     norm_topk_prob: bool
     decoder_sparse_step: int
     mlp_only_layers: list[int]
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "tie_word_embeddings",
+        "hidden_act",
+        "use_sliding_window",
+        "sliding_window",
+        "max_window_layers",
+        "layer_types",
+        "qkv_bias",
+        "num_experts",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "norm_topk_prob",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "pretraining_tp",
+)
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "Qwen2MoeConfig":
@@ -90,6 +128,9 @@ class Qwen2MoeConfig:
         tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
         if tie_word_embeddings is None:
             tie_word_embeddings = False
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
         use_sliding_window = read_bool(cfg, "use_sliding_window", ("use_sliding_window",))
         if use_sliding_window is None:
             use_sliding_window = False
@@ -141,6 +182,7 @@ class Qwen2MoeConfig:
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
             use_sliding_window=use_sliding_window,
             sliding_window=sliding_window,
             max_window_layers=max_window_layers,

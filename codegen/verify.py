@@ -1,0 +1,207 @@
+"""``modelgen verify SPEC``: does the code generated from a spec compute what transformers computes?
+
+For every architecture the spec names (``hf.architectures``) a tiny random transformers model is built
+(``runtime/testing/tiny_models.py``: GQA, 4 layers, every layer kind of the family's schedule, windows and sparse
+top-k shorter than the prompt) and saved with ``save_pretrained``. The spec is rendered for each target into a
+temporary package (so a spec can be verified before ``modelgen build`` writes generated/), and every target runs the
+checkpoint through it. Checks, each reported on one line:
+
+``config``         the spec reads or ignores every config.json key (``--strict-config``: an unread key is a failure,
+                   since the generated model would not honour it);
+``fp32 logits``    prefill logits against transformers' in float32: max abs error <= ``FP32_ATOL``;
+``greedy``         ``GREEDY_TOKENS`` greedy tokens equal transformers' (repeated full forwards, no HF cache);
+``bf16 3-way``     modelgen bf16 within ``THREE_WAY_FACTOR`` x transformers-bf16's own error against fp32
+                   (+ ``THREE_WAY_ATOL``), ``modelgen.runtime.testing.accuracy``.
+
+A tiny value the spec refuses through ``requires:`` (Mixtral's ``sliding_window``) is left at transformers' default
+and named in the report; a spec that refuses even that fails the ``config`` check.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import shutil
+import sys
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+
+from .lower import compile_spec, display_path
+from .render import render_package
+
+FP32_ATOL = 1e-4  # float32 end to end: only summation order differs (the hand-written parity tests' bound)
+GREEDY_TOKENS = 16
+THREE_WAY_FACTOR = 2.0
+THREE_WAY_ATOL = 1e-2  # MoE routers: a near-tied expert choice may flip in bf16 (tests/test_parity_moe.py)
+
+
+@dataclass
+class Check:
+    architecture: str
+    target: str  # "-" for checks that do not depend on the target
+    name: str
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.passed else 'FAIL'}  {self.architecture:<36} {self.target:<7} {self.name:<12} {self.detail}"
+
+
+@dataclass
+class VerifyReport:
+    spec: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def format(self) -> str:
+        lines = [f"modelgen verify {self.spec}:"] + [c.line() for c in self.checks]
+        n_fail = len(self.failures())
+        lines.append(f"{self.spec}: {len(self.checks) - n_fail}/{len(self.checks)} checks passed"
+                     + ("" if self.passed else f"; {n_fail} failed"))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- rendered packages
+@contextmanager
+def rendered_modules(spec: str | Path, targets: tuple[str, ...]) -> Iterator[dict[str, ModuleType]]:
+    """The spec rendered for each target into a temporary package and imported: ``{target: model package}``.
+
+    The package name is unique per call, so a verify of an edited spec never sees the modules of an earlier render
+    (or of generated/); the folder and the modules are removed on exit. Spec errors raise SpecError as in build."""
+    ir = compile_spec(spec)
+    root = Path(tempfile.mkdtemp(prefix="modelgen-verify-"))
+    top = f"modelgen_verify_{uuid.uuid4().hex[:12]}"
+    try:
+        (root / top).mkdir()
+        (root / top / "__init__.py").write_text("", encoding="utf-8")
+        for target in targets:
+            (root / top / target).mkdir()
+            (root / top / target / "__init__.py").write_text("", encoding="utf-8")
+            for rel, text in render_package(ir, target).items():
+                path = root / top / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+        sys.path.insert(0, str(root))
+        importlib.invalidate_caches()
+        yield {t: importlib.import_module(f"{top}.{t}.{ir.name}") for t in targets}
+    finally:
+        if str(root) in sys.path:
+            sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[name]
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------- tiny configs
+def accepted_without(module: ModuleType, architecture: str) -> tuple[tuple[str, ...], str | None]:
+    """Which tiny feature values to leave at transformers' defaults so the spec's ``requires:`` accepts the config:
+    (names left out, None) or (names, the refusal message) when nothing helps."""
+    from modelgen.runtime.checkpoint_dir import flatten_text_config
+    from modelgen.runtime.hf_config import ConfigError
+    from modelgen.runtime.testing.tiny_models import CORE_SIZES, TINY_SIZES, tiny_config
+
+    def refusal(without: tuple[str, ...]) -> str | None:
+        cfg = flatten_text_config(tiny_config(architecture, without).to_dict())
+        try:
+            module.CONFIG_CLASS.from_hf_config(cfg)
+        except ConfigError as e:
+            return str(e)
+        return None
+
+    first = refusal(())
+    if first is None:
+        return (), None
+    optional = tuple(k for k in TINY_SIZES if k not in CORE_SIZES)
+    for key in optional:  # one feature the spec refuses (the usual case)
+        if refusal((key,)) is None:
+            return (key,), None
+    return optional, refusal(optional) or None
+
+
+# ------------------------------------------------------------------------------------------------------ the checks
+def verify_architecture(modules: dict[str, ModuleType], architecture: str, workdir: Path,
+                        bf16: bool = True) -> list[Check]:
+    """Every check of one architecture on every target in ``modules``."""
+    import torch
+
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.hf_config import ConfigError
+    from modelgen.runtime.testing.accuracy import three_way_report
+    from modelgen.runtime.testing.tiny_models import config_class, make_tiny_checkpoint, tiny_prompt
+
+    checks: list[Check] = []
+    try:
+        config_class(architecture)
+    except LookupError as e:
+        return [Check(architecture, "-", "model", False, str(e))]
+    any_module = next(iter(modules.values()))
+    without, refused = accepted_without(any_module, architecture)
+    if refused is not None:
+        return [Check(architecture, "-", "config", False, f"the spec refuses a tiny {architecture}: {refused}")]
+    path = workdir / architecture
+    hf = make_tiny_checkpoint(path, architecture, without=without)
+    vocab = hf.config.get_text_config().vocab_size
+    prompt = tiny_prompt(vocab)
+    with torch.no_grad():
+        gold = hf(torch.tensor([prompt])).logits[0].float()
+        ids, ref = list(prompt), []
+        for _ in range(GREEDY_TOKENS):  # full forwards: the reference does not depend on HF's cache classes
+            tok = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
+            ref.append(tok)
+            ids.append(tok)
+        floor = copy.deepcopy(hf).to(torch.bfloat16)(torch.tensor([prompt])).logits[0].float() if bf16 else None
+    note = f" (left at transformers' default: {', '.join(without)})" if without else ""
+    for target, module in modules.items():
+        try:
+            llm = LLM(path, target=target, dtype="float32", max_model_len=128, module=module, strict_config=True)
+        except ConfigError as e:
+            checks.append(Check(architecture, target, "config", False, str(e)))
+            continue
+        checks.append(Check(architecture, target, "config", True, f"every config.json key read or ignored{note}"))
+        got = llm.score(prompt).float()
+        err = (got - gold).abs().max().item() if got.shape == gold.shape else float("inf")
+        checks.append(Check(architecture, target, "fp32 logits", err <= FP32_ATOL,
+                            f"max abs error {err:.3g} (bound {FP32_ATOL:g}; {len(prompt)} positions)"))
+        out = llm.generate([prompt], SamplingParams(max_new_tokens=GREEDY_TOKENS, ignore_eos=True))[0]
+        first = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+        checks.append(Check(architecture, target, "greedy", out == ref,
+                            f"{GREEDY_TOKENS} tokens equal" if out == ref else
+                            f"differ from token {first}: ours {out[first:first + 4]}, transformers {ref[first:first + 4]}"))
+        del llm
+        if floor is not None:
+            ours = LLM(path, target=target, dtype="bfloat16", max_model_len=128, module=module,
+                       strict_config=True).score(prompt).float()
+            rep = three_way_report(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name="bf16")
+            checks.append(Check(architecture, target, "bf16 3-way", rep.passed,
+                                f"max|ours-fp32| {rep.ours_max:.3g} <= bound {rep.bound:.3g} (= {THREE_WAY_FACTOR:g} x "
+                                f"max|hf_bf16-fp32| {rep.floor_max:.3g} + {THREE_WAY_ATOL:g}); argmax agreement "
+                                f"{100 * rep.argmax_ours:.0f}%" if rep.passed else rep.summary()))
+    return checks
+
+
+def verify_spec(spec: str | Path, targets: tuple[str, ...], bf16: bool = True,
+                architectures: tuple[str, ...] | None = None, debug: bool = False) -> VerifyReport:
+    """Render ``spec`` for ``targets`` and run every check for each of its architectures (or ``architectures``);
+    ``debug``: an exception out of the generated code propagates instead of becoming a failed check."""
+    ir = compile_spec(spec)
+    report = VerifyReport(display_path(Path(spec)))
+    with rendered_modules(spec, targets) as modules, tempfile.TemporaryDirectory(prefix="modelgen-tiny-") as tmp:
+        for arch in architectures or ir.architectures:
+            try:
+                report.checks += verify_architecture(modules, arch, Path(tmp), bf16=bf16)
+            except Exception as e:  # a crash in the generated code is a failed check, not a verify traceback
+                if debug:
+                    raise
+                report.checks.append(Check(arch, "-", "run", False, f"{type(e).__name__}: {e}".splitlines()[0]))
+    return report

@@ -1,0 +1,126 @@
+"""Tiny random transformers checkpoints of any architecture, for ``modelgen verify`` and the spec parity tests.
+
+``tiny_config(architecture)`` builds the architecture's transformers config with small sizes chosen so that every
+feature a spec usually reads is exercised: grouped-query attention (4 query heads over 2 KV heads), several layers
+(4), every layer kind of the schedule (transformers' own defaults of ``layer_types`` / ``mlp_only_layers`` /
+``first_k_dense_replace`` over 4 layers give hybrid, dense and sparse layers), sliding windows and sparse-attention
+top-k smaller than the verify prompt (so they actually drop keys), MoE with more experts than the top-k, MLA with a
+low-rank query. Only fields the config class accepts are passed (its ``__init__`` signature), so one table serves
+every family; multimodal ``*ForConditionalGeneration`` wrappers get the same text sizes and a one-layer vision tower.
+
+``make_tiny_checkpoint`` saves a random model with ``save_pretrained`` and returns it in fp32. Parameters that
+transformers initialises to a constant (norm weights, biases, correction biases, attention sinks, ``dt_bias``) get
+noise added, so a dropped bias or a norm applied as ``w`` instead of ``1 + w`` moves the logits visibly.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# HF config field -> tiny value; applied where the config class takes the field. Why each value:
+TINY_SIZES: dict[str, Any] = {
+    "vocab_size": 160, "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 4,  # several layers: hybrid schedules (3 linear + 1 full), dense-then-MoE, alternations
+    "num_attention_heads": 4, "num_key_value_heads": 2,  # GQA (2 query heads per KV head)
+    "head_dim": 16,
+    "rms_norm_eps": 1e-6,
+    # MoE: more experts than the top-k, a dense first layer / a dense layer in the middle where the family has one
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "num_experts": 8, "num_local_experts": 4,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
+    "first_k_dense_replace": 1, "mlp_only_layers": [1],
+    # MLA (DeepSeek): a low-rank query, decoupled RoPE key, value width different from the query's
+    "kv_lora_rank": 32, "q_lora_rank": 48, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+    # Gated DeltaNet (Qwen3-Next / Qwen3.5)
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
+    "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
+    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
+}
+# A one-layer vision tower for multimodal wrappers (only its shapes matter: the text model ignores it).
+TINY_VISION: dict[str, Any] = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
+                                   temporal_patch_size=1, spatial_merge_size=1)
+PROMPT_LENGTH = 24
+# Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
+CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+
+
+def _accepted(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    params = inspect.signature(config_cls.__init__).parameters
+    out = {k: v for k, v in values.items() if k in params}
+    if "qk_rope_head_dim" in params:
+        # MLA: transformers derives head_dim (= qk_rope_head_dim, the RoPE width) itself, and its attention repeats
+        # K/V by heads // num_key_value_heads over latent-expanded heads, so K/V heads must equal the query heads.
+        out.pop("head_dim", None)
+        out.pop("num_key_value_heads", None)
+    return out
+
+
+def config_class(architecture: str) -> tuple[type, type]:
+    """(model class, config class) of a transformers architecture name, or LookupError naming it."""
+    import transformers
+
+    model_cls = getattr(transformers, architecture, None)
+    if model_cls is None:
+        raise LookupError(f"transformers {transformers.__version__} has no architecture {architecture!r}")
+    return model_cls, model_cls.config_class
+
+
+def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: Any):
+    """The architecture's transformers config at tiny sizes (``overrides``: extra or replacement config kwargs; for a
+    multimodal wrapper they apply to its ``text_config``; ``without``: tiny values left at transformers' default, for
+    a feature the spec refuses, e.g. Mixtral's ``sliding_window``)."""
+    _, cfg_cls = config_class(architecture)
+    sizes = {k: v for k, v in TINY_SIZES.items() if k not in without}
+    sub = getattr(cfg_cls, "sub_configs", None) or {}
+    if "text_config" in sub:
+        text = _accepted(sub["text_config"], {**sizes, **overrides})
+        text.update({k: v for k, v in overrides.items() if k not in text})
+        kwargs: dict[str, Any] = {"text_config": text}
+        if "vision_config" in sub:
+            vision = dict(TINY_VISION, out_hidden_size=text.get("hidden_size", TINY_SIZES["hidden_size"]))
+            kwargs["vision_config"] = _accepted(sub["vision_config"], vision)
+        return cfg_cls(**_accepted(cfg_cls, kwargs), **({"tie_word_embeddings": False}
+                                                         if "tie_word_embeddings" not in overrides else {}))
+    kwargs = _accepted(cfg_cls, sizes)
+    kwargs.update(overrides)
+    return cfg_cls(**kwargs)
+
+
+def _perturb(model: torch.nn.Module, scale: float = 0.2) -> None:
+    """Noise on every tensor transformers initialises to one constant (norm weights, biases, sinks, dt_bias,
+    correction biases): a model whose forward ignores one of them then differs visibly from transformers'."""
+    with torch.no_grad():
+        tensors = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers()
+                                                     if "correction_bias" in n]
+        for _, t in tensors:
+            if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all()):
+                t.add_(torch.randn_like(t) * scale)
+            elif t.is_floating_point() and t.numel() == 1:
+                t.add_(torch.randn_like(t) * scale)
+
+
+def make_tiny_checkpoint(path: str | Path, architecture: str, seed: int = 0, fused_experts: bool = False,
+                         without: tuple[str, ...] = (), **overrides: Any):
+    """Save a tiny random ``architecture`` model to ``path`` (``fused_experts``: transformers v5's fused expert
+    tensors instead of per-expert ones); returns the fp32 transformers model in eval mode."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" on every tiny save
+    model_cls, _ = config_class(architecture)
+    config = tiny_config(architecture, without, **overrides)
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    _perturb(model)
+    model.save_pretrained(path, save_original_format=not fused_experts)
+    return model
+
+
+def tiny_prompt(vocab_size: int = TINY_SIZES["vocab_size"], length: int = PROMPT_LENGTH, seed: int = 7) -> list[int]:
+    """A fixed prompt of random ids above the special tokens (0-2)."""
+    g = torch.Generator().manual_seed(seed)
+    return [int(t) for t in torch.randint(3, vocab_size, (length,), generator=g)]
