@@ -244,6 +244,12 @@ class LLM:
         # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
         # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
         check_load_format(load_format)
+        engine_args = {k: v for k, v in locals().items() if k != "self"}  # for follower ranks and the target
+        self._ranks, device = start_ranks(engine_args, tensor_parallel_size, expert_parallel_size, device)
+        # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
+        # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
+        # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
+        check_load_format(load_format)
         self._ranks, device = start_ranks(dict(locals()), tensor_parallel_size, expert_parallel_size, device)
         # The directory, its config.json (text_config lifted) and quantization_config: refused here if unsupported.
         self.checkpoint = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
@@ -277,7 +283,8 @@ class LLM:
         self.vocab_size = int(self.config.vocab_size)
         self.eos_ids = self.checkpoint.eos_token_ids()  # before the (slow) weight load: a bad field fails fast
         with default_dtype(self.dtype), self.device:
-            self.model = self.module.MODEL_CLASS(self.config)
+            # neuron: through the generated factory, with a NeuronConfig from these arguments
+            self.model = self.target.build_model(self.module, self.config, hf_config, engine_args)
         self.model.eval()
         # Sizes that depend on the built model, checked before the (slow) weight load.
         self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)

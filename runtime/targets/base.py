@@ -50,6 +50,11 @@ class Target:
                     options: RunnerOptions, budget: StepBudget, state_pool=None):
         raise NotImplementedError
 
+    def build_model(self, module, config, hf_config: dict, engine_args: dict) -> torch.nn.Module:
+        """The generated model of ``module`` for its typed ``config`` (called under the engine's default dtype and
+        device); ``hf_config`` is config.json, ``engine_args`` the ``LLM(...)`` arguments."""
+        return module.MODEL_CLASS(config)
+
     def load(self, model: LoadsWeights, checkpoint: Checkpoint) -> None:
         """Fill the model's parameters: the one ``load_weights(checkpoint)`` of the loader protocol, on every target
         (the model's tables say how; its parameters' device says where). Dummy weights without a tensor layout

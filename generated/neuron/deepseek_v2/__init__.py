@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 37ec359b87ef8dfa
+# source hash (spec + templates + generator): b86e67c412c23c71
 # ==================================================================================================================
 """DeepseekV2 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, DeepseekV2Config
@@ -10,9 +10,10 @@ from .model import DeepseekV2ForCausalLM
 
 CONFIG_CLASS = DeepseekV2Config
 MODEL_CLASS = DeepseekV2ForCausalLM
+FACTORY_CLASS = DeepseekV2ForCausalLMFactory  # the engine builds the model through it (vLLM Neuron guide, step 1c)
 SPEC = "specs/deepseek_v2.yaml"
 
 __all__ = [
-    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "DeepseekV2Config", "DeepseekV2ForCausalLM",
-    "DeepseekV2ForCausalLMFactory",
+    "ARCHITECTURES", "CONFIG_CLASS", "FACTORY_CLASS", "MODEL_CLASS", "SPEC",
+    "DeepseekV2Config", "DeepseekV2ForCausalLM", "DeepseekV2ForCausalLMFactory",
 ]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 37ec359b87ef8dfa
+# source hash (spec + templates + generator): b86e67c412c23c71
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 
@@ -23,12 +23,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("DeepseekV2ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class DeepseekV2Config:
+class DeepseekV2Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

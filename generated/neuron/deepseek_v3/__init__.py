@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): f585fe6686e4df42
+# source hash (spec + templates + generator): bdcf9d6923bb5a22
 # ==================================================================================================================
 """DeepseekV3 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, DeepseekV3Config
@@ -10,9 +10,10 @@ from .model import DeepseekV3ForCausalLM
 
 CONFIG_CLASS = DeepseekV3Config
 MODEL_CLASS = DeepseekV3ForCausalLM
+FACTORY_CLASS = DeepseekV3ForCausalLMFactory  # the engine builds the model through it (vLLM Neuron guide, step 1c)
 SPEC = "specs/deepseek_v3.yaml"
 
 __all__ = [
-    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "DeepseekV3Config", "DeepseekV3ForCausalLM",
-    "DeepseekV3ForCausalLMFactory",
+    "ARCHITECTURES", "CONFIG_CLASS", "FACTORY_CLASS", "MODEL_CLASS", "SPEC",
+    "DeepseekV3Config", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLMFactory",
 ]

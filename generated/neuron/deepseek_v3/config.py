@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): f585fe6686e4df42
+# source hash (spec + templates + generator): bdcf9d6923bb5a22
 # ==================================================================================================================
 """DeepseekV3Config: the HF ``config.json`` fields specs/deepseek_v3.yaml reads, typed, with the spec's defaults.
 
@@ -23,12 +23,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("DeepseekV3ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class DeepseekV3Config:
+class DeepseekV3Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): a47bfe6d0797e210
+# source hash (spec + templates + generator): 36bb23b5331f98b0
 # ==================================================================================================================
 """DeepseekV32Config: the HF ``config.json`` fields specs/deepseek_v32.yaml reads, typed, with the spec's defaults.
 
@@ -24,12 +24,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("DeepseekV32ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class DeepseekV32Config:
+class DeepseekV32Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): a4e0f41fcc8477e0
+# source hash (spec + templates + generator): 68f67bbb44ace3e8
 # ==================================================================================================================
 """Glm4Moe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Glm4MoeConfig
@@ -10,9 +10,10 @@ from .model import Glm4MoeForCausalLM
 
 CONFIG_CLASS = Glm4MoeConfig
 MODEL_CLASS = Glm4MoeForCausalLM
+FACTORY_CLASS = Glm4MoeForCausalLMFactory  # the engine builds the model through it (vLLM Neuron guide, step 1c)
 SPEC = "specs/glm4_moe.yaml"
 
 __all__ = [
-    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Glm4MoeConfig", "Glm4MoeForCausalLM",
-    "Glm4MoeForCausalLMFactory",
+    "ARCHITECTURES", "CONFIG_CLASS", "FACTORY_CLASS", "MODEL_CLASS", "SPEC",
+    "Glm4MoeConfig", "Glm4MoeForCausalLM", "Glm4MoeForCausalLMFactory",
 ]

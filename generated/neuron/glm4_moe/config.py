@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): a4e0f41fcc8477e0
+# source hash (spec + templates + generator): 68f67bbb44ace3e8
 # ==================================================================================================================
 """Glm4MoeConfig: the HF ``config.json`` fields specs/glm4_moe.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Glm4MoeForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Glm4MoeConfig:
+class Glm4MoeConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

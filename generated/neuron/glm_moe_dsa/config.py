@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 709c302140b88d36
+# source hash (spec + templates + generator): 42d70848c1fb277a
 # ==================================================================================================================
 """GlmMoeDsaConfig: the HF ``config.json`` fields specs/glm_moe_dsa.yaml reads, typed, with the spec's defaults.
 
@@ -24,12 +24,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("GlmMoeDsaForCausalLM",)
 
 
 @dataclass(frozen=True)
-class GlmMoeDsaConfig:
+class GlmMoeDsaConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

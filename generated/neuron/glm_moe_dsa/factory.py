@@ -1,32 +1,50 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 709c302140b88d36
+# source hash (spec + templates + generator): 42d70848c1fb277a
 # ==================================================================================================================
-"""Factory for vLLM's ModelRegistry: validates the HF config, then builds GlmMoeDsaForCausalLM."""
+"""Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
+selects the implementation, delegates ``forward``."""
 from __future__ import annotations
 
 from typing import Any
 
 from torch import nn
 
+from modelgen.runtime.targets.neuron.config import NeuronConfig
+
 from .config import ARCHITECTURES, GlmMoeDsaConfig
 
 
 class GlmMoeDsaForCausalLMFactory(nn.Module):
     """Selects the implementation for a config; registered under
-    GlmMoeDsaForCausalLM."""
+    GlmMoeDsaForCausalLM.
+
+    ``GlmMoeDsaForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
+    ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint
+    mapping's). One implementation is generated (weights in the model dtype; quantized checkpoints are dequantized
+    at load), so the selection is the validation."""
+
+    def __init__(self, hf_config: Any, neuron_config: NeuronConfig | None = None) -> None:
+        super().__init__()
+        self._model = self._select_implementation(hf_config, neuron_config)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model(*args, **kwargs)
 
     @classmethod
-    def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:
-        config = GlmMoeDsaConfig.from_hf_config(hf_config)
-        cls._validate_config(hf_config, config)
+    def from_configs(cls, hf_config: Any, neuron_config: NeuronConfig | None = None) -> nn.Module:
+        return cls._select_implementation(hf_config, neuron_config)
+
+    @classmethod
+    def _select_implementation(cls, hf_config: Any, neuron_config: NeuronConfig | None) -> nn.Module:
+        cls._validate_config(hf_config, neuron_config)
         from .model import GlmMoeDsaForCausalLM
 
-        return GlmMoeDsaForCausalLM(config)
+        return GlmMoeDsaForCausalLM(GlmMoeDsaConfig.from_configs(hf_config, neuron_config))
 
     @classmethod
-    def _validate_config(cls, hf_config: Any, config: GlmMoeDsaConfig) -> None:
+    def _validate_config(cls, hf_config: Any, neuron_config: NeuronConfig | None) -> None:
         if isinstance(hf_config, dict):
             architectures = hf_config.get("architectures") or []
         else:
@@ -34,5 +52,14 @@ class GlmMoeDsaForCausalLMFactory(nn.Module):
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
             raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
+        config = GlmMoeDsaConfig.from_configs(hf_config, neuron_config)
         if config.kv_lora_rank <= 0 or config.qk_rope_head_dim <= 0 or config.qk_rope_head_dim % 2:
             raise ValueError("kv_lora_rank must be positive and qk_rope_head_dim a positive even number (RoPE pairs)")
+        if neuron_config is None:
+            return
+        if neuron_config.data_parallel:
+            raise ValueError(f"{cls.__name__}: component data parallelism {neuron_config.data_parallel} is not "
+                             f"generated (every component is tensor-parallel over tp_degree)")
+        if neuron_config.ep_degree not in (None, neuron_config.tp_degree):
+            raise ValueError(f"{cls.__name__}: ep_degree {neuron_config.ep_degree} != tp_degree "
+                             f"{neuron_config.tp_degree}: the neuron MoE holds whole experts, one range per rank")

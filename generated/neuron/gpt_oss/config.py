@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): b32d1d912e0c66a4
+# source hash (spec + templates + generator): ea29aa8b93ffbd44
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 
@@ -21,12 +21,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("GptOssForCausalLM",)
 
 
 @dataclass(frozen=True)
-class GptOssConfig:
+class GptOssConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

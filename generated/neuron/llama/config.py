@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 7b09f291ed9ed8ed
+# source hash (spec + templates + generator): fd78f080a13977c4
 # ==================================================================================================================
 """LlamaConfig: the HF ``config.json`` fields specs/llama.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("LlamaForCausalLM",)
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

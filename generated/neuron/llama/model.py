@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 7b09f291ed9ed8ed
+# source hash (spec + templates + generator): fd78f080a13977c4
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): 9cd0af35b4acef72
+# source hash (spec + templates + generator): bb85884ff44cbc49
 # ==================================================================================================================
 """MistralConfig: the HF ``config.json`` fields specs/mistral.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("MistralForCausalLM",)
 
 
 @dataclass(frozen=True)
-class MistralConfig:
+class MistralConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 6a1a53bd3cc7d141
+# source hash (spec + templates + generator): 03751ad89b4fc932
 # ==================================================================================================================
 """Mixtral for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, MixtralConfig
@@ -10,9 +10,10 @@ from .model import MixtralForCausalLM
 
 CONFIG_CLASS = MixtralConfig
 MODEL_CLASS = MixtralForCausalLM
+FACTORY_CLASS = MixtralForCausalLMFactory  # the engine builds the model through it (vLLM Neuron guide, step 1c)
 SPEC = "specs/mixtral.yaml"
 
 __all__ = [
-    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MixtralConfig", "MixtralForCausalLM",
-    "MixtralForCausalLMFactory",
+    "ARCHITECTURES", "CONFIG_CLASS", "FACTORY_CLASS", "MODEL_CLASS", "SPEC",
+    "MixtralConfig", "MixtralForCausalLM", "MixtralForCausalLMFactory",
 ]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 6a1a53bd3cc7d141
+# source hash (spec + templates + generator): 03751ad89b4fc932
 # ==================================================================================================================
 """MixtralConfig: the HF ``config.json`` fields specs/mixtral.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("MixtralForCausalLM",)
 
 
 @dataclass(frozen=True)
-class MixtralConfig:
+class MixtralConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

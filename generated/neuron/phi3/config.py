@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): 1cd9159feba0c442
+# source hash (spec + templates + generator): c0ea15b292b0cd55
 # ==================================================================================================================
 """Phi3Config: the HF ``config.json`` fields specs/phi3.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Phi3ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Phi3Config:
+class Phi3Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): 1d76439faa33e01b
+# source hash (spec + templates + generator): 21b3c57b6efb4e47
 # ==================================================================================================================
 """Qwen2Config: the HF ``config.json`` fields specs/qwen2.yaml reads, typed, with the spec's defaults.
 
@@ -23,12 +23,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen2ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Qwen2Config:
+class Qwen2Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

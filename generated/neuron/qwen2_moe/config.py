@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_moe.yaml --target neuron
-# source hash (spec + templates + generator): fa40f83a283def67
+# source hash (spec + templates + generator): 592fbbbf60324d02
 # ==================================================================================================================
 """Qwen2MoeConfig: the HF ``config.json`` fields specs/qwen2_moe.yaml reads, typed, with the spec's defaults.
 
@@ -24,12 +24,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen2MoeForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Qwen2MoeConfig:
+class Qwen2MoeConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 114d2a2c1bfe6a62
+# source hash (spec + templates + generator): 38196dbd92c88163
 # ==================================================================================================================
 """Qwen3Config: the HF ``config.json`` fields specs/qwen3.yaml reads, typed, with the spec's defaults.
 
@@ -22,12 +22,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Qwen3Config:
+class Qwen3Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): b637caddb0371e22
+# source hash (spec + templates + generator): fcba677404e82b50
 # ==================================================================================================================
 """Qwen35Config: the HF ``config.json`` fields specs/qwen3_5.yaml reads, typed, with the spec's defaults.
 
@@ -24,12 +24,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
 
 
 @dataclass(frozen=True)
-class Qwen35Config:
+class Qwen35Config(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): a653e049ab0924c4
+# source hash (spec + templates + generator): 7f24b0516c4228b1
 # ==================================================================================================================
 """Qwen35Moe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Qwen35MoeConfig
@@ -10,9 +10,10 @@ from .model import Qwen35MoeForCausalLM
 
 CONFIG_CLASS = Qwen35MoeConfig
 MODEL_CLASS = Qwen35MoeForCausalLM
+FACTORY_CLASS = Qwen35MoeForCausalLMFactory  # the engine builds the model through it (vLLM Neuron guide, step 1c)
 SPEC = "specs/qwen3_5_moe.yaml"
 
 __all__ = [
-    "ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Qwen35MoeConfig", "Qwen35MoeForCausalLM",
-    "Qwen35MoeForCausalLMFactory",
+    "ARCHITECTURES", "CONFIG_CLASS", "FACTORY_CLASS", "MODEL_CLASS", "SPEC",
+    "Qwen35MoeConfig", "Qwen35MoeForCausalLM", "Qwen35MoeForCausalLMFactory",
 ]

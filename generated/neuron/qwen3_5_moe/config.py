@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): a653e049ab0924c4
+# source hash (spec + templates + generator): 7f24b0516c4228b1
 # ==================================================================================================================
 """Qwen35MoeConfig: the HF ``config.json`` fields specs/qwen3_5_moe.yaml reads, typed, with the spec's defaults.
 
@@ -24,12 +24,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
 
 
 @dataclass(frozen=True)
-class Qwen35MoeConfig:
+class Qwen35MoeConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int

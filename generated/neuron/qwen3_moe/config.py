@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): e1726e1c56e01b98
+# source hash (spec + templates + generator): 0b0daa8e0c381ac5
 # ==================================================================================================================
 """Qwen3MoeConfig: the HF ``config.json`` fields specs/qwen3_moe.yaml reads, typed, with the spec's defaults.
 
@@ -23,12 +23,15 @@ from modelgen.runtime.hf_config import (
     read_str,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Qwen3MoeConfig:
+class Qwen3MoeConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -1,32 +1,50 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): e1726e1c56e01b98
+# source hash (spec + templates + generator): 0b0daa8e0c381ac5
 # ==================================================================================================================
-"""Factory for vLLM's ModelRegistry: validates the HF config, then builds Qwen3MoeForCausalLM."""
+"""Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
+selects the implementation, delegates ``forward``."""
 from __future__ import annotations
 
 from typing import Any
 
 from torch import nn
 
+from modelgen.runtime.targets.neuron.config import NeuronConfig
+
 from .config import ARCHITECTURES, Qwen3MoeConfig
 
 
 class Qwen3MoeForCausalLMFactory(nn.Module):
     """Selects the implementation for a config; registered under
-    Qwen3MoeForCausalLM."""
+    Qwen3MoeForCausalLM.
+
+    ``Qwen3MoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
+    ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint
+    mapping's). One implementation is generated (weights in the model dtype; quantized checkpoints are dequantized
+    at load), so the selection is the validation."""
+
+    def __init__(self, hf_config: Any, neuron_config: NeuronConfig | None = None) -> None:
+        super().__init__()
+        self._model = self._select_implementation(hf_config, neuron_config)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model(*args, **kwargs)
 
     @classmethod
-    def from_configs(cls, hf_config: Any, neuron_config: Any = None) -> nn.Module:
-        config = Qwen3MoeConfig.from_hf_config(hf_config)
-        cls._validate_config(hf_config, config)
+    def from_configs(cls, hf_config: Any, neuron_config: NeuronConfig | None = None) -> nn.Module:
+        return cls._select_implementation(hf_config, neuron_config)
+
+    @classmethod
+    def _select_implementation(cls, hf_config: Any, neuron_config: NeuronConfig | None) -> nn.Module:
+        cls._validate_config(hf_config, neuron_config)
         from .model import Qwen3MoeForCausalLM
 
-        return Qwen3MoeForCausalLM(config)
+        return Qwen3MoeForCausalLM(Qwen3MoeConfig.from_configs(hf_config, neuron_config))
 
     @classmethod
-    def _validate_config(cls, hf_config: Any, config: Qwen3MoeConfig) -> None:
+    def _validate_config(cls, hf_config: Any, neuron_config: NeuronConfig | None) -> None:
         if isinstance(hf_config, dict):
             architectures = hf_config.get("architectures") or []
         else:
@@ -34,5 +52,14 @@ class Qwen3MoeForCausalLMFactory(nn.Module):
         unknown = [a for a in architectures if a not in ARCHITECTURES]
         if unknown:
             raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
+        config = Qwen3MoeConfig.from_configs(hf_config, neuron_config)
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")
+        if neuron_config is None:
+            return
+        if neuron_config.data_parallel:
+            raise ValueError(f"{cls.__name__}: component data parallelism {neuron_config.data_parallel} is not "
+                             f"generated (every component is tensor-parallel over tp_degree)")
+        if neuron_config.ep_degree not in (None, neuron_config.tp_degree):
+            raise ValueError(f"{cls.__name__}: ep_degree {neuron_config.ep_degree} != tp_degree "
+                             f"{neuron_config.tp_degree}: the neuron MoE holds whole experts, one range per rank")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_next.yaml --target neuron
-# source hash (spec + templates + generator): 0e8a9ec457d89d0c
+# source hash (spec + templates + generator): 79eb6ded41ce0ab2
 # ==================================================================================================================
 """Qwen3NextConfig: the HF ``config.json`` fields specs/qwen3_next.yaml reads, typed, with the spec's defaults.
 
@@ -25,12 +25,15 @@ from modelgen.runtime.hf_config import (
     read_str_list,
     require,
 )
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
 
 ARCHITECTURES = ("Qwen3NextForCausalLM",)
 
 
 @dataclass(frozen=True)
-class Qwen3NextConfig:
+class Qwen3NextConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from ... import distributed
 from ..base import RunnerOptions, StepBudget, Target
+from .config import NeuronConfig, NeuronModelConfig, OnDeviceSamplingConfig
 from .runner import NeuronRunner, default_buckets
 
 
@@ -27,6 +29,24 @@ class NeuronTarget(Target):
         budget = asked or largest
         return StepBudget(budget, budget < options.max_model_len)
 
+    def build_model(self, module, config, hf_config: dict, engine_args: dict) -> torch.nn.Module:
+        """Through the generated factory, as vLLM Neuron does: ``Factory.from_configs(hf_config, neuron_config)``
+        validates both (``_validate_config``), selects the implementation and builds it with
+        ``Config.from_configs``; the NeuronConfig comes from the engine's arguments and parallel state."""
+        factory = getattr(module, "FACTORY_CLASS", None)
+        if factory is None:  # a package generated before the factory contract
+            return super().build_model(module, config, hf_config, engine_args)
+        neuron_config = NeuronConfig.from_engine(
+            engine_args, hf_config, tp_degree=distributed.tp_size(),
+            ep_degree=distributed.parallel_config().expert_parallel_size,
+            dtype=str(torch.get_default_dtype()).removeprefix("torch."),
+        )
+        archs = hf_config.get("architectures") or []
+        if archs and not set(archs) & set(module.ARCHITECTURES):
+            # served through a registry alias (engine/registry.py ALIASES): the factory validates the served name
+            hf_config = {**hf_config, "architectures": list(module.ARCHITECTURES)}
+        return factory.from_configs(hf_config, neuron_config)
+
     def make_runner(self, model: torch.nn.Module, blocks, device: torch.device, options: RunnerOptions,
                     budget: StepBudget, state_pool=None) -> NeuronRunner:
         return NeuronRunner(
@@ -40,4 +60,5 @@ class NeuronTarget(Target):
 
 TARGET = NeuronTarget()
 
-__all__ = ["TARGET", "NeuronRunner", "NeuronTarget", "default_buckets"]
+__all__ = ["TARGET", "NeuronConfig", "NeuronModelConfig", "NeuronRunner", "NeuronTarget", "OnDeviceSamplingConfig",
+           "default_buckets"]
