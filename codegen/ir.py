@@ -210,6 +210,7 @@ class ModelIR:
     lm_head_name: str
     tie_embeddings: Value
     checkpoint: Checkpoint
+    mtp: Any = None  # codegen/mtp.MTP: the spec's multi-token-prediction draft head; None without one
     config_ignore: tuple[str, ...] = ()  # spec `config_ignore:`: config.json keys known not to change the forward
 
     def slot_name(self, slot: str) -> str | None:

@@ -24,6 +24,7 @@ from .checkpoint_split import lower_splits
 from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
 from .expr import FUNCTIONS, Expr, ExprError, parse_expr
+from .mtp import lower_mtp
 from .schema import Spec
 from .yaml_source import SourceMap, load_yaml
 
@@ -425,6 +426,7 @@ class _Lowerer:
             final_norm=self.norm(("final_norm",), s.final_norm),
             lm_head_name=s.lm_head.name, tie_embeddings=self.value(("lm_head", "tie"), s.lm_head.tie),
             checkpoint=self.checkpoint(classes),
+            mtp=lower_mtp(self, s.mtp),
             config_ignore=tuple(s.config_ignore),
         )
         if not self.issues:  # every expression evaluated against a sample config: type errors fail the build
@@ -457,6 +459,8 @@ def templates_digest(kinds: tuple[str, ...]) -> str:
         rel = p.relative_to(TEMPLATES_DIR)
         if "blocks" in rel.parts[:-1] and p.name.removesuffix(".py.j2") not in kinds:
             continue
+        if "draft" in rel.parts[:-1] and "mtp" not in kinds:  # the MTP draft template (codegen/mtp.py)
+            continue
         h.update(rel.as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()
@@ -470,6 +474,6 @@ def compile_spec(path: str | Path) -> ir.ModelIR:
     # The spec's text and, when it extends others, theirs: editing a base spec changes its children's hash.
     source = smap.source_text() or text
     digest = hashlib.sha256()
-    for part in (source.encode(), templates_digest(model.kinds).encode(), GENERATOR_VERSION.encode()):
+    for part in (source.encode(), templates_digest(model.kinds + (("mtp",) if model.mtp else ())).encode(), GENERATOR_VERSION.encode()):
         digest.update(part)
     return replace(model, source_hash=digest.hexdigest()[:16])

@@ -43,10 +43,18 @@ class MTP:
     block: str
 
 
+# final_norm kinds an MTP head may use -> the RMSNorm flag that builds it (DeepSeek / GLM: plain; Qwen3-Next: 1 + w)
+MTP_NORMS = {"rms": "", "zero_centred_rms": ", zero_centred=True"}
+
+
 def lower_mtp(lowerer: Any, spec: MTPSpec | None) -> MTP | None:
-    """The ``mtp:`` section checked against the spec: the block exists and is not a recurrent one."""
+    """The ``mtp:`` section checked against the spec: the block exists and is not a recurrent one, the final norm is
+    an RMSNorm the draft's norms can copy."""
     if spec is None:
         return None
+    kind = lowerer.spec.final_norm.kind
+    if kind not in MTP_NORMS:
+        lowerer.error(("mtp",), f"final_norm kind '{kind}': MTP heads are generated for {', '.join(MTP_NORMS)} only")
     blocks = lowerer.spec.blocks
     if spec.block not in blocks:
         lowerer.error(("mtp", "block"), f"no block named '{spec.block}'; blocks: {', '.join(blocks)}")
@@ -60,10 +68,8 @@ def render_mtp(ir: Any, target: str, env: Any, ctx: dict) -> tuple[str, str] | N
     mtp = getattr(ir, "mtp", None)
     if mtp is None:
         return None
-    from .ir import norm_class, norm_module
-
     name = DRAFT_TEMPLATE.format(target=target)
-    text = env.get_template(name).render(
-        **ctx, mtp=mtp, norm_ctor=norm_module(ir.final_norm, "config.hidden_size"), norm_class=norm_class(ir.final_norm),
-    )
+    norm = ir.final_norm  # the MTP norms are of the model's final-norm kind (transformers' MtpModel: its norm class)
+    ctor = f"RMSNorm(config.hidden_size, eps={norm.eps.py}{MTP_NORMS[norm.kind]})"
+    text = env.get_template(name).render(**ctx, mtp=mtp, norm_ctor=ctor, norm_class="RMSNorm")
     return name, text

@@ -34,6 +34,7 @@ from .errors import CodegenError
 from .ir import Block, ModelIR, norm_module
 from .literal import comment_text, docstring_text, pylit
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
+from .mtp import render_mtp
 from .spec_types import check_identifier
 
 MAX_LINE = 120
@@ -294,6 +295,15 @@ def render_package(ir: ModelIR, target: str) -> dict[str, str]:
         if out_name.endswith(".py"):
             _check_python(text, template_name, f"{ir.spec_path} ({target}/{ir.name}/{out_name}")
         files[f"{target}/{ir.name}/{out_name}"] = text
+    try:
+        drafted = render_mtp(ir, target, env, ctx or _context(ir, target, env))  # mtp.py when the spec has `mtp:`
+    except jinja2.TemplateError as e:
+        raise CodegenError(f"{_template_name(e, 'draft')}: {type(e).__name__}: {e}") from None
+    if drafted is not None:
+        template_name, text = drafted
+        text = _normalise(text)
+        _check_python(text, template_name, f"{ir.spec_path} ({target}/{ir.name}/mtp.py")
+        files[f"{target}/{ir.name}/mtp.py"] = text
     return files
 
 

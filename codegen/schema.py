@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from .blocks import specs_for
+from .mtp import MTPSpec
 from .checkpoint_split import SplitSpec
 from .spec_types import (
     ConfigKey,
@@ -201,3 +202,4 @@ class Spec(Strict):
     final_norm: NormSpec
     lm_head: LMHeadSpec = LMHeadSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
+    mtp: MTPSpec | None = Field(default=None, description="the checkpoint's multi-token-prediction draft head (codegen/mtp.py)")

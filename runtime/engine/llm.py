@@ -195,13 +195,20 @@ class GenerateStats:
     decode_s: float = 0.0
     steps: int = 0
     preemptions: int = 0
+    speculative: object | None = None  # SpeculativeStats when LLM(speculative_tokens=K)
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             **self.__dict__,
             "decode_tokens_per_s": self.decode_tokens / self.decode_s if self.decode_s else None,
             "prefill_tokens_per_s": self.prefill_tokens / self.prefill_s if self.prefill_s else None,
         }
+        spec = out.pop("speculative")
+        if spec is not None:  # acceptance_rate, mean_accepted_tokens at the top; the rest under "speculative"
+            out["speculative"] = spec.as_dict()
+            out["acceptance_rate"] = out["speculative"]["acceptance_rate"]
+            out["mean_accepted_tokens"] = out["speculative"]["mean_accepted_tokens"]
+        return out
 
 
 class LLM:
@@ -227,6 +234,7 @@ class LLM:
         allow_external_shards: bool = False,
         check_finite: bool | str = "auto",
         progress: bool | None = None,
+        speculative_tokens: int | None = None,
         tensor_parallel_size: int = 1,
         expert_parallel_size: int | None = None,
         load_format: str = "auto",
@@ -363,6 +371,15 @@ class LLM:
         if self._ranks is not None:  # rank 0 of engine-started ranks: every model call is broadcast first
             self.runner = DriverRunner(self.runner, self._ranks, self.blocks, self.state_pool)
             self._ranks.ready(self)
+        # Speculative decoding: K draft tokens per step from the checkpoint's MTP head (runtime/engine/speculative.py).
+        self.speculative = None
+        if speculative_tokens:
+            from .speculative import SpeculativeDecoder
+
+            self.speculative = SpeculativeDecoder(self, speculative_tokens, options, budget,
+                                                  allow_external_shards=allow_external_shards,
+                                                  check_finite="off" if on_device_check else mode)
+            self._request_releasers += (self.speculative.release,)
         self._next_id = 0
         self.stats = GenerateStats()
 
@@ -481,6 +498,9 @@ class LLM:
         waiting = [r for r in reqs if not r.done]
         running: list[_Request] = []
         self.stats = GenerateStats()
+        if self.speculative is not None:
+            self.speculative.reset_stats()
+            self.stats.speculative = self.speculative.stats
         try:
             while waiting or running:
                 yield self._step(waiting, running)
@@ -562,11 +582,13 @@ class LLM:
         tok = self._maybe_tokenizer()
         decoder = IncrementalDecoder(tok) if tok is not None else None
         steps = self._run(reqs)
+        sent = 0
         try:
             for emitted in steps:
                 if r not in emitted:
                     continue
-                new = r.output[-1:]
+                new = r.output[sent:]  # one token per step, or several when speculative drafts were accepted
+                sent = len(r.output)
                 text = decoder.push(new) if decoder is not None else ""
                 if r.done:
                     text += decoder.flush() if decoder is not None else ""
@@ -618,6 +640,8 @@ class LLM:
                 self.blocks.ensure(r.seq_id, len(r.tokens))
 
     def _step(self, waiting: list[_Request], running: list[_Request]) -> None:
+        if self.speculative is not None:  # draft + verify steps
+            return self.speculative.step(waiting, running)
         running.extend(self._admit(waiting, running))
         prefilling = [r for r in running if len(r.tokens) - r.computed > 1]
         if prefilling and not self.runner.mixes_prefill_and_decode:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 36bb23b5331f98b0
+# source hash (spec + templates + generator): b30b17b0c45617d9
 # ==================================================================================================================
 """DeepseekV32Config: the HF ``config.json`` fields specs/deepseek_v32.yaml reads, typed, with the spec's defaults.
 
@@ -54,6 +54,7 @@ class DeepseekV32Config(NeuronModelConfig):
     norm_topk_prob: bool
     first_k_dense_replace: int
     hidden_act: str
+    num_nextn_predict_layers: int  # config.json: num_nextn_predict_layers or num_mtp_layers
     q_lora_rank: int
     kv_lora_rank: int
     qk_nope_head_dim: int
@@ -92,6 +93,8 @@ class DeepseekV32Config(NeuronModelConfig):
         "norm_topk_prob",
         "first_k_dense_replace",
         "hidden_act",
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
         "q_lora_rank",
         "kv_lora_rank",
         "qk_nope_head_dim",
@@ -174,6 +177,11 @@ class DeepseekV32Config(NeuronModelConfig):
         hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
         if hidden_act is None:
             hidden_act = "silu"
+        num_nextn_predict_layers = read_int(
+            cfg, "num_nextn_predict_layers", ("num_nextn_predict_layers", "num_mtp_layers")
+        )
+        if num_nextn_predict_layers is None:
+            num_nextn_predict_layers = 0
         q_lora_rank = read_int(cfg, "q_lora_rank", ("q_lora_rank",))
         kv_lora_rank = read_int(cfg, "kv_lora_rank", ("kv_lora_rank",))
         if kv_lora_rank is None:
@@ -228,6 +236,7 @@ class DeepseekV32Config(NeuronModelConfig):
             norm_topk_prob=norm_topk_prob,
             first_k_dense_replace=first_k_dense_replace,
             hidden_act=hidden_act,
+            num_nextn_predict_layers=num_nextn_predict_layers,
             q_lora_rank=q_lora_rank,
             kv_lora_rank=kv_lora_rank,
             qk_nope_head_dim=qk_nope_head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 42d70848c1fb277a
+# source hash (spec + templates + generator): 3ce8a61728e4578a
 # ==================================================================================================================
 """GlmMoeDsaConfig: the HF ``config.json`` fields specs/glm_moe_dsa.yaml reads, typed, with the spec's defaults.
 
@@ -54,6 +54,7 @@ class GlmMoeDsaConfig(NeuronModelConfig):
     norm_topk_prob: bool
     first_k_dense_replace: int
     hidden_act: str
+    num_nextn_predict_layers: int  # config.json: num_nextn_predict_layers or num_mtp_layers
     q_lora_rank: int
     kv_lora_rank: int
     qk_nope_head_dim: int
@@ -93,6 +94,8 @@ class GlmMoeDsaConfig(NeuronModelConfig):
         "norm_topk_prob",
         "first_k_dense_replace",
         "hidden_act",
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
         "q_lora_rank",
         "kv_lora_rank",
         "qk_nope_head_dim",
@@ -176,6 +179,11 @@ class GlmMoeDsaConfig(NeuronModelConfig):
         hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
         if hidden_act is None:
             hidden_act = "silu"
+        num_nextn_predict_layers = read_int(
+            cfg, "num_nextn_predict_layers", ("num_nextn_predict_layers", "num_mtp_layers")
+        )
+        if num_nextn_predict_layers is None:
+            num_nextn_predict_layers = 0
         q_lora_rank = read_int(cfg, "q_lora_rank", ("q_lora_rank",))
         kv_lora_rank = read_int(cfg, "kv_lora_rank", ("kv_lora_rank",))
         if kv_lora_rank is None:
@@ -235,6 +243,7 @@ class GlmMoeDsaConfig(NeuronModelConfig):
             norm_topk_prob=norm_topk_prob,
             first_k_dense_replace=first_k_dense_replace,
             hidden_act=hidden_act,
+            num_nextn_predict_layers=num_nextn_predict_layers,
             q_lora_rank=q_lora_rank,
             kv_lora_rank=kv_lora_rank,
             qk_nope_head_dim=qk_nope_head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): fd78f080a13977c4
+# source hash (spec + templates + generator): fe5a450d14f3d5ff
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): b86e67c412c23c71
+# source hash (spec + templates + generator): 06e8afb2fb114b92
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 
@@ -47,6 +47,7 @@ class DeepseekV2Config:
     routed_scaling_factor: float
     first_k_dense_replace: int
     hidden_act: str
+    num_nextn_predict_layers: int  # config.json: num_nextn_predict_layers or num_mtp_layers
     q_lora_rank: int
     kv_lora_rank: int
     qk_nope_head_dim: int
@@ -79,6 +80,8 @@ class DeepseekV2Config:
         "routed_scaling_factor",
         "first_k_dense_replace",
         "hidden_act",
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
         "q_lora_rank",
         "kv_lora_rank",
         "qk_nope_head_dim",
@@ -151,6 +154,11 @@ class DeepseekV2Config:
         hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
         if hidden_act is None:
             hidden_act = "silu"
+        num_nextn_predict_layers = read_int(
+            cfg, "num_nextn_predict_layers", ("num_nextn_predict_layers", "num_mtp_layers")
+        )
+        if num_nextn_predict_layers is None:
+            num_nextn_predict_layers = 0
         q_lora_rank = read_int(cfg, "q_lora_rank", ("q_lora_rank",))
         kv_lora_rank = read_int(cfg, "kv_lora_rank", ("kv_lora_rank",))
         if kv_lora_rank is None:
@@ -199,6 +207,7 @@ class DeepseekV2Config:
             routed_scaling_factor=routed_scaling_factor,
             first_k_dense_replace=first_k_dense_replace,
             hidden_act=hidden_act,
+            num_nextn_predict_layers=num_nextn_predict_layers,
             q_lora_rank=q_lora_rank,
             kv_lora_rank=kv_lora_rank,
             qk_nope_head_dim=qk_nope_head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): fcba677404e82b50
+# source hash (spec + templates + generator): af8c5e80b4d3eefa
 # ==================================================================================================================
 """Qwen35Config: the HF ``config.json`` fields specs/qwen3_5.yaml reads, typed, with the spec's defaults.
 
@@ -51,6 +51,7 @@ class Qwen35Config:
     linear_value_head_dim: int
     linear_num_key_heads: int
     linear_num_value_heads: int
+    mtp_num_hidden_layers: int
     intermediate_size: int
 
     # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
@@ -80,6 +81,7 @@ class Qwen35Config:
         "linear_value_head_dim",
         "linear_num_key_heads",
         "linear_num_value_heads",
+        "mtp_num_hidden_layers",
         "intermediate_size",
     )
     CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
@@ -153,6 +155,9 @@ class Qwen35Config:
         linear_num_value_heads = read_int(cfg, "linear_num_value_heads", ("linear_num_value_heads",))
         if linear_num_value_heads is None:
             linear_num_value_heads = 32
+        mtp_num_hidden_layers = read_int(cfg, "mtp_num_hidden_layers", ("mtp_num_hidden_layers",))
+        if mtp_num_hidden_layers is None:
+            mtp_num_hidden_layers = 0
         intermediate_size = read_int(cfg, "intermediate_size", ("intermediate_size",))
         if intermediate_size is None:
             intermediate_size = 12288
@@ -182,6 +187,7 @@ class Qwen35Config:
             linear_value_head_dim=linear_value_head_dim,
             linear_num_key_heads=linear_num_key_heads,
             linear_num_value_heads=linear_num_value_heads,
+            mtp_num_hidden_layers=mtp_num_hidden_layers,
             intermediate_size=intermediate_size,
         )
 

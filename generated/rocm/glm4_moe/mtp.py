@@ -1,0 +1,146 @@
+# ==================================================================================================================
+# GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
+# source hash (spec + templates + generator): 73591daf0e339dc7
+# ==================================================================================================================
+"""Multi-token-prediction (MTP) draft head of Glm4MoeForCausalLM for the rocm target (speculative decoding).
+
+Checkpoint layout (DeepSeek-V3 / GLM-4.5): the MTP layer is ``model.layers.{num_hidden_layers}.*``, a decoder layer of
+the main model's kind plus ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm``; its ``embed_tokens`` and
+``shared_head.head`` copies are not loaded (the target's embedding and LM head are used, as transformers' MtpModel
+does and the DeepSeek-V3 report describes).
+
+For the token at position ``i`` the head computes ``norm(layer(proj([norm_e(embed(t[i+1])); norm_h(h[i])])))``:
+``h[i]`` is the target's final hidden state at ``i`` (after its last norm) and the result both feeds the target's LM
+head (a draft for ``t[i+2]``) and, chained, the next draft step. Only the first MTP layer is built (every released
+checkpoint has one); the engine chains it for K > 1 draft tokens.
+
+The runner calls ``forward(input_ids, positions, attn_metadata)`` like the target's; the target hidden states of the
+same tokens are handed over first with :meth:`Glm4MoeMTP.bind_hidden_states` (the runners' signature has no slot for
+them). The layer's attention keeps its own paged cache, indexed by the target's block tables.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from modelgen.runtime.kv_cache import KVSpec
+from modelgen.runtime.layers.attention import AttentionMetadata
+from modelgen.runtime.layers.linear import ReplicatedLinear
+from modelgen.runtime.layers.mtp import DraftCheckpoint, load_draft, mtp_layer_config
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
+
+from .config import Glm4MoeConfig
+from .model import Glm4MoeDecoderLayer, Glm4MoeForCausalLM
+
+# The MTP decoder layer's block (spec mtp.block): full attention, the model's MLP kind.
+MTP_BLOCK = "sparse"
+
+
+def num_mtp_layers(config: Glm4MoeConfig) -> int:
+    """MTP layers the checkpoint declares (spec mtp.num_layers: num_nextn_predict_layers); 0: it has none."""
+    return config.num_nextn_predict_layers
+
+# Copies of the target's embedding and LM head inside the MTP layer: read from the target instead.
+SHARED_KEYS = ("embed_tokens.weight", "shared_head.head.weight")
+
+
+class Glm4MoeSharedHead(nn.Module):
+    """``shared_head``: the final norm of the MTP layer (its ``head`` is the target's LM head)."""
+
+    def __init__(self, config: Glm4MoeConfig):
+        super().__init__()
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+
+class Glm4MoeMTPLayer(Glm4MoeDecoderLayer):
+    """``model.layers.{num_hidden_layers}``: the target's decoder layer (block sparse) with the MTP input
+    projection in front and ``shared_head.norm`` behind."""
+
+    def __init__(self, config: Glm4MoeConfig, layer_idx: int):
+        super().__init__(mtp_layer_config(config, MTP_BLOCK, layer_idx), layer_idx)
+        self.enorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.hnorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.eh_proj = ReplicatedLinear(2 * config.hidden_size, config.hidden_size, bias=False)
+        self.shared_head = Glm4MoeSharedHead(config)
+
+    def predict(
+        self, positions: torch.Tensor, embeds: torch.Tensor, previous: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        # [enorm(embedding); hnorm(hidden)]: the embedding first (transformers' MtpLayer, DeepSeek-V3 report eq. 21).
+        hidden_states = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(previous)], dim=-1))
+        hidden_states, residual = super().forward(positions, hidden_states, None, attn_metadata)
+        hidden_states, _ = self.shared_head.norm(hidden_states, residual)
+        return hidden_states
+
+
+class Glm4MoeMTPModel(nn.Module):
+    """``model.layers``: the MTP layer under its checkpoint index, so parameter names are the checkpoint's."""
+
+    def __init__(self, config: Glm4MoeConfig, layer_idx: int):
+        super().__init__()
+        self.layers = nn.ModuleDict({str(layer_idx): Glm4MoeMTPLayer(config, layer_idx)})
+
+
+class Glm4MoeMTP(nn.Module):
+    """The draft model the speculative engine runs: ``forward`` -> MTP hidden states, ``compute_logits`` through the
+    target's LM head, its own paged cache, and a strict loader over the checkpoint's MTP tensors."""
+
+    # The target's tables: the MTP layer's tensors are named and fused like a main-model layer's.
+    packed_modules_mapping = Glm4MoeForCausalLM.packed_modules_mapping
+    renames = Glm4MoeForCausalLM.renames
+    # The target's ignore rules, less the one that hides the MTP head from the main loader.
+    ignored_keys = tuple(p for p in Glm4MoeForCausalLM.ignored_keys if not p.startswith("mtp."))
+
+    def __init__(self, config: Glm4MoeConfig, target: Glm4MoeForCausalLM):
+        super().__init__()
+        self.config = config
+        self.layer_idx = config.num_hidden_layers  # the first MTP layer's index (its cache's and its attention's name)
+        self.model = Glm4MoeMTPModel(config, self.layer_idx)
+        self.predictor = self.model.layers[str(self.layer_idx)]
+        self.checkpoint_prefix = f"model.layers.{self.layer_idx}."
+        # Not submodules: the target owns (and loads) its embedding and LM head.
+        self._target = (target,)
+        get_experts = getattr(target, "get_expert_mapping", None)
+        if get_experts is not None:
+            self.get_expert_mapping = get_experts
+        self._hidden: torch.Tensor | None = None
+        self.last_hidden_states: torch.Tensor | None = None
+
+    def bind_hidden_states(self, hidden_states: torch.Tensor) -> None:
+        """The target's final hidden states ``[num_tokens, hidden]`` paired with the next call's tokens."""
+        self._hidden = hidden_states
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids`` = t[i+1], ``positions`` = i, with the bound hidden states h[i] -> MTP hidden states."""
+        if self._hidden is None or self._hidden.shape[0] != input_ids.shape[0]:
+            raise ValueError("Glm4MoeMTP.forward: bind_hidden_states() with one row per token first")
+        embeds = self._target[0].model.embed_tokens(input_ids)
+        hidden_states = self.predictor.predict(positions, embeds, self._hidden, attn_metadata)
+        self.last_hidden_states = hidden_states  # the engine chains the next draft step on these
+        return hidden_states
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self._target[0].compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        return KVSpec(layers=[self._layer().self_attn.kv_spec()])
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self._layer().self_attn.bind_kv_cache(kv_caches)
+
+    def _layer(self) -> Glm4MoeDecoderLayer:
+        return self.predictor
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from the checkpoint's MTP tensors (strict: a missing one is a MissingDraftWeights)."""
+        view = DraftCheckpoint(checkpoint, [self.checkpoint_prefix], shared=SHARED_KEYS)
+        load_draft(lambda ckpt: load_packed_weights(self, ckpt), view)
+
+
+# The class the speculative engine instantiates (runtime/engine/speculative.py).
+DRAFT_CLASS = Glm4MoeMTP
