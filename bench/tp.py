@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [measure(tp, cfg_dir, args, prompts, check) for tp in (1, args.tp)]
     one, two = runs
     result["tp1"], result[f"tp{args.tp}"] = one["figures"], two["figures"]
-    result["speedup"] = {b: round(two["figures"]["decode_tokens_per_s"][b] / one["figures"]["decode_tokens_per_s"][b], 3)
-                         for b in one["figures"]["decode_tokens_per_s"]}
+    rate1, rate2 = one["figures"]["decode_tokens_per_s"], two["figures"]["decode_tokens_per_s"]
+    result["speedup"] = {b: round(rate2[b] / rate1[b], 3) for b in rate1}
     result["check"] = {**compare(one["tokens"], two["tokens"]),
                        "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),
                        "logit_scale": float(one["logits"].abs().max())}

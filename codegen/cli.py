@@ -159,7 +159,24 @@ def _parallel_options(args: argparse.Namespace) -> dict:
         out["kv_cache_memory"] = args.kv_cache_memory
     if args.gpu_memory_utilization is not None:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if args.compile:
+        out["compile"] = True
     return out
+
+
+def _compile_buckets(llm) -> None:
+    """--compile: warm every bucket now (neuron: one torch.compile graph each, then fail_on_recompile; rocm on
+    a GPU: the decode CUDA graphs) and print the bucket table (bucket, compile seconds, graphs) on stderr."""
+    import time
+
+    from modelgen.runtime.targets.neuron.runner import format_bucket_table
+
+    t0 = time.perf_counter()
+    llm.warmup()
+    rows = getattr(llm.runner, "bucket_table", None)
+    if rows:
+        print(format_bucket_table(rows), file=sys.stderr)
+    print(f"[warm-up: {time.perf_counter() - t0:.2f}s]", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -223,6 +240,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   allow_external_shards=args.allow_external_shards, check_finite=args.check_finite,
                   progress=progress, strict_config=args.strict_config, **extra)
     load_s = time.perf_counter() - t0
+    if args.compile:
+        _compile_buckets(llm)
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
         print(f"backend: {llm.backend} ({llm.backend_reason})", file=sys.stderr)
@@ -449,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check-finite", choices=["auto", "full", "sampled", "off"], default="auto",
                    help="NaN/Inf check of the weights at load: auto (full on a GPU, sampled on CPU), full "
                    "(every element), sampled (small tensors whole, 1/64 of large ones), off")
+    r.add_argument("--compile", action="store_true",
+                   help="compile every bucket before generating (neuron: torch.compile per bucket, then "
+                   "fail_on_recompile) and print the bucket table")
     r.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
                    help="shard the model over N ranks started by the engine (gloo on CPU, NCCL on N GPUs); "
                    "default 1")

@@ -48,8 +48,8 @@ def hf_tensor_layout(hf_config: dict) -> dict[str, tuple[tuple[int, ...], bool]]
             model = cls._from_config(config) if cls is not None else \
                 transformers.AutoModelForCausalLM.from_config(config)
     except Exception as e:  # an unknown model_type, a config transformers refuses
-        raise LookupError(f"transformers cannot build {archs or model_type}: {str(e).splitlines()[0] if str(e) else e}") \
-            from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LookupError(f"transformers cannot build {archs or model_type}: {first}") from None
     seen: set[int] = set()
     out: dict[str, tuple[tuple[int, ...], bool]] = {}
     for name, t in model.state_dict(keep_vars=True).items():

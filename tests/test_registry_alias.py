@@ -57,5 +57,5 @@ def test_llama_alias_refuses_a_window(tmp_path, without_mistral_spec):
                                           ".*config.json has sliding_window 5"):
         LLM(tmp_path, dtype="float32", max_model_len=64)
     # a window no position reaches is full attention
-    assert registry.find_model(["MistralForCausalLM"], "rocm", {"sliding_window": 256,
-                                                               "max_position_embeddings": 256}).SPEC == "specs/llama.yaml"
+    never_binding = {"sliding_window": 256, "max_position_embeddings": 256}
+    assert registry.find_model(["MistralForCausalLM"], "rocm", never_binding).SPEC == "specs/llama.yaml"

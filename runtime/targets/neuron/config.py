@@ -127,4 +127,5 @@ class NeuronModelConfig:
     @classmethod
     def from_configs(cls, hf_config: Any, neuron_config: NeuronConfig | None = None):
         """The HF config's fields (``from_hf_config``: typed, defaults, ``requires:`` checks) plus ``neuron_config``."""
-        return dataclasses.replace(cls.from_hf_config(hf_config), neuron_config=neuron_config)  # type: ignore[attr-defined]
+        typed = cls.from_hf_config(hf_config)  # type: ignore[attr-defined]
+        return dataclasses.replace(typed, neuron_config=neuron_config)

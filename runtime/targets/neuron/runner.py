@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -16,6 +17,16 @@ def default_buckets(limit: int, start: int = 16) -> list[int]:
         out.append(b)
         b *= 2
     return out + [limit]
+
+
+def format_bucket_table(rows: list[dict]) -> str:
+    """The warm-up table (``NeuronRunner.bucket_table``) as aligned text, with a total line."""
+    lines = [f"{'path':<16} {'bucket':<26} {'compile s':>9} {'graphs':>6}"]
+    for r in rows:
+        lines.append(f"{r['path']:<16} {r['bucket']:<26} {r['seconds']:>9.2f} {r['graphs']:>6}")
+    total_s, total_g = sum(r["seconds"] for r in rows), sum(r["graphs"] for r in rows)
+    lines.append(f"{'total':<16} {f'{len(rows)} buckets':<26} {total_s:>9.2f} {total_g:>6}")
+    return "\n".join(lines)
 
 
 class NeuronRunner:
@@ -74,6 +85,13 @@ class NeuronRunner:
             self.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
         self.compiled = compile
         self.warm = False  # after warmup() a compiled runner refuses to recompile (Neuron: graphs are fixed)
+        # Bucket padding uses the config's pad_token_id (the guide: "padding tokens use pad_token_id"), carried by the
+        # model's NeuronConfig; 0 for a model built without one. Padding rows never reach the cache (slot -1) and
+        # are never sampled, so the id only matters to what the padded graph computes, not to any output.
+        neuron_config = getattr(getattr(model, "config", None), "neuron_config", None)
+        self.pad_token_id = getattr(neuron_config, "pad_token_id", 0) or 0
+        # warmup(): one row per traced bucket (path, bucket, seconds, graphs compiled), `modelgen run --compile`'s table
+        self.bucket_table: list[dict] = []
         self.rank = torch.tensor(distributed.tp_rank(), dtype=torch.int64, device=device)
 
     def _stance(self):
@@ -120,7 +138,7 @@ class NeuronRunner:
         tables = [self.blocks.tables[w.seq_id] for w in work]
         if decode:
             n_pad = self._bucket(len(work), self.decode_buckets, "decode batch")
-            ids = [w.token_ids[0] for w in work] + [0] * (n_pad - len(work))
+            ids = [w.token_ids[0] for w in work] + [self.pad_token_id] * (n_pad - len(work))
             pos = [w.start_pos for w in work] + [0] * (n_pad - len(work))
             slots = [self.blocks.slot(w.seq_id, w.start_pos) for w in work] + [-1] * (n_pad - len(work))
             seq_ids = list(range(len(work))) + [-1] * (n_pad - len(work))
@@ -145,7 +163,7 @@ class NeuronRunner:
                 seq_ids += [r] * n
                 sampling.append(len(ids) - 1)
             pad = t_pad - total
-            ids += [0] * pad
+            ids += [self.pad_token_id] * pad
             pos += [0] * pad
             slots += [-1] * pad
             seq_ids += [-1] * pad
@@ -159,6 +177,10 @@ class NeuronRunner:
             else:
                 segment, width = 0, self.max_blocks_per_seq
             rows = pad_tables(tables, width) + [[0] * width] * empty
+            # cached_seq_len (the guide's per-layer key): tokens of each request already in the cache before this
+            # chunk. The generated attention reads the same number off ``positions`` (a chunk's first position is
+            # its cached length; segmented attention masks keys past each query's position), so the two agree by
+            # construction; the key stays in the metadata for models written against the plugin's contract.
             cached = [w.start_pos for w in work] + [0] * empty
             max_query_len = t_pad  # bucket-static so the graph guard never sees a new value
         dev = self.device
@@ -199,16 +221,28 @@ class NeuronRunner:
 
     @torch.inference_mode()
     def warmup(self) -> None:
-        """Trace every prefill and decode bucket with padding-only inputs (slot -1: the cache is untouched)."""
+        """Trace every prefill and decode bucket with padding-only inputs (slot -1: the cache is untouched), timing
+        each and counting the graphs it compiled (``bucket_table``)."""
+        self.bucket_table = []
         for t in self.prefill_buckets:
-            self.forward(**self._synthetic(t, prefill=True))
+            self._warm("prefill", f"{t} tokens", self._synthetic(t, prefill=True))
             if self.segmented_prefill:
                 for c in self.decode_context_buckets:
-                    self.forward(**self._synthetic(t, prefill=True, context=c))
+                    self._warm("prefill segment", f"{t} tokens x {c} context",
+                               self._synthetic(t, prefill=True, context=c))
         for r in self.decode_buckets:
             for c in self.decode_context_buckets:
-                self.forward(**self._synthetic(r, prefill=False, context=c))
+                self._warm("decode", f"{r} seqs x {c} context", self._synthetic(r, prefill=False, context=c))
         self.warm = True
+
+    def _warm(self, path: str, bucket: str, kwargs: dict) -> None:
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        self.forward(**kwargs)
+        self.bucket_table.append({"path": path, "bucket": bucket, "seconds": time.perf_counter() - t0,
+                                  "graphs": counters["stats"]["unique_graphs"] - before})
 
     def _synthetic(self, n: int, prefill: bool, context: int | None = None) -> dict:
         dev = self.device
@@ -217,7 +251,7 @@ class NeuronRunner:
         table = [[0] * width] * rows
         segment = context if (prefill and context) else 0
         return dict(
-            input_ids=torch.zeros(n, dtype=torch.int64, device=dev),
+            input_ids=torch.full((n,), self.pad_token_id, dtype=torch.int64, device=dev),
             positions=torch.zeros(n, dtype=torch.int64, device=dev),
             attn_metadata=self._metadata([-1] * n, table, n if prefill else 1, [-1] * n, segment),
             sampling_positions=torch.zeros(rows, dtype=torch.int64, device=dev),
