@@ -231,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     extra = {"on_device_sampling": True} if args.on_device_sampling else {}
     extra.update(_parallel_options(args))
-    for name in ("block_size", "num_blocks", "max_model_len"):
+    for name in ("block_size", "num_blocks", "max_model_len", "speculative_tokens"):
         if getattr(args, name) is not None:
             extra[name] = getattr(args, name)
     max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
@@ -456,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
     r.add_argument("--on-device-sampling", action="store_true",
                    help="neuron target: sample inside the model graph (forward returns token ids)")
+    r.add_argument("--speculative-tokens", type=int, default=None, metavar="K",
+                   help="speculative decoding: K (1-3) draft tokens per step from the checkpoint's own MTP layers "
+                        "(--json stats: acceptance_rate, mean_accepted_tokens)")
     r.add_argument("--max-model-len", type=int, default=None, metavar="N",
                    help="context length of the KV cache (default: min(max_position_embeddings, 4096))")
     r.add_argument("--block-size", type=int, default=None, metavar="N", help="tokens per KV-cache block (default: 16)")

@@ -337,3 +337,23 @@ def test_bad_k_and_unsupported_arch(tmp_path, ckpts):
 
     with pytest.raises(ValueError, match="no multi-token-prediction head"):
         load_draft_module("modelgen.generated.rocm.llama")
+
+
+def test_cli_run_speculative_json(ckpts):
+    """`modelgen run --speculative-tokens K --json`: the same tokens as without, acceptance figures in the stats."""
+    import subprocess
+    import sys
+
+    path, _ = ckpts("deepseek")
+
+    def run(*extra):
+        cmd = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "5,6,7",
+               "--prompt-ids", "9,10", "--max-new-tokens", "8", "--ignore-eos", "--json", *extra]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    plain, spec = run(), run("--speculative-tokens", "2")
+    assert [o["token_ids"] for o in spec["outputs"]] == [o["token_ids"] for o in plain["outputs"]]
+    assert 0 <= spec["stats"]["acceptance_rate"] <= 1 and spec["stats"]["mean_accepted_tokens"] is not None
+    assert spec["stats"]["speculative"]["num_speculative_tokens"] == 2 and "acceptance_rate" not in plain["stats"]
