@@ -114,15 +114,16 @@ def _uniform(generator: torch.Generator | None, device: torch.device) -> float:
 
 
 def verify(drafts: list[int], target_logits: torch.Tensor, params: SamplingParams, generator,
-           draft_probs: list[torch.Tensor] | None) -> tuple[list[int], int]:
+           draft_probs: list[torch.Tensor] | None, argmax: list[int] | None = None) -> tuple[list[int], int]:
     """Tokens to emit and the number of accepted drafts for one request.
 
     ``target_logits [len(drafts) + 1, V]``: row j is the target's prediction after the request's last token and the
-    first j drafts. Greedy: accept while the draft is the argmax, then the argmax (correction or bonus). Sampling:
-    the rejection rule (module docstring) with ``draft_probs[j]`` the distribution draft j was drawn from.
+    first j drafts. Greedy: accept while the draft is the argmax, then the argmax (correction or bonus); ``argmax``:
+    those rows' argmax already on the host (one transfer for the whole step). Sampling: the rejection rule (module
+    docstring) with ``draft_probs[j]`` the distribution draft j was drawn from.
     """
     if params.temperature == 0:
-        target = target_logits.argmax(-1).tolist()
+        target = argmax if argmax is not None else target_logits.argmax(-1).tolist()
         a = 0
         while a < len(drafts) and drafts[a] == target[a]:
             a += 1
@@ -253,6 +254,8 @@ class SpeculativeDecoder:
         offsets = [0]
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
+        # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
+        argmax = logits.argmax(-1).tolist() if any(r.params.temperature == 0 for r in batch) else None
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
@@ -267,7 +270,9 @@ class SpeculativeDecoder:
                 continue
             rows = logits[offsets[i] + n - 1 : offsets[i] + n + len(d)]
             got = self.drafted.get(r.seq_id)
-            tokens, a = verify(d, rows, r.params, r.generator, got.probs[: len(d)] if got and d else None)
+            lo, hi = offsets[i] + n - 1, offsets[i] + n + len(d)
+            tokens, a = verify(d, rows, r.params, r.generator, got.probs[: len(d)] if got and d else None,
+                               argmax[lo:hi] if argmax is not None else None)
             if d:
                 self.stats.proposed_tokens += len(d)
                 self.stats.accepted_tokens += a
@@ -389,11 +394,12 @@ class SpeculativeDecoder:
                 new_logits = last_logits.clone()
                 new_logits[active] = rows_logits.to(new_logits.dtype)
                 last_logits = new_logits
+            greedy = last_logits.argmax(-1).tolist() if any(owners[j].params.temperature == 0 for j in active) else None
             for j in active:
                 r = owners[j]
                 entry = self.drafted[r.seq_id]
                 if r.params.temperature == 0:
-                    entry.tokens.append(int(last_logits[j].argmax()))
+                    entry.tokens.append(greedy[j])
                 else:
                     q = _probs(last_logits[j], r.params)
                     entry.tokens.append(int(torch.multinomial(q, 1, generator=r.generator)))

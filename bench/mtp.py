@@ -1,0 +1,297 @@
+"""MTP speculative decoding benchmark: tokens/s with and without speculation, and the acceptance rate, for a
+DeepSeek-V3-shaped and a Qwen3-Next-shaped model whose MTP head is trained on the model's own greedy outputs.
+
+For each model:
+  1. transformers builds a random model of the shape (its own initialisation) and writes it with ``save_pretrained``;
+     the MTP block (one decoder layer of the model's MTP kind: MoE for DeepSeek, full-attention MoE for Qwen3-Next)
+     is built beside it with the library's layer class and initialisation;
+  2. modelgen generates greedy continuations of random prompts with that checkpoint (the training data: the model's
+     own outputs, so acceptance is what a trained head gets rather than the ~1/vocab of a random one);
+  3. the MTP head (input norms, projection, block, output norm) is trained for ``--train-steps`` Adam steps on those
+     sequences with transformers' modules (the target's final hidden state h[i] and token t[i+1] -> t[i+2], the
+     DeepSeek-V3 MTP objective), then written into the checkpoint as released checkpoints lay it out
+     (``model.layers.{num_hidden_layers}.*`` / ``mtp.*``) with ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``;
+  4. modelgen decodes held-out prompts at each batch size without speculation (CUDA graphs on, and eager) and with
+     K = 1..3 draft tokens (verify steps run eager): tokens/s = generated tokens / wall time of the generate call
+     (prefill included, the same for every row), the acceptance rate, mean accepted drafts per verify step, and
+     whether the greedy tokens equal the non-speculative ones.
+
+Writes ``--out`` (JSON, rewritten after every model). CPU smoke test (tiny shapes, a few steps):
+
+  python bench/mtp.py --size tiny --device cpu --train-steps 20 --new-tokens 16 --out /tmp/mtp-tiny.json
+  python bench/mtp.py --out bench/results/h200-mtp.json          # on the GPU: DeepSeek-V3-like + Qwen3-Next-like
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from modelgen.runtime.engine.llm import LLM  # noqa: E402
+from modelgen.runtime.engine.sampler import SamplingParams  # noqa: E402
+
+# Shapes: "h200" keeps the real models' per-layer structure (MLA dims, experts, GDN heads) at a width and depth one
+# GPU trains and serves in minutes; "tiny" is the CPU smoke test.
+SHAPES = {
+    "deepseek": {
+        "h200": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                     num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=768,
+                     kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                     n_routed_experts=64, num_experts_per_tok=6, n_shared_experts=2, n_group=8, topk_group=3,
+                     first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                     max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_interleave=True),
+        "tiny": dict(vocab_size=160, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+                     kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8,
+                     num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1, first_k_dense_replace=1,
+                     routed_scaling_factor=2.5, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6,
+                     tie_word_embeddings=False, rope_interleave=True),
+    },
+    "qwen3_next": {
+        "h200": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5120, num_hidden_layers=8,
+                     num_attention_heads=16, num_key_value_heads=2, head_dim=256, max_position_embeddings=4096,
+                     rms_norm_eps=1e-6, linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                     linear_num_key_heads=16, linear_num_value_heads=32, num_experts=64, num_experts_per_tok=10,
+                     moe_intermediate_size=512, shared_expert_intermediate_size=512, norm_topk_prob=True,
+                     decoder_sparse_step=1, tie_word_embeddings=False,
+                     layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
+                     + ["full_attention"]),
+        "tiny": dict(vocab_size=160, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
+                     linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                     linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+                     decoder_sparse_step=1, tie_word_embeddings=False,
+                     layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
+    },
+}
+HF_CLASSES = {"deepseek": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
+              "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM")}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ model + MTP head
+class MtpHead(torch.nn.Module):
+    """The MTP formula both layouts share (transformers' MtpLayer): post_norm(block(proj([enorm(e); hnorm(h)])))."""
+
+    def __init__(self, hf, block: torch.nn.Module):
+        super().__init__()
+        cfg = hf.config
+        norm = type(hf.model.norm)
+        self.enorm, self.hnorm, self.post_norm = (norm(cfg.hidden_size, eps=cfg.rms_norm_eps) for _ in range(3))
+        self.proj = torch.nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.block = block
+        self._hf = (hf,)  # frozen target: embedding, rotary, LM head
+
+    def forward(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """``ids [B, T]``, the target's final hidden states ``hidden [B, T, H]`` -> logits for t[i+2], ``[B, T-1, V]``."""
+        from transformers.masking_utils import create_causal_mask
+
+        hf = self._hf[0]
+        x = self.proj(torch.cat([self.enorm(hf.model.embed_tokens(ids[:, 1:])), self.hnorm(hidden[:, :-1])], -1))
+        pos = torch.arange(x.shape[1], device=x.device)[None].expand(x.shape[0], -1)
+        mask = create_causal_mask(config=hf.config, inputs_embeds=x, attention_mask=None, past_key_values=None,
+                                  position_ids=pos)
+        y = self.block(x, attention_mask=mask, position_ids=pos, position_embeddings=hf.model.rotary_emb(x, pos))
+        y = y[0] if isinstance(y, tuple) else y
+        return hf.lm_head(self.post_norm(y))
+
+    def checkpoint_tensors(self, kind: str, num_layers: int) -> dict[str, torch.Tensor]:
+        """The head as released checkpoints store it (DeepSeek: model.layers.{L}.*; Qwen3-Next: mtp.*)."""
+        block = {k: v.detach() for k, v in self.block.state_dict().items()}
+        if kind == "deepseek":
+            p = f"model.layers.{num_layers}."
+            out = {p + k: v for k, v in block.items()}
+            names = {"enorm": self.enorm, "hnorm": self.hnorm, "shared_head.norm": self.post_norm, "eh_proj": self.proj}
+        else:
+            p = "mtp."
+            out = {p + "layers.0." + k: v for k, v in block.items()}
+            names = {"pre_fc_norm_embedding": self.enorm, "pre_fc_norm_hidden": self.hnorm, "norm": self.post_norm,
+                     "fc": self.proj}
+        out.update({f"{p}{n}.weight": m.weight.detach() for n, m in names.items()})
+        return out
+
+
+def build(kind: str, size: str, path: Path, device: str, seed: int = 0):
+    """Random HF model of the shape saved to ``path``, and an untrained :class:`MtpHead` for it (fp32, on device)."""
+    import transformers
+
+    cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[kind])
+    config = cfg_cls(**SHAPES[kind][size], bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(seed)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(path)
+    # The MTP block: a decoder layer at index num_hidden_layers of a config that makes it the MTP kind (transformers'
+    # get_mtp_config: MoE; full attention), initialised by the library.
+    mtp_cfg = copy.deepcopy(config)
+    n = config.num_hidden_layers
+    if kind == "deepseek":
+        mtp_cfg.first_k_dense_replace = 0
+    else:
+        mtp_cfg.layer_types = list(config.layer_types) + ["full_attention"]
+    block = type(hf.model.layers[0])(mtp_cfg, n)
+    block.apply(hf._init_weights)
+    head = MtpHead(hf, block)
+    head.apply(lambda m: hf._init_weights(m) if m is not block else None)
+    for p in hf.parameters():
+        p.requires_grad_(False)
+    return hf.to(device), head.to(device)
+
+
+def write_head(path: Path, kind: str, head: MtpHead, num_layers: int) -> None:
+    from safetensors.torch import load_file, save_file
+
+    extra = {k: v.to("cpu", torch.bfloat16).contiguous() for k, v in head.checkpoint_tensors(kind, num_layers).items()}
+    weight_map = {}
+    for f in sorted(path.glob("*.safetensors")):
+        if f.name != "mtp.safetensors":
+            weight_map.update({k: f.name for k in load_file(f)})
+    save_file(extra, str(path / "mtp.safetensors"), metadata={"format": "pt"})
+    weight_map.update({k: "mtp.safetensors" for k in extra})
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["num_nextn_predict_layers" if kind == "deepseek" else "mtp_num_hidden_layers"] = 1
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+# ------------------------------------------------------------------------------------------------------ the phases
+def greedy_data(path: Path, args, vocab: int, count: int, seed: int) -> list[list[int]]:
+    """Prompt + greedy continuation of ``count`` random prompts, generated by modelgen (the model's own outputs)."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(count)]
+    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=min(count, 64),
+              max_model_len=args.prompt_len + args.train_len + 8)
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=args.train_len, ignore_eos=True))
+    del llm
+    return [p + o for p, o in zip(prompts, outs)]
+
+
+def train(hf, head: MtpHead, seqs: list[list[int]], args) -> list[float]:
+    data = torch.tensor(seqs, device=args.device)
+    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(0)
+    losses = []
+    for step in range(args.train_steps):
+        idx = torch.randint(0, data.shape[0], (args.train_batch,), generator=gen)
+        ids = data[idx.to(data.device)]
+        with torch.no_grad():
+            hidden = hf.model(ids).last_hidden_state
+        with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16, enabled=ids.device.type == "cuda"):
+            logits = head(ids, hidden)[:, :-1]  # position i predicts t[i+2]: the last position has no target
+        # only continuation targets (the prompt is random noise)
+        target = ids[:, 2:]
+        keep = torch.arange(2, ids.shape[1], device=ids.device) >= args.prompt_len
+        loss = torch.nn.functional.cross_entropy(logits[:, keep].float().flatten(0, 1), target[:, keep].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        if step % max(1, args.train_steps // 10) == 0 or step == args.train_steps - 1:
+            log(f"  step {step}: loss {losses[-1]:.3f}")
+    return losses
+
+
+def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graphs: bool) -> dict:
+    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=len(prompts), cuda_graphs=cuda_graphs,
+              max_model_len=args.prompt_len + args.new_tokens + 8, speculative_tokens=k)
+    params = SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True)
+    llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up (graphs, kernels, caches)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    stats = llm.stats.as_dict()
+    del llm
+    return {"tokens": outs, "seconds": dt, "tokens_per_s": sum(map(len, outs)) / dt,
+            "acceptance_rate": stats.get("acceptance_rate"), "mean_accepted_tokens": stats.get("mean_accepted_tokens"),
+            "speculative": stats.get("speculative")}
+
+
+def run_model(kind: str, args, results: dict) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp)
+        log(f"{kind}: building the {args.size} model")
+        hf, head = build(kind, args.size, path, args.device)
+        vocab = hf.config.vocab_size
+        log(f"{kind}: greedy training data ({args.train_seqs} x {args.train_len} tokens)")
+        t0 = time.perf_counter()
+        seqs = greedy_data(path, args, vocab, args.train_seqs, seed=1)
+        data_s = time.perf_counter() - t0
+        log(f"{kind}: training the MTP head for {args.train_steps} steps")
+        t0 = time.perf_counter()
+        losses = train(hf, head, seqs, args)
+        train_s = time.perf_counter() - t0
+        write_head(path, kind, head, hf.config.num_hidden_layers)
+        del hf, head
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        entry = {"shape": SHAPES[kind][args.size], "train": {"steps": args.train_steps, "sequences": args.train_seqs,
+                 "data_seconds": data_s, "train_seconds": train_s, "loss_first": losses[0] if losses else None,
+                 "loss_last": losses[-1] if losses else None}, "decode": {}}
+        gen = torch.Generator().manual_seed(2)  # held-out prompts
+        for batch in args.batches:
+            prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(batch)]
+            rows = {}
+            base = decode(path, args, prompts, None, cuda_graphs=True)
+            rows["plain"] = base
+            if args.device.startswith("cuda"):
+                rows["plain_eager"] = decode(path, args, prompts, None, cuda_graphs=False)
+            for k in args.k:
+                rows[f"k{k}"] = r = decode(path, args, prompts, k, cuda_graphs=True)
+                r["greedy_equal"] = r["tokens"] == base["tokens"]
+                r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
+                log(f"{kind} batch {batch} K={k}: {r['tokens_per_s']:.1f} tok/s (plain {base['tokens_per_s']:.1f}), "
+                    f"acceptance {r['acceptance_rate']:.3f}, mean accepted {r['mean_accepted_tokens']:.2f}, "
+                    f"greedy equal {r['greedy_equal']}")
+            for r in rows.values():
+                r.pop("tokens")
+            entry["decode"][f"batch{batch}"] = rows
+        results["models"][kind] = entry
+        Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["deepseek", "qwen3_next"], choices=list(SHAPES))
+    ap.add_argument("--size", choices=["h200", "tiny"], default="h200")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--train-seqs", type=int, default=256)
+    ap.add_argument("--train-len", type=int, default=128)
+    ap.add_argument("--train-steps", type=int, default=300)
+    ap.add_argument("--train-batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--out", default="bench/results/h200-mtp.json")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")  # config keys of the HF configs the specs do not read
+    results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
+               "torch": torch.__version__, "args": vars(args), "models": {}}
+    for kind in args.models:
+        run_model(kind, args, results)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
