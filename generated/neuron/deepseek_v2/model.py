@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 06e8afb2fb114b92
+# source hash (spec + templates + generator): 2323425bbb4e1adb
 # ==================================================================================================================
 """DeepseekV2 for the neuron target, in vLLM Neuron's style.
 
@@ -245,6 +245,8 @@ class DeepseekV2Model(nn.Module):
         self.embed_tokens_weight = _param(self.vocab_per_rank, hidden_size)
         set_weight_loader(self.embed_tokens_weight, padded_vocab_loader(vocab_size, self.vocab_per_rank))
         self.layers = nn.ModuleList([DeepseekV2DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        # EAGLE3: layers whose *input* hidden states (HF's output_hidden_states[i]) are also returned; none by default
+        self.aux_hidden_state_layers: tuple[int, ...] = ()
         self.norm = RMSNorm(hidden_size, eps=config.rms_norm_eps)
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
@@ -267,8 +269,13 @@ class DeepseekV2Model(nn.Module):
         hidden_states = NF.embedding(input_ids, self.embed_tokens_weight, rank)
         if inputs_embeds is not None:  # prompt-embeds path: rows flagged as token ids keep their embedding
             hidden_states = torch.where(is_token_ids[:, None], hidden_states, inputs_embeds.to(hidden_states.dtype))
-        for layer in self.layers:
+        aux_hidden_states = []
+        for i, layer in enumerate(self.layers):
+            if i in self.aux_hidden_state_layers:  # a Python-level set: traced once per compiled bucket
+                aux_hidden_states.append(hidden_states)
             hidden_states = layer(hidden_states, positions, self.rope_cos_sin, attn_metadata)
+        if aux_hidden_states:  # EAGLE3: [tokens, len(layers) * hidden], the draft model's input
+            return self.norm(hidden_states), torch.cat(aux_hidden_states, dim=-1)
         return self.norm(hidden_states)
 
 
@@ -309,13 +316,34 @@ class DeepseekV2ForCausalLM(nn.Module):
         if rank is None:
             rank = torch.zeros((), dtype=torch.int64, device=input_ids.device)
         hidden_states = self.model(input_ids, positions, attn_metadata, rank, inputs_embeds, is_token_ids)
+        aux_hidden_states = None
+        if self.model.aux_hidden_state_layers:  # EAGLE3 (the guide's step 1e): every token's aux states
+            hidden_states, aux_hidden_states = hidden_states
         hidden_states = torch.index_select(hidden_states, 0, sampling_positions)
         logits = NF.lm_head(hidden_states, self.lm_head_weight, self.vocab_size)
         if logit_mask is not None:
             logits = logits.masked_fill(~logit_mask, float("-inf"))
         if sampling_params is not None:  # on-device sampling: (sampled_token_ids, gathered_logits)
+            if aux_hidden_states is not None:  # the guide's forward table: ODS + EAGLE3
+                return NF.sample(logits, sampling_params), aux_hidden_states, logits
             return NF.sample(logits, sampling_params), logits
+        if aux_hidden_states is not None:  # CPU sampling + EAGLE3
+            return logits, aux_hidden_states
         return logits
+
+    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:
+        """EAGLE3: also return the hidden states entering these layers (vLLM's SupportsEagle3); () turns it off.
+        Set before compiling: each setting traces its own graphs."""
+        layers = tuple(int(i) for i in layers)
+        bad = [i for i in layers if not 0 <= i < len(self.model.layers)]
+        if bad:
+            raise ValueError(f"aux hidden state layers {bad}: expected indices in [0, {len(self.model.layers)})")
+        self.model.aux_hidden_state_layers = layers
+
+    def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:
+        """The layers EAGLE3 drafters are trained on (vLLM's default: early, middle, late)."""
+        n = len(self.model.layers)
+        return tuple(min(max(i, 0), n - 1) for i in (2, n // 2, n - 3))
 
     def get_kv_spec(self) -> KVSpec:
         """Every layer's cache, as its attention declares it."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 85d059f16b8103f9
+# source hash (spec + templates + generator): d3ad0d24364c9797
 # ==================================================================================================================
 """MixtralConfig: the HF ``config.json`` fields specs/mixtral.yaml reads, typed, with the spec's defaults.
 

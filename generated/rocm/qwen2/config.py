@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): bbf18116827c9c71
+# source hash (spec + templates + generator): 9136ebeaac7ead86
 # ==================================================================================================================
 """Qwen2Config: the HF ``config.json`` fields specs/qwen2.yaml reads, typed, with the spec's defaults.
 
