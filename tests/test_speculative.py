@@ -170,7 +170,7 @@ def _draft_logits(engine, ids: list[int]) -> torch.Tensor:
     if engine.state_pool is not None:
         engine.state_pool.allocate(seq)
     try:
-        _, hidden = spec._target_step([Work(seq, ids, 0)])
+        hidden = spec._target_step([Work(seq, ids, 0)])
         spec.draft.bind_hidden_states(hidden[:-1])
         return spec.runner.step([Work(seq, ids[1:], 0)], all_positions=True).float()
     finally:

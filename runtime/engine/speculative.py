@@ -183,8 +183,9 @@ class SpeculativeDecoder:
         self.draft.bind_kv_cache(caches)
         # The draft runs through the target's own runner class over the same block tables (no graphs: its inputs
         # include the bound hidden states, which a captured graph would not see).
-        self.runner = llm.target.make_runner(self.draft, blocks, llm.device, replace(options, cuda_graphs=False),
-                                             budget, state_pool=None)
+        self.runner = llm.target.make_runner(self.draft, blocks, llm.device,
+                                             replace(options, cuda_graphs=False, compile=False), budget,
+                                             state_pool=None)
         for runner in (llm.runner, self.runner):
             if hasattr(runner, "segmented_prefill"):
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
@@ -202,12 +203,17 @@ class SpeculativeDecoder:
         self.drafted.pop(seq_id, None)
 
     # ------------------------------------------------------------------------------------------------------- step
-    def _target_step(self, work: list[Work]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and final hidden states of every fed token, in work order."""
+    def _target_step(self, work: list[Work]) -> torch.Tensor:
+        """Final hidden states of every fed token, in work order (logits are computed for the rows that need them).
+
+        A step of single tokens asks for all positions (as many rows as requests), which keeps it off the CUDA graphs
+        so the hook sees it; any other step is eager already and its logits (last token per request) are dropped:
+        a long prompt chunk would otherwise cost a vocabulary-wide row per token."""
+        single = all(len(w.token_ids) == 1 for w in work)
         with capture_output(self.inner) as seen:
-            logits = self.llm.runner.step(work, all_positions=True)
+            self.llm.runner.step(work, all_positions=single)
         total = sum(len(w.token_ids) for w in work)
-        return logits[:total], seen[-1][:total]
+        return seen[-1][:total]
 
     def step(self, waiting: list, running: list) -> list:
         llm = self.llm
@@ -250,12 +256,19 @@ class SpeculativeDecoder:
         if pool is not None and verifying:
             slots = [pool.slot(batch[i].seq_id) for i in verifying]
             snapshot = pool.snapshot(slots)
-        logits, hidden = self._target_step(work)
+        hidden = self._target_step(work)
         offsets = [0]
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
+        # The target's logits at each sampling request's last token and drafts: one gather, one LM-head call.
+        rows, row_at = [], {}
+        for i, (r, n, d) in enumerate(zip(batch, real, drafts)):
+            if r.computed + n == len(r.tokens):
+                row_at[i] = len(rows)
+                rows.extend(range(offsets[i] + n - 1, offsets[i] + n + len(d)))
+        logits = self.draft.compute_logits(hidden[torch.tensor(rows, device=hidden.device)]) if rows else None
         # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
-        argmax = logits.argmax(-1).tolist() if any(r.params.temperature == 0 for r in batch) else None
+        argmax = logits.argmax(-1).tolist() if rows and any(r.params.temperature == 0 for r in batch) else None
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
@@ -268,10 +281,9 @@ class SpeculativeDecoder:
                 r.computed += n
                 accepted_counts.append(None)
                 continue
-            rows = logits[offsets[i] + n - 1 : offsets[i] + n + len(d)]
+            lo, hi = row_at[i], row_at[i] + len(d) + 1
             got = self.drafted.get(r.seq_id)
-            lo, hi = offsets[i] + n - 1, offsets[i] + n + len(d)
-            tokens, a = verify(d, rows, r.params, r.generator, got.probs[: len(d)] if got and d else None,
+            tokens, a = verify(d, logits[lo:hi], r.params, r.generator, got.probs[: len(d)] if got and d else None,
                                argmax[lo:hi] if argmax is not None else None)
             if d:
                 self.stats.proposed_tokens += len(d)
@@ -304,7 +316,7 @@ class SpeculativeDecoder:
                     i = verifying[j]
                     r = batch[i]
                     redo_work.append(Work(r.seq_id, r.tokens[starts[i] : r.computed], starts[i]))
-                _, redo_hidden = self._target_step(redo_work)
+                redo_hidden = self._target_step(redo_work)
                 at = 0
                 for j, w in zip(redo, redo_work):
                     hidden_rows[verifying[j]] = redo_hidden[at : at + len(w.token_ids)]
@@ -361,15 +373,13 @@ class SpeculativeDecoder:
         if not work:
             return
         self.draft.bind_hidden_states(torch.cat(rows))
-        logits = self.runner.step(work, all_positions=True)
-        chained = self.draft.last_hidden_states
+        last_logits = self.runner.step(work, all_positions=False)  # each request's last token
         ends = []
         at = 0
         for w in work:
             at += len(w.token_ids)
             ends.append(at - 1)
-        last_logits = logits[ends]
-        last_hidden = chained[ends]
+        last_hidden = self.draft.last_hidden_states[ends]
         active = [j for j, k in enumerate(wanted) if k > 0]
         for j in active:
             self.drafted[owners[j].seq_id] = _Drafted()
@@ -385,7 +395,7 @@ class SpeculativeDecoder:
                     # draft `step` (token len(tokens) + step - 1) enters at the position before it
                     step_work.append(Work(r.seq_id, [got[-1]], len(r.tokens) + step - 2))
                 self.draft.bind_hidden_states(last_hidden[active])
-                last_logits_step = self.runner.step(step_work, all_positions=True)
+                last_logits_step = self.runner.step(step_work, all_positions=False)
                 chained = self.draft.last_hidden_states
                 rows_logits = last_logits_step[: len(active)]
                 new_hidden = last_hidden.clone()

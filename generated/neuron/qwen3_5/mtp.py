@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): 0a420fa9aacd80fa
+# source hash (spec + templates + generator): e2256eac3de79e26
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35ForCausalLM for the neuron target (speculative decoding).
 
@@ -124,6 +124,11 @@ class Qwen35MTP(nn.Module):
         if sampling_params is not None:  # on-device sampling: (sampled_token_ids, gathered_logits)
             return NF.sample(logits, sampling_params), logits
         return logits
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Target LM-head logits of hidden states (the target's verify rows, or the draft's own)."""
+        target = self._target[0]
+        return NF.lm_head(hidden_states, target.lm_head_weight, target.vocab_size)
 
     def get_kv_spec(self) -> KVSpec:
         return KVSpec(layers=[self._layer().self_attn.kv_spec()])
