@@ -254,11 +254,6 @@ class LLM:
         check_load_format(load_format)
         engine_args = {k: v for k, v in locals().items() if k != "self"}  # for follower ranks and the target
         self._ranks, device = start_ranks(engine_args, tensor_parallel_size, expert_parallel_size, device)
-        # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
-        # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
-        # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
-        check_load_format(load_format)
-        self._ranks, device = start_ranks(dict(locals()), tensor_parallel_size, expert_parallel_size, device)
         # The directory, its config.json (text_config lifted) and quantization_config: refused here if unsupported.
         self.checkpoint = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
         self.checkpoint_dir = self.checkpoint.path
