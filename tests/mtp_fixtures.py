@@ -19,11 +19,11 @@ from tests.deepseek_fixtures import make_deepseek
 from tests.qwen3_next_fixtures import CASES as QWEN_CASES, make_qwen3_next
 
 
-def _deeper_layer(name: str, layers: int, seed: int, **overrides):
-    """Saved tensors of decoder layer ``layers`` of a (layers + 1)-layer HF DeepSeek model of case ``name``, and that
-    layer's in-memory state dict (HF's own parameter layout, for transformers' MtpModel)."""
+def _deeper_layer(make, name: str, layers: int, seed: int, **overrides):
+    """Saved tensors of decoder layer ``layers`` of a (layers + 1)-layer HF model of case ``name`` (``make``: the
+    fixture maker), and that layer's in-memory state dict (HF's own parameter layout, for transformers' MtpModel)."""
     with tempfile.TemporaryDirectory() as tmp:
-        deeper = make_deepseek(tmp, name, seed=seed, num_hidden_layers=layers + 1, **overrides)
+        deeper = make(tmp, name, seed=seed, num_hidden_layers=layers + 1, **overrides)
         tensors = {}
         for f in Path(tmp).glob("*.safetensors"):
             tensors.update(load_file(f))
@@ -52,15 +52,17 @@ def _rand(*shape, std=0.05, mean=0.0):
     return torch.randn(*shape) * std + mean
 
 
-def make_deepseek_mtp(path, name: str = "v3", seed: int = 0, drop: tuple[str, ...] = (), **overrides):
-    """A tiny DeepSeek checkpoint with a random MTP layer at index num_hidden_layers; ``drop``: MTP tensor suffixes
-    left out (missing-tensor tests). Returns the fp32 HF model (main layers only)."""
-    model = make_deepseek(path, name, seed=seed, **overrides)
+def make_deepseek_mtp(path, name: str = "v3", seed: int = 0, drop: tuple[str, ...] = (), make=make_deepseek,
+                      **overrides):
+    """A tiny DeepSeek-layout checkpoint (DeepSeek V3/V3.2, GLM-5, or GLM-4.5 with ``make=tests.moe_fixtures.
+    make_moe``) with a random MTP layer at index num_hidden_layers; ``drop``: MTP tensor suffixes left out
+    (missing-tensor tests). Returns the fp32 HF model (main layers only)."""
+    model = make(path, name, seed=seed, **overrides)
     cfg = model.config
     n = cfg.num_hidden_layers
     gen = torch.Generator().manual_seed(seed + 1000)
     torch.manual_seed(seed + 1000)
-    layer, block_state = _deeper_layer(name, n, seed + 1, **overrides)
+    layer, block_state = _deeper_layer(make, name, n, seed + 1, **overrides)
     h, v = cfg.hidden_size, cfg.vocab_size
     layer.update({
         "enorm.weight": _rand(h, std=0.2, mean=1.0), "hnorm.weight": _rand(h, std=0.2, mean=1.0),

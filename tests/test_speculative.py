@@ -77,6 +77,22 @@ def test_greedy_equal_qwen3_5(ckpts):
     assert _engine(path, speculative_tokens=2).generate(PROMPTS[:2], _greedy(8)) == ref
 
 
+@pytest.mark.parametrize("name", ["v32_sparse", "glm5_dense", "glm4_moe_plain", "qwen3_5_moe"])
+def test_greedy_equal_other_mtp_specs(tmp_path, name):
+    """The specs that inherit or declare an mtp: section: DeepSeek-V3.2 (DSA indexer in the MTP layer), GLM-5,
+    GLM-4.5 (GQA MoE), Qwen3.5-MoE; the draft loads strictly and the output is plain greedy's."""
+    if name == "qwen3_5_moe":
+        make_qwen3_next_mtp(tmp_path, name)
+    else:
+        from tests.moe_fixtures import make_moe
+
+        make_deepseek_mtp(tmp_path, name, **({"make": make_moe} if name.startswith("glm4") else {}))
+    ref = _engine(tmp_path).generate(PROMPTS[:3], _greedy(8))
+    spec = _engine(tmp_path, speculative_tokens=3)
+    assert spec.generate(PROMPTS[:3], _greedy(8)) == ref
+    assert spec.stats.as_dict()["speculative"]["proposed_tokens"] > 0
+
+
 def test_chunked_prefill_and_small_cache(ckpts):
     """Prompt chunks (MTP fed chunk by chunk), preemption under a small cache, more requests than max_num_seqs."""
     path, _ = ckpts("deepseek")
