@@ -78,6 +78,25 @@ def test_tensor_parallel_2_started_by_llm_equals_1(tmp_path, target):
 
 
 @pytest.mark.slow
+def test_on_device_sampling_and_warmup_are_broadcast(tmp_path):
+    """step_sample (sampling params travel as float64) and warmup reach rank 1: tokens equal N = 1, seeded sampling
+    included (rank 0's sample is the one used)."""
+    make_llama(tmp_path / "ckpt", "gqa")
+    kw = dict(target="neuron", dtype="float32", max_model_len=64, on_device_sampling=True, max_num_seqs=2,
+              prefill_buckets=[16], decode_buckets=[2], decode_context_buckets=[64])
+    params = [GREEDY, SamplingParams(max_new_tokens=8, ignore_eos=True, temperature=0.8, top_k=20, seed=3)]
+    want = LLM(tmp_path / "ckpt", **kw).generate(PROMPTS, GREEDY)
+    llm = LLM(tmp_path / "ckpt", tensor_parallel_size=2, **kw)
+    try:
+        llm.warmup()
+        assert llm.generate(PROMPTS, GREEDY) == want
+        sampled = llm.generate(PROMPTS, params)
+        assert sampled[0] == want[0] and len(sampled[1]) == 8
+    finally:
+        llm.close()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("ep", [2, 1])  # whole experts on each rank (EP=2) / every expert TP-sharded (EP=1)
 @pytest.mark.parametrize("fused", [False, True])
 def test_moe_expert_and_tp_sharded_experts_equal_1(tmp_path, ep, fused):
