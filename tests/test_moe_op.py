@@ -261,8 +261,10 @@ def test_input_validation():
         fused_moe(hidden, w13, w2, w, ids, "relu")
     with pytest.raises(ValueError, match="shape mismatch"):
         fused_moe(hidden, w13, w2[:, :, :-1], w, ids)
-    with pytest.raises(NotImplementedError):
-        route(torch.randn(4, 8), 2, renormalize=True, n_group=2, topk_group=1)
+    with pytest.raises(NotImplementedError, match="topk_softmax"):  # groups of raw logits: no model defines them
+        route(torch.randn(4, 8), 2, scoring="topk_softmax", renormalize=True, n_group=2, topk_group=1)
+    with pytest.raises(ValueError, match="group_score"):
+        route(torch.randn(4, 8), 2, renormalize=True, n_group=2, topk_group=1, group_score="mean")
 
 
 # ------------------------------------------------------------------------------------------------------------ stager

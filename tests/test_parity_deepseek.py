@@ -154,14 +154,6 @@ def test_glm5_shared_indexer_layers_are_refused(tmp_path):
         llm(tmp_path, "rocm")
 
 
-def test_v2_group_limited_greedy_is_refused(tmp_path):
-    from modelgen.runtime.hf_config import ConfigError
-
-    make_deepseek(tmp_path, "v2", topk_method="group_limited_greedy", n_group=2, topk_group=1)
-    with pytest.raises(ConfigError, match="topk_method group_limited_greedy"):
-        llm(tmp_path, "rocm")
-
-
 def test_missing_mla_tensor_is_named(checkpoints, tmp_path):
     path, _ = checkpoints("v3")
     for f in path.iterdir():

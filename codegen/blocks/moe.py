@@ -31,6 +31,11 @@ class RouterSpec(Strict):
     renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
     n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
     topk_group: Expression | None = Field(default=None, description="grouped top-k: groups kept per token")
+    group_score: Literal["top2_sum", "max"] = Field(
+        default="top2_sum",
+        description="grouped top-k: how a group is ranked; top2_sum = the sum of its two best selection scores "
+        "(DeepSeek-V3 / GLM4-MoE noaux_tc), max = its best score (DeepSeek-V2 topk_method group_limited_greedy)",
+    )
     correction_bias: bool = Field(default=False, description="e_score_correction_bias: added for selection only")
     routed_scaling_factor: Expression = 1.0
     float32: bool = Field(default=False, description="router weight and math kept in float32 (GLM4-MoE)")
@@ -100,6 +105,7 @@ class Router:
     float32: bool
     weights_in_model_dtype: bool
     bias: bool = False
+    group_score: str = "top2_sum"  # how groups are ranked (grouped top-k only)
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,8 @@ class MoE(Module):
         r = self.router
         text = f"`{self.num_experts.spec}` experts, top-`{r.top_k.spec}`, {r.scoring} scoring"
         if r.n_group is not None and r.topk_group is not None:
-            text += f", grouped top-k (`{r.n_group.spec}` groups, keep `{r.topk_group.spec}`)"
+            ranked = "their best score" if r.group_score == "max" else "the sum of their two best scores"
+            text += f", grouped top-k (`{r.n_group.spec}` groups ranked by {ranked}, keep `{r.topk_group.spec}`)"
         if r.correction_bias:
             text += ", e_score_correction_bias"
         if r.scoring != "topk_softmax":
@@ -172,13 +179,17 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
     r, rp = m.router, p + ("router",)
     if (r.n_group is None) != (r.topk_group is None):
         ctx.error(rp, "grouped top-k needs both n_group and topk_group")
+    if r.group_score != "top2_sum" and r.n_group is None:
+        ctx.error(rp + ("group_score",), "group_score ranks expert groups: it needs n_group and topk_group")
+    if r.n_group is not None and r.scoring == "topk_softmax":
+        ctx.error(rp + ("n_group",), "grouped top-k is not defined for scoring topk_softmax")
     scaling = ctx.value(rp + ("routed_scaling_factor",), r.routed_scaling_factor)
     router = Router(
         name=r.name, scoring=r.scoring, top_k=ctx.value(rp + ("top_k",), r.top_k),
         renormalize=ctx.value(rp + ("renormalize",), r.renormalize),
         n_group=ctx.optional(rp + ("n_group",), r.n_group), topk_group=ctx.optional(rp + ("topk_group",), r.topk_group),
         correction_bias=r.correction_bias, routed_scaling_factor=None if scaling.is_literal(1) else scaling,
-        float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype, bias=r.bias,
+        float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype, bias=r.bias, group_score=r.group_score,
     )
     if isinstance(m.activation, ClampedSwiGLUSpec):
         ap = p + ("activation",)

@@ -47,10 +47,11 @@ class TopKRouter(nn.Module):
         float32: bool = False,
         weights_in_model_dtype: bool = False,
         bias: bool = False,
+        group_score: str = "top2_sum",
     ):
         super().__init__()
         self.top_k, self.scoring, self.renormalize = top_k, scoring, renormalize
-        self.n_group, self.topk_group = n_group, topk_group
+        self.n_group, self.topk_group, self.group_score = n_group, topk_group, group_score
         self.routed_scaling_factor = routed_scaling_factor
         self.float32, self.weights_in_model_dtype = float32, weights_in_model_dtype
         dtype = torch.float32 if float32 else None
@@ -66,10 +67,11 @@ class TopKRouter(nn.Module):
         self.backend = backends.active("rocm")
 
     def _gpu(self, x: torch.Tensor) -> bool:
-        # Group-limited softmax routing has no HF counterpart: the reference raises for it, so let it.
-        # The router kernel knows neither a linear bias nor GPT-OSS's top-k-then-softmax: those take the reference.
+        # The router kernel knows neither a linear bias, GPT-OSS's top-k-then-softmax nor groups ranked by their
+        # maximum / softmax groups (DeepSeek-V2 group_limited_greedy): those take the reference.
+        grouped = (self.n_group or 1) > 1
         return (self.backend != "aiter" and gpu.enabled(x) and self.bias is None and self.scoring != "topk_softmax"
-                and not (self.scoring == "softmax" and (self.n_group or 1) > 1))
+                and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum")))
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
@@ -87,7 +89,7 @@ class TopKRouter(nn.Module):
         weights, ids = route(
             logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
             topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
-            routed_scaling_factor=self.routed_scaling_factor, backend=self.backend,
+            routed_scaling_factor=self.routed_scaling_factor, group_score=self.group_score, backend=self.backend,
         )
         if self.weights_in_model_dtype:  # Qwen3-MoE casts the top-k weights to the logits' dtype
             weights = weights.to(logits.dtype)

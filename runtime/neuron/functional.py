@@ -138,6 +138,7 @@ def router(
     routed_scaling_factor: float = 1.0,
     weights_in_model_dtype: bool = False,
     bias: torch.Tensor | None = None,
+    group_score: str = "top2_sum",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits in the router weight's dtype (float32 routers cast the hidden states up; ``bias``: the router
     linear's own bias, GPT-OSS), then top-k."""
@@ -145,6 +146,7 @@ def router(
     weights, ids = moe_ops.route(
         logits, top_k, scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
         e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor,
+        group_score=group_score,
     )
     return (weights.to(logits.dtype) if weights_in_model_dtype else weights), ids
 

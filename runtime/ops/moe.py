@@ -26,6 +26,10 @@ Routers mirror transformers 5.x exactly (order of operations and dtype casts):
   ``n_group`` groups, keep ``topk_group`` groups (``topk(sorted=False)``), mask the others with -inf, pick
   ``topk(sorted=False)`` experts; weights = the *unbiased* scores of those experts, ``/ (sum + 1e-20)`` when
   ``norm_topk_prob``, then ``* routed_scaling_factor``; float32.
+* DeepSeek-V2 ``DeepseekV2TopkRouter`` with ``topk_method="group_limited_greedy"``: float32 logits, softmax scores,
+  group score = the *maximum* score in each group (``group_score="max"``), keep ``topk_group`` groups, zero the other
+  groups' scores, top-k of what is left; weights = those scores (never renormalised) ``* routed_scaling_factor``.
+  ``topk_method="greedy"`` is the plain softmax path without groups.
 
 Expert combine mirrors HF's eager ``*Experts.forward``: each expert's output is computed in the model dtype, multiplied
 by its routing weight (ordinary type promotion: a float32 weight makes the product float32, which HF then rounds),
@@ -66,6 +70,7 @@ def route(
     topk_group: int | None = None,
     e_score_correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0,
+    group_score: str = "top2_sum",
     backend: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``router_logits [T, E]`` -> ``(topk_weights [T, k] float32, topk_ids [T, k] int64)``.
@@ -74,6 +79,9 @@ def route(
     ``scoring="sigmoid"``: GLM4-MoE / DeepSeek-V3 (``n_group``, ``topk_group``, ``e_score_correction_bias``,
     ``renormalize=norm_topk_prob``, ``routed_scaling_factor``). Group-limited selection runs when ``n_group > 1``
     (with ``n_group`` 1 or None the group mask keeps every expert, so the result is the same as HF's).
+    ``group_score``: how a group is ranked, ``"top2_sum"`` (DeepSeek-V3 / GLM4-MoE ``noaux_tc``: the sum of its two
+    best selection scores) or ``"max"`` (DeepSeek-V2 ``group_limited_greedy``: its best score); grouping applies to
+    ``scoring="softmax"`` too (V2), where the experts outside the kept groups are never picked.
     The ids of the sigmoid router come in ``topk(sorted=False)`` order, as HF's do; compare them as sets.
     ``scoring="topk_softmax"``: GPT-OSS (``GptOssTopKRouter``): top-k over the raw logits, then a softmax over the k
     selected logits in their own dtype (so the weights always sum to 1; ``renormalize`` changes nothing).
@@ -89,13 +97,15 @@ def route(
             raise ValueError("route: n_group > 1 needs topk_group")
         if num_experts % n_group:
             raise ValueError(f"route: {num_experts} experts do not split into n_group={n_group} groups")
-        if scoring != "sigmoid":
-            raise NotImplementedError("route: group-limited selection is implemented for scoring='sigmoid' only")
+        if scoring == "topk_softmax":
+            raise NotImplementedError("route: group-limited selection is not defined for scoring='topk_softmax'")
+    if group_score not in ("top2_sum", "max"):
+        raise ValueError(f"route: group_score must be 'top2_sum' or 'max', got {group_score!r}")
 
     if backend == "aiter" and router_logits.is_cuda and scoring != "topk_softmax":
         out = _aiter_route(
             router_logits, top_k, scoring, renormalize, n_group, topk_group, e_score_correction_bias,
-            routed_scaling_factor,
+            routed_scaling_factor, group_score,
         )
         if out is not None:
             return out
@@ -109,6 +119,8 @@ def route(
 
     if scoring == "softmax":
         probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+        if grouped:  # DeepSeek-V2 group_limited_greedy: other groups' scores are zeroed (HF masked_fill 0.0)
+            probs = probs.masked_fill(~_group_mask(probs, n_group, topk_group, group_score), 0.0)
         weights, ids = torch.topk(probs, top_k, dim=-1)
         if renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -119,18 +131,27 @@ def route(
     scores = router_logits.float().sigmoid()
     choice = scores if e_score_correction_bias is None else scores + e_score_correction_bias.float()
     if grouped:
-        per_group = num_experts // n_group
-        group_scores = choice.view(-1, n_group, per_group).topk(2, dim=-1)[0].sum(dim=-1)  # [T, n_group]
-        group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
-        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
-        score_mask = group_mask.unsqueeze(-1).expand(-1, n_group, per_group).reshape(-1, num_experts)
-        choice = choice.masked_fill(~score_mask.bool(), float("-inf"))
+        choice = choice.masked_fill(~_group_mask(choice, n_group, topk_group, group_score), float("-inf"))
     ids = torch.topk(choice, k=top_k, dim=-1, sorted=False)[1]
     weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
     weights = weights * routed_scaling_factor
     return weights, ids
+
+
+def _group_mask(scores: torch.Tensor, n_group: int, topk_group: int, group_score: str) -> torch.Tensor:
+    """``[T, E]`` bool: experts of the ``topk_group`` best groups per token, groups ranked by ``group_score``."""
+    num_experts = scores.shape[-1]
+    per_group = num_experts // n_group
+    grouped = scores.view(-1, n_group, per_group)
+    if group_score == "max":  # DeepSeek-V2 group_limited_greedy
+        group_scores = grouped.max(dim=-1).values
+    else:  # DeepSeek-V3 / GLM4-MoE noaux_tc: sum of the two best
+        group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+    group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+    return group_mask.unsqueeze(-1).expand(-1, n_group, per_group).reshape(-1, num_experts).bool()
 
 
 # -------------------------------------------------------------------------------------------------------- fused MoE
@@ -313,7 +334,7 @@ def stacked_from_fused(tensor: torch.Tensor, part: str, layout: str) -> torch.Te
 
 
 # ------------------------------------------------------------------------------------------------------------ aiter
-def _aiter_route(logits, top_k, scoring, renormalize, n_group, topk_group, bias, scaling):
+def _aiter_route(logits, top_k, scoring, renormalize, n_group, topk_group, bias, scaling, group_score="top2_sum"):
     """aiter's routing kernels, or None where they do not cover the request (the torch path then runs)."""
     if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
@@ -329,7 +350,7 @@ def _aiter_route(logits, top_k, scoring, renormalize, n_group, topk_group, bias,
         if scaling != 1.0:
             weights = weights * scaling
         return weights, ids.long()
-    if scoring == "sigmoid" and bias is not None and renormalize and n_group and topk_group:
+    if scoring == "sigmoid" and bias is not None and renormalize and n_group and topk_group and group_score == "top2_sum":
         # aiter.biased_grouped_topk(gating_output, correction_bias, topk_weights, topk_ids,
         #                           num_expert_group, topk_group, need_renorm, routed_scaling_factor)
         aiter.biased_grouped_topk(logits, bias, weights, ids, n_group, topk_group, True, float(scaling))

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 2323425bbb4e1adb
+# source hash (spec + templates + generator): fb479a5285a738d1
 # ==================================================================================================================
 """DeepseekV2 for the neuron target, in vLLM Neuron's style.
 
@@ -167,7 +167,7 @@ class DeepseekV2MLP(nn.Module):
 
 
 class DeepseekV2SparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router + shared experts;
+    """Mixture of experts: softmax top-k router (grouped) + shared experts;
     shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
@@ -184,6 +184,7 @@ class DeepseekV2SparseMoeBlock(nn.Module):
         local_experts = list(range(self.expert_offset, self.expert_offset + self.num_local_experts))
         self.top_k = config.num_experts_per_tok
         self.renormalize = False
+        self.n_group, self.topk_group = config.expert_groups, config.topk_group
         self.routed_scaling_factor = config.routed_scaling_factor
         # Router: replicated, HF layout [E, H], kept in float32 as HF does.
         self.gate_weight = nn.Parameter(
@@ -202,6 +203,9 @@ class DeepseekV2SparseMoeBlock(nn.Module):
             self.top_k,
             scoring="softmax",
             renormalize=self.renormalize,
+            n_group=self.n_group,
+            topk_group=self.topk_group,
+            group_score="max",
             routed_scaling_factor=self.routed_scaling_factor,
         )
         out = NF.moe(

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): 9136ebeaac7ead86
+# source hash (spec + templates + generator): 275ac01d29cce2ed
 # ==================================================================================================================
 """Qwen2 for the neuron target, in vLLM Neuron's style.
 
@@ -144,7 +144,7 @@ class Qwen2Attention1(nn.Module):
         self.scale = self.head_dim ** -0.5
         self.rotary_dim = self.head_dim
         # q sees k iff q - W < k <= q (None: full attention); masked, never sliced, so shapes stay static.
-        self.sliding_window = NF.sliding_window(config.sliding_window if config.use_sliding_window else None, self.layer_name)
+        self.sliding_window = NF.sliding_window(config.window, self.layer_name)
 
         self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
         set_weight_loader(

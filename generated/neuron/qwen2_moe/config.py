@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_moe.yaml --target neuron
-# source hash (spec + templates + generator): 49b646a3281cab7e
+# source hash (spec + templates + generator): e0712cca1ea3220c
 # ==================================================================================================================
 """Qwen2MoeConfig: the HF ``config.json`` fields specs/qwen2_moe.yaml reads, typed, with the spec's defaults.
 
@@ -58,6 +58,7 @@ class Qwen2MoeConfig(NeuronModelConfig):
     norm_topk_prob: bool
     decoder_sparse_step: int
     mlp_only_layers: list[int]
+    window: Any  # derived: sliding_window if use_sliding_window else None
 
     # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
     # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
@@ -168,9 +169,10 @@ class Qwen2MoeConfig(NeuronModelConfig):
         mlp_only_layers = read_int_list(cfg, "mlp_only_layers", ("mlp_only_layers",))
         if mlp_only_layers is None:
             mlp_only_layers = []
+        window = sliding_window if use_sliding_window else None
         if not (use_sliding_window or not layer_types or 'sliding_attention' not in layer_types):
             raise ConfigError(
-                "specs/qwen2_moe.yaml: layer_types names sliding_attention layers but use_sliding_window is false (a window of 0)",
+                "specs/qwen2_moe.yaml: layer_types has sliding_attention layers but use_sliding_window is false"
             )
         return cls(
             vocab_size=vocab_size,
@@ -198,8 +200,25 @@ class Qwen2MoeConfig(NeuronModelConfig):
             norm_topk_prob=norm_topk_prob,
             decoder_sparse_step=decoder_sparse_step,
             mlp_only_layers=mlp_only_layers,
+            window=window,
         )
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
-        return ('sparse' if i not in self.mlp_only_layers and self.num_experts > 0 and ((i + 1) % self.decoder_sparse_step == 0) else 'decoder') + ('_sliding' if (self.layer_types[i] == 'sliding_attention' if self.layer_types else self.use_sliding_window and (i + 1) % 2 == 1 and (i < self.max_window_layers)) else '')
+        return (
+            (
+                'sparse_sliding'
+                if i not in self.mlp_only_layers and self.num_experts > 0 and ((i + 1) % self.decoder_sparse_step == 0)
+                else 'decoder_sliding'
+            )
+            if (
+                self.layer_types[i] == 'sliding_attention'
+                if self.layer_types
+                else self.use_sliding_window and (i + 1) % 2 == 1 and (i < self.max_window_layers)
+            )
+            else (
+                'sparse'
+                if i not in self.mlp_only_layers and self.num_experts > 0 and ((i + 1) % self.decoder_sparse_step == 0)
+                else 'decoder'
+            )
+        )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): 2323425bbb4e1adb
+# source hash (spec + templates + generator): fb479a5285a738d1
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 
@@ -44,6 +44,8 @@ class DeepseekV2Config:
     num_experts_per_tok: int
     moe_intermediate_size: int
     n_shared_experts: int
+    n_group: int
+    topk_group: int
     routed_scaling_factor: float
     first_k_dense_replace: int
     hidden_act: str
@@ -55,6 +57,7 @@ class DeepseekV2Config:
     v_head_dim: int
     topk_method: str
     mlp_bias: bool
+    expert_groups: Any  # derived: n_group if topk_method == 'group_limited_greedy' else None
 
     # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
     # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
@@ -77,6 +80,8 @@ class DeepseekV2Config:
         "num_experts_per_tok",
         "moe_intermediate_size",
         "n_shared_experts",
+        "n_group",
+        "topk_group",
         "routed_scaling_factor",
         "first_k_dense_replace",
         "hidden_act",
@@ -145,6 +150,8 @@ class DeepseekV2Config:
         n_shared_experts = read_int(cfg, "n_shared_experts", ("n_shared_experts",))
         if n_shared_experts is None:
             n_shared_experts = 2
+        n_group = read_int(cfg, "n_group", ("n_group",))
+        topk_group = read_int(cfg, "topk_group", ("topk_group",))
         routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ("routed_scaling_factor",))
         if routed_scaling_factor is None:
             routed_scaling_factor = 1.0
@@ -178,10 +185,11 @@ class DeepseekV2Config:
         mlp_bias = read_bool(cfg, "mlp_bias", ("mlp_bias",))
         if mlp_bias is None:
             mlp_bias = False
-        if not (topk_method == 'greedy'):
-            raise ConfigError(
-                "specs/deepseek_v2.yaml: topk_method group_limited_greedy (groups ranked by max) is not generated yet"
-            )
+        expert_groups = n_group if topk_method == 'group_limited_greedy' else None
+        if not (topk_method in ['greedy', 'group_limited_greedy']):
+            raise ConfigError("specs/deepseek_v2.yaml: topk_method must be greedy or group_limited_greedy")
+        if not (topk_method == 'greedy' or (n_group is not None and topk_group is not None)):
+            raise ConfigError("specs/deepseek_v2.yaml: topk_method group_limited_greedy needs n_group and topk_group")
         if mlp_bias:
             raise ConfigError("specs/deepseek_v2.yaml: MLP biases (mlp_bias) are not generated for DeepSeek-V2")
         if not (hidden_act == 'silu'):
@@ -204,6 +212,8 @@ class DeepseekV2Config:
             num_experts_per_tok=num_experts_per_tok,
             moe_intermediate_size=moe_intermediate_size,
             n_shared_experts=n_shared_experts,
+            n_group=n_group,
+            topk_group=topk_group,
             routed_scaling_factor=routed_scaling_factor,
             first_k_dense_replace=first_k_dense_replace,
             hidden_act=hidden_act,
@@ -215,6 +225,7 @@ class DeepseekV2Config:
             v_head_dim=v_head_dim,
             topk_method=topk_method,
             mlp_bias=mlp_bias,
+            expert_groups=expert_groups,
         )
 
     def layer_block(self, i: int) -> str:

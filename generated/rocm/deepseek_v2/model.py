@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): 2323425bbb4e1adb
+# source hash (spec + templates + generator): fb479a5285a738d1
 # ==================================================================================================================
 """DeepseekV2 for the rocm target, in ATOM's style.
 
@@ -93,7 +93,7 @@ class DeepseekV2MLP(nn.Module):
 
 
 class DeepseekV2SparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router + shared experts, routed experts through the fused MoE op.
+    """Mixture of experts: softmax top-k router (grouped) + shared experts, routed experts through the fused MoE op.
 
     Experts are stacked ``w13 [E, 2I, H]`` (gate then up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
     contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
@@ -107,6 +107,9 @@ class DeepseekV2SparseMoeBlock(nn.Module):
             top_k=config.num_experts_per_tok,
             scoring="softmax",
             renormalize=False,
+            n_group=config.expert_groups,
+            topk_group=config.topk_group,
+            group_score="max",
             routed_scaling_factor=config.routed_scaling_factor,
             float32=True,  # router weight and scores in float32 (HF keeps it out of bf16)
         )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): 9136ebeaac7ead86
+# source hash (spec + templates + generator): 275ac01d29cce2ed
 # ==================================================================================================================
 """Qwen2 for the rocm target, in ATOM's style.
 
@@ -117,7 +117,7 @@ class Qwen2Attention1(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
-            sliding_window=config.sliding_window if config.use_sliding_window else None,  # q sees k iff q - W < k <= q
+            sliding_window=config.window,  # q sees k iff q - W < k <= q
         )
 
     def forward(
