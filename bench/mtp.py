@@ -19,7 +19,8 @@ For each model:
 Writes ``--out`` (JSON, rewritten after every model). CPU smoke test (tiny shapes, a few steps):
 
   python bench/mtp.py --size tiny --device cpu --train-steps 20 --new-tokens 16 --out /tmp/mtp-tiny.json
-  python bench/mtp.py --out bench/results/h200-mtp.json          # on the GPU: DeepSeek-V3-like + Qwen3-Next-like
+  python bench/mtp.py --models deepseek --out bench/results/h200-mtp-deepseek.json      # on the GPU, one model per
+  python bench/mtp.py --models qwen3_next --out bench/results/h200-mtp-qwen3-next.json  # command (~5 min each)
 """
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ def build(kind: str, size: str, path: Path, device: str, seed: int = 0):
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[kind])
     config = cfg_cls(**SHAPES[kind][size], bos_token_id=1, eos_token_id=2)
     torch.manual_seed(seed)
-    hf = model_cls(config).eval()
+    with torch.device(device):  # initialised where it trains (billions of parameters initialise slowly on a CPU)
+        hf = model_cls(config).eval()
     hf.save_pretrained(path)
     # The MTP block: a decoder layer at index num_hidden_layers of a config that makes it the MTP kind (transformers'
     # get_mtp_config: MoE; full attention), initialised by the library.
@@ -142,9 +144,10 @@ def build(kind: str, size: str, path: Path, device: str, seed: int = 0):
         mtp_cfg.first_k_dense_replace = 0
     else:
         mtp_cfg.layer_types = list(config.layer_types) + ["full_attention"]
-    block = type(hf.model.layers[0])(mtp_cfg, n)
-    block.apply(hf._init_weights)
-    head = MtpHead(hf, block)
+    with torch.device(device):
+        block = type(hf.model.layers[0])(mtp_cfg, n)
+        block.apply(hf._init_weights)
+        head = MtpHead(hf, block)
     head.apply(lambda m: hf._init_weights(m) if m is not block else None)
     for p in hf.parameters():
         p.requires_grad_(False)

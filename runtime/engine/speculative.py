@@ -208,10 +208,12 @@ class SpeculativeDecoder:
 
         A step of single tokens asks for all positions (as many rows as requests), which keeps it off the CUDA graphs
         so the hook sees it; any other step is eager already and its logits (last token per request) are dropped:
-        a long prompt chunk would otherwise cost a vocabulary-wide row per token."""
-        single = all(len(w.token_ids) == 1 for w in work)
+        a long prompt chunk would otherwise cost a vocabulary-wide row per token. (The runners return logits only;
+        a ``return_hidden`` option on ``step`` would replace the hook.)"""
+        # A compiled neuron graph cannot run a Python hook (fullgraph): its steps take the eager all-positions path.
+        eager = all(len(w.token_ids) == 1 for w in work) or getattr(self.llm.runner, "compiled", False)
         with capture_output(self.inner) as seen:
-            self.llm.runner.step(work, all_positions=single)
+            self.llm.runner.step(work, all_positions=eager)
         total = sum(len(w.token_ids) for w in work)
         return seen[-1][:total]
 
