@@ -215,3 +215,25 @@ def test_split_tensor_parallel_2_matches_1(checkpoints, tmp_path, target):
         torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
         meta = json.loads(open(f"{out}.rank{rank}.json").read())
         assert meta["tokens"] == want_tokens and meta["kv_heads"] == 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_coverage_from_headers(checkpoints, tmp_path, target):
+    """`modelgen coverage` (headers only, meta tensors) runs the same split: TP=2 ranks each get half the heads of
+    the fused qkv_proj, and a mis-shaped fused tensor fails on every rank with the split's one-line error."""
+    import importlib
+
+    from modelgen.codegen.coverage import checkpoint_coverage
+
+    module = importlib.import_module(f"modelgen.generated.{target}.phi3")
+    path, _ = checkpoints("phi3_window")
+    report = checkpoint_coverage(module, path, target=target, tp=2)
+    assert report.passed, report.format()
+    qkv = "model.layers.0.self_attn.qkv_proj" + (".weight" if target == "rocm" else "_weight")
+    shapes = [dict((n, s) for n, s, _ in r.parameters)[qkv] for r in report.ranks]
+    assert sorted(shapes[0]) == sorted(shapes[1]) == [32 + 16 + 16, 64]  # per rank: 2 of 4 q heads, 1 of 2 KV heads
+    bad = tmp_path / "bad"
+    key = "model.layers.1.self_attn.qkv_proj.weight"
+    _rewrite(path, bad, lambda t: {**t, key: t[key][:-16].contiguous()})
+    report = checkpoint_coverage(module, bad, target=target, tp=2)
+    assert not report.passed and all("checkpoint.split 'qkv_proj' expects dim 0 = 128" in r.error for r in report.ranks)
