@@ -61,6 +61,8 @@ class ParallelConfig:
     """
 
     expert_parallel_size: int | None = None
+    # Token-split residual stream between the TP GEMMs (runtime/parallel/sequence.py), rocm target
+    sequence_parallel: bool = False
 
 
 _CONFIG = ParallelConfig()

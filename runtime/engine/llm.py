@@ -240,6 +240,7 @@ class LLM:
         load_format: str = "auto",
         kv_cache_memory: int | None = None,
         gpu_memory_utilization: float | None = None,
+        sequence_parallel: bool = False,
         strict_config: bool = False,
         module=None,
     ):

@@ -140,7 +140,8 @@ class LocalPipeline(nn.Module):
     def __init__(self, stages: list[nn.Module]):
         super().__init__()
         spans = [s.pp_stage for s in stages]
-        if [s.rank for s in spans] != list(range(len(stages))) or any(a.end != b.start for a, b in zip(spans, spans[1:])):
+        chained = all(a.end == b.start for a, b in zip(spans, spans[1:]))
+        if [s.rank for s in spans] != list(range(len(stages))) or not chained:
             raise ValueError(f"stages {spans} do not chain")
         self.stages = nn.ModuleList(stages)
 

@@ -55,6 +55,13 @@ class Target:
         device); ``hf_config`` is config.json, ``engine_args`` the ``LLM(...)`` arguments."""
         return module.MODEL_CLASS(config)
 
+    def check_parallel(self) -> None:
+        """Refuse parallel options this target does not implement (``distributed.parallel_config()``)."""
+        from .. import distributed
+
+        if distributed.parallel_config().sequence_parallel and self.name != "rocm":
+            raise ValueError(f"sequence_parallel is implemented for the rocm target, not {self.name}")
+
     def load(self, model: LoadsWeights, checkpoint: Checkpoint) -> None:
         """Fill the model's parameters: the one ``load_weights(checkpoint)`` of the loader protocol, on every target
         (the model's tables say how; its parameters' device says where). Dummy weights without a tensor layout

@@ -33,6 +33,7 @@ class NeuronTarget(Target):
         """Through the generated factory, as vLLM Neuron does: ``Factory.from_configs(hf_config, neuron_config)``
         validates both (``_validate_config``), selects the implementation and builds it with
         ``Config.from_configs``; the NeuronConfig comes from the engine's arguments and parallel state."""
+        self.check_parallel()
         factory = getattr(module, "FACTORY_CLASS", None)
         if factory is None:  # a package generated before the factory contract
             return super().build_model(module, config, hf_config, engine_args)

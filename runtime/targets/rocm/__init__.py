@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import torch
 
+from ... import distributed
 from ..base import RunnerOptions, StepBudget, Target
 from .runner import RocmRunner
 
 
 class RocmTarget(Target):
     name = "rocm"
+
+    def build_model(self, module, config, hf_config: dict, engine_args: dict) -> torch.nn.Module:
+        """The generated model; with ``sequence_parallel`` its parallel modules switch to token-split residuals
+        (``runtime/parallel/sequence.py``)."""
+        model = super().build_model(module, config, hf_config, engine_args)
+        if distributed.parallel_config().sequence_parallel:
+            from ...parallel.sequence import enable_sequence_parallel
+
+            enable_sequence_parallel(model)
+        return model
 
     def make_runner(self, model: torch.nn.Module, blocks, device: torch.device, options: RunnerOptions,
                     budget: StepBudget, state_pool=None) -> RocmRunner:
