@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import re
 import shutil
@@ -220,6 +221,94 @@ def write_mxfp4(src: Path, dst: Path) -> int:
     return n
 
 
+# --------------------------------------------------------------------------------------------------------- diagnose
+def _hf_torch_gdn(enable: bool) -> list:
+    """Bind transformers' GDN functions to their torch references (``__wrapped__`` of the fla-bound ones); returns
+    what to restore."""
+    import importlib
+
+    saved = []
+    for mod_name in ("qwen3_next",):
+        mod = importlib.import_module(f"transformers.models.{mod_name}.modeling_{mod_name}")
+        for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                     "causal_conv1d_update"):
+            fn = getattr(mod, name, None)
+            if fn is None:
+                continue
+            saved.append((mod, name, fn))
+            while enable and hasattr(fn, "__wrapped__"):
+                fn = fn.__wrapped__
+            setattr(mod, name, fn)
+    return saved
+
+
+def diagnose(llm, hf, model: str, prompt: list[int]) -> dict:
+    """Last-position bf16 logits of one prompt: transformers (fla-bound and torch GDN functions), modelgen with every
+    Triton path, with none (``MODELGEN_BACKEND=torch`` on the GPU), and with one component's GPU path off at a time:
+    a wrong kernel shows as the component whose removal brings modelgen back to its torch path."""
+    import importlib
+    import os
+
+    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.ops import gpu as real_gpu
+    from modelgen.runtime.ops.gpu import gated_delta as ggd
+
+    class Off:
+        def __getattr__(self, name):
+            return getattr(real_gpu, name)
+
+        @staticmethod
+        def enabled(x):
+            return False
+
+    ids = torch.tensor([prompt], device="cuda")
+    with torch.inference_mode():
+        hf_default = hf(ids).logits[0, -1].float()
+        saved = _hf_torch_gdn(True) if model == "qwen3_next" else []
+        hf_torch = hf(ids).logits[0, -1].float()
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    score = lambda: llm.score(prompt)[-1].float()  # noqa: E731
+    os.environ["MODELGEN_BACKEND"] = "torch"
+    real_gpu.refresh()
+    try:
+        ref = score()
+    finally:
+        os.environ.pop("MODELGEN_BACKEND")
+        real_gpu.refresh()
+    full = score()
+
+    def row(x):
+        return {"argmax": int(x.argmax()), "max_abs_vs_modelgen_torch": (x - ref).abs().max().item(),
+                "max_abs_vs_hf_torch": (x - hf_torch).abs().max().item()}
+
+    out = {"logit_scale_max_abs": hf_torch.abs().max().item(), "hf_default": row(hf_default),
+           "hf_torch_gdn": row(hf_torch), "modelgen_torch_backend": row(ref), "modelgen_triton": row(full)}
+    for name in ("norm", "moe", "activation", "linear", "attention", "rotary"):
+        mod = importlib.import_module(f"modelgen.runtime.layers.{name}")
+        keep = mod.gpu
+        mod.gpu = Off()
+        try:
+            out[f"triton_but_{name}_torch"] = row(score())
+        except Exception as e:
+            out[f"triton_but_{name}_torch"] = f"{type(e).__name__}: {e}"[:300]
+        finally:
+            mod.gpu = keep
+    for label, obj, attr, repl in (("gdn_kernels", gd, "_triton", lambda x: False),
+                                   ("fla_prefill", ggd, "fla_chunk", lambda: None)):
+        keep = getattr(obj, attr)
+        setattr(obj, attr, repl)
+        try:
+            out[f"triton_but_{label}_torch"] = row(score())
+        except Exception as e:
+            out[f"triton_but_{label}_torch"] = f"{type(e).__name__}: {e}"[:300]
+        finally:
+            setattr(obj, attr, keep)
+    for k, v in out.items():
+        log(f"  diag {k}: {v}")
+    return out
+
+
 # -------------------------------------------------------------------------------------------------------------- main
 def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
     from modelgen.runtime.engine.sampler import SamplingParams
@@ -227,7 +316,8 @@ def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
     greedy = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
     out = {"decode_tok_s": {}, "step_ms": {}}
     t0 = time.perf_counter()
-    llm.warmup()
+    if getattr(llm.runner, "graphs", None) is not None:
+        llm.warmup()
     out["graph_capture_s"] = time.perf_counter() - t0
     for b in batches:
         ids = prompts[b].tolist()
@@ -252,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quant", choices=["none", "fp8", "mxfp4"], default="none",
                     help="also run modelgen on the quantized checkpoint (dequantized at load)")
     ap.add_argument("--systems", nargs="+", default=["modelgen", "hf_eager"])
+    ap.add_argument("--diagnose", action="store_true",
+                    help="per-component logit comparison (see diagnose()) instead of modelgen's greedy check and timing")
+    ap.add_argument("--no-graphs", action="store_true", help="modelgen decodes eagerly (no CUDA graphs)")
     ap.add_argument("--budget-s", type=float, default=400, help="skip remaining phases past this")
     args = ap.parse_args(argv)
     shape = SHAPES[args.model]
@@ -312,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {b: torch.randint(1000, hf.config.vocab_size - 1000, (b, args.prompt), generator=gen)
                for b in args.batches}
     kw = dict(target="rocm", dtype="bfloat16", device="cuda", max_model_len=args.prompt + args.new + 16,
-              max_num_seqs=max(args.batches))
+              max_num_seqs=max(args.batches), cuda_graphs=not args.no_graphs)
+    res["setup"]["modelgen_cuda_graphs"] = not args.no_graphs
 
     def run_modelgen(path: Path, key: str) -> None:
         try:
@@ -321,8 +415,19 @@ def main(argv: list[str] | None = None) -> int:
             entry["load_s"] = llm.load_seconds
             entry["backend"] = f"{llm.backend} ({llm.backend_reason})"
             log(key, "loaded in", f"{llm.load_seconds:.1f}s;", entry["backend"])
+            if args.diagnose and key == "modelgen":
+                res["diagnose"] = diagnose(llm, hf, args.model, prompts[args.batches[0]][0].tolist())
+                save()
+                return
             ids = prompts[args.batches[0]][:1].cuda()
-            want = hf_generate(hf, ids, 8, static=False)[0, ids.shape[1]:].tolist()
+            # transformers' reference tokens: its torch GDN functions (fla's bf16 prefill moves random-weight logits
+            # by ~0.5: see runtime/ops/gated_delta.py), restored for its timed runs
+            saved = _hf_torch_gdn(True) if args.model == "qwen3_next" else []
+            try:
+                want = hf_generate(hf, ids, 8, static=False)[0, ids.shape[1]:].tolist()
+            finally:
+                for mod, name, fn in saved:
+                    setattr(mod, name, fn)
             got = llm.generate(ids.tolist(), SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
             entry["greedy_agreement_first_8_vs_hf"] = sum(a == b for a, b in zip(want, got))
             log("greedy agreement", entry["greedy_agreement_first_8_vs_hf"], "/ 8", want, got)
@@ -344,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = res.setdefault("hf_eager", {"decode_tok_s": {}})
         if args.model == "qwen3_next":
             entry["gdn_kernels"] = "fla (transformers binds fla when it imports)" if ggd.fla_chunk() else "torch"
+        res["modelgen_gdn_prefill"] = os.environ.get("MODELGEN_GDN_PREFILL") or "torch chunked reference"
         for b in args.batches:
             if left() < 40:
                 entry.setdefault("skipped", []).append(b)
@@ -392,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         res["bs1_fraction_of_active_weight_roofline"] = m1 / res["active_weight_roofline_tok_s_bs1"]
     res["bench_wall_s"] = time.perf_counter() - t_start
     save()
-    del hf
+    hf = None
     gc.collect()
     shutil.rmtree(ckpt, ignore_errors=True)
     print(f"\n{shape['name']} ({layers} layers) | batch | modelgen | {args.quant if args.quant != 'none' else '-'} | "

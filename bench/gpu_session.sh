@@ -2,6 +2,8 @@
 # One device call of the GPU session (H200): GPU tests and benchmarks in sequence, logs and JSON under $OUT.
 #   bash bench/gpu_session.sh 1   # GDN tests, Qwen3-Next bench, test_gpu + test_gpu_moe, gpt-oss bench (bf16 + MXFP4)
 #   bash bench/gpu_session.sh 2   # MLA tests, DeepSeek-V3 bench (bf16 + FP8)
+#   bash bench/gpu_session.sh diag  # GDN tests but fla's, run --device cuda, Qwen3-Next 4-layer per-component logit diagnosis
+#   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -16,7 +18,22 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = 1 ]; then
+if [ "$phase" = diag ]; then
+  timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
+  echo "[$(( $(date +%s) - t0 ))s] gdn tests done"
+  timeout 60 python3 -m pytest -q -x tests/test_gpu.py -k test_modelgen_run_device_cuda -p no:cacheprovider 2>&1 \
+    | grep -v "^\s*init\|Warning" | tail -60 | tee "$OUT/h200-run-device-cuda.log"
+  timeout 200 python3 -m bench.qwen3_next --layers 4 --diagnose --systems modelgen --batches 1 --new 8 --budget-s 190 \
+    --out "$OUT/h200-qwen3-next-diagnose.json" 2>&1 | grep -v Warning | tee "$OUT/h200-qwen3-next-diagnose.log"
+elif [ "$phase" = 3 ]; then
+  timeout 250 python3 -m bench.qwen3_next --budget-s 235 --out "$OUT/h200-qwen3-next-80b-a3b.json" 2>&1 \
+    | grep -v Warning | tee "$OUT/h200-qwen3-next-80b-a3b.log"
+  left=$(( 290 - ($(date +%s) - t0) ))
+  if [ $left -gt 70 ]; then
+    timeout $left python3 -m bench.gpt_oss --no-graphs --budget-s $(( left - 10 )) --out "$OUT/h200-gpt-oss-20b.json" 2>&1 \
+      | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
+  fi
+elif [ "$phase" = 1 ]; then
   timeout 150 python3 -m pytest -q -rs tests/test_gpu_gdn.py -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"
   timeout 260 python3 -m bench.qwen3_next --budget-s 220 --out "$OUT/h200-qwen3-next-80b-a3b.json" 2>&1 \

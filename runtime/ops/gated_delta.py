@@ -21,15 +21,21 @@ Value heads are grouped over key heads: key head ``h`` serves value heads ``h * 
 
 GPU dispatch: on a CUDA tensor (``runtime/ops/gpu.enabled``) :func:`gdn_gating`, :func:`gated_rms_norm` and the decode
 path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/ops/gpu/gated_delta.py`` (sync-free, capturable in
-CUDA graphs), and :func:`chunk_gated_delta_rule` runs flash-linear-attention's chunked kernel when ``fla`` imports
-(optional: ``pip install 'modelgen[fla]'``). The ``*_ref`` functions are the torch references the GPU tests compare
-against; every other caller goes through the dispatching names. ``MODELGEN_BACKEND=torch`` keeps the references.
+CUDA graphs). With ``MODELGEN_GDN_PREFILL=fla`` :func:`chunk_gated_delta_rule` runs flash-linear-attention's chunked
+kernel (optional: ``pip install 'modelgen[fla]'``); it is off by default because on a random bf16 Qwen3-Next (4 layers,
+real shape, H200) fla's prefill moved the last logits by up to 0.47 (max |logit| 4.2) from the float32 torch chunked
+rule, against 0.03 between transformers' and modelgen's torch paths (transformers bound to fla: the same 0.48), so
+the torch chunked rule (float32 state) stays the GPU prefill. The ``*_ref`` functions are the torch references the GPU
+tests compare against; every other caller goes through the dispatching names. ``MODELGEN_BACKEND=torch`` keeps the
+references everywhere.
 
 Precision (as transformers 5.24 ``modeling_qwen3_next.py`` and fla): the delta rule runs in float32 whatever the input
 dtype (L2 norm included) and returns its output in the input dtype and its state in float32; the gate ``g`` is computed
 in float32 from ``A_log`` (``-exp(A_log)`` overflows to ``-inf`` in fp16 otherwise); the conv runs in the weight dtype.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -295,9 +301,9 @@ def chunk_gated_delta_rule(
     cu_seqlens: torch.Tensor | list[int] | None = None,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`chunk_gated_delta_rule_ref`; on a CUDA GPU with flash-linear-attention installed, fla's chunked Triton
-    kernel (same algorithm, chunk size 64)."""
-    if q.is_cuda and chunk_size == 64 and _triton(q):
+    """:func:`chunk_gated_delta_rule_ref`; on a CUDA GPU with ``MODELGEN_GDN_PREFILL=fla`` and flash-linear-attention
+    installed, fla's chunked Triton kernel (same algorithm, chunk size 64; see the module docstring for its accuracy)."""
+    if q.is_cuda and chunk_size == 64 and os.environ.get("MODELGEN_GDN_PREFILL") == "fla" and _triton(q):
         from .gpu import gated_delta as ggd
 
         if ggd.fla_chunk() is not None:

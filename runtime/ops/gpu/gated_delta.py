@@ -81,7 +81,6 @@ def _conv_update_kernel(
     rd = cm & keep
     # conv in float32 over the state (inputs K-1 .. 1 tokens back) and this token, weights [C, K] oldest first
     acc = tl.load(w_ptr + c * K + (K - 1), mask=cm, other=0.0).to(tl.float32) * x.to(tl.float32)
-    prev = tl.zeros([BLOCK_C], dtype=tl.float32)
     for j in tl.static_range(K - 1):
         s = tl.load(base + j, mask=rd, other=0.0)
         acc += tl.load(w_ptr + c * K + j, mask=cm, other=0.0).to(tl.float32) * s.to(tl.float32)
