@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ... import distributed
 from ...layers.attention import AttentionMetadata
 
 
@@ -103,7 +104,11 @@ class DecodeGraphs:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # Under tensor parallelism the graph also captures the NCCL all-reduces / all-gathers (every rank captures
+        # the same bucket at the same step: rank 0 broadcasts the steps). "thread_local" keeps the NCCL watchdog
+        # thread's event queries legal while this thread captures ("global" would fail them).
+        mode = "thread_local" if distributed.tp_size() > 1 else "global"
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode=mode):
             bk.logits = self._forward(bk)
         torch.cuda.synchronize(self.device)
         bk.graph = graph
