@@ -78,7 +78,7 @@ def grouped_checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("target", TARGETS)
 def test_against_hf_fp32(grouped_checkpoint, target):
     path, hf = grouped_checkpoint
-    model = llm(path, target)
+    model = llm(path, target, strict_config=True)
     err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4, f"{target}: prefill logits differ by {err}"
     out = model.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0]

@@ -84,7 +84,7 @@ FP32 = [(n, False) for n in CASES] + [(n, True) for n in CASES if CASES[n][3]]
 @pytest.mark.parametrize("name, fused", FP32, ids=[n + ("-fused" if f else "") for n, f in FP32])
 def test_against_hf_fp32(checkpoints, name, fused, target):
     path, hf = checkpoints(name, fused)
-    model = llm(path, target)
+    model = llm(path, target, strict_config=True)  # every config.json key read or declared irrelevant by the spec
     err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4, f"{name}/{target}: prefill logits differ by {err}"
     out = model.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): fb479a5285a738d1
+# source hash (spec + templates + generator): c9f7c7d8cfa7dc3a
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 
@@ -103,8 +103,6 @@ class DeepseekV2Config(NeuronModelConfig):
         "head_dim",
         "qk_head_dim",
         "num_key_value_heads",
-        "n_group",
-        "topk_group",
         "norm_topk_prob",
 )
 
