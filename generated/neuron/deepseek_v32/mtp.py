@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 6153e6ee1ac4b234
+# source hash (spec + templates + generator): 8710b21e7102d0fb
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV32ForCausalLM for the neuron target (speculative decoding).
 
@@ -43,6 +43,7 @@ MTP_BLOCK = "sparse"
 def num_mtp_layers(config: DeepseekV32Config) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: num_nextn_predict_layers); 0: it has none."""
     return config.num_nextn_predict_layers
+
 
 # Copies of the target's embedding and LM head inside the MTP layer: read from the target instead.
 SHARED_KEYS = ("embed_tokens.weight", "shared_head.head.weight")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 81ecc7c19c800149
+# source hash (spec + templates + generator): ebc3321d466a92e2
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Glm4MoeForCausalLM for the neuron target (speculative decoding).
 
@@ -43,6 +43,7 @@ MTP_BLOCK = "sparse"
 def num_mtp_layers(config: Glm4MoeConfig) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: num_nextn_predict_layers); 0: it has none."""
     return config.num_nextn_predict_layers
+
 
 # Copies of the target's embedding and LM head inside the MTP layer: read from the target instead.
 SHARED_KEYS = ("embed_tokens.weight", "shared_head.head.weight")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): e2256eac3de79e26
+# source hash (spec + templates + generator): f7dd05dbbba011cc
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35ForCausalLM for the neuron target (speculative decoding).
 
@@ -41,6 +41,7 @@ MTP_BLOCK = "full"
 def num_mtp_layers(config: Qwen35Config) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: mtp_num_hidden_layers); 0: it has none."""
     return config.mtp_num_hidden_layers
+
 
 SHARED_KEYS = ()
 

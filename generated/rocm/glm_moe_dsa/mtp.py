@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): c4234f41ebc2ff3d
+# source hash (spec + templates + generator): 569514e741d18e30
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of GlmMoeDsaForCausalLM for the rocm target (speculative decoding).
 
@@ -42,6 +42,7 @@ MTP_BLOCK = "sparse"
 def num_mtp_layers(config: GlmMoeDsaConfig) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: num_nextn_predict_layers); 0: it has none."""
     return config.num_nextn_predict_layers
+
 
 # Copies of the target's embedding and LM head inside the MTP layer: read from the target instead.
 SHARED_KEYS = ("embed_tokens.weight", "shared_head.head.weight")

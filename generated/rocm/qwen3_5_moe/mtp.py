@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): b10f7a8ffcf0f8cd
+# source hash (spec + templates + generator): 91188114e2698e0e
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35MoeForCausalLM for the rocm target (speculative decoding).
 
@@ -40,6 +40,7 @@ MTP_BLOCK = "full"
 def num_mtp_layers(config: Qwen35MoeConfig) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: mtp_num_hidden_layers); 0: it has none."""
     return config.mtp_num_hidden_layers
+
 
 SHARED_KEYS = ()
 

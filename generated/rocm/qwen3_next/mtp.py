@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): 969b15a5b24c7fac
+# source hash (spec + templates + generator): 52becd10feac6496
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen3NextForCausalLM for the rocm target (speculative decoding).
 
@@ -40,6 +40,7 @@ MTP_BLOCK = "full_sparse"
 def num_mtp_layers(config: Qwen3NextConfig) -> int:
     """MTP layers the checkpoint declares (spec mtp.num_layers: mtp_num_hidden_layers); 0: it has none."""
     return config.mtp_num_hidden_layers
+
 
 SHARED_KEYS = ()
 
