@@ -93,6 +93,34 @@ def test_greedy_equal_other_mtp_specs(tmp_path, name):
     assert spec.stats.as_dict()["speculative"]["proposed_tokens"] > 0
 
 
+def test_fp8_checkpoint_with_mtp(tmp_path):
+    """DeepSeek-V3's release is FP8 block-scaled, its MTP layer too: the draft reads through the dequantizing view."""
+    from safetensors.torch import load_file, save_file
+
+    from modelgen.runtime.layers.fp8 import quantize_block_fp8
+
+    make_deepseek_mtp(tmp_path)
+    index_path = tmp_path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    for shard in ("model.safetensors", "mtp.safetensors"):
+        out = {}
+        for name, t in load_file(tmp_path / shard).items():
+            if name.endswith(("proj.weight", "proj_with_mqa.weight")) and t.dim() == 2:
+                out[name], out[name + "_scale_inv"] = quantize_block_fp8(t, (32, 32))
+                index["weight_map"][name + "_scale_inv"] = shard
+            else:
+                out[name] = t
+        save_file(out, tmp_path / shard, metadata={"format": "pt"})
+    index_path.write_text(json.dumps(index))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [32, 32]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert any(k.startswith("model.layers.3.") and k.endswith("_scale_inv") for k in index["weight_map"])
+    ref = _engine(tmp_path).generate(PROMPTS, _greedy(8))
+    assert _engine(tmp_path, speculative_tokens=2).generate(PROMPTS, _greedy(8)) == ref
+
+
 def test_chunked_prefill_and_small_cache(ckpts):
     """Prompt chunks (MTP fed chunk by chunk), preemption under a small cache, more requests than max_num_seqs."""
     path, _ = ckpts("deepseek")
