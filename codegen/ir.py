@@ -66,6 +66,7 @@ class ConfigValue:
     keys: tuple[str, ...] = ()  # config.json keys tried in order (dotted = nested)
     required: bool = False
     default: Value | None = None  # over already-computed locals; None = no default
+    null_keys: tuple[str, ...] = ()  # nullable: top-level keys whose explicit null overrides the default
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,30 @@ class Norm:
     name: str
     kind: str  # spec_types.NormKind
     eps: Value
+    bias: Value = Const(False)  # layer_norm: whether it has a learned bias
+    affine: bool = True  # False: no learned weight (nor bias)
+
+    @property
+    def params(self) -> tuple[tuple[str, Value], ...]:
+        """(parameter, condition) of its learned tensors: ``weight`` when affine, ``bias`` when it may have one."""
+        if not self.affine:
+            return ()
+        return (("weight", Const(True)),) + ((("bias", self.bias),) if not self.bias.never else ())
 
 
-def norm_module(kind: str, dim_py: str, eps: Value) -> str:
-    """Constructor source of the runtime RMSNorm layer for a norm kind (``runtime/layers/norm.py``)."""
-    zero_centred = ", zero_centred=True" if kind == "zero_centred_rms" else ""
-    return f"RMSNorm({dim_py}, eps={eps.py}{zero_centred})"
+def norm_module(norm: Norm, dim_py: str) -> str:
+    """Constructor source of the runtime norm layer of ``norm`` over ``dim_py`` features (``runtime/layers/norm.py``)."""
+    extra = "" if norm.affine else ", affine=False"
+    if norm.kind == "layer_norm":
+        bias = "" if norm.bias.always or not norm.affine else f", bias={norm.bias.py}"
+        return f"LayerNorm({dim_py}, eps={norm.eps.py}{bias}{extra})"
+    flag = {"zero_centred_rms": ", zero_centred=True", "rms_float32": ", weight_float32=True"}.get(norm.kind, "")
+    return f"RMSNorm({dim_py}, eps={norm.eps.py}{flag}{extra})"
+
+
+def norm_class(norm: Norm) -> str:
+    """The runtime class :func:`norm_module` constructs (for imports)."""
+    return "LayerNorm" if norm.kind == "layer_norm" else "RMSNorm"
 
 
 @dataclass(frozen=True)
@@ -139,12 +158,55 @@ class Module:
 
 @dataclass(frozen=True)
 class Block:
+    """A decoder layer's sub-modules and how they meet the residual stream (spec ``residual``):
+
+    pre_norm   ``h = x + attn(attention_norm(x)); out = h + mlp(mlp_norm(h))``; with ``parallel`` (StableLM
+               ``use_parallel_residual``, GPT-NeoX) ``out = x + attn(n) + mlp(n)`` with ``n = attention_norm(x)`` and
+               no mlp_norm built;
+    sandwich   pre- and post-norms around each sub-layer (Gemma 2/3):
+               ``h = x + attention_post_norm(attn(attention_norm(x)))``, the same for the MLP;
+    post_norm  only post-norms (OLMo 2): ``h = x + attention_post_norm(attn(x))``, the same for the MLP.
+    ``residual_multiplier`` (Granite) scales each sub-layer's output before it joins the stream.
+    """
+
     key: str  # block name in the spec
     residual: str
-    attention_norm: Norm
+    attention_norm: Norm | None
     attention: Module
-    mlp_norm: Norm
+    mlp_norm: Norm | None
     mlp: Module
+    attention_post_norm: Norm | None = None
+    mlp_post_norm: Norm | None = None
+    parallel: Value = Const(False)
+    residual_multiplier: Value | None = None
+
+    @property
+    def layout(self) -> tuple:
+        """What the one decoder-layer class depends on (must agree across blocks)."""
+        return (self.residual, self.attention_norm, self.attention_post_norm, self.mlp_norm, self.mlp_post_norm,
+                self.parallel, self.residual_multiplier)
+
+    def norms(self) -> list[tuple[Norm, bool]]:
+        """Every norm of the layer, each with whether it exists only when the layer is not parallel (the mlp_norm
+        of a layer whose ``parallel`` is a config expression; a literally parallel layer has none)."""
+        out = [(n, False) for n in (self.attention_norm, self.attention_post_norm) if n is not None]
+        if self.mlp_norm is not None and not self.parallel.always:
+            out.append((self.mlp_norm, not self.parallel.never))
+        if self.mlp_post_norm is not None:
+            out.append((self.mlp_post_norm, False))
+        return out
+
+
+    def norm_params(self) -> list[tuple[str, Value]]:
+        """(``<norm>.<param>``, condition over the config) of every learned norm tensor of the layer."""
+        out: list[tuple[str, Value]] = []
+        for n, only_serial in self.norms():
+            for param, cond in n.params:
+                if only_serial:
+                    serial = Code(py=f"not ({self.parallel.py})", spec=f"not ({self.parallel.spec})")
+                    cond = serial if cond.always else Code(py=f"{cond.py} and {serial.py}", spec="")
+                out.append((f"{n.name}.{param}", cond))
+        return out
 
 
 @dataclass(frozen=True)
@@ -212,6 +274,16 @@ class ModelIR:
     checkpoint: Checkpoint
     mtp: Any = None  # codegen/mtp.MTP: the spec's multi-token-prediction draft head; None without one
     config_ignore: tuple[str, ...] = ()  # spec `config_ignore:`: config.json keys known not to change the forward
+    embedding_multiplier: Value | None = None  # None: embeddings used as looked up
+    embedding_multiplier_dtype: str = "float32"  # "model": the multiplier rounded to the hidden dtype first (Gemma)
+    logits_divisor: Value | None = None  # Granite logits_scaling: logits / divisor
+    logits_softcap: Value | None = None  # Gemma 2 final_logit_softcapping: cap * tanh(logits / cap)
+
+    @property
+    def norm_classes(self) -> tuple[str, ...]:
+        """Runtime norm classes the decoder layers and the final norm construct (for imports)."""
+        norms = [n for b in self.blocks for n, _ in b.norms()] + [self.final_norm]
+        return tuple(sorted({norm_class(n) for n in norms}))
 
     def slot_name(self, slot: str) -> str | None:
         """The module name of ``slot`` ("attention" | "mlp") when every block uses the same, else None."""

@@ -146,6 +146,14 @@ def load_spec(path: str | Path) -> tuple[Spec, SourceMap, str]:
 
 
 # ------------------------------------------------------------------------------------------------- semantic lowering
+# A decoder layer's layout fields (``decoder:`` defaults, block overrides) and the norms each residual style applies.
+NORM_FIELDS = ("attention_norm", "attention_post_norm", "mlp_norm", "mlp_post_norm")
+LAYOUT_FIELDS = ("residual",) + NORM_FIELDS + ("parallel", "residual_multiplier")
+RESIDUAL_NORMS = {
+    "pre_norm": frozenset({"attention_norm", "mlp_norm"}),
+    "sandwich": frozenset(NORM_FIELDS),
+    "post_norm": frozenset({"attention_post_norm", "mlp_post_norm"}),
+}
 # Decoder-layer methods that return a slot's module when its name differs between blocks.
 ACCESSORS = {"attention": "get_attention", "mlp": "get_mlp"}
 # Names the generated config module binds itself: a config field of that name would shadow them.
@@ -200,7 +208,10 @@ class _Lowerer:
         return None if value is None else self.value(path, value)
 
     def norm(self, path: tuple[Any, ...], n: Any) -> ir.Norm:
-        return ir.Norm(name=n.name, kind=n.kind, eps=self.value(path + ("eps",), n.eps))
+        bias = ir.Const(n.kind == "layer_norm" and n.affine)  # nn.LayerNorm's default: a bias
+        if n.bias is not None:
+            bias = self.value(path + ("bias",), n.bias)
+        return ir.Norm(name=n.name, kind=n.kind, eps=self.value(path + ("eps",), n.eps), bias=bias, affine=n.affine)
 
     def rope(self, p: tuple[Any, ...], r: Any) -> ir.Rope:
         partial = self.value(p + ("partial_factor",), r.partial_factor)
@@ -232,6 +243,9 @@ class _Lowerer:
             values[name] = ir.ConfigValue(
                 name=name, py_type=_PY_TYPES[f.type], kind="read", reader=f"read_{f.type}", keys=keys,
                 required=f.required, default=None if default == ir.Const(None) else default,
+                # An explicit null of a nullable field is a value (Gemma 2 final_logit_softcapping: null = no cap),
+                # not "use the default"; told apart by the key's presence (top-level keys only).
+                null_keys=tuple(k for k in keys if "." not in k) if f.nullable else (),
             )
         for name, value in self.spec.derived.items():
             if name in self.spec.config:
@@ -266,14 +280,29 @@ class _Lowerer:
         return tuple(values[n] for n in ordered)
 
     # -- blocks
-    def _decoder_part(self, key: str, block: Any, field_: str) -> Any:
-        """A block's residual / norm, else the spec's ``decoder:`` default."""
+    def _decoder_part(self, block: Any, field_: str) -> Any:
+        """A block's residual / norm / layout option, else the spec's ``decoder:`` default."""
         value = getattr(block, field_)
-        if value is None:
-            value = getattr(self.spec.decoder, field_)
-        if value is None:
-            self.error(("blocks", key), f"no {field_}: give it in this block or under `decoder:`")
-        return value
+        return getattr(self.spec.decoder, field_) if value is None else value
+
+    def _layout_parts(self, key: str, b: Any) -> dict[str, Any]:
+        """The block's layout fields (own or inherited), checked against its residual style: each style names the
+        norms it applies, and a norm it would never apply is an error rather than a silently unused parameter."""
+        parts = {f: self._decoder_part(b, f) for f in LAYOUT_FIELDS}
+        residual = parts["residual"]
+        if residual is None:
+            self.error(("blocks", key), "no residual: give it in this block or under `decoder:`")
+            return parts
+        for field_ in NORM_FIELDS:
+            where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
+            if field_ in RESIDUAL_NORMS[residual] and parts[field_] is None:
+                self.error(where, f"no {field_}: give it in this block or under `decoder:` (residual {residual} needs it)")
+            elif field_ not in RESIDUAL_NORMS[residual] and parts[field_] is not None:
+                self.error(where, f"residual {residual} applies no {field_} "
+                                  f"(it uses {', '.join(sorted(RESIDUAL_NORMS[residual]))})")
+        if parts["parallel"] is not None and residual != "pre_norm":
+            self.error(("blocks", key), f"parallel applies to residual pre_norm only, not {residual}")
+        return parts
 
     def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Module, ...]]:
         """Lower every block through its kinds, then name the classes: modules with equal class keys share a class
@@ -281,7 +310,7 @@ class _Lowerer:
         lowered = []
         for key, b in self.spec.blocks.items():
             p = ("blocks", key)
-            parts = {f: self._decoder_part(key, b, f) for f in ("residual", "attention_norm", "mlp_norm")}
+            parts = self._layout_parts(key, b)
             attn = KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
             mlp = KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
             lowered.append((key, b, parts, attn, mlp))
@@ -308,10 +337,12 @@ class _Lowerer:
         blocks = []
         for key, _, parts, a, m in lowered:
             p = ("blocks", key)
-            norms = {f: self.norm(p + (f,), parts[f]) if parts[f] else None for f in ("attention_norm", "mlp_norm")}
+            norms = {f: self.norm(p + (f,), parts[f]) if parts[f] else None for f in NORM_FIELDS}
+            parallel = self.value(p + ("parallel",), parts["parallel"]) if parts["parallel"] is not None else None
             blocks.append(ir.Block(
-                key=key, residual=parts["residual"], attention_norm=norms["attention_norm"],
-                attention=a.named(class_name), mlp_norm=norms["mlp_norm"], mlp=m.named(class_name),
+                key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name),
+                mlp=m.named(class_name), **norms, parallel=parallel or ir.Const(False),
+                residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:
@@ -324,13 +355,13 @@ class _Lowerer:
         as Qwen3-Next's ``linear_attn`` / ``self_attn``: the layer then reaches its module through an accessor)."""
         first_parts = lowered[0][2]
         for key, b, parts, *_ in lowered:
-            for field_ in ("residual", "attention_norm", "mlp_norm"):
+            for field_ in LAYOUT_FIELDS:
                 if parts[field_] != first_parts[field_]:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
                     self.error(where, f"{field_} must be the same in every block (one decoder-layer class)")
             for slot, module in (("attention", b.attention), ("mlp", b.mlp)):
-                if module.name in ACCESSORS.values() or module.name in {n.name for n in (parts["attention_norm"],
-                                                                                       parts["mlp_norm"]) if n}:
+                if module.name in ACCESSORS.values() or module.name in {parts[f].name for f in NORM_FIELDS
+                                                                         if parts[f]}:
                     self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")
 
     def rope_table(self, classes: tuple[ir.Module, ...]) -> ir.RopeTable | None:
@@ -428,6 +459,10 @@ class _Lowerer:
             checkpoint=self.checkpoint(classes),
             mtp=lower_mtp(self, s.mtp),
             config_ignore=tuple(s.config_ignore),
+            embedding_multiplier=self.optional(("embedding", "multiplier"), s.embedding.multiplier),
+            embedding_multiplier_dtype=s.embedding.multiplier_dtype,
+            logits_divisor=self.optional(("lm_head", "divide_by"), s.lm_head.divide_by),
+            logits_softcap=self.optional(("lm_head", "softcap"), s.lm_head.softcap),
         )
         if not self.issues:  # every expression evaluated against a sample config: type errors fail the build
             self.issues += evaluate_spec(self.spec, self.smap)

@@ -227,6 +227,8 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
         lit=pylit, doc=docstring_text, comment=comment_text, wrap=_wrap_text, ident=_ident, imports=_merge_imports,
         block=_block, snake=lambda name: re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower(),
     )
+    env.filters["tuple"] = tuple
+    env.tests["endswith"] = lambda value, suffix: str(value).endswith(suffix)
     env.globals.update(
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
         return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,

@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from .blocks import specs_for
-from .mtp import MTPSpec
 from .checkpoint_split import SplitSpec
+from .mtp import MTPSpec
 from .spec_types import (
     ConfigKey,
     ExpertPattern,
@@ -53,7 +53,10 @@ FieldType = Literal["int", "float", "bool", "str", "rope_scaling", "int_list", "
 class ConfigField(Strict):
     """One HF config.json field the model reads."""
 
-    type: FieldType
+    type: FieldType = Field(
+        description="int, float, bool, str, rope_scaling (the rope_scaling / rope_parameters dict), int_list or "
+        "str_list; `hidden_size: int` is shorthand for a required int",
+    )
     default: Expression | None = Field(
         default=None, description="literal or expression over other fields; absent = the field is required"
     )
@@ -63,7 +66,7 @@ class ConfigField(Strict):
         default=None,
         description="config keys tried in order (dotted = nested, e.g. rope_parameters.rope_theta); default: the field name",
     )
-    doc: str | None = None
+    doc: str | None = Field(default=None, description="free text for the generated README (escaped)")
 
     @model_validator(mode="before")
     @classmethod
@@ -87,27 +90,58 @@ def _kind_union(slot: str) -> Any:
 
 AttentionSpec = _kind_union("attention")
 MLPSpec = _kind_union("mlp")
-Residual = Literal["pre_norm"]
+Residual = Literal["pre_norm", "sandwich", "post_norm"]
+RESIDUAL_DOC = (
+    "pre_norm: x + f(norm(x)) around each sub-layer (attention_norm, mlp_norm; Llama); sandwich: x + "
+    "post_norm(f(pre_norm(x))) (all four norms; Gemma 2/3); post_norm: x + post_norm(f(x)) (attention_post_norm, "
+    "mlp_post_norm only; OLMo 2)"
+)
 
 
-class DecoderSpec(Strict):
+class _LayerParts(Strict):
+    """The residual layout of a decoder layer and its norms (shared by ``decoder:`` and each block)."""
+
+    residual: Residual | None = Field(default=None, description=RESIDUAL_DOC)
+    attention_norm: NormSpec | None = Field(default=None, description="norm of the attention input (input_layernorm)")
+    attention_post_norm: NormSpec | None = Field(
+        default=None, description="norm of the attention output before the residual add (sandwich / post_norm; "
+        "Gemma 2 and OLMo 2 call it post_attention_layernorm)",
+    )
+    mlp_norm: NormSpec | None = Field(
+        default=None, description="norm of the MLP input (Llama post_attention_layernorm, Gemma 2 "
+        "pre_feedforward_layernorm)",
+    )
+    mlp_post_norm: NormSpec | None = Field(
+        default=None, description="norm of the MLP output before the residual add (post_feedforward_layernorm)"
+    )
+    parallel: Expression | None = Field(
+        default=None, description="pre_norm only; expression: attention and MLP both read attention_norm(x) and "
+        "out = x + attn + mlp, no mlp_norm built when true (StableLM use_parallel_residual, GPT-NeoX); default false",
+    )
+    residual_multiplier: Expression | None = Field(
+        default=None, description="each sub-layer's output times this before the residual add (Granite "
+        "residual_multiplier)",
+    )
+
+
+class DecoderSpec(_LayerParts):
     """Defaults every block inherits (a block may override them; the decoder class needs them equal)."""
 
-    residual: Residual | None = Field(default=None, description="pre_norm: x + f(norm(x)) around each sub-layer")
-    attention_norm: NormSpec | None = None
-    mlp_norm: NormSpec | None = None
 
+class BlockSpec(_LayerParts):
+    """A block: its attention and MLP, plus any layout field that overrides ``decoder:``."""
 
-class BlockSpec(Strict):
-    residual: Residual | None = Field(default=None, description="pre_norm (default: decoder.residual)")
-    attention_norm: NormSpec | None = Field(default=None, description="default: decoder.attention_norm")
-    attention: AttentionSpec  # type: ignore[valid-type]
-    mlp_norm: NormSpec | None = Field(default=None, description="default: decoder.mlp_norm")
-    mlp: MLPSpec  # type: ignore[valid-type]
+    attention: AttentionSpec = Field(  # type: ignore[valid-type]
+        description="the token mixer, by `kind:` (gqa, mla, gated_deltanet), e.g. {name: self_attn, kind: gqa, ...}"
+    )
+    mlp: MLPSpec = Field(  # type: ignore[valid-type]
+        description="the feed-forward, by `kind:` (gated, moe), e.g. {name: mlp, kind: gated, activation: silu, "
+        "intermediate_size: intermediate_size}"
+    )
 
 
 class LayersSpec(Strict):
-    count: Expression
+    count: Expression = Field(description="number of decoder layers, usually num_hidden_layers")
     block: Identifier | None = Field(default=None, description="the block every layer uses")
     block_rule: Expression | None = Field(
         default=None, description="expression over the layer index `i` and config fields giving a block name"
@@ -121,14 +155,26 @@ class LayersSpec(Strict):
 
 
 class EmbeddingSpec(Strict):
-    name: Identifier = "embed_tokens"
+    name: Identifier = Field(default="embed_tokens", description="module / checkpoint name of the embedding")
     vocab_size: Expression = Field(description="rows of the embedding / LM head")
     hidden_size: Expression = Field(description="model width (residual stream)")
+    multiplier: Expression | None = Field(
+        default=None, description="embeddings times this (Gemma hidden_size ** 0.5, Granite embedding_multiplier)"
+    )
+    multiplier_dtype: Literal["float32", "model"] = Field(
+        default="float32", description="model: the multiplier is first rounded to the model dtype, as Gemma's "
+        "normalizer tensor is (torch.tensor(sqrt(hidden)).to(dtype)); float32: a Python float (Granite)",
+    )
 
 
 class LMHeadSpec(Strict):
-    name: Identifier = "lm_head"
+    name: Identifier = Field(default="lm_head", description="module / checkpoint name of the output projection")
     tie: Expression = Field(default=False, description="share the embedding weight (tie_word_embeddings)")
+    divide_by: Expression | None = Field(default=None, description="logits / this (Granite logits_scaling)")
+    softcap: Expression | None = Field(
+        default=None, description="logits -> cap * tanh(logits / cap); an expression that evaluates to None: off "
+        "(Gemma 2 final_logit_softcapping)",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- checkpoint
@@ -147,8 +193,10 @@ class ExpertCheckpointSpec(Strict):
 
 
 class Requirement(Strict):
-    check: Expression = Field(description="expression over config fields that must be true")
-    message: str
+    check: Expression = Field(
+        description="expression over config fields that must be true, e.g. `not use_sliding_window`",
+    )
+    message: str = Field(description="the one-line error when it is not, naming the field and what is unsupported")
 
 
 class CheckpointSpec(Strict):
@@ -162,7 +210,10 @@ class CheckpointSpec(Strict):
         default_factory=dict,
         description="substring renames applied to checkpoint keys (weight_scale_inv: weight_scale, .block_sparse_moe.: .mlp.)",
     )
-    experts: ExpertCheckpointSpec | None = None
+    experts: ExpertCheckpointSpec | None = Field(
+        default=None, description="checkpoint names of routed experts (needed by an moe block): per_expert patterns "
+        "with {e}, transformers v5 fused names",
+    )
     split: dict[Identifier, SplitSpec] = Field(
         default_factory=dict,
         description="checkpoint module stored already fused -> its parts (the reverse of fuse; Phi-3), e.g. "
@@ -182,24 +233,49 @@ class CheckpointSpec(Strict):
 class Spec(Strict):
     name: Identifier = Field(pattern=r"^[a-z][a-z0-9_]*$", description="python package name of the generated model")
     class_prefix: Identifier = Field(pattern=r"^[A-Z][A-Za-z0-9]*$", description="class name prefix, e.g. Llama")
-    description: str
-    hf: HFSection
-    config: dict[Identifier, ConfigField]
+    description: str = Field(
+        description="one line shown in generated READMEs and `modelgen list`, e.g. 'Dense decoder with GQA, RoPE and "
+        "a SwiGLU MLP'",
+    )
+    hf: HFSection = Field(
+        description="which config.json `architectures`/`model_type` this spec serves and the transformers modeling "
+        "file it is checked against",
+    )
+    config: dict[Identifier, ConfigField] = Field(
+        description="the config.json fields the model reads, by name: `vocab_size: int` (required) or `rms_norm_eps: "
+        "{type: float, default: 1.0e-6}`; a field read under other keys lists them in `read:`"
+    )
     config_ignore: list[ConfigKey] = Field(
         default_factory=list,
         description="config.json keys this architecture's checkpoints carry that do not change the forward pass, "
         "beyond the project-wide generic set (runtime/hf_config.py GENERIC_CONFIG_KEYS); any other key the spec does "
         "not read is warned about at run (an error with --strict-config), e.g. [pretraining_tp, max_window_layers]",
     )
-    derived: dict[Identifier, Expression] = Field(default_factory=dict)
+    derived: dict[Identifier, Expression] = Field(
+        default_factory=dict,
+        description="values computed from config fields (safe expressions), e.g. `qk_head_dim: qk_nope_head_dim + "
+        "qk_rope_head_dim`",
+    )
     requires: list[Requirement] = Field(
         default_factory=list, description="config checks the generated from_hf_config enforces (unsupported features)"
     )
-    layers: LayersSpec
+    layers: LayersSpec = Field(description="how many decoder layers (num_hidden_layers) and which block each one uses")
     decoder: DecoderSpec = DecoderSpec()
-    blocks: Annotated[dict[Identifier, BlockSpec], Field(min_length=1)]
-    embedding: EmbeddingSpec
-    final_norm: NormSpec
-    lm_head: LMHeadSpec = LMHeadSpec()
-    checkpoint: CheckpointSpec = CheckpointSpec()
+    blocks: Annotated[dict[Identifier, BlockSpec], Field(
+        min_length=1,
+        description="the decoder-layer kinds by name (`decoder`, or `dense`/`sparse`, `linear`/`full`): each an "
+        "attention and an MLP of a block kind (`kind:`)",
+    )]
+    embedding: EmbeddingSpec = Field(description="the token embedding (embed_tokens: vocab_size x hidden_size)")
+    final_norm: NormSpec = Field(
+        description="the norm after the last layer, e.g. {name: norm, kind: rms, eps: rms_norm_eps}",
+    )
+    lm_head: LMHeadSpec = Field(
+        default=LMHeadSpec(), description="the output projection to the vocabulary (lm_head; tied to the embedding "
+        "when tie_word_embeddings)",
+    )
+    checkpoint: CheckpointSpec = Field(
+        default=CheckpointSpec(), description="how HF checkpoint tensor names map to parameters: prefix, fusions with "
+        "shard ids, ignored keys, renames, expert names",
+    )
     mtp: MTPSpec | None = Field(default=None, description="the checkpoint's multi-token-prediction draft head (codegen/mtp.py)")

@@ -15,7 +15,7 @@ import keyword
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 Expression = Union[str, int, float, bool]  # parsed by codegen.expr in lowering
 
@@ -64,23 +64,40 @@ ConfigKey = Annotated[str, _grammar(
 
 
 # ---------------------------------------------------------------------------------------------- shared sub-sections
-NormKind = Literal["rms", "zero_centred_rms"]
+NormKind = Literal["rms", "zero_centred_rms", "rms_float32", "layer_norm"]
 NORM_KINDS_DOC = (
-    "rms: x * rsqrt(mean(x^2) + eps) * weight (LlamaRMSNorm); zero_centred_rms: the weight is stored as an offset "
-    "from one and applied as (1 + weight) in float32 (Qwen3NextRMSNorm, GemmaRMSNorm)"
+    "rms: x * rsqrt(mean(x^2) + eps) * weight, x_hat rounded to the model dtype before the weight (LlamaRMSNorm); "
+    "zero_centred_rms: the weight is stored as an offset from one and applied as (1 + weight) in float32 "
+    "(Qwen3NextRMSNorm, GemmaRMSNorm); rms_float32: weight * x_hat in float32, rounded once (Olmo2RMSNorm, "
+    "T5LayerNorm); layer_norm: (x - mean) / sqrt(var + eps) * weight + bias (nn.LayerNorm)"
 )
+
 
 class NormSpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. input_layernorm")
     kind: NormKind = Field(description=NORM_KINDS_DOC)
-    eps: Expression
+    eps: Expression = Field(description="epsilon, e.g. rms_norm_eps")
+    bias: Expression | None = Field(
+        default=None, description="layer_norm only: a learned bias (nn.LayerNorm(bias=...)); default true"
+    )
+    affine: bool = Field(
+        default=True, description="false: no learned weight (or bias), as nn.LayerNorm(elementwise_affine=False)"
+    )
+
+    @model_validator(mode="after")
+    def _bias_on_layer_norm(self) -> "NormSpec":
+        if self.bias is not None and self.kind != "layer_norm":
+            raise ValueError(f"`bias` applies to kind layer_norm only (this norm is {self.kind})")
+        if self.bias is not None and not self.affine and self.bias is not False:
+            raise ValueError("a non-affine norm has no bias; drop `bias` or set `affine: true`")
+        return self
 
 
 class RopeSpec(Strict):
     style: Literal["rotate_half", "pairwise"] = Field(
         description="rotate_half: HF Llama (pairs i, i+d/2); pairwise: GPT-J / llama.cpp (pairs 2i, 2i+1)"
     )
-    theta: Expression
+    theta: Expression = Field(description="RoPE base, usually rope_theta")
     scaling: Expression | None = Field(default=None, description="the rope_scaling / rope_parameters dict field")
-    max_position: Expression
+    max_position: Expression = Field(description="rows of the RoPE table, usually max_position_embeddings")
     partial_factor: Expression = Field(default=1.0, description="fraction of head_dim that is rotated")

@@ -14,20 +14,26 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..ir import Code, Module, Rope, RopeTable, Value
+from ..ir import Code, Module, Norm, Rope, RopeTable, Value, norm_module
 from ..spec_types import NORM_KINDS_DOC, Expression, Identifier, NormKind, RopeSpec, Strict
 from ._kind import Kind, LoweringContext
 
 
 # ------------------------------------------------------------------------------------------------------------ schema
 class QKNormSpec(Strict):
-    """Per-head RMSNorm of queries and keys before RoPE."""
+    """RMSNorm of queries and keys before RoPE, per head or over the whole projection."""
 
     kind: NormKind = Field(description=NORM_KINDS_DOC)
-    eps: Expression
+    eps: Expression = Field(description="epsilon, e.g. rms_norm_eps")
     enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
-    q_name: Identifier = "q_norm"
-    k_name: Identifier = "k_norm"
+    q_name: Identifier = Field(default="q_norm", description="module / checkpoint name of the query norm")
+    k_name: Identifier = Field(default="k_norm", description="module / checkpoint name of the key norm")
+    scope: Literal["head", "projection"] = Field(
+        default="head",
+        description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
+        "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; the variance "
+        "spans every head, so tensor parallelism > 1 is refused)",
+    )
 
 
 class KVCacheSpec(Strict):
@@ -41,20 +47,26 @@ class KVCacheSpec(Strict):
 class GQASpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. self_attn")
     kind: Literal["gqa"] = Field(description="gqa: multi-/grouped-/multi-query attention (kv heads divide heads)")
-    num_heads: Expression
-    num_kv_heads: Expression
-    head_dim: Expression
-    qkv_bias: Expression = False
-    o_bias: Expression = False
+    num_heads: Expression = Field(description="query heads, usually num_attention_heads")
+    num_kv_heads: Expression = Field(description="key/value heads (num_key_value_heads; = heads: MHA, 1: MQA)")
+    head_dim: Expression = Field(description="per-head width: head_dim, or hidden_size // num_attention_heads")
+    qkv_bias: Expression = Field(default=False, description="q/k/v projections have a bias, e.g. attention_bias")
+    o_bias: Expression = Field(default=False, description="the output projection has a bias, e.g. attention_bias")
     scale: Expression | None = Field(default=None, description="softmax scale; default head_dim ** -0.5")
-    qk_norm: QKNormSpec | None = None
+    qk_norm: QKNormSpec | None = Field(
+        default=None, description="norms of queries and keys before RoPE (Qwen3 q_norm/k_norm), e.g. {kind: rms, eps: "
+        "rms_norm_eps}",
+    )
     output_gate: bool = Field(
         default=False,
         description="q_proj also emits a per-head output gate ([query | gate], 2 x head_dim rows per head); the "
         "attention output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next / Qwen3.5 full attention)",
     )
-    rope: RopeSpec
-    kv_cache: KVCacheSpec
+    rope: RopeSpec = Field(
+        description="rotary embedding: style, theta (rope_theta), scaling (rope_scaling), max_position "
+        "(max_position_embeddings)",
+    )
+    kv_cache: KVCacheSpec = Field(description="the cache this attention declares, e.g. {kind: paged_kv}")
     sliding_window: Expression | None = Field(
         default=None,
         description="expression: window W in tokens (a query at position q sees keys k with q - W < k <= q, "
@@ -64,6 +76,16 @@ class GQASpec(Strict):
         default=False,
         description="a learned logit per query head (checkpoint `<name>.sinks [num_heads]`) joins the softmax "
         "denominator without a value (GPT-OSS attention sinks); heads are sharded with tensor parallelism",
+    )
+    softcap: Expression | None = Field(
+        default=None,
+        description="expression: attention logits (after the scale) -> cap * tanh(logits / cap) before the mask and "
+        "softmax (Gemma 2 attn_logit_softcapping); evaluating to None: off",
+    )
+    clip_qkv: Expression | None = Field(
+        default=None,
+        description="expression: q, k and v projections (bias included) clamped to [-c, c] (OLMo clip_qkv); "
+        "evaluating to None: off",
     )
 
 
@@ -75,6 +97,11 @@ class QKNorm:
     enabled: Value  # .always: built unconditionally
     q_name: str
     k_name: str
+    scope: str = "head"  # "head" | "projection"
+
+    def module(self, name: str, dim_py: str) -> str:
+        """Constructor source of the q or k norm over ``dim_py`` features."""
+        return norm_module(Norm(name=name, kind=self.kind, eps=self.eps), dim_py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +123,8 @@ class GQAttention(Module):
     kv_cache: str
     sliding_window: Value | None = None  # None: full attention (the value may still be None at runtime)
     sinks: bool = False
+    softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
+    clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
@@ -121,7 +150,8 @@ class GQAttention(Module):
         ]
         if self.qk_norm is not None:
             when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
-            rows.append(("QK norm", f"per-head {self.qk_norm.kind} of q and k before RoPE{when}"))
+            scope = "per-head" if self.qk_norm.scope == "head" else "whole-projection"
+            rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k before RoPE{when}"))
         if self.output_gate:
             rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
@@ -131,6 +161,10 @@ class GQAttention(Module):
             rows.append(("sliding window", f"`{self.sliding_window.spec}` tokens (q - W < k <= q)"))
         if self.sinks:
             rows.append(("attention sinks", "per-head learned logit `sinks` in the softmax denominator"))
+        if self.softcap is not None:
+            rows.append(("logit soft-cap", f"`{self.softcap.spec}` * tanh(scores / cap) before the softmax"))
+        if self.clip_qkv is not None:
+            rows.append(("clip_qkv", f"q, k, v clamped to +-`{self.clip_qkv.spec}`"))
         layout = "`[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"
         rows.append(("KV cache", f"{self.kv_cache}: {layout}"))
         return rows
@@ -144,7 +178,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
-                        k_name=q.k_name)
+                        k_name=q.k_name, scope=q.scope)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -159,6 +193,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         kv_cache=a.kv_cache.kind,
         sliding_window=ctx.optional(p + ("sliding_window",), a.sliding_window),
         sinks=a.sinks,
+        softcap=ctx.optional(p + ("softcap",), a.softcap),
+        clip_qkv=ctx.optional(p + ("clip_qkv",), a.clip_qkv),
     )
 
 

@@ -14,9 +14,10 @@ RoPE fusion: a model may hand its rotary module to the attention (``PagedAttenti
 (prefill) or attention (decode) kernel, saving the separate RoPE launch. Without it (today's generated code) the
 model rotates first and the module receives rotated q and k.
 
-Sliding windows and attention sinks (GPT-OSS, Mistral-style windows) run the torch references on every device: the
-Triton kernels know neither yet, so a layer with ``sliding_window`` or ``sinks`` never takes the GPU path (rather than
-silently attending to keys outside its window or dropping the sink from the denominator).
+Sliding windows, attention sinks and logit soft-capping (GPT-OSS, Mistral-style windows, Gemma 2) run the torch
+references on every device: the Triton kernels know none of them yet, so a layer with ``sliding_window``, ``sinks``
+or ``softcap`` never takes the GPU path (rather than silently attending to keys outside its window, dropping the sink
+from the denominator or leaving the scores uncapped).
 """
 from __future__ import annotations
 
@@ -59,12 +60,13 @@ class AttentionMetadata:
 class PagedAttention(nn.Module):
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
-        rotary_emb: nn.Module | None = None, sliding_window: int | None = None,
+        rotary_emb: nn.Module | None = None, sliding_window: int | None = None, softcap: float | None = None,
     ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
         self.sliding_window = ops.check_sliding_window(sliding_window, layer_name)  # None: full causal attention
+        self.softcap = ops.check_softcap(softcap, layer_name)  # None: scores not soft-capped
         self.layer_name = layer_name
         # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
         self._rotary = [rotary_emb] if rotary_emb is not None else []
@@ -80,7 +82,7 @@ class PagedAttention(nn.Module):
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
-        if gpu.enabled(q) and self.sliding_window is None and sinks is None:
+        if gpu.enabled(q) and self.sliding_window is None and sinks is None and self.softcap is None:
             return self._forward_gpu(q, k, v, meta, rotary, positions)
         if rotary is not None:
             q, k = rotary(positions, q, k)
@@ -88,12 +90,12 @@ class PagedAttention(nn.Module):
         if meta.is_prefill:
             o = ops.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
-                sliding_window=self.sliding_window, sinks=sinks,
+                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
             )
         else:
             o = ops.paged_decode_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,
-                sliding_window=self.sliding_window, sinks=sinks,
+                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 

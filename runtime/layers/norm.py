@@ -1,10 +1,12 @@
-"""RMSNorm module whose forward optionally fuses the residual add (``(x, residual) -> (normed, new_residual)``).
+"""Norm modules whose forward optionally fuses the residual add (``(x, residual) -> (normed, new_residual)``).
 
-On a GPU (Triton importable, ``MODELGEN_BACKEND`` not ``torch``) both forms are one Triton kernel each
-(``runtime/ops/gpu/norm.py``); elsewhere the torch reference of ``runtime/ops/norm.py`` runs.
+On a GPU (Triton importable, ``MODELGEN_BACKEND`` not ``torch``) the plain and zero-centred affine RMSNorms are one
+Triton kernel each (``runtime/ops/gpu/norm.py``); the other variants (float32 weight product, non-affine, LayerNorm)
+run the torch references of ``runtime/ops/norm.py`` on every device.
 
 ``zero_centred=True`` is the ``x_hat * (1 + w)`` norm of Qwen3-Next / Gemma, whose checkpoint weight is the offset from
-one (HF initialises it to zeros).
+one (HF initialises it to zeros); ``weight_float32=True`` the ``(w * x_hat).to(dtype)`` of OLMo 2; ``affine=False`` a
+norm without a learned weight.
 """
 from __future__ import annotations
 
@@ -16,17 +18,49 @@ from ..ops import norm as torch_norm
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float, zero_centred: bool = False):
+    def __init__(
+        self, hidden_size: int, eps: float, zero_centred: bool = False, weight_float32: bool = False,
+        affine: bool = True,
+    ):
         super().__init__()
         self.eps = eps
         self.zero_centred = zero_centred
-        init = torch.zeros(hidden_size) if zero_centred else torch.ones(hidden_size)
-        self.weight = nn.Parameter(init, requires_grad=False)
+        self.weight_float32 = weight_float32
+        if affine:
+            init = torch.zeros(hidden_size) if zero_centred else torch.ones(hidden_size)
+            self.weight = nn.Parameter(init, requires_grad=False)
+        else:
+            self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         ops = torch_norm
-        if gpu.enabled(x):
-            from ..ops.gpu import norm as ops
+        if gpu.enabled(x) and self.weight is not None and not self.weight_float32:
+            from ..ops.gpu import norm as gpu_norm
+
+            if residual is None:
+                return gpu_norm.rms_norm(x, self.weight, self.eps, self.zero_centred)
+            return gpu_norm.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred)
         if residual is None:
-            return ops.rms_norm(x, self.weight, self.eps, self.zero_centred)
-        return ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred)
+            return ops.rms_norm(x, self.weight, self.eps, self.zero_centred, self.weight_float32)
+        return ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred, self.weight_float32)
+
+
+class LayerNorm(nn.Module):
+    """``nn.LayerNorm`` over the last dimension (StableLM, GPT-NeoX), with the residual-add form of :class:`RMSNorm`."""
+
+    def __init__(self, hidden_size: int, eps: float, bias: bool = True, affine: bool = True):
+        super().__init__()
+        self.eps = eps
+        if affine:
+            self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
+        else:
+            self.register_parameter("weight", None)
+        if affine and bias:
+            self.bias = nn.Parameter(torch.zeros(hidden_size), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is None:
+            return torch_norm.layer_norm(x, self.weight, self.bias, self.eps)
+        return torch_norm.add_layer_norm(x, residual, self.weight, self.bias, self.eps)

@@ -14,6 +14,9 @@ Two per-layer options, shared by every function below (transformers' semantics):
     denominator and carries no value (HF concatenates it as an extra logit column, softmaxes, drops the column). Here
     it is an extra all-zero key/value column whose additive mask is the sink: ``q . 0 * scale + sink = sink``, and its
     zero value adds nothing to the output, so SDPA computes exactly ``softmax([logits, sink])[:-1] @ V``.
+  * ``softcap`` c (Gemma 2 ``attn_logit_softcapping``; None = off): scores ``q.k * scale`` become
+    ``c * tanh(scores / c)`` before the mask and softmax. SDPA cannot express that, so a soft-capped call runs
+    HF's eager order (``eager_attention_forward``: matmul, scale, cap, mask, float32 softmax cast back, matmul).
 """
 from __future__ import annotations
 
@@ -71,13 +74,43 @@ def _window(key_pos: torch.Tensor, query_pos: torch.Tensor, sliding_window: int 
     return visible
 
 
+def check_softcap(softcap: float | None, where: str) -> float | None:
+    """A layer's attention-logit soft-cap from the config: None (off) or a positive number."""
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap <= 0):
+        raise ValueError(f"{where}: attention logit softcap must be a positive number or null, got {softcap!r}")
+    return None if softcap is None else float(softcap)
+
+
+def _softcapped(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None,
+    softcap: float,
+) -> torch.Tensor:
+    """HF's eager attention with logit soft-capping, in its operation order and dtypes (scores in the input dtype,
+    softmax in float32 cast back before the value matmul); KV heads repeated to their query groups."""
+    H, KVH = q.shape[-3], k.shape[-3]
+    k = k.repeat_interleave(H // KVH, dim=-3)
+    v = v.repeat_interleave(H // KVH, dim=-3)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if sinks is not None:  # the sink logit joins the denominator (GPT-OSS order: after the mask, before softmax)
+        sink = sinks.to(scores.dtype).view(H, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1, dtype=torch.float32)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return torch.matmul(probs.to(q.dtype), v)
+
+
 def _sdpa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """``q [..., H, Lq, D]``, ``k, v [..., KVH, L, D]``, boolean ``mask`` broadcastable to ``[..., H, Lq, L]``.
 
     With ``sinks`` the keys get one more all-zero column and the mask turns additive: 0 / -inf for the real keys and
-    ``sinks[h]`` on the extra column (see the module docstring)."""
+    ``sinks[h]`` on the extra column (see the module docstring); with ``softcap``, HF's eager order."""
+    if softcap is not None:
+        return _softcapped(q, k, v, mask, scale, sinks, softcap)
     if sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     zero = torch.zeros_like(k[..., :1, :])
@@ -107,6 +140,7 @@ def paged_decode_attention(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q [batch, heads, head_dim]`` -> ``[batch, heads, head_dim]``.
 
@@ -117,7 +151,7 @@ def paged_decode_attention(
     v = gather_kv(v_cache, block_tables)
     L = k.shape[-2]
     mask = _window(torch.arange(L, device=q.device)[None, :], (context_lens - 1)[:, None], sliding_window)  # [B, L]
-    out = _sdpa(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), mask[:, None, None, :], scale, sinks)
+    out = _sdpa(q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), mask[:, None, None, :], scale, sinks, softcap)
     return out[:, :, 0, :]
 
 
@@ -131,6 +165,7 @@ def paged_prefill_attention(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention for flattened queries ``q [tokens, heads, head_dim]`` over the paged cache.
 
@@ -157,7 +192,7 @@ def paged_prefill_attention(
         v = gather_kv(v_cache, block_tables[b, first:nblocks])[:, : c - k0].to(q.dtype)
         qpos = torch.arange(c - n, c, device=q.device)
         mask = _window(torch.arange(k0, c, device=q.device)[None, :], qpos[:, None], sliding_window)  # [n, c - k0]
-        o = _sdpa(q[s:e].transpose(0, 1), k, v, mask, scale, sinks)  # [H, n, D]
+        o = _sdpa(q[s:e].transpose(0, 1), k, v, mask, scale, sinks, softcap)  # [H, n, D]
         out[s:e] = o.transpose(0, 1)
     return out
 
@@ -171,6 +206,7 @@ def packed_prefill_attention(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Shape-static causal attention among the tokens of one packed prefill bucket (no cached prefix).
 
@@ -184,7 +220,7 @@ def packed_prefill_attention(
     eye = torch.eye(T, dtype=torch.bool, device=q.device)
     mask = (same & causal) | eye
     out = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask[None, None], scale,
-                sinks)
+                sinks, softcap)
     return out[0].transpose(0, 1)
 
 
@@ -198,6 +234,7 @@ def paged_segment_attention(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Shape-static segmented (chunked) prefill: ``q [T, H, D]`` of one chunk per request, whose K/V are already in
     the cache after the request's earlier chunks; token i attends its request's cached positions ``<= positions[i]``.
@@ -213,5 +250,5 @@ def paged_segment_attention(
     L = k.shape[-2]
     j = torch.arange(L, device=q.device)[None, :]
     mask = _window(j, positions[:, None], sliding_window) & valid[:, None] | (j == 0) & ~valid[:, None]  # [T, L]
-    out = _sdpa(q[:, :, None, :], k, v, mask[:, None, None, :], scale, sinks)
+    out = _sdpa(q[:, :, None, :], k, v, mask[:, None, None, :], scale, sinks, softcap)
     return out[:, :, 0, :]

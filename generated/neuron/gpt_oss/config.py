@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 9688ff26191c634c
+# source hash (spec + templates + generator): d6fbd02905ec3c2d
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 
@@ -120,7 +120,8 @@ class GptOssConfig(NeuronModelConfig):
         if tie_word_embeddings is None:
             tie_word_embeddings = False
         sliding_window = read_int(cfg, "sliding_window", ("sliding_window",))
-        if sliding_window is None:
+        # An explicit null stays None (nullable); only an absent key takes the default.
+        if sliding_window is None and not any(key in cfg for key in ("sliding_window",)):
             sliding_window = 128
         layer_types = read_str_list(cfg, "layer_types", ("layer_types",))
         num_local_experts = read_int(cfg, "num_local_experts", ("num_local_experts", "num_experts"))

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): 5208980169e2a5b1
+# source hash (spec + templates + generator): 1f3f5509df041aad
 # ==================================================================================================================
 """Mistral for the neuron target, in vLLM Neuron's style.
 

@@ -1,0 +1,14 @@
+# ==================================================================================================================
+# GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
+# source hash (spec + templates + generator): 8bd87636b6ecfd54
+# ==================================================================================================================
+"""Gemma2 for the rocm target. See README.md."""
+from .config import ARCHITECTURES, Gemma2Config
+from .model import Gemma2ForCausalLM
+
+CONFIG_CLASS = Gemma2Config
+MODEL_CLASS = Gemma2ForCausalLM
+SPEC = "specs/gemma2.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "Gemma2Config", "Gemma2ForCausalLM"]

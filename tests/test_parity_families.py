@@ -1,0 +1,208 @@
+"""Gemma 2, OLMo 2, Granite and StableLM (specs/{gemma2,olmo2,granite,stablelm}.yaml) vs transformers, both targets.
+
+Each family is a tiny random checkpoint (``save_pretrained``, safetensors) whose configuration makes every piece of its
+vocabulary act on the logits: GQA, >= 3 layers, sliding windows (Gemma 2: 6 tokens on a 24-token prompt) on the
+layers ``layer_types`` names, soft-caps small enough to bind (attention 2.0, final 3.0), multipliers far from 1
+(Granite), norm weights and biases drawn away from their initial ones (zero-centred, float32-weight and LayerNorm
+variants all differ there), both StableLM residual layouts. Gates as for the other parity tests: fp32 prefill logits
+within 1e-4 and 16 greedy tokens equal to HF's; three-way bf16 (HF fp32 gold, HF bf16 floor, modelgen bf16 within 2x
+the floor's error + 1e-3). ``test_each_feature_moves_the_logits`` shows the fixtures are sensitive: switching one
+feature off in modelgen's model moves its logits far beyond the tolerance.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from modelgen.runtime.engine.llm import LLM
+from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.testing import assert_close_three_way
+from tests.test_parity_llama import THREE_WAY_ATOL, THREE_WAY_FACTOR, hf_greedy, hf_logits
+
+TARGETS = ["rocm", "neuron"]
+PREFILL_ATOL = 1e-4
+PROMPT = [int(t) for t in torch.randint(3, 160, (24,), generator=torch.Generator().manual_seed(11))]
+
+_SIZES = dict(vocab_size=160, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+              initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# name -> (transformers config class, model class, config overrides)
+CASES = {
+    # layers 0, 2 slide (window 6, shorter than the prompt); 1, 3 full; caps small enough to bind on these logits.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=24, sliding_window=6, attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0, max_position_embeddings=256)),
+    "gemma2_schedule": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=1.5,
+        final_logit_softcapping=None, tie_word_embeddings=False, attention_bias=True,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"], max_position_embeddings=256)),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=3, max_position_embeddings=256)),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(
+        num_hidden_layers=3, embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05,
+        logits_scaling=4.0, max_position_embeddings=256)),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(
+        num_hidden_layers=3, use_qkv_bias=True, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25))),
+    "stablelm_parallel": ("StableLmConfig", "StableLmForCausalLM", dict(
+        num_hidden_layers=3, use_parallel_residual=True, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5))),
+}
+
+
+def make_checkpoint(path, name: str, seed: int = 0):
+    """Save a tiny random model of ``CASES[name]`` and return it (fp32, eager attention: Gemma 2's soft-cap)."""
+    import transformers
+
+    config_cls, model_cls, overrides = CASES[name]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_cls)(**{**_SIZES, **overrides})
+    config._attn_implementation = "eager"
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for n, t in model.named_parameters():
+            if "norm" in n and n.endswith("weight"):
+                # Off their initial ones/zeros, so (1 + w) vs w, and where the weight meets float32, both matter.
+                t.copy_(torch.randn_like(t) * 0.3 + (0.0 if name.startswith("gemma") else 1.0))
+            elif n.endswith("bias"):
+                t.normal_(0, 0.1)
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            d = tmp_path_factory.mktemp(name)
+            cache[name] = (d, make_checkpoint(d, name))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_against_hf_fp32(checkpoint, name, target):
+    path, hf = checkpoint(name)
+    llm = LLM(path, target=target, dtype="float32", max_model_len=128)
+    err = (llm.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
+    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
+    out = llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0]
+    assert out == hf_greedy(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["gemma2", "olmo2", "granite", "stablelm", "stablelm_parallel"])
+def test_against_hf_bf16_three_way(checkpoint, name, target):
+    path, hf = checkpoint(name)
+    gold = hf_logits(hf, PROMPT)
+    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)
+    ours = LLM(path, target=target, dtype="bfloat16", max_model_len=128).score(PROMPT).float()
+    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=f"{name}/{target}")
+
+
+def _err_after(path, ref, edit, target: str = "rocm") -> float:
+    """modelgen's fp32 prefill logits after ``edit(model)``, against ``ref``: max abs difference."""
+    llm = LLM(path, target=target, dtype="float32", max_model_len=128)
+    with torch.no_grad():
+        edit(llm.model)
+    return (llm.score(PROMPT).float() - ref).abs().max().item()
+
+
+def _layers(model):
+    return model.model.layers
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_feature_moves_the_logits(checkpoint, target):
+    """Parity means the features are implemented: each, switched off in modelgen's model, moves the logits far past
+    PREFILL_ATOL on these fixtures (so none of them is a no-op there)."""
+    def no_window(m):
+        for layer in _layers(m):
+            if target == "rocm":
+                layer.self_attn.attn.sliding_window = None
+            elif hasattr(layer.self_attn, "sliding_window"):
+                layer.self_attn.sliding_window = None
+
+    def no_attn_softcap(m):
+        for layer in _layers(m):
+            if target == "rocm":
+                layer.self_attn.attn.softcap = None
+            else:
+                layer.self_attn.softcap = None
+
+    def plain_rms(m):  # (1 + w) -> w
+        for layer in _layers(m):
+            layer.input_layernorm.zero_centred = False
+
+    path, hf = checkpoint("gemma2")
+    ref = hf_logits(hf, PROMPT)
+    assert _err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
+    assert _err_after(path, ref, no_window, target) > 1e-2
+    assert _err_after(path, ref, no_attn_softcap, target) > 1e-2
+    assert _err_after(path, ref, lambda m: setattr(m, "logits_softcap", None), target) > 1e-2
+    assert _err_after(path, ref, lambda m: setattr(m.model, "embedding_multiplier", 1.0), target) > 1e-2
+    assert _err_after(path, ref, plain_rms, target) > 1e-2
+
+    path, hf = checkpoint("granite")
+    ref = hf_logits(hf, PROMPT)
+    assert _err_after(path, ref, lambda m: setattr(m.model, "embedding_multiplier", 1.0), target) > 1e-2
+    assert _err_after(path, ref, lambda m: setattr(m, "logits_divisor", 1.0), target) > 1e-2
+    assert _err_after(path, ref, lambda m: [setattr(layer, "residual_multiplier", 1.0)
+                                            for layer in _layers(m)], target) > 1e-2
+
+    path, hf = checkpoint("olmo2")
+    ref = hf_logits(hf, PROMPT)
+    assert _err_after(path, ref, lambda m: [layer.self_attn.q_norm.weight.fill_(1.0)
+                                            for layer in _layers(m)], target) > 1e-2
+
+
+def test_explicit_null_config_values_stay_null(checkpoint):
+    """``final_logit_softcapping: null`` in config.json means no cap (HF), not the spec's default of 30."""
+    path, _ = checkpoint("gemma2_schedule")
+    llm = LLM(path, target="rocm", dtype="float32", max_model_len=64)
+    assert llm.model.config.final_logit_softcapping is None and llm.model.logits_softcap is None
+    path, _ = checkpoint("gemma2")
+    assert LLM(path, target="rocm", dtype="float32", max_model_len=64).model.logits_softcap == 3.0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_whole_projection_qk_norm_refuses_tensor_parallelism(checkpoint, monkeypatch, target):
+    """OLMo 2's q_norm spans every head: with heads split across ranks it would need a cross-rank variance, so the
+    generated attention refuses TP > 1 with a message instead of normalising each rank's slice."""
+    import importlib
+
+    from modelgen.runtime import distributed
+
+    path, _ = checkpoint("olmo2")
+    module = importlib.import_module(f"modelgen.generated.{target}.olmo2.model")
+    config = importlib.import_module(f"modelgen.generated.{target}.olmo2.config").Olmo2Config.from_hf_config(
+        __import__("json").loads((path / "config.json").read_text()))
+    monkeypatch.setattr(distributed, "tp_size", lambda: 2)
+    with pytest.raises(NotImplementedError, match="tensor parallelism 1"):
+        module.Olmo2Attention(config, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemma2", "stablelm_parallel"])
+def test_neuron_buckets_fullgraph_without_recompiles(checkpoint, name):
+    """Every prefill/decode bucket of the soft-capped, windowed Gemma 2 (and the parallel-residual StableLM) traces
+    with fullgraph=True, and serving after warm-up never recompiles and equals HF's greedy tokens."""
+    torch._dynamo.reset()
+    path, hf = checkpoint(name)
+    buckets = dict(prefill_buckets=[16, 32], decode_buckets=[1, 2], decode_context_buckets=[64])
+    llm = LLM(path, target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=2, compile=True,
+              **buckets)
+    llm.runner.warmup()
+    prompts = [PROMPT, PROMPT[:10]]
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate(prompts, params)
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == [hf_greedy(hf, p, 6) for p in prompts]
