@@ -175,3 +175,27 @@ def test_kv_cache_sized_from_a_memory_budget(tmp_path):
         LLM(tmp_path / "ckpt", dtype="float32", max_model_len=64, kv_cache_memory=3 * per_block)
     with pytest.raises(ValueError, match="gpu_memory_utilization applies to a CUDA device"):
         LLM(tmp_path / "ckpt", dtype="float32", max_model_len=64, gpu_memory_utilization=0.9)
+
+
+def test_rocm_tp_loading_reads_slices_not_whole_tensors(monkeypatch):
+    """Under TP the rocm target hands the packed loader a checkpoint with raw_reads False: no GPU read-ahead of whole
+    tensors, each parameter loader narrows the memory-mapped tensor to its slice."""
+    from modelgen.runtime.targets import get_target
+
+    seen = []
+
+    class Model:
+        def load_weights(self, checkpoint):
+            seen.append((checkpoint.raw_reads, checkpoint.keys()))
+
+    class Ckpt:
+        raw_reads = True
+
+        def keys(self):
+            return ["a"]
+
+    target = get_target("rocm")
+    target.load(Model(), Ckpt())
+    monkeypatch.setattr(distributed, "tp_size", lambda: 2)
+    target.load(Model(), Ckpt())
+    assert seen == [(True, ["a"]), (False, ["a"])]

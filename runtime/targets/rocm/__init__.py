@@ -27,12 +27,33 @@ class RocmTarget(Target):
             enable_sequence_parallel(model)
         return model
 
+    def load(self, model, checkpoint) -> None:
+        """Under tensor parallelism every parameter loader narrows the checkpoint tensor to this rank's slice: the
+        tensors must then come from the memory-mapped reader (``get_tensor`` maps the file, ``narrow`` + copy reads
+        only the slice's pages), not from the GPU raw-byte read-ahead, which reads every tensor whole (the packed
+        loader takes that route only for checkpoints whose ``raw_reads`` is true)."""
+        if distributed.tp_size() > 1:
+            checkpoint = _SliceReads(checkpoint)
+        super().load(model, checkpoint)
+
     def make_runner(self, model: torch.nn.Module, blocks, device: torch.device, options: RunnerOptions,
                     budget: StepBudget, state_pool=None) -> RocmRunner:
         return RocmRunner(
             model, blocks, device, max_model_len=options.max_model_len, max_num_seqs=options.max_num_seqs,
             cuda_graphs=options.cuda_graphs, decode_buckets=options.decode_buckets, state_pool=state_pool,
         )
+
+
+class _SliceReads:
+    """A checkpoint seen with ``raw_reads = False`` (everything else delegated): each rank reads its slices."""
+
+    raw_reads = False
+
+    def __init__(self, checkpoint):
+        self._checkpoint = checkpoint
+
+    def __getattr__(self, name: str):
+        return getattr(self._checkpoint, name)
 
 
 TARGET = RocmTarget()
