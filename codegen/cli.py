@@ -161,6 +161,8 @@ def _parallel_options(args: argparse.Namespace) -> dict:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.compile:
         out["compile"] = True
+    if args.sequence_parallel:
+        out["sequence_parallel"] = True
     return out
 
 
@@ -480,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--expert-parallel-size", type=int, default=None, metavar="M",
                    help="MoE experts split over M groups of ranks, each expert sharded over the group's ranks "
                    "(1: every expert TP-sharded); default: whole experts spread over all ranks")
+    r.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tensor-parallel-size: split the residual stream by tokens between the TP GEMMs "
+                   "(rocm)")
     r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
     r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
