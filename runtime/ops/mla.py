@@ -173,6 +173,28 @@ def paged_decode(
     latent_dim: int,
     index: Index | None = None,
 ) -> torch.Tensor:
+    """:func:`paged_decode_ref`; on a GPU (``runtime/ops/gpu.enabled``) the Triton flash-decoding kernel of
+    ``runtime/ops/gpu/mla.py``, which reads the paged latents in place instead of gathering them (DSA's sparse
+    selection, ``index``, stays on the reference)."""
+    if index is None:
+        from . import gpu
+
+        if gpu.enabled(q):
+            from .gpu import mla as gpu_mla
+
+            return gpu_mla.paged_decode(q, cache, block_tables, context_lens, scale, latent_dim)
+    return paged_decode_ref(q, cache, block_tables, context_lens, scale, latent_dim, index)
+
+
+def paged_decode_ref(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    latent_dim: int,
+    index: Index | None = None,
+) -> torch.Tensor:
     """One query per sequence, ``q [B, H, D]`` -> ``[B, H, latent_dim]`` over its first ``context_lens[b]`` latents.
     Shape-static (no host reads): the decode step of both targets."""
     kv = gather_latent(cache, block_tables)  # [B, L, D]
