@@ -8,27 +8,12 @@ so an unwritten element, a wrong slot or a state written for a padding row shows
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1"
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# Triton's interpreter truncates float32 -> bfloat16 (no round-to-nearest): the 16-bit cases use float16 there
-LOW = torch.bfloat16 if torch.cuda.is_available() else torch.float16
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() and not INTERPRET, reason="needs a CUDA GPU"),
-]
-cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (not the interpreter)")
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    assert torch.isfinite(a).all()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+pytestmark = KERNEL_MARKS
 
 
 def tol(dtype) -> float:

@@ -6,26 +6,12 @@ through Triton's interpreter (float16 there: the interpreter's bfloat16 dot and 
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1"
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-LOW = torch.bfloat16 if torch.cuda.is_available() else torch.float16
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() and not INTERPRET, reason="needs a CUDA GPU"),
-]
-cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (not the interpreter)")
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    assert torch.isfinite(a).all()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+pytestmark = KERNEL_MARKS
 
 
 def _case(B, H, R, DR, block_size, ctx, dtype, seed, width=None):

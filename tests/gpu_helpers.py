@@ -1,0 +1,31 @@
+"""Shared pieces of the GPU kernel tests (tests/test_gpu_*.py): where they run and how they compare.
+
+The kernel tests run on a CUDA GPU, or on the CPU through Triton's interpreter with ``TRITON_INTERPRET=1
+MODELGEN_TRITON_ON_CPU=1`` (``DEV`` is then "cpu"). ``LOW`` is the 16-bit dtype of the low-precision cases: bfloat16 on a
+GPU, float16 in the interpreter (Triton 3.6's interpreter truncates float32 -> bfloat16 instead of rounding, and its
+bfloat16 ``tl.dot`` is wrong), so the same tests check the same kernels in both places.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1"
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+LOW = torch.bfloat16 if torch.cuda.is_available() else torch.float16
+
+# module-level marks of a kernel test file: skipped without a GPU unless interpreting
+KERNEL_MARKS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() and not INTERPRET, reason="needs a CUDA GPU"),
+]
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (not the interpreter)")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``||a - b|| / ||b||`` in float64; ``a`` must be finite (NaN never passes)."""
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
