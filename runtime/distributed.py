@@ -91,6 +91,27 @@ class MoELayout:
     expert_offset: int
 
 
+def expert_slice(t: torch.Tensor, part: str, rank: int, size: int) -> torch.Tensor:
+    """Slice ``rank`` of ``size`` of full expert tensors along the intermediate dimension (TP-sharded experts):
+    ``w13 [..., 2I, H]`` gate rows then up rows (each half sliced), ``w13_bias [..., 2I]`` alike, ``w1``/``w3``
+    ``[..., I, H]`` rows, ``w2 [..., H, I]`` columns; ``w2_bias [..., H]`` is added after the sum over ranks'
+    partial outputs, so slice 0 keeps it and the others hold zeros."""
+    if size == 1:
+        return t
+    if part in ("w13", "w13_bias"):
+        dim = -2 if part == "w13" else -1
+        gate, up = t.chunk(2, dim=dim)
+        n = divide(gate.shape[dim], size, "moe intermediate_size", by="ranks sharing each expert")
+        return torch.cat([gate.narrow(dim, rank * n, n), up.narrow(dim, rank * n, n)], dim=dim)
+    if part in ("w1", "w3", "w2"):
+        dim = -1 if part == "w2" else -2
+        n = divide(t.shape[dim], size, "moe intermediate_size", by="ranks sharing each expert")
+        return t.narrow(dim, rank * n, n)
+    if part == "w2_bias":
+        return t if rank == 0 else torch.zeros_like(t)
+    raise ValueError(f"unknown expert tensor {part!r}; expected w13, w1, w3, w2, w13_bias or w2_bias")
+
+
 def moe_layout(num_experts: int, world: int | None = None, rank: int | None = None) -> MoELayout:
     world = tp_size() if world is None else world
     rank = tp_rank() if rank is None else rank

@@ -11,7 +11,6 @@ import torch
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.targets.neuron import NeuronConfig, OnDeviceSamplingConfig
 from tests.llama_fixtures import make_llama
-from tests.moe_fixtures import make_moe
 
 PROMPT = [1, 17, 42, 99, 3, 150, 64, 8]
 
@@ -85,13 +84,6 @@ def test_factory_validates_selects_and_delegates(tmp_path):
         factory_cls.from_configs({**hf, "architectures": ["MistralForCausalLM"]}, nc)
     with pytest.raises(ValueError, match="component data parallelism {'attention_dp_size': 2} is not generated"):
         factory_cls.from_configs(hf, NeuronConfig(tp_degree=2, attention_dp_size=2))
-
-
-def test_moe_factory_refuses_an_expert_layout_it_does_not_generate(tmp_path):
-    make_moe(tmp_path, "mixtral")
-    hf = json.loads((tmp_path / "config.json").read_text())
-    with pytest.raises(ValueError, match="ep_degree 1 != tp_degree 2: the neuron MoE holds whole experts"):
-        _module("mixtral").FACTORY_CLASS.from_configs(hf, NeuronConfig(tp_degree=2, ep_degree=1))
 
 
 def test_llm_goes_through_the_factory(tmp_path, monkeypatch):

@@ -97,13 +97,25 @@ def test_on_device_sampling_and_warmup_are_broadcast(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
 @pytest.mark.parametrize("ep", [2, 1])  # whole experts on each rank (EP=2) / every expert TP-sharded (EP=1)
 @pytest.mark.parametrize("fused", [False, True])
-def test_moe_expert_and_tp_sharded_experts_equal_1(tmp_path, ep, fused):
-    """GLM4-MoE: 8 routed experts, a shared expert (its slots sharded too), a dense first layer."""
+def test_moe_expert_and_tp_sharded_experts_equal_1(tmp_path, target, ep, fused):
+    """GLM4-MoE: 8 routed experts, a shared expert (its slots sharded too on rocm), a dense first layer."""
     make_moe(tmp_path / "ckpt", "glm4_moe_qknorm", fused=fused)
-    want = _reference(tmp_path / "ckpt")
-    _assert_same(_parallel(tmp_path / "ckpt", tensor_parallel_size=2, expert_parallel_size=ep), want)
+    want = _reference(tmp_path / "ckpt", target)
+    _assert_same(_parallel(tmp_path / "ckpt", target, tensor_parallel_size=2, expert_parallel_size=ep), want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["rocm", "neuron"])
+def test_gpt_oss_tp_sharded_experts_equal_1(tmp_path, target):
+    """GPT-OSS: interleaved fused gate/up, expert biases (the down bias added by one slice only), 3 experts."""
+    from tests.gpt_oss_fixtures import make_gpt_oss
+
+    make_gpt_oss(tmp_path / "ckpt", num_local_experts=3)
+    want = _reference(tmp_path / "ckpt", target)
+    _assert_same(_parallel(tmp_path / "ckpt", target, tensor_parallel_size=2, expert_parallel_size=1), want)
 
 
 @pytest.mark.slow
@@ -113,8 +125,9 @@ def test_tp_sharded_experts_need_not_divide_the_world(tmp_path):
     with pytest.raises(ValueError, match=r"num_experts \(3\) is not divisible by the expert-parallel size \(2\)"):
         LLM(tmp_path / "ckpt", dtype="float32", expert_parallel_size=2)  # EP alone: 2 ranks
     assert not dist.is_initialized()  # the failed build stopped the ranks it had started
-    want = _reference(tmp_path / "ckpt")
-    _assert_same(_parallel(tmp_path / "ckpt", tensor_parallel_size=2, expert_parallel_size=1), want)
+    for target in ("rocm", "neuron"):
+        want = _reference(tmp_path / "ckpt", target)
+        _assert_same(_parallel(tmp_path / "ckpt", target, tensor_parallel_size=2, expert_parallel_size=1), want)
 
 
 @pytest.mark.slow

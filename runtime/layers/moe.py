@@ -189,20 +189,7 @@ class FusedMoE(nn.Module):
     def _tp_slice(self, t: torch.Tensor, shard_id: str) -> torch.Tensor:
         """This rank's intermediate slice of a full expert tensor (``[..., 2I, H]`` gate rows then up rows, ``[..., I,
         H]``, ``[..., H, I]``, ``[..., 2I]``); the down bias is added by one rank of the expert's group only."""
-        if self.moe_tp_size == 1:
-            return t
-        I, r = self.intermediate_size, self.moe_tp_rank
-        if shard_id in ("w13", "w13_bias"):
-            dim = -2 if shard_id == "w13" else -1
-            gate, up = t.chunk(2, dim=dim)
-            return torch.cat([gate.narrow(dim, r * I, I), up.narrow(dim, r * I, I)], dim=dim)
-        if shard_id in ("w1", "w3"):
-            return t.narrow(-2, r * I, I)
-        if shard_id == "w2":
-            return t.narrow(-1, r * I, I)
-        if shard_id == "w2_bias":
-            return t if r == 0 else torch.zeros_like(t)
-        raise ValueError(f"unknown expert shard {shard_id!r}")
+        return dist.expert_slice(t, shard_id, self.moe_tp_rank, self.moe_tp_size)
 
     def _load_shared(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str) -> None:
         """A shared expert MLP of width ``S * I`` -> S slots of width I (the gated activation is elementwise, so the

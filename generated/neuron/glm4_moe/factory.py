@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 50d6d21c21d15a1a
+# source hash (spec + templates + generator): eb3098cf0ef366b7
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -60,6 +60,3 @@ class Glm4MoeForCausalLMFactory(nn.Module):
         if neuron_config.data_parallel:
             raise ValueError(f"{cls.__name__}: component data parallelism {neuron_config.data_parallel} is not "
                              f"generated (every component is tensor-parallel over tp_degree)")
-        if neuron_config.ep_degree not in (None, neuron_config.tp_degree):
-            raise ValueError(f"{cls.__name__}: ep_degree {neuron_config.ep_degree} != tp_degree "
-                             f"{neuron_config.tp_degree}: the neuron MoE holds whole experts, one range per rank")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): c52eea3ad2e50a9e
+# source hash (spec + templates + generator): 09ca7e89185cf83c
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -28,7 +28,6 @@ from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.neuron.weight_loader import (
-    expert_weight_loader,
     padded_vocab_loader,
     set_weight_loader,
     sharding_weight_loader,
@@ -36,6 +35,7 @@ from modelgen.runtime.neuron.weight_loader import (
 )
 from modelgen.runtime.ops import mla as mla_ops
 from modelgen.runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.targets.neuron.experts import expert_loaders
 
 from .config import GlmMoeDsaConfig
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
@@ -186,18 +186,20 @@ class GlmMoeDsaSparseMoeBlock(nn.Module):
     """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
     shape-static MoE op (every local expert, dense combine).
 
-    >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
-    across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
+    >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
+    one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.
+    Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
     """
 
     def __init__(self, config: GlmMoeDsaConfig):
         super().__init__()
-        world, rank = dist.tp_size(), dist.tp_rank()
         hidden_size, num_experts = config.hidden_size, config.n_routed_experts
-        inter = config.moe_intermediate_size
-        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
-        self.expert_offset = rank * self.num_local_experts
-        local_experts = list(range(self.expert_offset, self.expert_offset + self.num_local_experts))
+        layout, loaders = expert_loaders(num_experts, ("w13", "w2"))
+        self.num_local_experts, self.expert_offset = layout.num_local_experts, layout.expert_offset
+        # this rank's slice of each expert's intermediate dimension (all of it unless experts are TP-sharded)
+        inter = dist.divide(
+            config.moe_intermediate_size, layout.tp_size, "moe intermediate_size", by="ranks sharing each expert"
+        )
         self.top_k = config.num_experts_per_tok
         self.renormalize = config.norm_topk_prob
         self.n_group, self.topk_group = config.n_group, config.topk_group
@@ -210,9 +212,9 @@ class GlmMoeDsaSparseMoeBlock(nn.Module):
             torch.empty(num_experts, dtype=torch.float32), requires_grad=False
         )
         self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
-        set_weight_loader(self.experts_w13_weight, expert_weight_loader(local_experts, num_experts, "w13"))
+        set_weight_loader(self.experts_w13_weight, loaders["w13"])
         self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
-        set_weight_loader(self.experts_w2_weight, expert_weight_loader(local_experts, num_experts, "w2"))
+        set_weight_loader(self.experts_w2_weight, loaders["w2"])
         self.shared_experts = GlmMoeDsaMLP(config, config.moe_intermediate_size * config.n_shared_experts)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

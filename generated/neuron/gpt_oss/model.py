@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): d6fbd02905ec3c2d
+# source hash (spec + templates + generator): bfc662167cdae8a1
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -26,7 +26,6 @@ from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
-from modelgen.runtime.neuron.expert_layouts import fused_expert_loader
 from modelgen.runtime.neuron.weight_loader import (
     fused_qkv_weight_loader,
     padded_vocab_loader,
@@ -34,6 +33,7 @@ from modelgen.runtime.neuron.weight_loader import (
     sharding_weight_loader,
 )
 from modelgen.runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.targets.neuron.experts import expert_loaders
 
 from .config import GptOssConfig
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
@@ -251,34 +251,36 @@ class GptOssSparseMoeBlock(nn.Module):
     """Mixture of experts: topk_softmax top-k router;
     shape-static MoE op (every local expert, dense combine).
 
-    >>> PARALLELISM <<< expert parallelism: rank r owns experts [r * E_local, (r + 1) * E_local); outputs are summed
-    across ranks. Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
+    >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
+    one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.
+    Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
     """
 
     def __init__(self, config: GptOssConfig):
         super().__init__()
-        world, rank = dist.tp_size(), dist.tp_rank()
         hidden_size, num_experts = config.hidden_size, config.num_local_experts
-        inter = config.intermediate_size
-        self.num_local_experts = dist.divide(num_experts, world, "num_experts")
-        self.expert_offset = rank * self.num_local_experts
-        local_experts = list(range(self.expert_offset, self.expert_offset + self.num_local_experts))
+        # Fused checkpoint tensors in the interleaved_transposed layout, converted to the stacked one on load.
+        parts = ("w13", "w2", "w13_bias", "w2_bias")
+        layout, loaders = expert_loaders(num_experts, parts, "interleaved_transposed")
+        self.num_local_experts, self.expert_offset = layout.num_local_experts, layout.expert_offset
+        # this rank's slice of each expert's intermediate dimension (all of it unless experts are TP-sharded)
+        inter = dist.divide(
+            config.intermediate_size, layout.tp_size, "moe intermediate_size", by="ranks sharing each expert"
+        )
         self.top_k = config.num_experts_per_tok
         self.renormalize = False
         # Router: replicated, HF layout [E, H].
         self.router_weight = _param(num_experts, hidden_size)
         self.router_bias = _param(num_experts)  # the router linear's bias, part of the logits
         self.activation_params = {"alpha": config.swiglu_alpha, "limit": config.swiglu_limit}
-        # Fused checkpoint tensors in the interleaved_transposed layout, converted to the stacked one on load.
-        layout = "interleaved_transposed"
         self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
-        set_weight_loader(self.experts_w13_weight, fused_expert_loader(local_experts, num_experts, "w13", layout))
+        set_weight_loader(self.experts_w13_weight, loaders["w13"])
         self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
-        set_weight_loader(self.experts_w2_weight, fused_expert_loader(local_experts, num_experts, "w2", layout))
+        set_weight_loader(self.experts_w2_weight, loaders["w2"])
         self.experts_w13_bias = _param(self.num_local_experts, 2 * inter)
-        set_weight_loader(self.experts_w13_bias, fused_expert_loader(local_experts, num_experts, "w13_bias", layout))
-        self.experts_w2_bias = _param(self.num_local_experts, hidden_size)
-        set_weight_loader(self.experts_w2_bias, fused_expert_loader(local_experts, num_experts, "w2_bias", layout))
+        set_weight_loader(self.experts_w13_bias, loaders["w13_bias"])
+        self.experts_w2_bias = _param(self.num_local_experts, hidden_size)  # slice 0 of each expert holds it
+        set_weight_loader(self.experts_w2_bias, loaders["w2_bias"])
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         topk_weights, topk_ids = NF.router(
