@@ -212,3 +212,10 @@ def test_rocm_tp_loading_reads_slices_not_whole_tensors(monkeypatch):
     monkeypatch.setattr(distributed, "tp_size", lambda: 2)
     target.load(Model(), Ckpt())
     assert seen == [(True, ["a"]), (False, ["a"])]
+
+
+def test_speculative_decoding_with_engine_started_ranks_is_refused(tmp_path):
+    make_llama(tmp_path / "ckpt", "gqa")
+    with pytest.raises(ValueError, match="speculative_tokens with engine-started ranks"):
+        LLM(tmp_path / "ckpt", tensor_parallel_size=2, speculative_tokens=1)
+    assert not dist.is_initialized()

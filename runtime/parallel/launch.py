@@ -104,6 +104,11 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
         return None, device
     if world == 1:
         return None, device
+    if args.get("speculative_tokens"):
+        # The draft model runs through its own runner, whose calls are not broadcast: the followers would never
+        # join its collectives.
+        raise ValueError("speculative_tokens with engine-started ranks (tensor_parallel_size > 1) is not supported; "
+                         "launch the ranks with torchrun instead")
     dev = torch.device(device)
     if dev.type == "cuda":
         base = dev.index or 0
