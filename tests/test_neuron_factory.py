@@ -72,6 +72,7 @@ def test_factory_validates_selects_and_delegates(tmp_path):
     assert type(model) is mod.MODEL_CLASS and model.config.neuron_config is nc
     wrapper = factory_cls(hf, nc)  # vLLM's registry form: wraps the selected model and delegates forward
     assert isinstance(wrapper._model, mod.MODEL_CLASS)
+    assert factory_cls(hf, None)._model.config.neuron_config is None  # Factory(cfg, None) builds, as the guide's does
     llm = LLM(tmp_path, target="neuron", dtype="float32", max_model_len=64)
     wrapper._model.load_state_dict(llm.model.state_dict())
     wrapper._model.bind_kv_cache(allocate_kv_cache(wrapper._model.get_kv_spec(), llm.blocks.num_blocks, 16, "cpu"))
