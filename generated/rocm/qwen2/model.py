@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): b2852fb9d2490e98
+# source hash (spec + templates + generator): 5895dc58ee83507f
 # ==================================================================================================================
 """Qwen2 for the rocm target, in ATOM's style.
 

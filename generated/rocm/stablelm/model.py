@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 893f97ccbcbba3dd
+# source hash (spec + templates + generator): ca727fe4dbea6435
 # ==================================================================================================================
 """StableLm for the rocm target, in ATOM's style.
 
