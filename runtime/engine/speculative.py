@@ -18,8 +18,9 @@ scheduler and the targets' runners, unchanged:
 * **Rollback.** K/V written for rejected drafts needs no undo: attention reads a sequence only up to its context
   length and the next step overwrites those slots. A recurrent layer (Gated DeltaNet) has advanced its state over
   every fed token, so the states of verifying requests are snapshotted before the step (``StatePool.snapshot``) and,
-  for a request that rejected a draft, restored and re-advanced over the accepted tokens only (a second, shorter
-  target forward for those requests; its hidden states feed the draft).
+  for a request that rejected a draft, restored; the request is marked computed up to the step's start again, so
+  its next step re-feeds the accepted tokens ahead of the new drafts (one target forward per step, a few tokens
+  more; per-position states inside the recurrent layer would save those).
 * **Exactness.** Greedy: a draft is accepted iff it equals the target's argmax at its position, so the output is
   plain greedy decoding's token for token (up to the floating-point differences of computing K+1 positions in one
   call rather than one at a time). Sampling: the rejection rule of Leviathan et al. 2023 / Chen et al. 2023 —
@@ -222,7 +223,7 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         running.extend(llm._admit(waiting, running))
         for r in list(running):
-            if r.computed == 0 or len(r.tokens) - r.computed > 1:
+            if r.computed == 0:
                 self.release(r.seq_id)  # admitted or readmitted after preemption: drafts were for an old state
         llm._ensure_decode_blocks(waiting, running)
         for seq_id in [s for s in self.drafted if all(r.seq_id != s for r in running)]:
@@ -236,14 +237,17 @@ class SpeculativeDecoder:
         budget = llm.max_num_batched_tokens
         tables, block_size = llm.blocks.tables, llm.blocks.block_size
         for r in running:
+            # Uncomputed tokens: the last sampled one, or (after a recurrent rollback) the accepted run again, or a
+            # prompt (chunk). Drafts follow them when all of them fit this step.
             n = len(r.tokens) - r.computed
-            d = self.drafted[r.seq_id].tokens if n == 1 and r.seq_id in self.drafted else []
+            d = self.drafted[r.seq_id].tokens if r.seq_id in self.drafted else []
             room = len(tables.get(r.seq_id, [])) * block_size - len(r.tokens)
             d = d[: max(0, room)]
             if budget is not None:
                 if budget <= 0:
                     break
-                n = min(n, budget)
+                if n > budget:
+                    n, d = budget, []
                 d = d[: max(0, budget - n)]
                 budget -= n + len(d)
             work.append(Work(r.seq_id, r.tokens[r.computed : r.computed + n] + d, r.computed))
@@ -274,7 +278,7 @@ class SpeculativeDecoder:
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
-        prefill = any(n > 1 for n in real)
+        prefill = any(r.computed < len(r.prompt) for r in batch)  # a prompt (chunk) in this step
         for i, (r, n, d) in enumerate(zip(batch, real, drafts)):
             start = r.computed
             starts.append(start)
@@ -306,30 +310,25 @@ class SpeculativeDecoder:
                     r.finish_reason = "stop" if stop else "length"
                     r.t_done = now
                     break
-        # Recurrent layers: requests that rejected a draft get their state back and re-advance over what they kept.
-        hidden_rows: dict[int, torch.Tensor] = {}
+        # Recurrent layers: a request that rejected a draft gets its state back (as it was before this step) and is
+        # marked computed up to there again, so its next step re-feeds the accepted run before the new drafts (one
+        # target forward per step; attention rewrites the same K/V). The hidden states of the accepted positions
+        # from this step are exact (causal), so the draft is fed now.
+        settled = [r.computed for r in batch]  # positions [start, settled) are final for the draft
         if snapshot is not None:
             redo = [j for j, i in enumerate(verifying)
                     if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
             if redo:
                 pool.restore(slots, snapshot, rows=redo)
-                redo_work = []
                 for j in redo:
-                    i = verifying[j]
-                    r = batch[i]
-                    redo_work.append(Work(r.seq_id, r.tokens[starts[i] : r.computed], starts[i]))
-                redo_hidden = self._target_step(redo_work)
-                at = 0
-                for j, w in zip(redo, redo_work):
-                    hidden_rows[verifying[j]] = redo_hidden[at : at + len(w.token_ids)]
-                    at += len(w.token_ids)
+                    batch[verifying[j]].computed = starts[verifying[j]]
                 self.stats.rollbacks += len(redo)
         for r in batch:
             if r.done:
                 running.remove(r)
                 llm._release(r.seq_id)
         t_draft = time.perf_counter()
-        self._draft(batch, starts, offsets, hidden, hidden_rows)
+        self._draft(batch, starts, settled, offsets, hidden)
         done = time.perf_counter()
         self.stats.draft_s += done - t_draft
         dt = done - t0
@@ -353,22 +352,19 @@ class SpeculativeDecoder:
             llm.blocks.ensure(r.seq_id, len(r.tokens) + k)
         return max(k, 0)
 
-    def _draft(self, batch: list, starts: list[int], offsets: list[int], hidden: torch.Tensor,
-               hidden_rows: dict[int, torch.Tensor]) -> None:
-        """Feed the MTP head the positions the target just settled and chain K drafts for the requests that want
-        them (module docstring)."""
+    def _draft(self, batch: list, starts: list[int], settled: list[int], offsets: list[int],
+               hidden: torch.Tensor) -> None:
+        """Feed the MTP head the positions ``[start, settled)`` the target just settled and chain K drafts for the
+        requests that want them (module docstring)."""
         work, rows, wanted, owners = [], [], [], []
         for i, r in enumerate(batch):
             if r.done:
                 continue
-            start, end = starts[i], r.computed
+            start, end = starts[i], settled[i]
             if end <= start:
                 continue
-            h = hidden_rows.get(i)
-            if h is None:
-                h = hidden[offsets[i] : offsets[i] + (end - start)]
             work.append(Work(r.seq_id, r.tokens[start + 1 : end + 1], start))
-            rows.append(h)
+            rows.append(hidden[offsets[i] : offsets[i] + (end - start)])
             owners.append(r)
             # Only a request whose next token is known and sampled (its whole context is in the cache) drafts.
             wanted.append(self._num_drafts(r) if end + 1 == len(r.tokens) else 0)
