@@ -71,8 +71,10 @@ class SpeculativeStats:
             **self.__dict__,
             # fraction of proposed drafts accepted
             "acceptance_rate": self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else None,
-            # drafts accepted per verify step (0..K); each such step emits this + 1 tokens
+            # drafts accepted per verify step (0..K)
             "mean_accepted_tokens": self.accepted_tokens / self.verify_steps if self.verify_steps else None,
+            # tokens a verify step emits: the accepted drafts + the target's own (ATOM's "tokens per forward")
+            "mean_tokens_per_verify_step": 1 + self.accepted_tokens / self.verify_steps if self.verify_steps else None,
         }
 
 
