@@ -262,7 +262,7 @@ class ModelIR:
     layer_block_rule: Code | None  # source over self.<field> and `i`; None when every layer uses one block
     blocks: tuple[Block, ...]
     classes: tuple[Module, ...]  # distinct block sub-module classes, in definition order
-    rope_table: RopeTable | None
+    rope_tables: tuple[RopeTable, ...]  # distinct cos|sin tables, in class order; the first is the model's primary
     decoder_class: str
     requires: tuple[Requirement, ...]
     embedding_name: str
@@ -278,6 +278,16 @@ class ModelIR:
     embedding_multiplier_dtype: str = "float32"  # "model": the multiplier rounded to the hidden dtype first (Gemma)
     logits_divisor: Value | None = None  # Granite logits_scaling: logits / divisor
     logits_softcap: Value | None = None  # Gemma 2 final_logit_softcapping: cap * tanh(logits / cap)
+
+    @property
+    def rope_table(self) -> RopeTable | None:
+        """The primary cos|sin table (the only one unless attentions rotate with different settings)."""
+        return self.rope_tables[0] if self.rope_tables else None
+
+    def rope_index(self, block: Block) -> int:
+        """Index into :attr:`rope_tables` of the table ``block``'s attention reads (0 when it reads none)."""
+        table = block.attention.rope_table()
+        return self.rope_tables.index(table) if table in self.rope_tables else 0
 
     @property
     def norm_classes(self) -> tuple[str, ...]:

@@ -364,12 +364,15 @@ class _Lowerer:
                                                                          if parts[f]}:
                     self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")
 
-    def rope_table(self, classes: tuple[ir.Module, ...]) -> ir.RopeTable | None:
-        """The one cos|sin table shared by every rotary attention (neuron builds it once per model)."""
-        tables = {t for t in (m.rope_table() for m in classes) if t is not None}
-        if len(tables) > 1:
-            self.error(("blocks",), "attentions with different RoPE settings need separate tables (not generated)")
-        return next(iter(tables), None)
+    @staticmethod
+    def rope_tables(classes: tuple[ir.Module, ...]) -> tuple[ir.RopeTable, ...]:
+        """The distinct cos|sin tables of the rotary attentions, in class order: neuron builds each once per model
+        and hands a layer its own (Gemma 3's sliding layers rotate with another base than its full ones)."""
+        tables: list[ir.RopeTable] = []
+        for t in (m.rope_table() for m in classes):
+            if t is not None and t not in tables:
+                tables.append(t)
+        return tuple(tables)
 
     def checkpoint(self, classes: tuple[ir.Module, ...]) -> ir.Checkpoint:
         ck = self.spec.checkpoint
@@ -448,7 +451,7 @@ class _Lowerer:
             description=s.description, architectures=tuple(s.hf.architectures), model_type=s.hf.model_type,
             modeling=s.hf.modeling, config_values=config_values,
             num_layers=self.value(("layers", "count"), s.layers.count),
-            layer_block_rule=rule, blocks=blocks, classes=classes, rope_table=self.rope_table(classes),
+            layer_block_rule=rule, blocks=blocks, classes=classes, rope_tables=self.rope_tables(classes),
             decoder_class=f"{s.class_prefix}DecoderLayer",
             requires=tuple(r for r in requires if r is not None),
             embedding_name=s.embedding.name,

@@ -38,6 +38,13 @@ CASES = {
         num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=1.5,
         final_logit_softcapping=None, tie_word_embeddings=False, attention_bias=True,
         layer_types=["full_attention", "sliding_attention", "sliding_attention"], max_position_embeddings=256)),
+    # RoPE per layer type: sliding layers base 10, full layers base 1000 with linear x2 scaling (both bind on 24
+    # tokens); per-head zero-centred q/k norms; the schedule is not Gemma 3's default 5:1.
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=5, max_position_embeddings=256,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10.0),
+                         "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1000.0)})),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=3, max_position_embeddings=256)),
     "granite": ("GraniteConfig", "GraniteForCausalLM", dict(
         num_hidden_layers=3, embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05,
@@ -96,7 +103,7 @@ def test_against_hf_fp32(checkpoint, name, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["gemma2", "olmo2", "granite", "stablelm", "stablelm_parallel"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "olmo2", "granite", "stablelm", "stablelm_parallel"])
 def test_against_hf_bf16_three_way(checkpoint, name, target):
     path, hf = checkpoint(name)
     gold = hf_logits(hf, PROMPT)
@@ -188,7 +195,7 @@ def test_whole_projection_qk_norm_refuses_tensor_parallelism(checkpoint, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gemma2", "stablelm_parallel"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "stablelm_parallel"])
 def test_neuron_buckets_fullgraph_without_recompiles(checkpoint, name):
     """Every prefill/decode bucket of the soft-capped, windowed Gemma 2 (and the parallel-residual StableLM) traces
     with fullgraph=True, and serving after warm-up never recompiles and equals HF's greedy tokens."""
@@ -206,3 +213,43 @@ def test_neuron_buckets_fullgraph_without_recompiles(checkpoint, name):
     finally:
         torch.compiler.set_stance("default")
     assert got == [hf_greedy(hf, p, 6) for p in prompts]
+
+
+def test_gemma3_layers_read_their_own_rope_table(checkpoint):
+    """Gemma 3's sliding and full layers rotate with different bases: the neuron model builds two cos|sin tables and
+    each layer reads the one of its type (rocm: each attention class its own rotary module)."""
+    path, hf = checkpoint("gemma3")
+    neuron = LLM(path, target="neuron", dtype="float32", max_model_len=64).model
+    index = [layer.rope_table for layer in neuron.model.layers]  # layer_types: sliding, sliding, full, sliding
+    assert index[0] == index[1] == index[3] != index[2] and sorted(set(index)) == [0, 1]
+    assert not torch.equal(neuron.model.rope_cos_sin, neuron.model.rope_cos_sin_1)
+    rocm = LLM(path, target="rocm", dtype="float32", max_model_len=64).model
+    tables = [layer.self_attn.rotary_emb.cos_sin_cache for layer in rocm.model.layers]
+    assert torch.equal(tables[0], tables[1]) and not torch.equal(tables[0], tables[2])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gemma3_conditional_generation_read_as_text(tmp_path, target):
+    """A Gemma3ForConditionalGeneration checkpoint (tiny SigLIP tower) serves text prompts through specs/gemma3.yaml:
+    text_config lifted, language_model.model.* renamed, vision tower and projector ignored; logits and greedy
+    tokens equal the HF multimodal model's on a text-only prompt."""
+    import transformers
+
+    torch.manual_seed(3)
+    text = {k: v for k, v in {**_SIZES, **CASES["gemma3"][2]}.items() if not k.endswith("token_id")}
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                       image_token_index=150, boi_token_index=151, eoi_token_index=152)
+    config._attn_implementation = "eager"
+    hf = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for n, t in hf.named_parameters():
+            if "norm" in n and n.endswith("weight"):
+                t.copy_(torch.randn_like(t) * 0.3)
+    hf.save_pretrained(tmp_path)
+    llm = LLM(tmp_path, target=target, dtype="float32", max_model_len=128, strict_config=True)
+    err = (llm.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
+    assert err < PREFILL_ATOL, f"gemma3 multimodal/{target}: prefill logits differ by {err}"
+    out = llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0]
+    assert out == hf_greedy(hf, PROMPT, 16)

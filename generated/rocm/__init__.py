@@ -6,6 +6,8 @@ MODELS = {
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Gemma3ForConditionalGeneration": "gemma3",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "GptOssForCausalLM": "gpt_oss",

@@ -82,8 +82,8 @@ class PagedAttention(nn.Module):
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
-        if gpu.enabled(q) and self.sliding_window is None and sinks is None and self.softcap is None:
-            return self._forward_gpu(q, k, v, meta, rotary, positions)
+        if gpu.enabled(q) and self.softcap is None:
+            return self._forward_gpu(q, k, v, meta, rotary, positions, sinks)
         if rotary is not None:
             q, k = rotary(positions, q, k)
         ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
@@ -99,7 +99,7 @@ class PagedAttention(nn.Module):
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
-    def _forward_gpu(self, q, k, v, meta, rotary, positions) -> torch.Tensor:
+    def _forward_gpu(self, q, k, v, meta, rotary, positions, sinks=None) -> torch.Tensor:
         from ..ops.gpu import attention as gpu_attn
 
         rope = None
@@ -111,12 +111,12 @@ class PagedAttention(nn.Module):
                 q = q_rot
             o = gpu_attn.paged_prefill(
                 q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
-                meta.max_seqlen_q,
+                meta.max_seqlen_q, sliding_window=self.sliding_window, sinks=sinks,
             )
         else:
             o = gpu_attn.paged_decode(
                 q, k, v, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
-                self.scale, num_splits=meta.decode_splits, rope=rope,
+                self.scale, num_splits=meta.decode_splits, rope=rope, sliding_window=self.sliding_window, sinks=sinks,
             )
         return o.view(o.shape[0], self.num_heads * self.head_dim)
 

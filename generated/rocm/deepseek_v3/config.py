@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v3.yaml --target rocm
-# source hash (spec + templates + generator): 354a54e179db2f7a
+# source hash (spec + templates + generator): 811ce9c74094760f
 # ==================================================================================================================
 """DeepseekV3Config: the HF ``config.json`` fields specs/deepseek_v3.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): e26eed5c4f289b19
+# source hash (spec + templates + generator): bd8d7803e9c420cc
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of GlmMoeDsaForCausalLM for the rocm target (speculative decoding).
 
