@@ -121,14 +121,31 @@ def test_fp8_checkpoint_with_mtp(tmp_path):
     assert _engine(tmp_path, speculative_tokens=2).generate(PROMPTS, _greedy(8)) == ref
 
 
-def test_chunked_prefill_and_small_cache(ckpts):
+@pytest.mark.parametrize("kind", ["deepseek", "qwen3_next"])
+def test_chunked_prefill_and_small_cache(ckpts, kind):
     """Prompt chunks (MTP fed chunk by chunk), preemption under a small cache, more requests than max_num_seqs."""
-    path, _ = ckpts("deepseek")
+    path, _ = ckpts(kind)
     prompts = PROMPTS + [[7] * 20, [3, 9] * 6]
     ref = _engine(path).generate(prompts, _greedy(12))
     spec = _engine(path, speculative_tokens=3, max_num_batched_tokens=8, num_blocks=8, block_size=4, max_num_seqs=3)
     assert spec.generate(prompts, _greedy(12)) == ref
     assert spec.blocks.num_free == spec.blocks.num_blocks and not spec.speculative.drafted
+
+
+def test_greedy_and_sampled_requests_share_a_batch(ckpts):
+    """Greedy requests batched with sampled ones (rejection rule, GDN rollbacks) still equal plain greedy, and a
+    seeded sampled request is reproducible."""
+    path, _ = ckpts("qwen3_next")
+    greedy = _greedy(12)
+    sampled = [SamplingParams(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=s, ignore_eos=True) for s in (1, 2)]
+    ref = _engine(path).generate(PROMPTS[:2], greedy)
+    spec = _engine(path, speculative_tokens=2)
+    params = [greedy, sampled[0], greedy, sampled[1]]
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[3]]
+    out = spec.generate(prompts, params)
+    assert [out[0], out[2]] == ref
+    assert spec.generate(prompts, params)[1::2] == out[1::2]
+    assert all(len(o) == 12 for o in out)
 
 
 # ----------------------------------------------------------------------------------------- oracle drafts: accept paths
