@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 811ce9c74094760f
+# source hash (spec + templates + generator): 4f8cd473bb3ebdd6
 # ==================================================================================================================
 """DeepseekV3Config: the HF ``config.json`` fields specs/deepseek_v3.yaml reads, typed, with the spec's defaults.
 
@@ -98,7 +98,6 @@ class DeepseekV3Config(NeuronModelConfig):
         "rope_interleave",
     )
     CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "num_nextn_predict_layers",
         "pretraining_tp",
         "head_dim",
         "qk_head_dim",

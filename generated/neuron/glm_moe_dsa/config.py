@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): bd8d7803e9c420cc
+# source hash (spec + templates + generator): 39ed1b9ed91c068d
 # ==================================================================================================================
 """GlmMoeDsaConfig: the HF ``config.json`` fields specs/glm_moe_dsa.yaml reads, typed, with the spec's defaults.
 
