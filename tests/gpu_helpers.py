@@ -29,3 +29,27 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     assert torch.isfinite(a).all()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _interpreter_loop_bounds() -> None:
+    """Triton 3.6's interpreter turns a loop bound that is a kernel value (a loaded scalar, an int argument) into
+    ``int(ndarray)``, which numpy >= 2.4 refuses for 1-element arrays: take the element, so the kernels' runtime-bound
+    loops (attention, MoE align) also run under the interpreter. Interpreter-only; compiled kernels are untouched."""
+    try:
+        import triton.runtime.interpreter as ti
+    except Exception:
+        return
+    original = ti._patch_lang_tensor
+    if getattr(original, "_modelgen_loop_bounds", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._modelgen_loop_bounds = True
+    ti._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _interpreter_loop_bounds()

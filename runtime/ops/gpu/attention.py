@@ -116,16 +116,19 @@ def write_kv(
 def _prefill_tile(
     acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx, qk_scale, offs_d, dmask,
     s_c0, s_c1, s_c2, BLOCK_N: tl.constexpr, BS: tl.constexpr, MASKED: tl.constexpr, IEEE: tl.constexpr,
+    WINDOW: tl.constexpr = 0,
 ):
     offs_n = j0 + tl.arange(0, BLOCK_N)
     if MASKED:
         nvalid = offs_n < ctx
         blk = tl.load(bt_row + offs_n // BS, mask=nvalid, other=0).to(tl.int64)
+        kvmask = nvalid[:, None] & dmask[None, :]  # keys past the context are not read (block 0 is not theirs)
     else:
         blk = tl.load(bt_row + offs_n // BS).to(tl.int64)
+        kvmask = dmask[None, :]
     base = blk * s_c0 + kvh * s_c1 + (offs_n % BS) * s_c2
     ptrs = base[:, None] + offs_d[None, :]
-    k = tl.load(kc_ptr + ptrs, mask=dmask[None, :], other=0.0)
+    k = tl.load(kc_ptr + ptrs, mask=kvmask, other=0.0)
     if IEEE:
         qk = tl.dot(qt, tl.trans(k), input_precision="ieee")
     else:
@@ -133,12 +136,18 @@ def _prefill_tile(
     qk = qk * qk_scale
     if MASKED:
         visible = (offs_n[None, :] <= qpos[:, None]) & nvalid[None, :]
+        if WINDOW > 0:  # q - W < k <= q: a row may see none of this tile's keys yet
+            visible = visible & (offs_n[None, :] > qpos[:, None] - WINDOW)
         qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(qk - m_new[:, None])
+    if WINDOW > 0:  # all-masked so far: keep exp2 away from (-inf) - (-inf)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    alpha = tl.math.exp2(m_i - m_use)
+    p = tl.math.exp2(qk - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(vc_ptr + ptrs, mask=dmask[None, :], other=0.0)
+    v = tl.load(vc_ptr + ptrs, mask=kvmask, other=0.0)
     if IEEE:
         pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
     else:
@@ -149,10 +158,10 @@ def _prefill_tile(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, kc_ptr, vc_ptr, o_ptr, cu_ptr, ctx_ptr, bt_ptr, qk_scale, num_m_blocks,
+    q_ptr, kc_ptr, vc_ptr, o_ptr, cu_ptr, ctx_ptr, bt_ptr, sink_ptr, qk_scale, num_m_blocks,
     s_qt, s_qh, s_ot, s_oh, s_c0, s_c1, s_c2, s_bt,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BS: tl.constexpr, IEEE: tl.constexpr,
+    BS: tl.constexpr, IEEE: tl.constexpr, WINDOW: tl.constexpr = 0, SINKS: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     mb = num_m_blocks - 1 - tl.program_id(1)  # longest tiles first
@@ -178,12 +187,22 @@ def _prefill_kernel(
         first = prefix + mb * BLOCK_M  # position of this tile's first query
         full_end = ((first + 1) // BLOCK_N) * BLOCK_N  # keys every row of the tile sees
         last = tl.minimum(first + BLOCK_M, ctx)
-        for j0 in range(0, full_end, BLOCK_N):
-            acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx, qk_scale,
-                                          offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, False, IEEE)
-        for j0 in range(full_end, last, BLOCK_N):
-            acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx, qk_scale,
-                                          offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True, IEEE)
+        if WINDOW > 0:  # keys from the first one the tile's first query sees (unaligned): nothing before is read
+            lo = tl.maximum(first - WINDOW + 1, 0)
+            for j0 in range(lo, last, BLOCK_N):
+                acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
+                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True, IEEE,
+                                              WINDOW)
+        else:
+            for j0 in range(0, full_end, BLOCK_N):
+                acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
+                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, False, IEEE)
+            for j0 in range(full_end, last, BLOCK_N):
+                acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
+                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True, IEEE)
+        if SINKS:  # the head's sink logit joins the denominator (in the kernel's log2 units)
+            sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
+            l_i = l_i + tl.math.exp2(sink - m_i)
         out = acc / l_i[:, None]
         tl.store(o_ptr + rows[:, None] * s_ot + h * s_oh + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=qmask)
 
@@ -200,8 +219,11 @@ def _prefill_config(dtype: torch.dtype, block_d: int, max_q: int) -> tuple[int, 
 def paged_prefill(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, max_seqlen_q: int,
+    sliding_window: int | None = None, sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.ops.attention.paged_prefill_attention`."""
+    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.ops.attention.paged_prefill_attention`
+    (``sliding_window``: key k visible to query q iff ``q - W < k <= q``, blocks wholly before a tile's window are not
+    read; ``sinks [H]``: per-head logits in the softmax denominator)."""
     T, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty((T, H, D), dtype=q.dtype, device=q.device)
@@ -212,11 +234,12 @@ def paged_prefill(
     bm, bn, warps, stages = _prefill_config(q.dtype, block_d, max_seqlen_q)
     num_m = triton.cdiv(max_seqlen_q, bm)
     _prefill_kernel[(H, num_m, num_seqs)](
-        q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E, num_m,
+        q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, q if sinks is None else sinks,
+        scale * LOG2E, num_m,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=H // KVH, D=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, BS=BS, IEEE=q.dtype == torch.float32,
-        num_warps=warps, num_stages=stages,
+        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, num_warps=warps, num_stages=stages,
     )
     return out
 
@@ -224,20 +247,25 @@ def paged_prefill(
 # ------------------------------------------------------------------------------------------------------------ decode
 @triton.jit
 def _decode_kernel(
-    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, slot_ptr, pos_ptr, cs_ptr,
+    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, slot_ptr, pos_ptr, cs_ptr, sink_ptr,
     o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale,
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ob, s_oh, s_c0, s_c1, s_c2, s_bt,
     H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, BS: tl.constexpr, S: tl.constexpr, IEEE: tl.constexpr,
-    ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr,
+    ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr, WINDOW: tl.constexpr = 0,
+    SINKS: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     s = tl.program_id(2)
     ctx = tl.load(ctx_ptr + b)
     n_cached = ctx - 1  # the step's own token comes from k_ptr/v_ptr, not the cache
-    chunk = tl.cdiv(tl.cdiv(ctx, S), BLOCK_N) * BLOCK_N
-    start = s * chunk
+    if WINDOW > 0:  # the query (position ctx - 1) sees keys ctx - W .. ctx - 1: the splits cover only those
+        lo = tl.maximum(ctx - WINDOW, 0)
+    else:
+        lo = ctx * 0
+    chunk = tl.cdiv(tl.cdiv(ctx - lo, S), BLOCK_N) * BLOCK_N
+    start = lo + s * chunk
     end = tl.minimum(start + chunk, ctx)
     cache_end = tl.minimum(end, n_cached)
 
@@ -303,6 +331,9 @@ def _decode_kernel(
             tl.store(vc_ptr + dst, vn.to(vc_ptr.dtype.element_ty), mask=dmask)
 
     if S == 1:
+        if SINKS:  # the new token is always in this split: m_i is finite
+            sink = tl.load(sink_ptr + heads, mask=gmask, other=0.0).to(tl.float32) * 1.4426950408889634
+            l_i = l_i + tl.math.exp2(sink - m_i)
         out = acc / l_i[:, None]
         tl.store(o_ptr + b.to(tl.int64) * s_ob + heads[:, None] * s_oh + offs_d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=qmask)
@@ -315,8 +346,9 @@ def _decode_kernel(
 
 @triton.jit
 def _decode_reduce_kernel(
-    o_ptr, pacc_ptr, pm_ptr, pl_ptr, s_ob, s_oh,
+    o_ptr, pacc_ptr, pm_ptr, pl_ptr, sink_ptr, s_ob, s_oh,
     H: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, S: tl.constexpr, BLOCK_S: tl.constexpr,
+    SINKS: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -329,7 +361,10 @@ def _decode_reduce_kernel(
     w = tl.where(smask & (m > float("-inf")), tl.math.exp2(m - m_max), 0.0)
     offs_d = tl.arange(0, BLOCK_D)
     acc = tl.load(pacc_ptr + row[:, None] * BLOCK_D + offs_d[None, :], mask=smask[:, None], other=0.0)
-    out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
+    den = tl.sum(l * w, 0)
+    if SINKS:
+        den = den + tl.math.exp2(tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634 - m_max)
+    out = tl.sum(acc * w[:, None], 0) / den
     tl.store(o_ptr + b.to(tl.int64) * s_ob + h * s_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < D)
 
 
@@ -343,7 +378,8 @@ def decode_splits(batch: int, num_kv_heads: int, max_context: int, device: torch
 def paged_decode(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor, scale: float,
-    num_splits: int | None = None, rope: tuple | None = None,
+    num_splits: int | None = None, rope: tuple | None = None, sliding_window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One new token per sequence: ``q [B, H, D]``, its ``k, v [B, KVH, D]`` -> ``[B, H, D]``.
 
@@ -351,7 +387,8 @@ def paged_decode(
     not written, e.g. CUDA-graph padding rows, which should use ``context_lens = 1``). ``rope = (positions, cos_sin,
     rotary_dim, pairwise)`` rotates q and k inside the kernel (then ``q`` and ``k`` are un-rotated inputs).
     The default ``num_splits`` depends only on shapes (block-table width bounds the context), so it is fixed for a
-    captured graph.
+    captured graph. ``sliding_window`` W: the splits cover only the last W positions (blocks before them are not
+    read); ``sinks [H]``: per-head logits joining the softmax denominator (GPT-OSS).
     """
     B, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
@@ -361,7 +398,9 @@ def paged_decode(
     block_d = max(16, next_pow2(D))
     block_n = 64 if block_d <= 128 and q.dtype != torch.float32 else 32
     if num_splits is None:
-        num_splits = decode_splits(B, KVH, block_tables.shape[1] * BS, q.device, block_n)
+        span = block_tables.shape[1] * BS
+        num_splits = decode_splits(B, KVH, span if not sliding_window else min(span, sliding_window + BS), q.device,
+                                   block_n)
     S = int(num_splits)
     if S > 1:
         pacc = torch.empty((B * H * S, block_d), dtype=torch.float32, device=q.device)
@@ -376,16 +415,16 @@ def paged_decode(
     group = H // KVH
     _decode_kernel[(B, KVH, S)](
         q, k, v, k_cache, v_cache, block_tables, context_lens, slot_mapping, positions, cos_sin,
-        out, pacc, pm, pl, scale * LOG2E,
+        q if sinks is None else sinks, out, pacc, pm, pl, scale * LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         H=H, GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_D=block_d, BLOCK_N=block_n, BS=BS, S=S,
         IEEE=q.dtype == torch.float32, ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise),
-        num_warps=4, num_stages=2,
+        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, num_warps=4, num_stages=2,
     )
     if S > 1:
         _decode_reduce_kernel[(B, H)](
-            out, pacc, pm, pl, out.stride(0), out.stride(1),
-            H=H, D=D, BLOCK_D=block_d, S=S, BLOCK_S=next_pow2(S), num_warps=4,
+            out, pacc, pm, pl, q if sinks is None else sinks, out.stride(0), out.stride(1),
+            H=H, D=D, BLOCK_D=block_d, S=S, BLOCK_S=next_pow2(S), SINKS=sinks is not None, num_warps=4,
         )
     return out

@@ -1,0 +1,94 @@
+"""Sliding-window and attention-sink paths of the Triton paged attention (``runtime/ops/gpu/attention.py``: GPT-OSS,
+Mistral/Gemma-style windows) against the torch references of ``runtime/ops/attention.py``. Skipped without CUDA;
+``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs them on the CPU through Triton's interpreter.
+
+Blocks wholly before a query's window are filled with NaN: the kernels must not read them (a read would poison the
+output, since NaN * 0 is NaN), while the reference masks after gathering, so it sees them zeroed.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, rel
+
+pytestmark = KERNEL_MARKS
+
+
+def tol(dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else 1.2e-2
+
+
+def _setup(B, KVH, D, BS, W, dtype, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    NB = B * W + 4
+    kc = torch.randn(NB, KVH, BS, D, device=DEV, generator=g).to(dtype)
+    vc = torch.randn(NB, KVH, BS, D, device=DEV, generator=g).to(dtype)
+    tables = torch.randperm(NB, device=DEV, generator=g)[: B * W].view(B, W).int()
+    return kc, vc, tables, g
+
+
+def _poison_outside(cache, tables, lo_pos):
+    """NaN into every block of row b that lies wholly before position ``lo_pos[b]``."""
+    bs = cache.shape[2]
+    out = cache.clone()
+    for b, lo in enumerate(lo_pos):
+        for j in range(lo // bs):
+            out[int(tables[b, j])] = float("nan")
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (24, True), (5, True)])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_decode_window_and_sinks(dtype, window, sinks, splits):
+    from modelgen.runtime.ops import attention as ref
+    from modelgen.runtime.ops.gpu import attention as ga
+
+    B, H, KVH, D, BS, W = 4, 8, 2, 32, 8, 12
+    kc, vc, tables, g = _setup(B, KVH, D, BS, W, dtype, seed=(window or 0) + 7 * sinks)
+    ctx = torch.tensor([1, 9, 40, BS * W - 2], device=DEV, dtype=torch.int32)
+    q = torch.randn(B, H, D, device=DEV, generator=g).to(dtype)
+    k = torch.randn(B, KVH, D, device=DEV, generator=g).to(dtype)
+    v = torch.randn(B, KVH, D, device=DEV, generator=g).to(dtype)
+    sink = (torch.randn(H, device=DEV, generator=g) * 2).to(dtype) if sinks else None
+    pos = ctx.long() - 1
+    slots = tables.long().gather(1, (pos // BS)[:, None])[:, 0] * BS + pos % BS
+    kr, vr = kc.clone(), vc.clone()
+    ref.write_paged_kv(k, v, kr, vr, slots)
+    want = ref.paged_decode_attention(q, kr, vr, tables, ctx, D ** -0.5, sliding_window=window, sinks=sink)
+    lo = [0] * B if window is None else [max(0, int(c) - window) for c in ctx]
+    k2, v2 = _poison_outside(kc, tables, lo), _poison_outside(vc, tables, lo)
+    got = ga.paged_decode(q, k, v, k2, v2, tables, ctx, slots, D ** -0.5, num_splits=splits, sliding_window=window,
+                          sinks=sink)
+    assert rel(got, want) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (40, True), (3, False)])
+def test_prefill_window_and_sinks(dtype, window, sinks):
+    from modelgen.runtime.ops import attention as ref
+    from modelgen.runtime.ops.gpu import attention as ga
+
+    H, KVH, D, BS = 4, 2, 32, 8
+    ns, ctxs = [150, 1, 17, 70], [150, 40, 90, 70]  # prefixes 0, 39 (a decode row), 73, 0
+    W = 150 // BS + 1
+    kc, vc, tables, g = _setup(4, KVH, D, BS, W, dtype, seed=(window or 0) + 3 * sinks)
+    cu = torch.tensor([0] + torch.tensor(ns).cumsum(0).tolist(), device=DEV, dtype=torch.int32)
+    T = sum(ns)
+    q = torch.randn(T, H, D, device=DEV, generator=g).to(dtype)
+    k = torch.randn(T, KVH, D, device=DEV, generator=g).to(dtype)
+    v = torch.randn(T, KVH, D, device=DEV, generator=g).to(dtype)
+    sink = (torch.randn(H, device=DEV, generator=g) * 2).to(dtype) if sinks else None
+    tl_ = tables.long().cpu()
+    slots = torch.tensor([tl_[b, p // BS] * BS + p % BS for b in range(4) for p in range(ctxs[b] - ns[b], ctxs[b])],
+                         device=DEV)
+    kr, vr = kc.clone(), vc.clone()
+    ref.write_paged_kv(k, v, kr, vr, slots)
+    ctx_t = torch.tensor(ctxs, device=DEV, dtype=torch.int32)
+    want = ref.paged_prefill_attention(q, kr, vr, cu, ctx_t, tables, D ** -0.5, sliding_window=window, sinks=sink)
+    # the first query of each sequence sees from (its position - W + 1): blocks before that are never read
+    lo = [0] * 4 if window is None else [max(0, c - n - window + 1) for c, n in zip(ctxs, ns)]
+    k2, v2 = _poison_outside(kr, tables, lo), _poison_outside(vr, tables, lo)
+    got = ga.paged_prefill(q, k2, v2, cu, ctx_t, tables, D ** -0.5, max(ns), sliding_window=window, sinks=sink)
+    assert rel(got, want) < tol(dtype)
