@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call of the GPU session (H200): GPU tests and benchmarks in sequence, logs and JSON under $OUT.
 #   bash bench/gpu_session.sh 1   # GDN tests, Qwen3-Next bench, test_gpu + test_gpu_moe, gpt-oss bench (bf16 + MXFP4)
-#   bash bench/gpu_session.sh 2   # MLA tests, DeepSeek-V3 bench (bf16 + FP8)
+#   bash bench/gpu_session.sh 2   # MLA/window/GPU/MoE tests, DeepSeek-V3 bench (bf16 + FP8), gpt-oss (bf16 + MXFP4)
 #   bash bench/gpu_session.sh diag  # GDN tests but fla's, run --device cuda, Qwen3-Next 4-layer per-component logit diagnosis
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
@@ -48,10 +48,15 @@ elif [ "$phase" = 1 ]; then
       | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
   fi
 else
-  timeout 150 python3 -m pytest -q -rs tests/test_gpu_mla.py -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-mla-tests.log"
-  echo "[$(( $(date +%s) - t0 ))s] mla tests done"
-  left=$(( 545 - ($(date +%s) - t0) ))
-  timeout $left python3 -m bench.deepseek --quant fp8 --budget-s $(( left - 15 )) --out "$OUT/h200-deepseek-v3.json" 2>&1 \
+  timeout 200 python3 -m pytest -q -rs -n 4 tests/test_gpu_mla.py tests/test_gpu_attention_window.py tests/test_gpu.py \
+    tests/test_gpu_moe.py -p no:cacheprovider 2>&1 | tail -40 | tee "$OUT/h200-gpu-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done"
+  timeout 220 python3 -m bench.deepseek --quant fp8 --budget-s 200 --out "$OUT/h200-deepseek-v3.json" 2>&1 \
     | grep -v Warning | tee "$OUT/h200-deepseek-v3.log"
+  left=$(( 545 - ($(date +%s) - t0) ))
+  if [ $left -gt 70 ]; then
+    timeout $left python3 -m bench.gpt_oss --quant mxfp4 --budget-s $(( left - 10 )) --out "$OUT/h200-gpt-oss-20b.json" \
+      2>&1 | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
+  fi
 fi
 echo "[$(( $(date +%s) - t0 ))s] session phase $phase done"
