@@ -145,6 +145,18 @@ def build_and_save_hf(model: str, layers: int, path: Path):
     return hf
 
 
+def quantize_fp8_gpu(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_block_fp8``'s arithmetic (per 128x128 block: ``scale_inv = amax / 448``, ``W / scale_inv`` rounded
+    to float8_e4m3fn) on the tensor's device: ``(W_fp8 [N, K], scale_inv [ceil(N/128), ceil(K/128)] float32)``."""
+    o, i = t.shape
+    R, C = -(-o // 128), -(-i // 128)
+    pad = torch.zeros(R * 128, C * 128, device=t.device, dtype=torch.float32)
+    pad[:o, :i] = t.float()
+    tiles = pad.view(R, 128, C, 128)
+    s = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+    return (tiles / s[:, None, :, None]).view_as(pad)[:o, :i].to(torch.float8_e4m3fn).contiguous(), s
+
+
 def write_fp8(src: Path, dst: Path) -> int:
     """DeepSeek's release format from a bf16 checkpoint: every linear ``*proj.weight`` (attention, dense MLP, experts;
     not the router, norms, embeddings or lm_head) as float8_e4m3fn + ``weight_scale_inv`` per 128x128 block, quantized
@@ -157,13 +169,7 @@ def write_fp8(src: Path, dst: Path) -> int:
         out = {}
         for name, t in load_file(str(f), device="cuda").items():
             if (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")) and t.dim() == 2:
-                o, i = t.shape
-                R, C = -(-o // 128), -(-i // 128)
-                pad = torch.zeros(R * 128, C * 128, device="cuda", dtype=torch.float32)
-                pad[:o, :i] = t.float()
-                tiles = pad.view(R, 128, C, 128)
-                s = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
-                q = (tiles / s[:, None, :, None]).view_as(pad)[:o, :i].to(torch.float8_e4m3fn)
+                q, s = quantize_fp8_gpu(t)
                 out[name], out[name + "_scale_inv"] = q.cpu(), s.cpu()
                 n += 1
             else:

@@ -3,6 +3,7 @@
 #   bash bench/gpu_session.sh 1   # GDN tests, Qwen3-Next bench, test_gpu + test_gpu_moe, gpt-oss bench (bf16 + MXFP4)
 #   bash bench/gpu_session.sh 2   # MLA/window/GPU/MoE tests, DeepSeek-V3 bench (bf16 + FP8), gpt-oss (bf16 + MXFP4)
 #   bash bench/gpu_session.sh diag  # GDN tests but fla's, run --device cuda, Qwen3-Next 4-layer per-component logit diagnosis
+#   bash bench/gpu_session.sh fp8   # FP8 block-scaled GEMM tests + bench/fp8_gemm.py (FP8 kernel vs dequantized bf16)
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
 set -o pipefail
@@ -25,6 +26,9 @@ if [ "$phase" = diag ]; then
     | grep -v "^\s*init\|Warning" | tail -60 | tee "$OUT/h200-run-device-cuda.log"
   timeout 200 python3 -m bench.qwen3_next --layers 4 --diagnose --systems modelgen --batches 1 --new 8 --budget-s 190 \
     --out "$OUT/h200-qwen3-next-diagnose.json" 2>&1 | grep -v Warning | tee "$OUT/h200-qwen3-next-diagnose.log"
+elif [ "$phase" = fp8 ]; then
+  timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
+  timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"
 elif [ "$phase" = 3 ]; then
   timeout 250 python3 -m bench.qwen3_next --budget-s 235 --out "$OUT/h200-qwen3-next-80b-a3b.json" 2>&1 \
     | grep -v Warning | tee "$OUT/h200-qwen3-next-80b-a3b.log"

@@ -1,0 +1,70 @@
+"""FP8 block-scaled GEMM vs dequantize-at-load, at DeepSeek-V3's linear shapes (issue 8 item 6/7: "measure it").
+
+For each weight shape and row count M: the Triton FP8 kernel (``runtime/ops/gpu/fp8.py``: FP8 weight + 128x128
+scales, widened in registers) against the bf16 weight the loader makes today (dequantized at load) through modelgen's
+GPU ``linear`` (the timed skinny-GEMM choice) and ``torch.matmul``. Each timing is the median replay of a CUDA graph
+that runs the GEMM over ``--copies`` weight copies in turn (more bytes than the 60 MB L2, so every read comes from
+HBM), divided by the copies. Reports microseconds, weight bytes / time against the measured copy rate, and the FP8
+speed-up; JSON to ``--out``.
+
+  python -m bench.fp8_gemm --out bench/results/h200-fp8-gemm.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.arch import quantize_fp8_gpu  # noqa: E402
+from bench.decode import log, measure_ceilings  # noqa: E402
+from bench.moe import graph_ms  # noqa: E402
+
+# (name, N, K): DeepSeek-V3 linear weights [out, in] (per expert for the MoE ones)
+SHAPES = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_mqa", 576, 7168),
+          ("kv_b_proj", 32768, 512), ("o_proj", 7168, 16384), ("dense gate_up", 2 * 18432, 7168),
+          ("dense down", 7168, 18432), ("expert gate_up", 2 * 2048, 7168), ("expert down", 7168, 2048)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results/h200-fp8-gemm.json")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 128])
+    ap.add_argument("--copies", type=int, default=4)
+    args = ap.parse_args()
+
+    from modelgen.runtime.layers.linear import linear
+    from modelgen.runtime.ops.gpu.fp8 import block_fp8_linear
+
+    res = {"gpu": torch.cuda.get_device_name(0), **measure_ceilings(), "rows": args.rows, "shapes": {}}
+    copy = res["hbm_copy_tb_s"] * 1e12
+    for name, N, K in SHAPES:
+        ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K ** -0.5 for _ in range(args.copies)]
+        qs = [quantize_fp8_gpu(w) for w in ws]
+        entry = {}
+        for M in args.rows:
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            t_fp8 = graph_ms(lambda: [block_fp8_linear(x, q, s) for q, s in qs]) / args.copies * 1e3
+            t_lin = graph_ms(lambda: [linear(x, w) for w in ws]) / args.copies * 1e3
+            t_mm = graph_ms(lambda: [x @ w.T for w in ws]) / args.copies * 1e3
+            entry[str(M)] = {
+                "fp8_us": t_fp8, "bf16_linear_us": t_lin, "bf16_matmul_us": t_mm,
+                "fp8_weight_bytes_fraction_of_copy_rate": N * K / (t_fp8 * 1e-6) / copy,
+                "bf16_weight_bytes_fraction_of_copy_rate": 2 * N * K / (min(t_lin, t_mm) * 1e-6) / copy,
+                "fp8_speedup_vs_best_bf16": min(t_lin, t_mm) / t_fp8,
+            }
+            log(f"{name} [{N}x{K}] M={M}: fp8 {t_fp8:.1f} us, bf16 linear {t_lin:.1f}, matmul {t_mm:.1f} "
+                f"-> {entry[str(M)]['fp8_speedup_vs_best_bf16']:.2f}x")
+        res["shapes"][f"{name} {N}x{K}"] = entry
+        Path(args.out).write_text(json.dumps(res, indent=2))
+        ws = qs = None
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
