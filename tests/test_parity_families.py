@@ -46,6 +46,8 @@ CASES = {
         rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10.0),
                          "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1000.0)})),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=3, max_position_embeddings=256)),
+    # clip_qkv 0.3 binds on many projection outputs (their scale is ~1 here); the norms have no weights.
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(num_hidden_layers=3, clip_qkv=0.3, max_position_embeddings=256)),
     "granite": ("GraniteConfig", "GraniteForCausalLM", dict(
         num_hidden_layers=3, embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05,
         logits_scaling=4.0, max_position_embeddings=256)),
@@ -53,7 +55,7 @@ CASES = {
         num_hidden_layers=3, use_qkv_bias=True, max_position_embeddings=256,
         rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25))),
     "stablelm_parallel": ("StableLmConfig", "StableLmForCausalLM", dict(
-        num_hidden_layers=3, use_parallel_residual=True, max_position_embeddings=256,
+        num_hidden_layers=3, use_parallel_residual=True, qk_layernorm=True, max_position_embeddings=256,
         rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5))),
 }
 
@@ -103,7 +105,7 @@ def test_against_hf_fp32(checkpoint, name, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["gemma2", "gemma3", "olmo2", "granite", "stablelm", "stablelm_parallel"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "olmo", "olmo2", "granite", "stablelm", "stablelm_parallel"])
 def test_against_hf_bf16_three_way(checkpoint, name, target):
     path, hf = checkpoint(name)
     gold = hf_logits(hf, PROMPT)
@@ -162,6 +164,11 @@ def test_each_feature_moves_the_logits(checkpoint, target):
     assert _err_after(path, ref, lambda m: [setattr(layer, "residual_multiplier", 1.0)
                                             for layer in _layers(m)], target) > 1e-2
 
+    path, hf = checkpoint("olmo")
+    ref = hf_logits(hf, PROMPT)
+    assert _err_after(path, ref, lambda m: [setattr(layer.self_attn, "clip_qkv", None)
+                                            for layer in _layers(m)], target) > 1e-2
+
     path, hf = checkpoint("olmo2")
     ref = hf_logits(hf, PROMPT)
     assert _err_after(path, ref, lambda m: [layer.self_attn.q_norm.weight.fill_(1.0)
@@ -178,20 +185,25 @@ def test_explicit_null_config_values_stay_null(checkpoint):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_whole_projection_qk_norm_refuses_tensor_parallelism(checkpoint, monkeypatch, target):
-    """OLMo 2's q_norm spans every head: with heads split across ranks it would need a cross-rank variance, so the
-    generated attention refuses TP > 1 with a message instead of normalising each rank's slice."""
+@pytest.mark.parametrize("name, cls", [("olmo2", "Olmo2Attention"), ("stablelm_parallel", "StableLmAttention")])
+def test_cross_head_qk_norms_refuse_tensor_parallelism(checkpoint, monkeypatch, target, name, cls):
+    """OLMo 2's q_norm spans every head and StableLM's per-head norms carry every head's weights: with heads split
+    across ranks they would need a cross-rank variance or head-sharded loading, so the generated attention refuses
+    TP > 1 with a message instead of normalising each rank's slice wrongly."""
     import importlib
+    import json
 
     from modelgen.runtime import distributed
 
-    path, _ = checkpoint("olmo2")
-    module = importlib.import_module(f"modelgen.generated.{target}.olmo2.model")
-    config = importlib.import_module(f"modelgen.generated.{target}.olmo2.config").Olmo2Config.from_hf_config(
-        __import__("json").loads((path / "config.json").read_text()))
+    path, _ = checkpoint(name)
+    spec = CASES[name][1].removesuffix("ForCausalLM").lower()
+    module = importlib.import_module(f"modelgen.generated.{target}.{spec}.model")
+    config_cls = getattr(importlib.import_module(f"modelgen.generated.{target}.{spec}.config"), cls.replace(
+        "Attention", "Config"))
+    config = config_cls.from_hf_config(json.loads((path / "config.json").read_text()))
     monkeypatch.setattr(distributed, "tp_size", lambda: 2)
     with pytest.raises(NotImplementedError, match="tensor parallelism 1"):
-        module.Olmo2Attention(config, 0)
+        getattr(module, cls)(config, 0)
 
 
 @pytest.mark.slow

@@ -28,11 +28,12 @@ class QKNormSpec(Strict):
     enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
     q_name: Identifier = Field(default="q_norm", description="module / checkpoint name of the query norm")
     k_name: Identifier = Field(default="k_norm", description="module / checkpoint name of the key norm")
-    scope: Literal["head", "projection"] = Field(
+    scope: Literal["head", "projection", "each_head"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
         "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; the variance "
-        "spans every head, so tensor parallelism > 1 is refused)",
+        "spans every head, so tensor parallelism > 1 is refused); each_head: a norm over head_dim per head with its "
+        "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused)",
     )
 
 
@@ -99,9 +100,15 @@ class QKNorm:
     k_name: str
     scope: str = "head"  # "head" | "projection"
 
-    def module(self, name: str, dim_py: str) -> str:
-        """Constructor source of the q or k norm over ``dim_py`` features."""
-        return norm_module(Norm(name=name, kind=self.kind, eps=self.eps), dim_py)
+    def module(self, name: str, dim_py: str, heads_py: str = "") -> str:
+        """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``)."""
+        one = norm_module(Norm(name=name, kind=self.kind, eps=self.eps), dim_py)
+        return f"PerHeadNorm([{one} for _ in range({heads_py})])" if self.scope == "each_head" else one
+
+    @property
+    def tp_refused(self) -> bool:
+        """Its weights or statistics span heads another rank holds: generated code refuses TP > 1."""
+        return self.scope != "head"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,7 +157,8 @@ class GQAttention(Module):
         ]
         if self.qk_norm is not None:
             when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
-            scope = "per-head" if self.qk_norm.scope == "head" else "whole-projection"
+            scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights"}[
+                self.qk_norm.scope]
             rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k before RoPE{when}"))
         if self.output_gate:
             rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))

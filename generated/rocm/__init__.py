@@ -16,6 +16,7 @@ MODELS = {
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Olmo2ForCausalLM": "olmo2",
+    "OlmoForCausalLM": "olmo",
     "Phi3ForCausalLM": "phi3",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2_moe",

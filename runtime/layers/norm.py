@@ -64,3 +64,15 @@ class LayerNorm(nn.Module):
         if residual is None:
             return torch_norm.layer_norm(x, self.weight, self.bias, self.eps)
         return torch_norm.add_layer_norm(x, residual, self.weight, self.bias, self.eps)
+
+
+class PerHeadNorm(nn.Module):
+    """A norm per head, each with its own weights (StableLM ``q_layernorm.norms.{h}``), over ``[tokens, heads, D]``:
+    head ``h`` goes through ``norms[h]``, as HF's ``StableLmLayerNormPerHead`` splits the heads and concatenates."""
+
+    def __init__(self, norms: list[nn.Module]):
+        super().__init__()
+        self.norms = nn.ModuleList(norms)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([norm(x[:, h]) for h, norm in enumerate(self.norms)], dim=1)

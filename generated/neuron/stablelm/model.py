@@ -1,11 +1,12 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): fb8072b25f641edf
+# source hash (spec + templates + generator): c67c8861eabdf44e
 # ==================================================================================================================
 """StableLm for the neuron target, in vLLM Neuron's style.
 
-Dense decoder with GQA, LayerNorms, partial RoPE, optional QKV bias and optional parallel attention + MLP residual.
+Dense decoder with GQA, LayerNorms, partial RoPE, optional QKV bias, optional per-head QK LayerNorms and optional
+parallel attention + MLP residual.
 
 Reference: transformers/models/stablelm/modeling_stablelm.py.
 
@@ -22,7 +23,7 @@ from torch import nn
 import modelgen.runtime.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
-from modelgen.runtime.layers.norm import LayerNorm
+from modelgen.runtime.layers.norm import LayerNorm, PerHeadNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.neuron.weight_loader import (
@@ -82,6 +83,13 @@ class StableLmAttention(nn.Module):
         else:
             self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
         self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.use_qk_norm = config.qk_layernorm
+        if self.use_qk_norm:
+            # One norm (own weights) per head of the checkpoint; the heads would have to follow their rank's shard.
+            if world > 1:
+                raise NotImplementedError("StableLmAttention: QK norms with per-head weights need tensor parallelism 1")
+            self.q_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(self.num_attention_heads_per_rank)])
+            self.k_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(self.num_key_value_heads_per_rank)])
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 
@@ -94,6 +102,8 @@ class StableLmAttention(nn.Module):
         q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
         k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        if self.use_qk_norm:
+            q, k = self.q_layernorm(q), self.k_layernorm(k)
         q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
         k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): fb8072b25f641edf
+# source hash (spec + templates + generator): c67c8861eabdf44e
 # ==================================================================================================================
 """Checkpoint mappings of StableLmForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -25,6 +25,10 @@ def _stable_lm_attention_mappings(mappings: dict[str, list[str]], module: str, c
         mappings[module + ".qkv_proj_bias"] = [
             module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
         ]
+    if config.qk_layernorm:
+        for norm, heads in (("q_layernorm", config.num_attention_heads), ("k_layernorm", config.num_key_value_heads)):
+            for h in range(heads):
+                mappings[f"{module}.{norm}.norms.{h}.weight"] = [f"{module}.{norm}.norms.{h}.weight"]
 
 
 def _stable_lm_mlp_mappings(mappings: dict[str, list[str]], module: str, config: StableLmConfig) -> None:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): fb8072b25f641edf
+# source hash (spec + templates + generator): c67c8861eabdf44e
 # ==================================================================================================================
 """StableLmConfig: the HF ``config.json`` fields specs/stablelm.yaml reads, typed, with the spec's defaults.
 
@@ -124,10 +124,6 @@ class StableLmConfig:
             partial_rotary_factor = 0.25
         if not (hidden_act == 'silu'):
             raise ConfigError("specs/stablelm.yaml: only the SiLU-gated MLP (hidden_act silu) is generated")
-        if qk_layernorm:
-            raise ConfigError(
-                "specs/stablelm.yaml: qk_layernorm (per-head q/k LayerNorms, one weight per head) is not generated yet"
-            )
         return cls(
             vocab_size=vocab_size,
             hidden_size=hidden_size,

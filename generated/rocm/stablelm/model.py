@@ -1,11 +1,12 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): fb8072b25f641edf
+# source hash (spec + templates + generator): c67c8861eabdf44e
 # ==================================================================================================================
 """StableLm for the rocm target, in ATOM's style.
 
-Dense decoder with GQA, LayerNorms, partial RoPE, optional QKV bias and optional parallel attention + MLP residual.
+Dense decoder with GQA, LayerNorms, partial RoPE, optional QKV bias, optional per-head QK LayerNorms and optional
+parallel attention + MLP residual.
 
 Reference: transformers/models/stablelm/modeling_stablelm.py.
 
@@ -18,12 +19,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import LayerNorm
+from modelgen.runtime.layers.norm import LayerNorm, PerHeadNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -39,7 +41,7 @@ from .weights import (
 
 
 class StableLmAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: StableLmConfig, layer_idx: int):
@@ -58,6 +60,13 @@ class StableLmAttention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.use_qk_norm = config.qk_layernorm
+        if self.use_qk_norm:
+            # One norm (own weights) per head of the checkpoint; the heads would have to follow their rank's shard.
+            if dist.tp_size() > 1:
+                raise NotImplementedError("StableLmAttention: QK norms with per-head weights need tensor parallelism 1")
+            self.q_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(config.num_attention_heads)])
+            self.k_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(config.num_key_value_heads)])
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=int(self.head_dim * config.partial_rotary_factor),
@@ -80,6 +89,8 @@ class StableLmAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.use_qk_norm:
+            q, k = self.q_layernorm(q), self.k_layernorm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
     def kv_spec(self) -> LayerSpec:
