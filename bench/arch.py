@@ -315,6 +315,41 @@ def diagnose(llm, hf, model: str, prompt: list[int]) -> dict:
     return out
 
 
+def kernel_profile(ckpt: Path, kw: dict, prompt: list[int], steps: int = 8, top: int = 25) -> dict:
+    """Per-kernel GPU time of ``steps`` batch-1 decode steps run eagerly (no CUDA graphs, so each kernel is visible
+    to the profiler; the kernels are the ones the graphs replay), grouped by kernel name: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    llm = LLM(ckpt, **dict(kw, cuda_graphs=False))
+    params = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
+    llm.generate([prompt], params(steps + 1))  # compile every kernel first
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        llm.generate([prompt], params(1))
+        torch.cuda.synchronize()
+    prefill = {e.key: e.device_time_total for e in prof.key_averages()}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        llm.generate([prompt], params(steps + 1))
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():  # minus the prefill + first token, which both runs share
+        us = (e.device_time_total - prefill.get(e.key, 0.0)) / steps
+        if us > 0:
+            rows.append((e.key[:120], us, e.count))
+    rows.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows)
+    out = {"steps": steps, "gpu_us_per_step": total,
+           "top_kernels_us_per_step": [{"kernel": k, "us": us, "calls_total": n} for k, us, n in rows[:top]]}
+    for r in rows[:top]:
+        log(f"  {r[1]:8.1f} us/step  {r[0]}")
+    log(f"  total GPU time {total:.1f} us/step over {steps} steps")
+    del llm
+    return out
+
+
 # -------------------------------------------------------------------------------------------------------------- main
 def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
     from modelgen.runtime.engine.sampler import SamplingParams
@@ -351,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--diagnose", action="store_true",
                     help="per-component logit comparison (see diagnose()) instead of modelgen's greedy check and timing")
     ap.add_argument("--no-graphs", action="store_true", help="modelgen decodes eagerly (no CUDA graphs)")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU time of batch-1 decode steps (eager)")
     ap.add_argument("--budget-s", type=float, default=400, help="skip remaining phases past this")
     args = ap.parse_args(argv)
     shape = SHAPES[args.model]
@@ -472,6 +508,15 @@ def main(argv: list[str] | None = None) -> int:
             entry["decode_tok_s"][str(b)] = b * (args.new - 1) / (tn - t1)
             log(f"  hf eager bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s")
             save()
+
+    if args.profile and left() > 40:
+        try:
+            res["bs1_kernel_profile"] = kernel_profile(ckpt, kw, prompts[args.batches[0]][0].tolist())
+        except Exception as e:
+            res["bs1_kernel_profile"] = f"{type(e).__name__}: {e}"[:400]
+        gc.collect()
+        torch.cuda.empty_cache()
+        save()
 
     if args.quant != "none" and left() > 60:
         qpath = ckpt.with_name(ckpt.name + "-" + args.quant)
