@@ -146,14 +146,6 @@ def test_dsa_cache_holds_the_index_key(checkpoints):
         assert layer.bytes_per_block(16) == 16 * (BASE["kv_lora_rank"] + BASE["qk_rope_head_dim"] + 16) * 2
 
 
-def test_glm5_shared_indexer_layers_are_refused(tmp_path):
-    from modelgen.runtime.hf_config import ConfigError
-
-    make_deepseek(tmp_path, "glm5_dense", indexer_types=["full", "shared", "full"])
-    with pytest.raises(ConfigError, match="indexer_types 'shared'"):
-        llm(tmp_path, "rocm")
-
-
 def test_missing_mla_tensor_is_named(checkpoints, tmp_path):
     path, _ = checkpoints("v3")
     for f in path.iterdir():

@@ -33,6 +33,12 @@ class IndexerSpec(Strict):
     rope_style: Literal["rotate_half", "pairwise"] = Field(
         description="the indexer's RoPE layout: rotate_half (DeepSeek-V3.2), pairwise (GLM-5's interleaved pairs)"
     )
+    shared: bool = Field(
+        default=False,
+        description="this layer has no indexer of its own (no indexer.* weights): it reuses the top-k selection of "
+        "the nearest earlier layer that has one (GLM-5 indexer_types 'shared', HF prev_topk_indices); its cache row "
+        "keeps that layer's index keys so the selection is recomputed identically",
+    )
 
 
 class MLASpec(Strict):
@@ -65,6 +71,7 @@ class Indexer:
     head_dim: Value
     topk: Value
     rope_style: str
+    shared: bool = False  # reuses the nearest earlier indexer's selection (no weights of its own)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,9 +113,13 @@ class MLAttention(Module):
         if self.indexer is not None:
             i = self.indexer
             idx = f" + {i.head_dim.spec}"
-            rows.append(("DSA indexer", f"`{i.num_heads.spec}` heads of `{i.head_dim.spec}` ({i.rope_style} RoPE), "
-                                        f"each query attends its top-`{i.topk.spec}` keys by index score (causal "
-                                        "first)"))
+            if i.shared:
+                rows.append(("DSA indexer", f"shared: the top-`{i.topk.spec}` selection of the nearest earlier layer "
+                                            "with an indexer (no indexer weights; its index keys kept in the cache)"))
+            else:
+                rows.append(("DSA indexer", f"`{i.num_heads.spec}` heads of `{i.head_dim.spec}` ({i.rope_style} "
+                                            f"RoPE), each query attends its top-`{i.topk.spec}` keys by index score "
+                                            "(causal first)"))
         rows.append(("KV cache", f"{self.kv_cache}: `[num_blocks, block_size, {r} + {dr}{idx}]` per layer, "
                                  f"`({r} + {dr}{idx}) x dtype bytes` per token (GQA with the same heads: "
                                  "`2 x heads x head_dim x dtype bytes`)"))
@@ -124,7 +135,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: MLASpec) -> MLAttention:
         i, ip = a.indexer, p + ("indexer",)
         indexer = Indexer(num_heads=ctx.value(ip + ("num_heads",), i.num_heads),
                           head_dim=ctx.value(ip + ("head_dim",), i.head_dim),
-                          topk=ctx.value(ip + ("topk",), i.topk), rope_style=i.rope_style)
+                          topk=ctx.value(ip + ("topk",), i.topk), rope_style=i.rope_style, shared=i.shared)
     return MLAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),

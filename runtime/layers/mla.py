@@ -16,6 +16,13 @@ DSA (DeepSeek-V3.2, GLM-5: ``index_topk`` given) adds ``indexer.{wq_b, wk, k_nor
 rank selects the same keys), an index key per token after the latent in the cache row, and restricts each query's
 attention to its top-``index_topk`` keys by index score (runtime/ops/mla.py).
 
+Shared DSA layers (GLM-5 ``indexer_types: shared``, ``index_shared=True``) have no indexer: like HF's
+``prev_topk_indices`` they reuse the top-k of the nearest earlier layer that has one. That layer leaves its step's
+index inputs ``(q_idx, w, k_idx)`` on the step's metadata (``dsa_index``); the shared layer stores the same ``k_idx``
+after its own latent and selects with the same queries and weights, so its selection equals the source layer's at
+every step (prefill, chunked prefill, decode) without passing masks between layers -- at the cost of the index key
+in its cache row and one more top-k.
+
 Parameter names are the checkpoint's, so the loader maps them one to one.
 """
 from __future__ import annotations
@@ -69,6 +76,16 @@ class DSAIndexer(nn.Module):
         self.weights_proj = ReplicatedLinear(hidden_size, num_heads, bias=False)
 
 
+def shared_index_inputs(metadata: Any, layer_name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q_idx, w, k_idx)`` the nearest earlier DSA layer with an indexer left on this step's metadata (an
+    ``AttentionMetadata`` attribute on rocm, a key of the per-step dict on neuron)."""
+    got = metadata.get("dsa_index") if isinstance(metadata, dict) else getattr(metadata, "dsa_index", None)
+    if got is None:
+        raise ValueError(f"{layer_name}: a shared DSA layer needs an earlier layer with its own indexer (HF raises "
+                         f"'Shared DSA layers require top-k indices from a previous full indexer layer')")
+    return got
+
+
 class MLAttention(nn.Module):
     def __init__(
         self,
@@ -93,6 +110,7 @@ class MLAttention(nn.Module):
         index_head_dim: int | None = None,
         index_topk: int | None = None,
         index_rope_style: str = "rotate_half",
+        index_shared: bool = False,
     ):
         super().__init__()
         self.layer_name = layer_name
@@ -118,8 +136,10 @@ class MLAttention(nn.Module):
         if index_topk is not None:
             if q_lora_rank is None:
                 raise ValueError(f"{layer_name}: the DSA indexer reads the low-rank query; q_lora_rank must be set")
-            self.indexer = DSAIndexer(hidden_size, q_lora_rank, index_heads, index_head_dim)
+            if not index_shared:
+                self.indexer = DSAIndexer(hidden_size, q_lora_rank, index_heads, index_head_dim)
             self.index_dim = index_head_dim
+        self.index_shared = index_shared and index_topk is not None
         self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr (+ Di)]
 
     def forward(
@@ -138,12 +158,18 @@ class MLAttention(nn.Module):
         c = self.kv_a_layernorm(c.contiguous())
         q_pe, k_pe = self.rotary_emb(positions, q_pe.contiguous(), k_pe.reshape(T, 1, self.rope_dim))
         row, index = [c, k_pe[:, 0]], None
-        if self.index_topk is not None:
+        if self.index_shared:
+            q_idx, w, k_idx = shared_index_inputs(attn_metadata, self.layer_name)
+            row.append(k_idx)
+            index = (q_idx, w, self.index_topk)
+        elif self.index_topk is not None:
             ix = self.indexer
             q_idx, k_idx, w = ops.index_inputs(
                 ix.wq_b(q_resid), ix.wk(hidden_states), ix.weights_proj(hidden_states), ix.k_norm.weight,
                 ix.k_norm.bias, self.rotary_emb.cos_sin_cache, positions, self.rope_dim, self.index_rope_style,
             )
+            # The step's index inputs, for the shared DSA layers after this one (a per-step scratch value).
+            attn_metadata.dsa_index = (q_idx, w, k_idx)
             row.append(k_idx)
             index = (q_idx, w, self.index_topk)
         # Decode steps may be captured in CUDA graphs: their write is the shape-static one (no host sync).
