@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 5ebaa786ea20ada9
+# source hash (spec + templates + generator): aa85ba23c42c1aad
 # ==================================================================================================================
 """DeepseekV32 for the neuron target, in vLLM Neuron's style.
 
@@ -125,6 +125,7 @@ class DeepseekV32Attention(nn.Module):
             NF.linear(hidden_states, self.indexer_weights_proj_weight), self.indexer_k_norm_weight,
             self.indexer_k_norm_bias, cos_sin, positions, self.rope_dim, "rotate_half",
         )
+        meta["dsa_index"] = (q_idx, w, k_idx)  # for the shared DSA layers after this one (one dict per step)
         latent = torch.cat([c, k_pe, k_idx.to(c.dtype)], dim=-1)
         index = (q_idx, w, self.index_topk)
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.

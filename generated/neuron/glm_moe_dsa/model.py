@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 39ed1b9ed91c068d
+# source hash (spec + templates + generator): 189e8ac196f5cf25
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -23,7 +23,7 @@ from torch import nn
 import modelgen.runtime.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec
-from modelgen.runtime.layers.mla import LatentCacheSpec
+from modelgen.runtime.layers.mla import LatentCacheSpec, shared_index_inputs
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
@@ -45,7 +45,7 @@ def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
 
-class GlmMoeDsaAttention(nn.Module):
+class GlmMoeDsaAttention0(nn.Module):
     """Multi-head latent attention with static shapes: the latent ``[c_kv | k_pe]`` of every token goes to the
     paged_latent cache; queries are absorbed through kv_b_proj's key part and outputs through its value part."""
 
@@ -125,6 +125,103 @@ class GlmMoeDsaAttention(nn.Module):
             NF.linear(hidden_states, self.indexer_weights_proj_weight), self.indexer_k_norm_weight,
             self.indexer_k_norm_bias, cos_sin, positions, self.rope_dim, "pairwise",
         )
+        meta["dsa_index"] = (q_idx, w, k_idx)  # for the shared DSA layers after this one (one dict per step)
+        latent = torch.cat([c, k_pe, k_idx.to(c.dtype)], dim=-1)
+        index = (q_idx, w, self.index_topk)
+        # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
+        mla_ops.write_latent_static(latent, self.cache, meta["slot_mapping"])
+        w_uk, w_uv = mla_ops.split_kv_b(self.kv_b_proj_weight, self.num_heads, self.nope_dim, self.v_dim)
+        q = torch.cat([mla_ops.absorb_query(q_nope, w_uk), q_pe], dim=-1)
+        r = self.kv_lora_rank
+        if meta["max_query_len"] <= meta["decode_token_threshold"]:
+            o = mla_ops.paged_decode(q, self.cache, meta["block_table_tensor"], positions + 1, self.scale, r, index)
+        elif meta["kv_segment_size"] > 0:
+            # Segmented (chunked) prefill: the chunk's latents were just written next to the cached prefix.
+            o = mla_ops.segment_prefill(
+                q, self.cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale, r, index
+            )
+        else:
+            o = mla_ops.packed_prefill(q, latent, meta["seq_ids"], positions, self.scale, r, index)
+        o = mla_ops.expand_output(o, w_uv).reshape(T, self.num_heads * self.v_dim)
+        return NF.o_proj(o, self.o_proj_weight, self.o_proj_bias)
+
+    def kv_spec(self) -> LatentCacheSpec:
+        """This layer's cache (replicated on every rank): one latent of kv_lora_rank + qk_rope_head_dim per token."""
+        return LatentCacheSpec(
+            name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim + self.index_dim,
+            dtype=self.kv_a_proj_with_mqa_weight.dtype,
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        (self.cache,) = kv_caches[self.layer_name]
+
+
+class GlmMoeDsaAttention1(nn.Module):
+    """Multi-head latent attention with static shapes: the latent ``[c_kv | k_pe]`` of every token goes to the
+    paged_latent cache; queries are absorbed through kv_b_proj's key part and outputs through its value part."""
+
+    def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
+        super().__init__()
+        self.layer_name = f"layers.{layer_idx}.self_attn"
+        # >>> PARALLELISM <<< heads are sharded across TP ranks; the latent path and its cache are replicated.
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        self.num_heads = dist.divide(config.num_attention_heads, world, "num_attention_heads")
+        self.q_lora_rank, self.kv_lora_rank = config.q_lora_rank, config.kv_lora_rank
+        self.nope_dim, self.rope_dim = config.qk_nope_head_dim, config.qk_rope_head_dim
+        self.v_dim = config.v_head_dim
+        qk_size = self.num_heads * (self.nope_dim + self.rope_dim)
+        self.rope_style = mla_ops.rope_style(True, "rotate_half")
+        # qk_head_dim ** -0.5, with YaRN's mscale_all_dim folded in as DeepseekV3Attention does
+        self.scale = mla_ops.softmax_scale(self.nope_dim + self.rope_dim, config.rope_scaling)
+        use_bias = config.attention_bias
+        if self.q_lora_rank is None:
+            self.q_proj_weight = _param(hidden_size, qk_size)
+            set_weight_loader(self.q_proj_weight, sharding_weight_loader(1, qk_size, world, is_storage_transposed=True))
+        else:
+            self.q_a_proj_weight = _param(hidden_size, self.q_lora_rank)
+            set_weight_loader(self.q_a_proj_weight, transposed_loader())
+            self.q_a_proj_bias = _param(self.q_lora_rank) if use_bias else None
+            self.q_a_layernorm = RMSNorm(self.q_lora_rank, eps=1e-06)
+            self.q_b_proj_weight = _param(self.q_lora_rank, qk_size)
+            set_weight_loader(
+                self.q_b_proj_weight, sharding_weight_loader(1, qk_size, world, is_storage_transposed=True)
+            )
+        self.kv_a_proj_with_mqa_weight = _param(hidden_size, self.kv_lora_rank + self.rope_dim)
+        set_weight_loader(self.kv_a_proj_with_mqa_weight, transposed_loader())
+        self.kv_a_proj_with_mqa_bias = _param(self.kv_lora_rank + self.rope_dim) if use_bias else None
+        self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, eps=1e-06)
+        # Kept [out, in] = [heads * (nope + v), kv_lora_rank] as HF stores it: absorption views it per head.
+        kv_b_size = self.num_heads * (self.nope_dim + self.v_dim)
+        self.kv_b_proj_weight = _param(kv_b_size, self.kv_lora_rank)
+        set_weight_loader(self.kv_b_proj_weight, sharding_weight_loader(0, kv_b_size, world))
+        self.o_proj_weight = _param(self.num_heads * self.v_dim, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(0, self.num_heads * self.v_dim, world, is_storage_transposed=True),
+        )
+        self.o_proj_bias = _param(hidden_size) if use_bias else None  # replicated: added once after the all-reduce
+        # Shared DSA layer: no indexer; the nearest earlier indexer's top-k, whose index keys this cache row keeps.
+        self.index_dim, self.index_topk = config.index_head_dim, config.index_topk
+        self.cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, block_size, r + dr (+ Di)]
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        meta = attn_metadata[self.layer_name]
+        T = hidden_states.shape[0]
+        if self.q_lora_rank is None:
+            q = NF.linear(hidden_states, self.q_proj_weight)
+        else:
+            q_resid = self.q_a_layernorm(NF.linear(hidden_states, self.q_a_proj_weight, self.q_a_proj_bias))
+            q = NF.linear(q_resid, self.q_b_proj_weight)
+        q_nope, q_pe = q.view(T, self.num_heads, -1).split([self.nope_dim, self.rope_dim], dim=-1)
+        kv = NF.linear(hidden_states, self.kv_a_proj_with_mqa_weight, self.kv_a_proj_with_mqa_bias)
+        c, k_pe = kv.split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        c = self.kv_a_layernorm(c)
+        q_pe = NF.rope(q_pe, cos_sin, positions, self.rope_dim, self.rope_style)
+        k_pe = NF.rope(k_pe[:, None, :], cos_sin, positions, self.rope_dim, self.rope_style)[:, 0]
+        q_idx, w, k_idx = shared_index_inputs(meta, self.layer_name)  # left by the nearest earlier indexer
         latent = torch.cat([c, k_pe, k_idx.to(c.dtype)], dim=-1)
         index = (q_idx, w, self.index_topk)
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
@@ -240,8 +337,19 @@ class GlmMoeDsaDecoderLayer(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        self.self_attn = GlmMoeDsaAttention(config, layer_idx)
         if block == "dense":
+            self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
+        elif block == "sparse":
+            self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
+        elif block == "dense_shared":
+            self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
+        else:
+            self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
+        if block == "dense":
+            self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
+        elif block == "sparse":
+            self.mlp = GlmMoeDsaSparseMoeBlock(config)
+        elif block == "dense_shared":
             self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
         else:
             self.mlp = GlmMoeDsaSparseMoeBlock(config)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 39ed1b9ed91c068d
+# source hash (spec + templates + generator): 189e8ac196f5cf25
 # ==================================================================================================================
 """Checkpoint mappings of GlmMoeDsaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -16,7 +16,7 @@ IGNORED_KEYS = ()
 RENAMES = ()
 
 
-def _glm_moe_dsa_attention_mappings(mappings: dict[str, list[str]], module: str, config: GlmMoeDsaConfig) -> None:
+def _glm_moe_dsa_attention0_mappings(mappings: dict[str, list[str]], module: str, config: GlmMoeDsaConfig) -> None:
     names = ["kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight", "o_proj.weight"]
     if config.q_lora_rank is None:
         names.append("q_proj.weight")
@@ -28,6 +28,22 @@ def _glm_moe_dsa_attention_mappings(mappings: dict[str, list[str]], module: str,
             names.append("q_a_proj.bias")
     names += ["indexer.wq_b.weight", "indexer.wk.weight", "indexer.weights_proj.weight", "indexer.k_norm.weight",
               "indexer.k_norm.bias"]
+    for name in names:
+        # Projections are flat parameters (q_a_proj.weight -> q_a_proj_weight); the norms are RMSNorm modules.
+        param = name if "_layernorm" in name else name.replace(".", "_")
+        mappings[f"{module}.{param}"] = [f"{module}.{name}"]
+
+
+def _glm_moe_dsa_attention1_mappings(mappings: dict[str, list[str]], module: str, config: GlmMoeDsaConfig) -> None:
+    names = ["kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight", "o_proj.weight"]
+    if config.q_lora_rank is None:
+        names.append("q_proj.weight")
+    else:
+        names += ["q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"]
+    if config.attention_bias:
+        names += ["kv_a_proj_with_mqa.bias", "o_proj.bias"]
+        if config.q_lora_rank is not None:
+            names.append("q_a_proj.bias")
     for name in names:
         # Projections are flat parameters (q_a_proj.weight -> q_a_proj_weight); the norms are RMSNorm modules.
         param = name if "_layernorm" in name else name.replace(".", "_")
@@ -73,8 +89,19 @@ def checkpoint_mappings(config: GlmMoeDsaConfig, available: set[str]) -> dict[st
     for i in range(config.num_hidden_layers):
         prefix = "model.layers." + str(i)
         block = config.layer_block(i)
-        _glm_moe_dsa_attention_mappings(mappings, prefix + ".self_attn", config)
         if block == "dense":
+            _glm_moe_dsa_attention0_mappings(mappings, prefix + ".self_attn", config)
+        elif block == "sparse":
+            _glm_moe_dsa_attention0_mappings(mappings, prefix + ".self_attn", config)
+        elif block == "dense_shared":
+            _glm_moe_dsa_attention1_mappings(mappings, prefix + ".self_attn", config)
+        else:
+            _glm_moe_dsa_attention1_mappings(mappings, prefix + ".self_attn", config)
+        if block == "dense":
+            _glm_moe_dsa_mlp_mappings(mappings, prefix + ".mlp", config)
+        elif block == "sparse":
+            _glm_moe_dsa_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
+        elif block == "dense_shared":
             _glm_moe_dsa_mlp_mappings(mappings, prefix + ".mlp", config)
         else:
             _glm_moe_dsa_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)

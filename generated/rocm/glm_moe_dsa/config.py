@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): 39ed1b9ed91c068d
+# source hash (spec + templates + generator): 189e8ac196f5cf25
 # ==================================================================================================================
 """GlmMoeDsaConfig: the HF ``config.json`` fields specs/glm_moe_dsa.yaml reads, typed, with the spec's defaults.
 
@@ -63,6 +63,9 @@ class GlmMoeDsaConfig:
     mlp_layer_types: list[str]
     mlp_bias: bool
     indexer_types: list[str]
+    index_topk_pattern: str
+    index_topk_freq: int
+    index_skip_topk_offset: int
 
     # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
     # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
@@ -104,6 +107,9 @@ class GlmMoeDsaConfig:
         "mlp_layer_types",
         "mlp_bias",
         "indexer_types",
+        "index_topk_pattern",
+        "index_topk_freq",
+        "index_skip_topk_offset",
     )
     CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
         "pretraining_tp",
@@ -208,9 +214,20 @@ class GlmMoeDsaConfig:
         if mlp_bias is None:
             mlp_bias = False
         indexer_types = read_str_list(cfg, "indexer_types", ("indexer_types",))
-        if not (indexer_types is None or 'shared' not in indexer_types):
+        index_topk_pattern = read_str(cfg, "index_topk_pattern", ("index_topk_pattern",))
+        index_topk_freq = read_int(cfg, "index_topk_freq", ("index_topk_freq",))
+        if index_topk_freq is None:
+            index_topk_freq = 1
+        index_skip_topk_offset = read_int(cfg, "index_skip_topk_offset", ("index_skip_topk_offset",))
+        if index_skip_topk_offset is None:
+            index_skip_topk_offset = 2
+        if not (not indexer_types or indexer_types[0] != 'shared'):
             raise ConfigError(
-                "specs/glm_moe_dsa.yaml: indexer_types 'shared' (a previous layer's DSA top-k reused) is not generated"
+                "specs/glm_moe_dsa.yaml: indexer_types: layer 0 is 'shared' but no earlier layer has an indexer"
+            )
+        if not (not index_topk_pattern or index_topk_pattern[0] != 'S'):
+            raise ConfigError(
+                "specs/glm_moe_dsa.yaml: index_topk_pattern: layer 0 is 'S' but no earlier layer has an indexer"
             )
         if mlp_bias:
             raise ConfigError("specs/glm_moe_dsa.yaml: MLP biases (mlp_bias) are not generated for GLM-5")
@@ -252,12 +269,31 @@ class GlmMoeDsaConfig:
             mlp_layer_types=mlp_layer_types,
             mlp_bias=mlp_bias,
             indexer_types=indexer_types,
+            index_topk_pattern=index_topk_pattern,
+            index_topk_freq=index_topk_freq,
+            index_skip_topk_offset=index_skip_topk_offset,
         )
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
         return (
-            self.mlp_layer_types[i]
-            if self.mlp_layer_types
-            else ('sparse' if i >= self.first_k_dense_replace else 'dense')
+            (
+                self.mlp_layer_types[i] + '_shared'
+                if self.mlp_layer_types
+                else ('sparse_shared' if i >= self.first_k_dense_replace else 'dense_shared')
+            )
+            if (
+                self.indexer_types[i] == 'shared'
+                if self.indexer_types
+                else (
+                    self.index_topk_pattern[i] == 'S'
+                    if self.index_topk_pattern
+                    else max(i - self.index_skip_topk_offset + 1, 0) % max(self.index_topk_freq, 1) != 0
+                )
+            )
+            else (
+                self.mlp_layer_types[i]
+                if self.mlp_layer_types
+                else ('sparse' if i >= self.first_k_dense_replace else 'dense')
+            )
         )

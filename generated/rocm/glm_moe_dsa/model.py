@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): 39ed1b9ed91c068d
+# source hash (spec + templates + generator): 189e8ac196f5cf25
 # ==================================================================================================================
 """GlmMoeDsa for the rocm target, in ATOM's style.
 
@@ -43,7 +43,7 @@ from .weights import (
 )
 
 
-class GlmMoeDsaAttention(MLAttention):
+class GlmMoeDsaAttention0(MLAttention):
     """Multi-head latent attention: low-rank query, compressed KV latent + shared RoPE key, kv_b_proj absorbed into
     the query and the output, one paged_latent entry per token (kv_lora_rank + qk_rope_head_dim values).
 
@@ -73,6 +73,47 @@ class GlmMoeDsaAttention(MLAttention):
             index_head_dim=config.index_head_dim,
             index_topk=config.index_topk,
             index_rope_style="pairwise",
+        )
+
+    def kv_spec(self) -> LatentCacheSpec:
+        """This layer's cache (replicated on every rank): one latent of kv_lora_rank + qk_rope_head_dim per token."""
+        return self.latent_cache_spec()
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        (self.cache,) = kv_caches[self.layer_name]
+
+
+class GlmMoeDsaAttention1(MLAttention):
+    """Multi-head latent attention: low-rank query, compressed KV latent + shared RoPE key, kv_b_proj absorbed into
+    the query and the output, one paged_latent entry per token (kv_lora_rank + qk_rope_head_dim values).
+
+    Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``).
+    """
+
+    def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
+        super().__init__(
+            hidden_size=config.hidden_size,
+            num_heads=config.num_attention_heads,
+            q_lora_rank=config.q_lora_rank,
+            kv_lora_rank=config.kv_lora_rank,
+            qk_nope_head_dim=config.qk_nope_head_dim,
+            qk_rope_head_dim=config.qk_rope_head_dim,
+            v_head_dim=config.v_head_dim,
+            bias=config.attention_bias,
+            latent_norm_eps=1e-06,
+            rope_interleave=True,
+            rope_style="rotate_half",
+            max_position=config.max_position_embeddings,
+            rope_theta=config.rope_theta,
+            rope_scaling=config.rope_scaling,
+            scale=None,
+            layer_name=f"layers.{layer_idx}.self_attn",
+            index_heads=config.index_n_heads,
+            index_head_dim=config.index_head_dim,
+            index_topk=config.index_topk,
+            index_rope_style="pairwise",
+            index_shared=True,  # no indexer: the nearest earlier indexer's top-k (GLM-5 indexer_types 'shared')
         )
 
     def kv_spec(self) -> LatentCacheSpec:
@@ -135,8 +176,19 @@ class GlmMoeDsaDecoderLayer(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        self.self_attn = GlmMoeDsaAttention(config, layer_idx)
         if block == "dense":
+            self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
+        elif block == "sparse":
+            self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
+        elif block == "dense_shared":
+            self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
+        else:
+            self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
+        if block == "dense":
+            self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
+        elif block == "sparse":
+            self.mlp = GlmMoeDsaSparseMoeBlock(config)
+        elif block == "dense_shared":
             self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
         else:
             self.mlp = GlmMoeDsaSparseMoeBlock(config)
