@@ -167,7 +167,7 @@ def write_fp8(src: Path, dst: Path) -> int:
     n = 0
     for f in sorted(src.glob("*.safetensors")):
         out = {}
-        for name, t in load_file(str(f), device="cuda").items():
+        for name, t in load_file(str(f), device="cuda" if torch.cuda.is_available() else "cpu").items():
             if (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")) and t.dim() == 2:
                 q, s = quantize_fp8_gpu(t)
                 out[name], out[name + "_scale_inv"] = q.cpu(), s.cpu()
@@ -206,8 +206,11 @@ def write_mxfp4(src: Path, dst: Path) -> int:
         out = {}
         for name, t in load_file(str(f)).items():
             if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
-                out[name + "_blocks"], out[name + "_scales"] = quantize_mxfp4(t.cuda())
-                out[name + "_blocks"], out[name + "_scales"] = out[name + "_blocks"].cpu(), out[name + "_scales"].cpu()
+                # on the CPU (quantize_mxfp4 builds its E2M1 table there), one expert at a time: its nearest-value
+                # search holds 8 float32 copies of the tensor
+                parts = [quantize_mxfp4(t[e:e + 1]) for e in range(t.shape[0])]
+                out[name + "_blocks"] = torch.cat([p[0] for p in parts])
+                out[name + "_scales"] = torch.cat([p[1] for p in parts])
                 n += 1
             else:
                 out[name] = t
