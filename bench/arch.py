@@ -453,9 +453,9 @@ def main(argv: list[str] | None = None) -> int:
               max_num_seqs=max(args.batches), cuda_graphs=not args.no_graphs)
     res["setup"]["modelgen_cuda_graphs"] = not args.no_graphs
 
-    def run_modelgen(path: Path, key: str) -> None:
+    def run_modelgen(path: Path, key: str, graphs: bool = True) -> None:
         try:
-            llm = LLM(path, **kw)
+            llm = LLM(path, **dict(kw, cuda_graphs=kw["cuda_graphs"] and graphs))
             entry = res.setdefault(key, {})
             entry["load_s"] = llm.load_seconds
             entry["backend"] = f"{llm.backend} ({llm.backend_reason})"
@@ -481,8 +481,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # record and go on: the other systems still run
             import traceback
 
-            res.setdefault(key, {})["error"] = f"{type(e).__name__}: {e}"[:600]
             log(key, "FAILED", traceback.format_exc()[-2000:])
+            if graphs and kw["cuda_graphs"] and "captur" in str(e):  # a path that cannot be captured: time it eagerly
+                res.setdefault(key, {})["graphs_error"] = f"{type(e).__name__}: {e}"[:600]
+                res[key]["cuda_graphs"] = False
+                gc.collect()
+                torch.cuda.empty_cache()
+                return run_modelgen(path, key, graphs=False)
+            res.setdefault(key, {})["error"] = f"{type(e).__name__}: {e}"[:600]
         gc.collect()
         torch.cuda.empty_cache()
         save()
