@@ -240,8 +240,9 @@ def test_gemma3_layers_read_their_own_rope_table(checkpoint):
     assert torch.equal(tables[0], tables[1]) and not torch.equal(tables[0], tables[2])
 
 
+@pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("target", TARGETS)
-def test_gemma3_conditional_generation_read_as_text(tmp_path, target):
+def test_gemma3_conditional_generation_read_as_text(tmp_path, target, tied):
     """A Gemma3ForConditionalGeneration checkpoint (tiny SigLIP tower) serves text prompts through specs/gemma3.yaml:
     text_config lifted, language_model.model.* renamed, vision tower and projector ignored; logits and greedy
     tokens equal the HF multimodal model's on a text-only prompt."""
@@ -249,10 +250,12 @@ def test_gemma3_conditional_generation_read_as_text(tmp_path, target):
 
     torch.manual_seed(3)
     text = {k: v for k, v in {**_SIZES, **CASES["gemma3"][2]}.items() if not k.endswith("token_id")}
+    text["tie_word_embeddings"] = tied  # untied: transformers 5 saves language_model.lm_head.weight
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                   patch_size=14)
     config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                                       image_token_index=150, boi_token_index=151, eoi_token_index=152)
+                                       image_token_index=150, boi_token_index=151, eoi_token_index=152,
+                                       tie_word_embeddings=tied)
     config._attn_implementation = "eager"
     hf = transformers.Gemma3ForConditionalGeneration(config).eval()
     with torch.no_grad():

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): 335a0578a63a2c07
+# source hash (spec + templates + generator): b630edc92e5654d9
 # ==================================================================================================================
 """Weight-loader tables of Gemma3ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
@@ -23,6 +23,7 @@ RENAMES = (
     ("weight_scale_inv", "weight_scale"),
     ("language_model.model.", "model."),
     ("model.language_model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
 )
 
 # Parameters that share storage with another when the config ties them (filled through the twin).
