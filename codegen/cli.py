@@ -35,12 +35,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"{len(specs)} spec(s) x {len(_targets(args.target))} target(s): {len(written)} file(s) changed")
     for spec, err in broken.items():
         print(err, file=sys.stderr)
-    if broken:
+    if broken and len(specs) > 1:  # with one spec its located error line says it all
         names = ", ".join(display_path(s) for s in broken)
         print(f"modelgen build: {len(broken)} spec(s) do not build and were not written: {names} (the target "
               f"indexes were not rewritten either)", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if broken else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
