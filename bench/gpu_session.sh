@@ -4,6 +4,8 @@
 #   bash bench/gpu_session.sh 2   # MLA/window/GPU/MoE tests, DeepSeek-V3 bench (bf16 + FP8), gpt-oss (bf16 + MXFP4)
 #   bash bench/gpu_session.sh diag  # GDN tests but fla's, run --device cuda, Qwen3-Next 4-layer per-component logit diagnosis
 #   bash bench/gpu_session.sh fp8   # FP8 block-scaled GEMM tests + bench/fp8_gemm.py (FP8 kernel vs dequantized bf16)
+#   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
+#                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
 set -o pipefail
@@ -36,6 +38,26 @@ elif [ "$phase" = 3 ]; then
   if [ $left -gt 70 ]; then
     timeout $left python3 -m bench.gpt_oss --no-graphs --budget-s $(( left - 10 )) --out "$OUT/h200-gpt-oss-20b.json" 2>&1 \
       | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
+  fi
+elif [ "$phase" = x2 ]; then
+  (CUDA_VISIBLE_DEVICES=1 timeout 140 python3 -m pytest -q -rs tests/test_gpu_mla.py tests/test_gpu_attention_window.py \
+    -p no:cacheprovider 2>&1 | tail -30 > "$OUT/h200-gpu-mla-window-tests.log") &
+  CUDA_VISIBLE_DEVICES=0 timeout 145 python3 -m bench.deepseek --quant fp8 --budget-s 130 \
+    --out "$OUT/h200-deepseek-v3.json" 2>&1 | grep -v Warning | tee "$OUT/h200-deepseek-v3.log"
+  wait
+  cat "$OUT/h200-gpu-mla-window-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek + kernel tests done"
+  timeout 175 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 \
+    --out "$OUT/h200x2-llama8b-tp.json" 2>&1 | grep -v Warning | tee "$OUT/h200x2-llama8b-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done"
+  left=$(( 440 - ($(date +%s) - t0) ))
+  if [ $left -gt 60 ]; then
+    (CUDA_VISIBLE_DEVICES=1 timeout $left python3 bench/mtp.py --models deepseek --train-steps 200 --k 1 2 \
+      --batches 1 8 --new-tokens 64 --out "$OUT/h200-mtp-deepseek.json" > "$OUT/h200-mtp-deepseek.log" 2>&1) &
+    CUDA_VISIBLE_DEVICES=0 timeout $left python3 -m bench.gpt_oss --budget-s $(( left - 10 )) \
+      --out "$OUT/h200-gpt-oss-20b.json" 2>&1 | grep -v Warning | tee "$OUT/h200-gpt-oss-20b.log"
+    wait
+    tail -25 "$OUT/h200-mtp-deepseek.log"
   fi
 elif [ "$phase" = 1 ]; then
   timeout 150 python3 -m pytest -q -rs tests/test_gpu_gdn.py -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests.log"
