@@ -1,4 +1,4 @@
-"""Gemma 2, OLMo 2, Granite and StableLM (specs/{gemma2,olmo2,granite,stablelm}.yaml) vs transformers, both targets.
+"""Gemma 2/3, OLMo 1/2, Granite, StableLM (specs/{gemma2,gemma3,olmo,olmo2,granite,stablelm}.yaml) vs transformers.
 
 Each family is a tiny random checkpoint (``save_pretrained``, safetensors) whose configuration makes every piece of its
 vocabulary act on the logits: GQA, >= 3 layers, sliding windows (Gemma 2: 6 tokens on a 24-token prompt) on the
@@ -207,10 +207,11 @@ def test_cross_head_qk_norms_refuse_tensor_parallelism(checkpoint, monkeypatch, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gemma2", "gemma3", "stablelm_parallel"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "olmo", "olmo2", "granite", "stablelm_parallel"])
 def test_neuron_buckets_fullgraph_without_recompiles(checkpoint, name):
-    """Every prefill/decode bucket of the soft-capped, windowed Gemma 2 (and the parallel-residual StableLM) traces
-    with fullgraph=True, and serving after warm-up never recompiles and equals HF's greedy tokens."""
+    """Every prefill/decode bucket of each family's neuron model (soft-caps and windows, two RoPE tables, clip_qkv,
+    whole-projection and per-head-weight QK norms, multipliers, the parallel residual) traces with fullgraph=True,
+    and serving after warm-up never recompiles and equals HF's greedy tokens (50-180 s each on this CPU)."""
     torch._dynamo.reset()
     path, hf = checkpoint(name)
     buckets = dict(prefill_buckets=[16, 32], decode_buckets=[1, 2], decode_context_buckets=[64])
