@@ -63,6 +63,8 @@ class ParallelConfig:
     expert_parallel_size: int | None = None
     # Token-split residual stream between the TP GEMMs (runtime/parallel/sequence.py), rocm target
     sequence_parallel: bool = False
+    # Gated MLPs re-sharded inside D data-parallel groups, each on 1/D of the tokens (runtime/parallel/data.py), rocm
+    mlp_data_parallel_size: int = 1
 
 
 _CONFIG = ParallelConfig()

@@ -241,6 +241,7 @@ class LLM:
         kv_cache_memory: int | None = None,
         gpu_memory_utilization: float | None = None,
         sequence_parallel: bool = False,
+        mlp_data_parallel_size: int = 1,
         strict_config: bool = False,
         module=None,
     ):

@@ -94,8 +94,13 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
     if _ACTIVE is not None and not _ACTIVE.closed:
         raise RuntimeError(f"an LLM with {_ACTIVE.world} engine-started ranks is open in this process; close() it "
                            f"before building another engine")
-    distributed.set_parallel_config(distributed.ParallelConfig(expert_parallel_size,
-                                                               bool(args.get("sequence_parallel", False))))
+    mlp_dp = _positive("mlp_data_parallel_size", args.get("mlp_data_parallel_size", 1))
+    if world % mlp_dp:
+        raise ValueError(f"mlp_data_parallel_size {mlp_dp} does not divide the world size {world} "
+                         f"(tensor_parallel_size)")
+    distributed.set_parallel_config(distributed.ParallelConfig(
+        expert_parallel_size, bool(args.get("sequence_parallel", False)), mlp_dp,
+    ))
     if dist.is_available() and dist.is_initialized():
         existing = dist.get_world_size()
         if world > 1 and world != existing:

@@ -106,7 +106,8 @@ class NeuronConfig:
         valid_pad = isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < (vocab or pad + 1)
         tup = lambda v: tuple(v) if v is not None else None  # noqa: E731
         return cls(
-            tp_degree=tp_degree, ep_degree=ep_degree, max_num_seqs=args.get("max_num_seqs", 8),
+            tp_degree=tp_degree, ep_degree=ep_degree, mlp_dp_size=args.get("mlp_data_parallel_size") or 1,
+            max_num_seqs=args.get("max_num_seqs", 8),
             max_model_len=max_model_len, max_num_batched_tokens=args.get("max_num_batched_tokens"),
             block_size=args.get("block_size", 16), num_batched_tokens_buckets=tup(args.get("prefill_buckets")),
             num_seqs_buckets=tup(args.get("decode_buckets")),

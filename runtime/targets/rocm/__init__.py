@@ -21,10 +21,18 @@ class RocmTarget(Target):
         """The generated model; with ``sequence_parallel`` its parallel modules switch to token-split residuals
         (``runtime/parallel/sequence.py``)."""
         model = super().build_model(module, config, hf_config, engine_args)
-        if distributed.parallel_config().sequence_parallel:
+        parallel = distributed.parallel_config()
+        if parallel.sequence_parallel and parallel.mlp_data_parallel_size > 1:
+            raise ValueError("sequence_parallel and mlp_data_parallel_size > 1 both re-route the MLP's collectives; "
+                             "choose one")
+        if parallel.sequence_parallel:
             from ...parallel.sequence import enable_sequence_parallel
 
             enable_sequence_parallel(model)
+        if parallel.mlp_data_parallel_size > 1:
+            from ...parallel.data import enable_mlp_data_parallel
+
+            enable_mlp_data_parallel(model, parallel.mlp_data_parallel_size)
         return model
 
     def load(self, model, checkpoint) -> None:
