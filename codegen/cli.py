@@ -162,6 +162,8 @@ def _parallel_options(args: argparse.Namespace) -> dict:
         out["compile"] = True
     if args.sequence_parallel:
         out["sequence_parallel"] = True
+    if args.mlp_data_parallel_size is not None:
+        out["mlp_data_parallel_size"] = args.mlp_data_parallel_size
     return out
 
 
@@ -484,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sequence-parallel", action="store_true",
                    help="with --tensor-parallel-size: split the residual stream by tokens between the TP GEMMs "
                    "(rocm)")
+    r.add_argument("--mlp-data-parallel-size", type=int, default=None, metavar="D",
+                   help="with --tensor-parallel-size N: gated MLPs sharded N/D ways inside D groups, each on "
+                   "1/D of the tokens (rocm)")
     r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
     r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
