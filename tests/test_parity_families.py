@@ -46,6 +46,9 @@ CASES = {
         rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10.0),
                          "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1000.0)})),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=3, max_position_embeddings=256)),
+    # MQA: under TP=2 the one KV head (and its k_norm slice) is replicated on both ranks.
+    "olmo2_mqa": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=3, num_key_value_heads=1,
+                                                          max_position_embeddings=256)),
     # clip_qkv 0.3 binds on many projection outputs (their scale is ~1 here); the norms have no weights.
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(num_hidden_layers=3, clip_qkv=0.3, max_position_embeddings=256)),
     "granite": ("GraniteConfig", "GraniteForCausalLM", dict(
@@ -185,11 +188,10 @@ def test_explicit_null_config_values_stay_null(checkpoint):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name, cls", [("olmo2", "Olmo2Attention"), ("stablelm_parallel", "StableLmAttention")])
-def test_cross_head_qk_norms_refuse_tensor_parallelism(checkpoint, monkeypatch, target, name, cls):
-    """OLMo 2's q_norm spans every head and StableLM's per-head norms carry every head's weights: with heads split
-    across ranks they would need a cross-rank variance or head-sharded loading, so the generated attention refuses
-    TP > 1 with a message instead of normalising each rank's slice wrongly."""
+@pytest.mark.parametrize("name, cls", [("stablelm_parallel", "StableLmAttention")])
+def test_per_head_weight_qk_norms_refuse_tensor_parallelism(checkpoint, monkeypatch, target, name, cls):
+    """StableLM's per-head norms are one module per checkpoint head: with heads split across ranks they would need
+    head-sharded loading, so the generated attention refuses TP > 1 with a message instead of loading every head."""
     import importlib
     import json
 
@@ -273,11 +275,11 @@ def test_gemma3_conditional_generation_read_as_text(tmp_path, target, tied):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["gemma2", "granite", "stablelm"])
+@pytest.mark.parametrize("name", ["gemma2", "granite", "stablelm", "olmo2", "olmo2_mqa"])
 def test_tensor_parallel_2_matches_1(checkpoint, tmp_path, target, name):
     """TP=2 over gloo: each rank holds 2 of the 4 query heads and 1 KV head (soft-capped, windowed or partially
-    rotated), half the MLP; the layouts, multipliers and caps act on the reduced sums: logits and greedy tokens equal
-    TP=1's."""
+    rotated; OLMo 2: its slice of the whole-projection q/k norms, the variance all-reduced, the MQA head replicated),
+    half the MLP; the layouts, multipliers and caps act on the reduced sums: logits and greedy tokens equal TP=1's."""
     import json
 
     import torch.multiprocessing as mp

@@ -31,8 +31,8 @@ class QKNormSpec(Strict):
     scope: Literal["head", "projection", "each_head"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
-        "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; the variance "
-        "spans every head, so tensor parallelism > 1 is refused); each_head: a norm over head_dim per head with its "
+        "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; an RMS kind; "
+        "under tensor parallelism the variance is all-reduced over the ranks' heads); each_head: a norm over head_dim per head with its "
         "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused)",
     )
 
@@ -100,15 +100,23 @@ class QKNorm:
     k_name: str
     scope: str = "head"  # "head" | "projection"
 
-    def module(self, name: str, dim_py: str, heads_py: str = "") -> str:
-        """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``)."""
+    def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False) -> str:
+        """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``;
+        ``projection``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key heads)."""
+        if self.scope == "projection":
+            return f"ShardedProjectionRMSNorm({', '.join(self.projection_args(dim_py, heads_py, kv))})"
         one = norm_module(Norm(name=name, kind=self.kind, eps=self.eps), dim_py)
         return f"PerHeadNorm([{one} for _ in range({heads_py})])" if self.scope == "each_head" else one
 
+    def projection_args(self, dim_py: str, heads_py: str, kv: bool = False) -> list[str]:
+        """Constructor arguments of the runtime ``ShardedProjectionRMSNorm`` (scope ``projection``)."""
+        flag = {"zero_centred_rms": ["zero_centred=True"], "rms_float32": ["weight_float32=True"]}.get(self.kind, [])
+        return [heads_py, dim_py, f"eps={self.eps.py}"] + (["kv=True"] if kv else []) + flag
+
     @property
     def tp_refused(self) -> bool:
-        """Its weights or statistics span heads another rank holds: generated code refuses TP > 1."""
-        return self.scope != "head"
+        """Its weights span heads another rank holds (one norm per checkpoint head): generated code refuses TP > 1."""
+        return self.scope == "each_head"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +191,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
     qk = None
     if a.qk_norm is not None:
         q, qp = a.qk_norm, p + ("qk_norm",)
+        if q.scope == "projection" and q.kind == "layer_norm":
+            ctx.error(qp + ("kind",), "a whole-projection QK norm is an RMS kind (rms, zero_centred_rms, rms_float32)")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import distributed as dist
 from ..ops import gpu
 from ..ops import norm as torch_norm
 
@@ -76,3 +77,62 @@ class PerHeadNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([norm(x[:, h]) for h, norm in enumerate(self.norms)], dim=1)
+
+
+class ShardedProjectionRMSNorm(nn.Module):
+    """RMSNorm over a whole q or k projection (OLMo 2 ``q_norm [heads * head_dim]``) whose heads are split across
+    tensor-parallel ranks: each rank holds the weight slice of its heads, and the variance is the mean over every head
+    (local sums of squares all-reduced; a KV head replicated on several ranks is counted once).
+
+    At TP=1 it is exactly :func:`~modelgen.runtime.ops.norm.rms_norm` (HF's ``mean``). ``weight_loader`` (rocm) takes
+    the full checkpoint vector; the neuron template sets its own closure loader on ``weight``.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, eps: float, kv: bool = False, zero_centred: bool = False,
+                 weight_float32: bool = False):
+        super().__init__()
+        world = dist.tp_size()
+        self.num_heads, self.head_dim, self.kv = num_heads, head_dim, kv
+        if kv:
+            local, self.replicas = dist.kv_heads_per_rank(num_heads, world)
+        else:
+            local, self.replicas = dist.divide(num_heads, world, "num_attention_heads"), 1
+        self.eps, self.zero_centred, self.weight_float32 = eps, zero_centred, weight_float32
+        self.width, self.size = num_heads * head_dim, local * head_dim
+        init = torch.zeros(self.size) if zero_centred else torch.ones(self.size)
+        self.weight = nn.Parameter(init, requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+
+    def start(self, rank: int) -> int:
+        """Offset of ``rank``'s heads in the full vector (as QKVParallelLinear shards q and k)."""
+        if self.kv:
+            return dist.kv_head_offset(rank, self.num_heads, dist.tp_size()) * self.head_dim
+        return rank * self.size
+
+    def _check(self, shape: tuple[int, ...]) -> None:
+        if tuple(shape) != (self.width,):
+            raise ValueError(f"checkpoint tensor has shape {tuple(shape)}, expected ({self.width},)")
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        """rocm: the full checkpoint vector -> this rank's slice."""
+        self._check(loaded.shape)
+        param.data.copy_(loaded.narrow(0, self.start(dist.tp_rank()), self.size))
+
+    def neuron_loader(self):
+        """neuron: a closure loader reading only ``rank``'s slice of the checkpoint vector."""
+        from ..neuron.weight_loader import SafetensorsWeightLoader
+
+        def transform(slices, rank: int) -> torch.Tensor:
+            self._check(slices[0].get_shape())
+            start = self.start(rank)
+            return slices[0][start:start + self.size]
+
+        return SafetensorsWeightLoader(transform)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if dist.tp_size() == 1:
+            return torch_norm.rms_norm(x, self.weight, self.eps, self.zero_centred, self.weight_float32)
+        h = x.float()
+        sum_sq = dist.all_reduce(h.pow(2).sum(-1, keepdim=True)) / self.replicas
+        h = h * torch.rsqrt(sum_sq / self.width + self.eps)
+        return torch_norm.apply_rms_weight(h, self.weight, x.dtype, self.zero_centred, self.weight_float32)

@@ -24,9 +24,16 @@ import torch.nn.functional as F
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float, zero_centred: bool = False, weight_float32: bool = False
 ) -> torch.Tensor:
-    dtype = x.dtype
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return apply_rms_weight(h, weight, x.dtype, zero_centred, weight_float32)
+
+
+def apply_rms_weight(
+    h: torch.Tensor, weight: torch.Tensor | None, dtype: torch.dtype, zero_centred: bool = False,
+    weight_float32: bool = False,
+) -> torch.Tensor:
+    """The float32 ``x_hat`` -> output in ``dtype``, with the weight in each convention's order (module docstring)."""
     if weight is None:
         return h.to(dtype)
     if zero_centred:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo2.yaml --target neuron
-# source hash (spec + templates + generator): 2cf721c3c039e5b8
+# source hash (spec + templates + generator): 393ea45e857e85db
 # ==================================================================================================================
 """Olmo2 for the neuron target, in vLLM Neuron's style.
 
@@ -22,7 +22,7 @@ from torch import nn
 import modelgen.runtime.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
-from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.norm import RMSNorm, ShardedProjectionRMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.neuron.weight_loader import (
@@ -83,11 +83,15 @@ class Olmo2Attention(nn.Module):
         else:
             self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
             self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
-        # Over the whole projection: its variance spans every head, so it cannot be split across ranks.
-        if world > 1:
-            raise NotImplementedError("Olmo2Attention: a whole-projection QK norm needs tensor parallelism 1")
-        self.q_norm = RMSNorm(self.q_size, eps=config.rms_norm_eps, weight_float32=True)
-        self.k_norm = RMSNorm(self.kv_size, eps=config.rms_norm_eps, weight_float32=True)
+        # Over the whole projection: this rank's heads (weight slices), the variance all-reduced over every rank's.
+        self.q_norm = ShardedProjectionRMSNorm(
+            config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps, weight_float32=True
+        )
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True, weight_float32=True
+        )
+        for norm in (self.q_norm, self.k_norm):
+            set_weight_loader(norm.weight, norm.neuron_loader())
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 

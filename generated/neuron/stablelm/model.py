@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 7635b70cd3f7df0d
+# source hash (spec + templates + generator): 898caf01b364e23e
 # ==================================================================================================================
 """StableLm for the neuron target, in vLLM Neuron's style.
 

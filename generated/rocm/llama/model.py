@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): 62202b1879e038d9
+# source hash (spec + templates + generator): f6b1eccf05bc55fc
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 

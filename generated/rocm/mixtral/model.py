@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): ecebf1f7b0580e73
+# source hash (spec + templates + generator): c370729dd8a3fa8f
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

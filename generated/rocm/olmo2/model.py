@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 2cf721c3c039e5b8
+# source hash (spec + templates + generator): 393ea45e857e85db
 # ==================================================================================================================
 """Olmo2 for the rocm target, in ATOM's style.
 
@@ -18,13 +18,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.norm import RMSNorm, ShardedProjectionRMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -61,11 +60,13 @@ class Olmo2Attention(nn.Module):
         self.o_proj = RowParallelLinear(
             config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
         )
-        # Over the whole projection: its variance spans every head, so it cannot be split across ranks.
-        if dist.tp_size() > 1:
-            raise NotImplementedError("Olmo2Attention: a whole-projection QK norm needs tensor parallelism 1")
-        self.q_norm = RMSNorm(config.num_attention_heads * self.head_dim, eps=config.rms_norm_eps, weight_float32=True)
-        self.k_norm = RMSNorm(config.num_key_value_heads * self.head_dim, eps=config.rms_norm_eps, weight_float32=True)
+        # Over the whole projection: this rank's heads, the variance all-reduced over every rank's.
+        self.q_norm = ShardedProjectionRMSNorm(
+            config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps, weight_float32=True
+        )
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True, weight_float32=True
+        )
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
