@@ -129,16 +129,63 @@ def _blocks_differ(ir: ModelIR, text_of: Callable[[Block], str]) -> bool:
     return len({str(text_of(b)) for b in ir.blocks}) > 1
 
 
-def _call(head: str, args: list[str], indent: int, tail: str = "") -> str:
+def _call(head: str, args: list[str], indent: int, tail: str = "", at: int = 0) -> str:
     """``head(arg, ...)tail`` at ``indent``: on one line when it fits MAX_LINE, else the arguments on one line of
-    their own, else one argument per line (Black's three shapes)."""
+    their own, else one argument per line (Black's three shapes); a string literal or list comprehension still too
+    long for its line is split too (:func:`_split_arg`). ``at``: the columns a caller's block filter will add."""
     pad, inner = " " * indent, " " * (indent + 4)
     line = f"{pad}{head}({', '.join(args)}){tail}"
-    if len(line) <= MAX_LINE:
+    if at + len(line) <= MAX_LINE:
         return line
-    if len(inner) + len(", ".join(args)) <= MAX_LINE:
+    if at + len(inner) + len(", ".join(args)) <= MAX_LINE:
         return f"{pad}{head}(\n{inner}{', '.join(args)}\n{pad}){tail}"
-    return f"{pad}{head}(\n" + "".join(f"{inner}{a},\n" for a in args) + f"{pad}){tail}"
+    return f"{pad}{head}(\n" + "".join(f"{inner}{_split_arg(a, indent + 4, at)},\n" for a in args) + f"{pad}){tail}"
+
+
+def _split_arg(arg: str, indent: int, at: int = 0) -> str:
+    """``arg`` unchanged unless it is longer than its line and is one string literal (then adjacent literals of whole
+    words, one per line, each made by the same literal writer, so escaping is unchanged) or a list comprehension
+    (then its element and its ``for`` clause on lines of their own)."""
+    if at + indent + len(arg) + 1 <= MAX_LINE:
+        return arg
+    node = ast.parse(arg, mode="eval").body
+    if isinstance(node, ast.ListComp):
+        inner, pad = " " * (indent + 4), " " * indent
+        element, clauses = ast.get_source_segment(arg, node.elt), arg[:-1].split(ast.get_source_segment(arg, node.elt), 1)[1]
+        return f"[\n{inner}{element}\n{inner}{clauses.strip()}\n{pad}]"
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return arg
+    indent += at
+    room = MAX_LINE - indent - 3  # quotes and the trailing comma
+    parts, current = [], ""
+    for word in re.split(r"(?<= )", node.value):  # keep each space with the word before it
+        if current and len(pylit(current + word)) > room:
+            parts.append(current)
+            current = ""
+        current += word
+    parts.append(current)
+    return ("\n" + " " * indent).join(pylit(p) for p in parts)
+
+
+def _assign(target: str, expr: str, indent: int = 0, at: int = 0) -> str:
+    """``target = expr`` at ``indent``; a call or tuple/list too long for the line is wrapped with :func:`_call`'s
+    shapes (``expr`` is generated Python, parsed only to find where its arguments or elements split). ``at``: the
+    columns a caller's block filter will add."""
+    pad = " " * indent
+    line = f"{pad}{target} = {expr}"
+    if at + len(line) <= MAX_LINE:
+        return line
+    node = ast.parse(expr, mode="eval").body
+    if isinstance(node, ast.Call):
+        src = functools.partial(ast.get_source_segment, expr)  # the generated text itself, quotes and all
+        args = [src(a) for a in node.args] + [f"{k.arg}={src(k.value)}" for k in node.keywords]
+        return _call(f"{target} = {src(node.func)}", args, indent, at=at)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        open_, close = ("(", ")") if isinstance(node, ast.Tuple) else ("[", "]")
+        inner = " " * (indent + 4)
+        elements = "".join(f"{inner}{ast.get_source_segment(expr, e)},\n" for e in node.elts)
+        return f"{pad}{target} = {open_}\n{elements}{pad}{close}"
+    return line
 
 
 def _return_expr(py: str, indent: int) -> str:
@@ -230,7 +277,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     env.filters["tuple"] = tuple
     env.tests["endswith"] = lambda value, suffix: str(value).endswith(suffix)
     env.globals.update(
-        per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call,
+        per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call, assign=_assign,
         return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,
         norm_module=norm_module,
     )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): ce44fba6a3fd00d7
+# source hash (spec + templates + generator): fcf3fed7df726e8d
 # ==================================================================================================================
 """Checkpoint mappings of Gemma3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -10,7 +10,12 @@ from __future__ import annotations
 from .config import Gemma3Config
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
-IGNORED_KEYS = ("vision_tower.**", "multi_modal_projector.**", "model.vision_tower.**", "model.multi_modal_projector.**")
+IGNORED_KEYS = (
+    "vision_tower.**",
+    "multi_modal_projector.**",
+    "model.vision_tower.**",
+    "model.multi_modal_projector.**",
+)
 
 # Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
 RENAMES = (

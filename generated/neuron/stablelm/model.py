@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 898caf01b364e23e
+# source hash (spec + templates + generator): 1bd6c11aa4da079d
 # ==================================================================================================================
 """StableLm for the neuron target, in vLLM Neuron's style.
 
@@ -88,8 +88,18 @@ class StableLmAttention(nn.Module):
             # One norm (own weights) per head of the checkpoint; the heads would have to follow their rank's shard.
             if world > 1:
                 raise NotImplementedError("StableLmAttention: QK norms with per-head weights need tensor parallelism 1")
-            self.q_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(self.num_attention_heads_per_rank)])
-            self.k_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(self.num_key_value_heads_per_rank)])
+            self.q_layernorm = PerHeadNorm(
+                [
+                    LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False)
+                    for _ in range(self.num_attention_heads_per_rank)
+                ],
+            )
+            self.k_layernorm = PerHeadNorm(
+                [
+                    LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False)
+                    for _ in range(self.num_key_value_heads_per_rank)
+                ],
+            )
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
-# source hash (spec + templates + generator): 42ce25c1f8b2b568
+# source hash (spec + templates + generator): f1d9113060d42df9
 # ==================================================================================================================
 """Gemma2 for the rocm target, in ATOM's style.
 
@@ -40,7 +40,8 @@ from .weights import (
 
 
 class Gemma2Attention0(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, soft-capped logits,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma2Config, layer_idx: int):
@@ -98,7 +99,8 @@ class Gemma2Attention0(nn.Module):
 
 
 class Gemma2Attention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma2Config, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): ce44fba6a3fd00d7
+# source hash (spec + templates + generator): fcf3fed7df726e8d
 # ==================================================================================================================
 """Gemma3 for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class Gemma3Attention0(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache, soft-capped logits,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half), paged KV cache, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma3Config, layer_idx: int):
@@ -100,7 +101,8 @@ class Gemma3Attention0(nn.Module):
 
 
 class Gemma3Attention1(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma3Config, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): ce44fba6a3fd00d7
+# source hash (spec + templates + generator): fcf3fed7df726e8d
 # ==================================================================================================================
 """Weight-loader tables of Gemma3ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
@@ -16,7 +16,12 @@ PACKED_MODULES_MAPPING = {
 }
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
-IGNORED_KEYS = ("vision_tower.**", "multi_modal_projector.**", "model.vision_tower.**", "model.multi_modal_projector.**")
+IGNORED_KEYS = (
+    "vision_tower.**",
+    "multi_modal_projector.**",
+    "model.vision_tower.**",
+    "model.multi_modal_projector.**",
+)
 
 # Substring renames (old, new) applied to every checkpoint key before mapping.
 RENAMES = (

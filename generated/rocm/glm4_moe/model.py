@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): bb40071132b10c86
+# source hash (spec + templates + generator): e59b0288c893e78b
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style.
 
@@ -43,7 +43,8 @@ from .weights import (
 
 
 class Glm4MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Glm4MoeConfig, layer_idx: int):

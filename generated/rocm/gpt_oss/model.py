@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): 4e294c1509be7d6f
+# source hash (spec + templates + generator): e51d571ee8104149
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 
@@ -42,7 +42,8 @@ from .weights import (
 
 
 class GptOssAttention0(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, attention sinks,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, attention sinks,
     row-parallel output."""
 
     def __init__(self, config: GptOssConfig, layer_idx: int):
@@ -102,7 +103,8 @@ class GptOssAttention0(nn.Module):
 
 
 class GptOssAttention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, attention sinks,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, sliding window, attention sinks,
     row-parallel output."""
 
     def __init__(self, config: GptOssConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): e49b67a7cd999e07
+# source hash (spec + templates + generator): 66d80a4d67eb641f
 # ==================================================================================================================
 """Granite for the rocm target. See README.md."""
 from .config import ARCHITECTURES, GraniteConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): f6b1eccf05bc55fc
+# source hash (spec + templates + generator): d725349e0a6b8938
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class LlamaAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: LlamaConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): eabc3d78879d3201
+# source hash (spec + templates + generator): b9b853a8ccbe2761
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class MistralAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, sliding window,
     row-parallel output."""
 
     def __init__(self, config: MistralConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): c370729dd8a3fa8f
+# source hash (spec + templates + generator): bd29f3d1ca66d8be
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 
@@ -41,7 +41,8 @@ from .weights import (
 
 
 class MixtralAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: MixtralConfig, layer_idx: int):

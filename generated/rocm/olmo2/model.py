@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 393ea45e857e85db
+# source hash (spec + templates + generator): 14e994eba32ad243
 # ==================================================================================================================
 """Olmo2 for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class Olmo2Attention(nn.Module):
-    """GQA self-attention: fused QKV, whole-projection QK RMSNorm, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV, whole-projection QK RMSNorm,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Olmo2Config, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): c606e265ef927aea
+# source hash (spec + templates + generator): 2f80970d108255ca
 # ==================================================================================================================
 """Phi3 for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class Phi3Attention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, sliding window,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half, partial), paged KV cache, sliding window,
     row-parallel output."""
 
     def __init__(self, config: Phi3Config, layer_idx: int):

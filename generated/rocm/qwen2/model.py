@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): 652f7aea9886ca01
+# source hash (spec + templates + generator): 860e5c00dbd62026
 # ==================================================================================================================
 """Qwen2 for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class Qwen2Attention0(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen2Config, layer_idx: int):
@@ -90,7 +91,8 @@ class Qwen2Attention0(nn.Module):
 
 
 class Qwen2Attention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, sliding window,
     row-parallel output."""
 
     def __init__(self, config: Qwen2Config, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): 67c7ad071aeb9c7e
+# source hash (spec + templates + generator): c4e61fb13d3577e7
 # ==================================================================================================================
 """Qwen2Moe for the rocm target, in ATOM's style.
 
@@ -48,7 +48,8 @@ from .weights import (
 
 
 class Qwen2MoeAttention0(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int):
@@ -103,7 +104,8 @@ class Qwen2MoeAttention0(nn.Module):
 
 
 class Qwen2MoeAttention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window,
+    """GQA self-attention: fused QKV,
+    RoPE (rotate_half), paged KV cache, sliding window,
     row-parallel output."""
 
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): 0d647b80815fa70c
+# source hash (spec + templates + generator): 593c828161a9332f
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 
@@ -39,7 +39,8 @@ from .weights import (
 
 
 class Qwen3Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen3Config, layer_idx: int):

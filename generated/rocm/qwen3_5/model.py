@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): 78d3eb89eb9a082a
+# source hash (spec + templates + generator): 80979bc945513d80
 # ==================================================================================================================
 """Qwen35 for the rocm target, in ATOM's style.
 
@@ -42,7 +42,8 @@ from .weights import (
 
 
 class Qwen35Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen35Config, layer_idx: int):

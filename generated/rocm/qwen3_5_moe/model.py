@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): 6b40151634031e16
+# source hash (spec + templates + generator): 3b9f736d2950a559
 # ==================================================================================================================
 """Qwen35Moe for the rocm target, in ATOM's style.
 
@@ -50,7 +50,8 @@ from .weights import (
 
 
 class Qwen35MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen35MoeConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): ce7db47854404bdb
+# source hash (spec + templates + generator): 07b5f78c4c8a3f1a
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
@@ -42,7 +42,8 @@ from .weights import (
 
 
 class Qwen3MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): 709cd0bab41e0e49
+# source hash (spec + templates + generator): 5c89b7dd6f55f63a
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -50,7 +50,8 @@ from .weights import (
 
 
 class Qwen3NextAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: Qwen3NextConfig, layer_idx: int):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 898caf01b364e23e
+# source hash (spec + templates + generator): 1bd6c11aa4da079d
 # ==================================================================================================================
 """StableLm for the rocm target, in ATOM's style.
 
@@ -41,7 +41,8 @@ from .weights import (
 
 
 class StableLmAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (rotate_half, partial), paged KV cache,
+    """GQA self-attention: fused QKV, per-head QK LayerNorm,
+    RoPE (rotate_half, partial), paged KV cache,
     row-parallel output."""
 
     def __init__(self, config: StableLmConfig, layer_idx: int):
@@ -65,8 +66,18 @@ class StableLmAttention(nn.Module):
             # One norm (own weights) per head of the checkpoint; the heads would have to follow their rank's shard.
             if dist.tp_size() > 1:
                 raise NotImplementedError("StableLmAttention: QK norms with per-head weights need tensor parallelism 1")
-            self.q_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(config.num_attention_heads)])
-            self.k_layernorm = PerHeadNorm([LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False) for _ in range(config.num_key_value_heads)])
+            self.q_layernorm = PerHeadNorm(
+                [
+                    LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False)
+                    for _ in range(config.num_attention_heads)
+                ],
+            )
+            self.k_layernorm = PerHeadNorm(
+                [
+                    LayerNorm(self.head_dim, eps=config.layer_norm_eps, bias=False)
+                    for _ in range(config.num_key_value_heads)
+                ],
+            )
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=int(self.head_dim * config.partial_rotary_factor),
