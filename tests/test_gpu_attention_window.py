@@ -1,9 +1,12 @@
-"""Sliding-window and attention-sink paths of the Triton paged attention (``runtime/ops/gpu/attention.py``: GPT-OSS,
-Mistral/Gemma-style windows) against the torch references of ``runtime/ops/attention.py``. Skipped without CUDA;
-``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs them on the CPU through Triton's interpreter.
+"""Sliding-window, attention-sink and logit soft-capping paths of the Triton paged attention
+(``runtime/ops/gpu/attention.py``: GPT-OSS, Mistral/Gemma-style windows, Gemma 2's softcap) against the torch
+references of ``runtime/ops/attention.py``. Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs
+them on the CPU through Triton's interpreter.
 
-Blocks wholly before a query's window are filled with NaN: the kernels must not read them (a read would poison the
-output, since NaN * 0 is NaN), while the reference masks after gathering, so it sees them zeroed.
+Every cache row the kernels have no business reading is NaN: positions before the window, the slots past the context
+in a sequence's last block, blocks its table lists past the context, blocks no table lists, and (decode) the step's
+own slot, which the kernel writes without reading. A read would poison the output (a masked probability 0 times NaN is
+NaN), while the reference gathers from the clean cache.
 """
 from __future__ import annotations
 
@@ -28,20 +31,19 @@ def _setup(B, KVH, D, BS, W, dtype, seed):
     return kc, vc, tables, g
 
 
-def _poison_outside(cache, tables, lo_pos):
-    """NaN into every block of row b that lies wholly before position ``lo_pos[b]``."""
+def _poison_outside(cache, tables, lo_pos, hi_pos):
+    """A copy of ``cache`` with NaN in every row except positions ``lo_pos[b] <= p < hi_pos[b]`` of sequence b."""
     bs = cache.shape[2]
-    out = cache.clone()
-    for b, lo in enumerate(lo_pos):
-        for j in range(lo // bs):
-            out[int(tables[b, j])] = float("nan")
-    return out
+    keep = torch.zeros(cache.shape[0], bs, dtype=torch.bool)
+    tab = tables.cpu().long()
+    for b, (lo, hi) in enumerate(zip(lo_pos, hi_pos)):
+        pos = torch.arange(int(lo), int(hi))
+        keep[tab[b, pos // bs], pos % bs] = True
+    return cache.masked_fill(~keep.to(cache.device)[:, None, :, None], float("nan"))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, LOW])
-@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (24, True), (5, True)])
-@pytest.mark.parametrize("splits", [None, 1, 3])
-def test_decode_window_and_sinks(dtype, window, sinks, splits):
+def _decode_case(dtype, window, sinks, splits, softcap=None):
+    """(kernel output, reference, reference without the softcap) of one decode step over poisoned caches."""
     from modelgen.runtime.ops import attention as ref
     from modelgen.runtime.ops.gpu import attention as ga
 
@@ -56,17 +58,18 @@ def test_decode_window_and_sinks(dtype, window, sinks, splits):
     slots = tables.long().gather(1, (pos // BS)[:, None])[:, 0] * BS + pos % BS
     kr, vr = kc.clone(), vc.clone()
     ref.write_paged_kv(k, v, kr, vr, slots)
-    want = ref.paged_decode_attention(q, kr, vr, tables, ctx, D ** -0.5, sliding_window=window, sinks=sink)
+    want = ref.paged_decode_attention(q, kr, vr, tables, ctx, D ** -0.5, sliding_window=window, sinks=sink,
+                                      softcap=softcap)
+    plain = ref.paged_decode_attention(q, kr, vr, tables, ctx, D ** -0.5, sliding_window=window, sinks=sink)
     lo = [0] * B if window is None else [max(0, int(c) - window) for c in ctx]
-    k2, v2 = _poison_outside(kc, tables, lo), _poison_outside(vc, tables, lo)
+    hi = [int(c) - 1 for c in ctx]  # the step's own slot: written by the kernel, never read
+    k2, v2 = _poison_outside(kc, tables, lo, hi), _poison_outside(vc, tables, lo, hi)
     got = ga.paged_decode(q, k, v, k2, v2, tables, ctx, slots, D ** -0.5, num_splits=splits, sliding_window=window,
-                          sinks=sink)
-    assert rel(got, want) < tol(dtype)
+                          sinks=sink, softcap=softcap)
+    return got, want, plain
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, LOW])
-@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (40, True), (3, False)])
-def test_prefill_window_and_sinks(dtype, window, sinks):
+def _prefill_case(dtype, window, sinks, softcap=None):
     from modelgen.runtime.ops import attention as ref
     from modelgen.runtime.ops.gpu import attention as ga
 
@@ -86,9 +89,48 @@ def test_prefill_window_and_sinks(dtype, window, sinks):
     kr, vr = kc.clone(), vc.clone()
     ref.write_paged_kv(k, v, kr, vr, slots)
     ctx_t = torch.tensor(ctxs, device=DEV, dtype=torch.int32)
-    want = ref.paged_prefill_attention(q, kr, vr, cu, ctx_t, tables, D ** -0.5, sliding_window=window, sinks=sink)
-    # the first query of each sequence sees from (its position - W + 1): blocks before that are never read
+    want = ref.paged_prefill_attention(q, kr, vr, cu, ctx_t, tables, D ** -0.5, sliding_window=window, sinks=sink,
+                                       softcap=softcap)
+    plain = ref.paged_prefill_attention(q, kr, vr, cu, ctx_t, tables, D ** -0.5, sliding_window=window, sinks=sink)
+    # the first query of each sequence sees from (its position - W + 1): nothing before that is read
     lo = [0] * 4 if window is None else [max(0, c - n - window + 1) for c, n in zip(ctxs, ns)]
-    k2, v2 = _poison_outside(kr, tables, lo), _poison_outside(vr, tables, lo)
-    got = ga.paged_prefill(q, k2, v2, cu, ctx_t, tables, D ** -0.5, max(ns), sliding_window=window, sinks=sink)
+    k2, v2 = _poison_outside(kr, tables, lo, ctxs), _poison_outside(vr, tables, lo, ctxs)
+    got = ga.paged_prefill(q, k2, v2, cu, ctx_t, tables, D ** -0.5, max(ns), sliding_window=window, sinks=sink,
+                           softcap=softcap)
+    return got, want, plain
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (24, True), (5, True)])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_decode_window_and_sinks(dtype, window, sinks, splits):
+    got, want, _ = _decode_case(dtype, window, sinks, splits)
     assert rel(got, want) < tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (40, True), (3, False)])
+def test_prefill_window_and_sinks(dtype, window, sinks):
+    got, want, _ = _prefill_case(dtype, window, sinks)
+    assert rel(got, want) < tol(dtype)
+
+
+# A cap near the scores' spread (q.k * D^-0.5 ~ N(0, 1) here), so tanh bends them: Gemma 2 uses 50 on larger scores.
+CAP = 1.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (5, True)])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_softcap(dtype, window, sinks, splits):
+    got, want, plain = _decode_case(dtype, window, sinks, splits, softcap=CAP)
+    assert rel(got, want) < tol(dtype)
+    assert rel(got, plain) > 10 * tol(dtype)  # the cap changed the result: the kernel did apply it
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (3, True)])
+def test_prefill_softcap(dtype, window, sinks):
+    got, want, plain = _prefill_case(dtype, window, sinks, softcap=CAP)
+    assert rel(got, want) < tol(dtype)
+    assert rel(got, plain) > 10 * tol(dtype)

@@ -80,26 +80,78 @@ def test_mla_decode_deepseek_v3_shape():
     assert rel(got, want) < 1e-2
 
 
-@cuda_only
-def test_mla_decode_replays_from_a_cuda_graph():
-    """Captured once; replays read new contexts and tables (no length baked into the graph)."""
+def _poison_unused(cache, clean, tables, lens):
+    """Refill ``cache`` in place from ``clean`` with NaN in every row no sequence's context covers: the slots past
+    ``lens[b]`` in a sequence's last block, the blocks its table lists past its context (and the padding block), and
+    blocks no table lists. A kernel reading any of them (a NaN row times a masked probability 0 is NaN) fails."""
+    bs = cache.shape[1]
+    used = torch.zeros(cache.shape[:2], dtype=torch.bool)
+    tab = tables.cpu()
+    for b, c in enumerate(lens.tolist()):
+        pos = torch.arange(c)
+        used[tab[b, pos // bs].long(), pos % bs] = True
+    cache.copy_(clean.masked_fill(~used.to(cache.device)[..., None], float("nan")))
+
+
+def _replay_steps(B, width, steps, seed):
+    """A decode bucket reused across steps (what a graph replay sees): fixed shapes, per step new context lengths (not
+    multiples of the block size, some giving splits no position) and new block tables, the cache's unused rows NaN.
+    Every context of ``steps`` fits the ``width`` blocks each sequence holds."""
+    q, cache, tables, lens = _case(B, 16, 64, 16, 16, [width * 16] * B, LOW, seed=seed, width=width)
+    clean = torch.nan_to_num(cache)
+    g = torch.Generator().manual_seed(seed)
+    for new in steps:
+        owned = tables.flatten()[torch.randperm(B * width, generator=g)].view(B, width)  # same blocks, new slots
+        yield q, cache, tables, lens, owned, torch.tensor(new, dtype=torch.int32), clean
+
+
+def test_mla_decode_reuse_reads_only_the_context():
+    """Interpreter-runnable version of the graph replay below: the same buffers reused with new contexts and tables,
+    everything outside the contexts NaN; splits=3 over 8 blocks leaves the third split empty for every sequence."""
     from modelgen.runtime.ops import mla as ref
     from modelgen.runtime.ops.gpu import mla as gm
 
-    q, cache, tables, lens = _case(3, 16, 64, 16, 16, [40, 3, 90], torch.bfloat16, seed=9, width=8)
+    for splits in (1, 3):
+        for q, cache, tables, lens, owned, new, clean in _replay_steps(3, 8, ([41, 4, 91], [90, 1, 17], [0, 128, 33]),
+                                                                       seed=9 + splits):
+            tables.copy_(owned.to(tables.device))
+            lens.copy_(new.to(lens.device))
+            _poison_unused(cache, clean, tables, lens)
+            q.copy_(torch.randn_like(q.float()).to(q.dtype))
+            out = gm.paged_decode(q, cache, tables, lens, 0.3, 64, splits=splits)
+            live = new > 0  # a context of 0 (a padding row) returns zeros; the reference's softmax has no key there
+            assert (out[~live.to(out.device)] == 0).all()
+            want = ref.paged_decode_ref(q.double(), clean.double(), tables.long(), lens.long(), 0.3, 64)
+            assert rel(out[live], want[live]) < 1e-2, (splits, new.tolist())
+
+
+@cuda_only
+def test_mla_decode_replays_from_a_cuda_graph():
+    """Captured once; replays read new contexts and tables (no length baked into the graph). The rows a replay's
+    contexts cover hold real (finite) values, as the decode step wrote them; every other row is NaN."""
+    from modelgen.runtime.ops import mla as ref
+    from modelgen.runtime.ops.gpu import mla as gm
+
+    steps = _replay_steps(3, 8, ([40, 3, 90], [41, 4, 91], [90, 1, 17]), seed=9)
+    q, cache, tables, lens, owned, new, clean = next(steps)
+    tables.copy_(owned.cuda())
+    lens.copy_(new.cuda())
+    _poison_unused(cache, clean, tables, lens)
     gm.paged_decode(q, cache, tables, lens, 0.3, 64)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = gm.paged_decode(q, cache, tables, lens, 0.3, 64)
-    for new in ([41, 4, 91], [90, 1, 17]):
-        lens.copy_(torch.tensor(new, device="cuda"))
+    for q, cache, tables, lens, owned, new, clean in steps:
+        tables.copy_(owned.cuda())
+        lens.copy_(new.cuda())
+        _poison_unused(cache, clean, tables, lens)
         q.copy_(torch.randn_like(q.float()).to(q.dtype))
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        clean = torch.nan_to_num(cache)
-        assert rel(out, ref.paged_decode_ref(q.float(), clean.float(), tables.long(), lens.long(), 0.3, 64)) < 1e-2
+        want = ref.paged_decode_ref(q.float(), clean.float(), tables.long(), lens.long(), 0.3, 64)
+        assert rel(out, want) < 1e-2, new.tolist()
 
 
 @cuda_only

@@ -14,10 +14,9 @@ RoPE fusion: a model may hand its rotary module to the attention (``PagedAttenti
 (prefill) or attention (decode) kernel, saving the separate RoPE launch. Without it (today's generated code) the
 model rotates first and the module receives rotated q and k.
 
-Sliding windows, attention sinks and logit soft-capping (GPT-OSS, Mistral-style windows, Gemma 2) run the torch
-references on every device: the Triton kernels know none of them yet, so a layer with ``sliding_window``, ``sinks``
-or ``softcap`` never takes the GPU path (rather than silently attending to keys outside its window, dropping the sink
-from the denominator or leaving the scores uncapped).
+Sliding windows, attention sinks and logit soft-capping (Mistral/Gemma-style windows, GPT-OSS, Gemma 2) are options
+of both implementations: the Triton kernels take them as compile-time switches (a layer without them pays nothing),
+with the references' semantics (``runtime/ops/attention.py``).
 """
 from __future__ import annotations
 
@@ -82,7 +81,7 @@ class PagedAttention(nn.Module):
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
-        if gpu.enabled(q) and self.softcap is None:
+        if gpu.enabled(q):
             return self._forward_gpu(q, k, v, meta, rotary, positions, sinks)
         if rotary is not None:
             q, k = rotary(positions, q, k)
@@ -111,12 +110,13 @@ class PagedAttention(nn.Module):
                 q = q_rot
             o = gpu_attn.paged_prefill(
                 q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
-                meta.max_seqlen_q, sliding_window=self.sliding_window, sinks=sinks,
+                meta.max_seqlen_q, sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
             )
         else:
             o = gpu_attn.paged_decode(
                 q, k, v, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
                 self.scale, num_splits=meta.decode_splits, rope=rope, sliding_window=self.sliding_window, sinks=sinks,
+                softcap=self.softcap,
             )
         return o.view(o.shape[0], self.num_heads * self.head_dim)
 

@@ -11,6 +11,9 @@
   kernel folds them in from registers and writes them to the cache (the write is fused into the attention launch;
   no program reads that slot, so there is no race). With ``rope`` the kernel also rotates q and the new k.
 
+Both attention kernels take the per-layer options of the references (``sliding_window``, ``sinks``, ``softcap``) as
+constexpr switches, so a layer without them compiles none of their code.
+
 Nothing here synchronises with the host or has a data-dependent shape: grid sizes depend only on tensor shapes and
 host integers that are fixed per CUDA-graph bucket.
 """
@@ -45,6 +48,28 @@ def _rope_coeffs(cs_ptr, pos, offs_d, ROT: tl.constexpr, PAIRWISE: tl.constexpr)
     sin = tl.load(base + HALF + fi, mask=in_rot, other=0.0) * sign
     partner = tl.where(in_rot, partner, offs_d)
     return cos, sin, partner
+
+
+@triton.jit
+def _scores(qk, qk_scale, cap_l2, SOFTCAP: tl.constexpr):
+    """Raw ``q . k`` -> the softmax logits in log2 units (the kernels use exp2). Plain: ``qk * scale * log2(e)``.
+    Soft-capped (Gemma 2 ``attn_logit_softcapping`` c; HF's eager order: scale, then ``c * tanh(s / c)``, then the
+    mask): the host passes ``qk_scale = scale / c`` and ``cap_l2 = c * log2(e)``. tanh from ``exp(-2|x|)``, which
+    neither overflows nor loses the sign near 0."""
+    if SOFTCAP:
+        x = qk * qk_scale
+        e = tl.math.exp(-2.0 * tl.abs(x))
+        t = (1.0 - e) / (1.0 + e)
+        return tl.where(x < 0, -t, t) * cap_l2
+    else:
+        return qk * qk_scale
+
+
+def _score_args(scale: float, softcap: float | None) -> tuple[float, float]:
+    """``(qk_scale, cap_l2)`` of :func:`_scores`."""
+    if softcap is None:
+        return scale * LOG2E, 0.0
+    return scale / softcap, softcap * LOG2E
 
 
 # ------------------------------------------------------------------------------------------------- cache write (+RoPE)
@@ -114,9 +139,9 @@ def write_kv(
 # ---------------------------------------------------------------------------------------------------- varlen prefill
 @triton.jit
 def _prefill_tile(
-    acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx, qk_scale, offs_d, dmask,
+    acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx, qk_scale, cap_l2, offs_d, dmask,
     s_c0, s_c1, s_c2, BLOCK_N: tl.constexpr, BS: tl.constexpr, MASKED: tl.constexpr, IEEE: tl.constexpr,
-    WINDOW: tl.constexpr = 0,
+    WINDOW: tl.constexpr = 0, SOFTCAP: tl.constexpr = False,
 ):
     offs_n = j0 + tl.arange(0, BLOCK_N)
     if MASKED:
@@ -133,7 +158,7 @@ def _prefill_tile(
         qk = tl.dot(qt, tl.trans(k), input_precision="ieee")
     else:
         qk = tl.dot(qt, tl.trans(k))
-    qk = qk * qk_scale
+    qk = _scores(qk, qk_scale, cap_l2, SOFTCAP)
     if MASKED:
         visible = (offs_n[None, :] <= qpos[:, None]) & nvalid[None, :]
         if WINDOW > 0:  # q - W < k <= q: a row may see none of this tile's keys yet
@@ -158,10 +183,11 @@ def _prefill_tile(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, kc_ptr, vc_ptr, o_ptr, cu_ptr, ctx_ptr, bt_ptr, sink_ptr, qk_scale, num_m_blocks,
+    q_ptr, kc_ptr, vc_ptr, o_ptr, cu_ptr, ctx_ptr, bt_ptr, sink_ptr, qk_scale, cap_l2, num_m_blocks,
     s_qt, s_qh, s_ot, s_oh, s_c0, s_c1, s_c2, s_bt,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BS: tl.constexpr, IEEE: tl.constexpr, WINDOW: tl.constexpr = 0, SINKS: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     mb = num_m_blocks - 1 - tl.program_id(1)  # longest tiles first
@@ -191,15 +217,17 @@ def _prefill_kernel(
             lo = tl.maximum(first - WINDOW + 1, 0)
             for j0 in range(lo, last, BLOCK_N):
                 acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
-                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True, IEEE,
-                                              WINDOW)
+                                              qk_scale, cap_l2, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True,
+                                              IEEE, WINDOW, SOFTCAP)
         else:
             for j0 in range(0, full_end, BLOCK_N):
                 acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
-                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, False, IEEE)
+                                              qk_scale, cap_l2, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, False,
+                                              IEEE, 0, SOFTCAP)
             for j0 in range(full_end, last, BLOCK_N):
                 acc, m_i, l_i = _prefill_tile(acc, m_i, l_i, qt, kc_ptr, vc_ptr, bt_row, kvh, j0, qpos, ctx,
-                                              qk_scale, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True, IEEE)
+                                              qk_scale, cap_l2, offs_d, dmask, s_c0, s_c1, s_c2, BLOCK_N, BS, True,
+                                              IEEE, 0, SOFTCAP)
         if SINKS:  # the head's sink logit joins the denominator (in the kernel's log2 units)
             sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
             l_i = l_i + tl.math.exp2(sink - m_i)
@@ -219,11 +247,12 @@ def _prefill_config(dtype: torch.dtype, block_d: int, max_q: int) -> tuple[int, 
 def paged_prefill(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, max_seqlen_q: int,
-    sliding_window: int | None = None, sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
     """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.ops.attention.paged_prefill_attention`
     (``sliding_window``: key k visible to query q iff ``q - W < k <= q``, blocks wholly before a tile's window are not
-    read; ``sinks [H]``: per-head logits in the softmax denominator)."""
+    read; ``sinks [H]``: per-head logits in the softmax denominator; ``softcap`` c: scaled scores become
+    ``c * tanh(s / c)`` before the mask, Gemma 2)."""
     T, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty((T, H, D), dtype=q.dtype, device=q.device)
@@ -233,13 +262,15 @@ def paged_prefill(
     block_d = max(16, next_pow2(D))
     bm, bn, warps, stages = _prefill_config(q.dtype, block_d, max_seqlen_q)
     num_m = triton.cdiv(max_seqlen_q, bm)
+    qk_scale, cap_l2 = _score_args(scale, softcap)
     _prefill_kernel[(H, num_m, num_seqs)](
         q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, q if sinks is None else sinks,
-        scale * LOG2E, num_m,
+        qk_scale, cap_l2, num_m,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         GROUP=H // KVH, D=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, BS=BS, IEEE=q.dtype == torch.float32,
-        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, num_warps=warps, num_stages=stages,
+        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, SOFTCAP=softcap is not None, num_warps=warps,
+        num_stages=stages,
     )
     return out
 
@@ -248,12 +279,12 @@ def paged_prefill(
 @triton.jit
 def _decode_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, slot_ptr, pos_ptr, cs_ptr, sink_ptr,
-    o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale,
+    o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale, cap_l2,
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ob, s_oh, s_c0, s_c1, s_c2, s_bt,
     H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, BS: tl.constexpr, S: tl.constexpr, IEEE: tl.constexpr,
     ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr, WINDOW: tl.constexpr = 0,
-    SINKS: tl.constexpr = False,
+    SINKS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -302,7 +333,7 @@ def _decode_kernel(
             qk = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             qk = tl.dot(q, tl.trans(k))
-        qk = tl.where(nmask[None, :], qk * qk_scale, float("-inf"))
+        qk = tl.where(nmask[None, :], _scores(qk, qk_scale, cap_l2, SOFTCAP), float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(qk - m_new[:, None])
@@ -317,7 +348,7 @@ def _decode_kernel(
 
     if (n_cached >= start) & (n_cached < end):  # this split owns the new token: fold it in and write it
         vn = tl.load(v_ptr + b.to(tl.int64) * s_vb + kvh * s_vh + offs_d, mask=dmask, other=0.0)
-        s_new = tl.sum(q.to(tl.float32) * kn.to(tl.float32)[None, :], 1) * qk_scale
+        s_new = _scores(tl.sum(q.to(tl.float32) * kn.to(tl.float32)[None, :], 1), qk_scale, cap_l2, SOFTCAP)
         m_new = tl.maximum(m_i, s_new)
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s_new - m_new)
@@ -379,7 +410,7 @@ def paged_decode(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor, scale: float,
     num_splits: int | None = None, rope: tuple | None = None, sliding_window: int | None = None,
-    sinks: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
     """One new token per sequence: ``q [B, H, D]``, its ``k, v [B, KVH, D]`` -> ``[B, H, D]``.
 
@@ -388,7 +419,8 @@ def paged_decode(
     rotary_dim, pairwise)`` rotates q and k inside the kernel (then ``q`` and ``k`` are un-rotated inputs).
     The default ``num_splits`` depends only on shapes (block-table width bounds the context), so it is fixed for a
     captured graph. ``sliding_window`` W: the splits cover only the last W positions (blocks before them are not
-    read); ``sinks [H]``: per-head logits joining the softmax denominator (GPT-OSS).
+    read); ``sinks [H]``: per-head logits joining the softmax denominator (GPT-OSS); ``softcap`` c: scaled scores
+    become ``c * tanh(s / c)`` before the mask (Gemma 2).
     """
     B, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
@@ -413,14 +445,16 @@ def paged_decode(
     else:
         positions, cos_sin, rot, pairwise = slot_mapping, q, 2, False
     group = H // KVH
+    qk_scale, cap_l2 = _score_args(scale, softcap)
     _decode_kernel[(B, KVH, S)](
         q, k, v, k_cache, v_cache, block_tables, context_lens, slot_mapping, positions, cos_sin,
-        q if sinks is None else sinks, out, pacc, pm, pl, scale * LOG2E,
+        q if sinks is None else sinks, out, pacc, pm, pl, qk_scale, cap_l2,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         H=H, GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_D=block_d, BLOCK_N=block_n, BS=BS, S=S,
         IEEE=q.dtype == torch.float32, ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise),
-        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, num_warps=4, num_stages=2,
+        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, SOFTCAP=softcap is not None, num_warps=4,
+        num_stages=2,
     )
     if S > 1:
         _decode_reduce_kernel[(B, H)](
