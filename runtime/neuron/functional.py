@@ -88,10 +88,11 @@ def sliding_window(window: int | None, where: str) -> int | None:
 
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float,
-    sliding_window: int | None = None, sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
-    """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks when given)."""
-    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks)
+    """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks / soft-capped when
+    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see ``runtime/ops/attention.py``)."""
+    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks, softcap)
 
 
 def segmented_attention(
@@ -104,10 +105,11 @@ def segmented_attention(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Segmented prefill: a prompt chunk attends its request's cached prefix and itself (already written)."""
     return attn_ops.paged_segment_attention(
-        q, k_cache, v_cache, block_table, seq_ids, positions, scale, sliding_window, sinks
+        q, k_cache, v_cache, block_table, seq_ids, positions, scale, sliding_window, sinks, softcap
     )
 
 
@@ -120,9 +122,12 @@ def attention_decode(
     scale: float,
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Decode: one query per request over its paged context (``positions + 1`` cached tokens, its own included)."""
-    return attn_ops.paged_decode_attention(q, k_cache, v_cache, block_table, positions + 1, scale, sliding_window, sinks)
+    return attn_ops.paged_decode_attention(
+        q, k_cache, v_cache, block_table, positions + 1, scale, sliding_window, sinks, softcap
+    )
 
 
 def router(

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma2.yaml --target neuron
-# source hash (spec + templates + generator): f1d9113060d42df9
+# source hash (spec + templates + generator): 60143d88929fea63
 # ==================================================================================================================
 """Gemma2 for the neuron target, in vLLM Neuron's style.
 
@@ -32,7 +32,6 @@ from modelgen.runtime.neuron.weight_loader import (
     set_weight_loader,
     sharding_weight_loader,
 )
-from modelgen.runtime.ops import attention as attn_ops
 from modelgen.runtime.ops.rope import cos_sin_cache
 
 from .config import Gemma2Config
@@ -113,22 +112,20 @@ class Gemma2Attention0(nn.Module):
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
             # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
-            return attn_ops.paged_segment_attention(
+            return NF.segmented_attention(
                 q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale,
                 sliding_window=None, sinks=None, softcap=self.softcap,
             )
-        return attn_ops.packed_prefill_attention(
+        return NF.flash_attention(
             q, k, v, meta["seq_ids"], positions, self.scale,
             sliding_window=None, sinks=None, softcap=self.softcap,
         )
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
-        # positions + 1: the cached tokens of each request, its own included.
-        return attn_ops.paged_decode_attention(
-            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions + 1, self.scale,
+        return NF.attention_decode(
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale,
             sliding_window=None, sinks=None, softcap=self.softcap,
         )
-
 
     def kv_spec(self) -> LayerSpec:
         """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
@@ -213,22 +210,20 @@ class Gemma2Attention1(nn.Module):
     ) -> torch.Tensor:
         if meta["kv_segment_size"] > 0:
             # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
-            return attn_ops.paged_segment_attention(
+            return NF.segmented_attention(
                 q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale,
                 sliding_window=self.sliding_window, sinks=None, softcap=self.softcap,
             )
-        return attn_ops.packed_prefill_attention(
+        return NF.flash_attention(
             q, k, v, meta["seq_ids"], positions, self.scale,
             sliding_window=self.sliding_window, sinks=None, softcap=self.softcap,
         )
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
-        # positions + 1: the cached tokens of each request, its own included.
-        return attn_ops.paged_decode_attention(
-            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions + 1, self.scale,
+        return NF.attention_decode(
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale,
             sliding_window=self.sliding_window, sinks=None, softcap=self.softcap,
         )
-
 
     def kv_spec(self) -> LayerSpec:
         """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): d725349e0a6b8938
+# source hash (spec + templates + generator): 9ed4a9467c2ef7ba
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 

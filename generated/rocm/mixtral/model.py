@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): bd29f3d1ca66d8be
+# source hash (spec + templates + generator): a8672914ecd3fd0a
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

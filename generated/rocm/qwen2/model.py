@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): 860e5c00dbd62026
+# source hash (spec + templates + generator): f92f1e3c7f16721c
 # ==================================================================================================================
 """Qwen2 for the rocm target, in ATOM's style.
 
