@@ -134,3 +134,33 @@ def test_prefill_softcap(dtype, window, sinks):
     got, want, plain = _prefill_case(dtype, window, sinks, softcap=CAP)
     assert rel(got, want) < tol(dtype)
     assert rel(got, plain) > 10 * tol(dtype)
+
+
+def test_softcapped_layer_takes_the_kernel(monkeypatch):
+    """``PagedAttention`` with a softcap runs the Triton decode (no longer the reference) and matches the reference."""
+    from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+    from modelgen.runtime.ops import attention as ref
+    from modelgen.runtime.ops.gpu import attention as ga
+
+    B, H, KVH, D, BS, W = 4, 8, 2, 32, 8, 12
+    kc, vc, tables, g = _setup(B, KVH, D, BS, W, torch.float32, seed=11)
+    ctx = torch.tensor([1, 9, 40, 60], device=DEV, dtype=torch.int32)
+    q = torch.randn(B, H, D, device=DEV, generator=g)
+    k = torch.randn(B, KVH, D, device=DEV, generator=g)
+    v = torch.randn(B, KVH, D, device=DEV, generator=g)
+    pos = ctx.long() - 1
+    slots = tables.long().gather(1, (pos // BS)[:, None])[:, 0] * BS + pos % BS
+    kr, vr = kc.clone(), vc.clone()
+    ref.write_paged_kv(k, v, kr, vr, slots)
+    want = ref.paged_decode_attention(q, kr, vr, tables, ctx, D ** -0.5, softcap=CAP)
+
+    calls = []
+    real = ga.paged_decode
+    monkeypatch.setattr(ga, "paged_decode", lambda *a, **kw: calls.append(kw["softcap"]) or real(*a, **kw))
+    layer = PagedAttention(H, KVH, D, D ** -0.5, "layers.0.self_attn", softcap=CAP)
+    layer.k_cache, layer.v_cache = kc, vc
+    meta = AttentionMetadata(is_prefill=False, slot_mapping=slots, cu_seqlens_q=torch.arange(B + 1, device=DEV),
+                             context_lens=ctx, block_tables=tables, max_seqlen_q=1)
+    got = layer(q, k, v, meta)
+    assert calls == [CAP]
+    assert rel(got.view(B, H, D), want) < tol(torch.float32)
