@@ -117,13 +117,13 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     if args.tp < 1:
         print(f"modelgen coverage: --tp {args.tp}: expected a positive integer", file=sys.stderr)
         return 2
-    if args.ep not in (None, args.tp):  # runtime/layers/moe.py splits experts over the tensor-parallel ranks
-        print(f"modelgen coverage: --ep {args.ep}: experts are split over the --tp ranks here (EP = TP = {args.tp})",
-              file=sys.stderr)
+    if args.ep is not None and (args.ep < 1 or args.tp % args.ep):
+        print(f"modelgen coverage: --ep {args.ep}: expected a divisor of --tp {args.tp} (expert-parallel groups of "
+              f"tp / ep ranks)", file=sys.stderr)
         return 2
     with _rendered_or_built(Path(args.spec), args.target) as module:
         report = checkpoint_coverage(module, args.checkpoint, args.target, tp=args.tp, spec_path=Path(args.spec),
-                                     allow_external_shards=args.allow_external_shards)
+                                     allow_external_shards=args.allow_external_shards, ep=args.ep)
     print(report.format(parameters=not args.summary))
     return 0 if report.passed else 1
 
@@ -136,6 +136,23 @@ def _rendered_or_built(spec: Path, target: str):
 
     with rendered_modules(spec, (target,)) as modules:
         yield modules[target]
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .draft import draft_spec
+
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not args.force:
+        print(f"modelgen new: {out} exists; choose another -o or pass --force", file=sys.stderr)
+        return 2
+    draft = draft_spec(Path(args.from_hf), base=Path(args.base) if args.base else None)
+    if out is None:
+        sys.stdout.write(draft.text)
+    else:
+        out.write_text(draft.text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+    print(f"modelgen new: extends {draft.base.spec.name}; {draft.todos} TODO(s) to review", file=sys.stderr)
+    return 0
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -209,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         checkpoint = ensure_smollm2_checkpoint(progress=progress)
     checkpoint = CheckpointDir(checkpoint)  # config.json and quantization_config checked before anything loads
     _refuse_stale(checkpoint, args.target)
-    _check_coverage(checkpoint, args)
+    if getattr(args, "load_dummy", None) is None:  # dummy weights come from config.json, not the safetensors
+        _check_coverage(checkpoint, args)
     tokenizer = checkpoint.tokenizer()
     prompts: list[list[int]] = []
     texts = args.prompt or []
@@ -317,8 +335,13 @@ def _check_coverage(checkpoint, args: argparse.Namespace) -> None:
 
     from .coverage import CoverageError, checkpoint_coverage
 
-    module = find_model(checkpoint.architectures, args.target)
-    report = checkpoint_coverage(module, checkpoint, args.target, dtype=None,
+    from .lower import REPO_ROOT
+
+    module = find_model(checkpoint.architectures, args.target, checkpoint.hf_config)
+    spec = REPO_ROOT / module.SPEC
+    tp = getattr(args, "tensor_parallel_size", None) or 1
+    report = checkpoint_coverage(module, checkpoint, args.target, tp=tp, ep=getattr(args, "expert_parallel_size", None),
+                                 spec_path=spec if spec.is_file() else None,
                                  allow_external_shards=args.allow_external_shards)
     if not report.passed:
         raise CoverageError(report.format(parameters=False))
@@ -331,7 +354,7 @@ def _refuse_stale(checkpoint, target: str) -> None:
 
     from .freshness import StaleGeneratedError, stale_reason
 
-    reason = stale_reason(find_model(checkpoint.architectures, target))
+    reason = stale_reason(find_model(checkpoint.architectures, target, checkpoint.hf_config))
     if reason is not None:
         raise StaleGeneratedError(reason)
 
@@ -399,6 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(func=cmd_list)
 
+    n = sub.add_parser("new", help="draft a spec for a checkpoint from its config.json (+ safetensors headers)",
+                       description="Draft a commented spec: the closest existing spec (config keys, model_type "
+                       "family, a header-only dry run of its model on the checkpoint) as `extends:`, config fields "
+                       "bound from other specs' spellings, and one `# TODO` per config key no spec reads, refusal by "
+                       "the base's requires: and unmatched checkpoint name. No weights are read.")
+    n.add_argument("--from-hf", required=True, metavar="DIR_OR_CONFIG",
+                   help="checkpoint directory (config.json + *.safetensors) or a config.json")
+    n.add_argument("-o", "--output", metavar="SPEC", help="write the draft here (default: stdout), e.g. specs/x.yaml")
+    n.add_argument("--base", metavar="SPEC", help="extend this spec instead of the closest one found")
+    n.add_argument("--force", action="store_true", help="overwrite --output")
+    n.set_defaults(func=cmd_new)
+
     v = sub.add_parser("verify", help="check generated code against transformers on tiny random models",
                        description="For every architecture a spec names, build a tiny random transformers model "
                        "(GQA, several layers, every layer kind of the schedule), render the spec for each target into "
@@ -420,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--target", choices=TARGETS, default="rocm", help="whose loader to run (default: rocm)")
     cv.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default: 1)")
     cv.add_argument("--ep", type=int, default=None, metavar="M",
-                    help="expert-parallel ranks; experts are split over the TP ranks, so M must equal N")
+                    help="expert-parallel groups (LLM expert_parallel_size): M groups of N/M ranks, each holding 1/M of "
+                    "the experts sharded over its ranks (default: whole experts spread over all N ranks)")
     cv.add_argument("--summary", action="store_true", help="counts only, no per-parameter lines")
     cv.add_argument("--allow-external-shards", action="store_true", help="see `modelgen run --help`")
     cv.set_defaults(func=cmd_coverage)

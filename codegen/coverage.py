@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import torch
 
 from modelgen.runtime.checkpoint_dir import CheckpointDir
-from modelgen.runtime.loader.checkpoint import SAFETENSORS_DTYPES, Checkpoint, CheckpointError
+from modelgen.runtime.hf_config import ConfigError, check_core_fields
+from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
 
 
 class CoverageError(CheckpointError):
@@ -108,17 +109,30 @@ class HeaderCheckpoint:
 
 
 @contextmanager
-def tensor_parallel_rank(rank: int, world: int) -> Iterator[None]:
-    """Build layers as rank ``rank`` of ``world`` would (``runtime/distributed.py``'s tp_rank/tp_size), with no
-    process group: only shapes are needed."""
+def parallel_rank(rank: int, world: int, expert_parallel_size: int | None = None) -> Iterator[None]:
+    """Build layers as rank ``rank`` of ``world`` would (``runtime/distributed.py``'s tp_rank/tp_size and, for MoE
+    layers, its ParallelConfig), with no process group: only shapes are needed."""
     from modelgen.runtime import distributed
 
-    saved = distributed.tp_rank, distributed.tp_size
+    saved = distributed.tp_rank, distributed.tp_size, distributed.parallel_config()
     distributed.tp_rank, distributed.tp_size = (lambda: rank), (lambda: world)
+    distributed.set_parallel_config(distributed.ParallelConfig(expert_parallel_size=expert_parallel_size))
     try:
         yield
     finally:
-        distributed.tp_rank, distributed.tp_size = saved
+        distributed.tp_rank, distributed.tp_size = saved[:2]
+        distributed.set_parallel_config(saved[2])
+
+
+def _engine_defaults() -> dict[str, Any]:
+    """``LLM(...)``'s default arguments: what a target's ``build_model`` reads (neuron builds its NeuronConfig from
+    them), as a plain ``LLM(checkpoint)`` would pass them."""
+    import inspect
+
+    from modelgen.runtime.engine.llm import LLM
+
+    return {name: p.default for name, p in inspect.signature(LLM.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
 
 
 @dataclass
@@ -134,6 +148,7 @@ class CoverageReport:
     checkpoint: str
     target: str
     tp: int
+    ep: int | None = None
     tensors: int = 0
     files: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (count, why) the loader skipped on purpose
@@ -146,7 +161,8 @@ class CoverageReport:
         return bool(self.ranks) and all(r.error is None for r in self.ranks)
 
     def format(self, parameters: bool = True) -> str:
-        lines = [f"coverage of {self.checkpoint} by {self.spec} ({self.target} target, tp={self.tp}): "
+        ep = f", ep={self.ep}" if self.ep is not None else ""
+        lines = [f"coverage of {self.checkpoint} by {self.spec} ({self.target} target, tp={self.tp}{ep}): "
                  f"{self.tensors} tensors in {self.files} file(s), headers only"]
         consumed = sum(1 for n in self.read_counts.values() if n)
         twice = sorted(k for k, n in self.read_counts.items() if n > 1)
@@ -177,12 +193,12 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointDir, target: str = "rocm",
                         tp: int = 1, dtype: torch.dtype | None = None, spec_path: str | Path | None = None,
-                        allow_external_shards: bool = False) -> CoverageReport:
+                        allow_external_shards: bool = False, ep: int | None = None) -> CoverageReport:
     """Dry-run ``module``'s loader on ``checkpoint``'s headers for every rank of ``tp``; never raises for a
     mismatch (the report holds it, with ``spec_path``'s locations of the fixes when given)."""
     import logging
 
-    from modelgen.runtime.engine.llm import DTYPES, default_dtype
+    from modelgen.runtime.engine.llm import DTYPES, _check_rope_table, default_dtype
     from modelgen.runtime.loader.quantization import wrap_checkpoint
     from modelgen.runtime.targets import get_target
 
@@ -190,11 +206,20 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
     if dtype is None:
         name = ckdir.hf_config.get("torch_dtype") or ckdir.hf_config.get("dtype") or "float32"
         dtype = DTYPES.get(name, torch.float32)
-    config = module.CONFIG_CLASS.from_hf_config(ckdir.hf_config)
+    # The engine's config checks first, in its order: a bad config is its one-line ConfigError, not a coverage report.
+    check_core_fields(ckdir.hf_config, str(ckdir.config_path))
+    try:
+        config = module.CONFIG_CLASS.from_hf_config(ckdir.hf_config)
+    except ConfigError as e:
+        raise ConfigError(f"{ckdir.config_path}: {e}") from None
+    check_core_fields(config, str(ckdir.config_path))
+    # The RoPE table is built with the model, on the CPU even under the meta device: refuse an absurd one first.
+    _check_rope_table(config, ckdir.config_path, torch.device("cpu"))
     target_obj = get_target(target)
     raw = Checkpoint(ckdir.path, allow_external_shards=allow_external_shards, check_finite="off")
-    report = CoverageReport(str(spec_path or getattr(module, "SPEC", "?")), str(ckdir.path), target, tp,
+    report = CoverageReport(str(spec_path or getattr(module, "SPEC", "?")), str(ckdir.path), target, tp, ep,
                             tensors=len(raw), files=len(raw.files))
+    engine_args = _engine_defaults()
     collector = _SkipLog()
     logger = logging.getLogger("modelgen.loader")
     old_level = logger.level
@@ -204,9 +229,11 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
         for rank in range(tp):
             header = HeaderCheckpoint(raw)
             rc = RankCoverage(rank)
-            with tensor_parallel_rank(rank, tp), default_dtype(dtype), torch.device("meta"):
+            with parallel_rank(rank, tp, ep), default_dtype(dtype), torch.device("meta"):
                 try:
-                    model = module.MODEL_CLASS(config)
+                    build = getattr(target_obj, "build_model", None)  # neuron: through the generated factory
+                    model = (build(module, config, ckdir.hf_config, engine_args) if build is not None
+                             else module.MODEL_CLASS(config))
                     rc.parameters = [(n, tuple(p.shape), str(p.dtype).removeprefix("torch."))
                                      for n, p in model.named_parameters()]
                     target_obj.load(model, wrap_checkpoint(header, ckdir.quantization, dtype))

@@ -161,7 +161,7 @@ def test_stale_banner_is_refused_by_run(tmp_path, tiny_llama, monkeypatch, capsy
     assert "stale" in reason and "0123456789abcdef" in reason and "modelgen build specs/llama.yaml" in reason
     from modelgen.runtime.engine import registry
 
-    monkeypatch.setattr(registry, "find_model", lambda archs, target: module)
+    monkeypatch.setattr(registry, "find_model", lambda *args: module)
     assert main(["run", "--checkpoint", str(tiny_llama), "--prompt-ids", "5,6"]) == 1
     assert "is stale" in capsys.readouterr().err
 
@@ -193,6 +193,17 @@ def test_coverage_passes_on_a_matching_checkpoint_for_each_rank(tiny_llama, caps
     assert "coverage: ok" in out
 
 
+def test_coverage_per_rank_expert_shapes_follow_ep(tmp_path, capsys):
+    from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+
+    make_tiny_checkpoint(tmp_path, "Qwen3MoeForCausalLM", num_hidden_layers=2, mlp_only_layers=[])
+    assert main(["coverage", "specs/qwen3_moe.yaml", str(tmp_path), "--tp", "2"]) == 0
+    assert "model.layers.0.mlp.experts.w13_weight  [4, 64, 64]" in capsys.readouterr().out  # 8 experts / 2 ranks
+    assert main(["coverage", "specs/qwen3_moe.yaml", str(tmp_path), "--tp", "2", "--ep", "1"]) == 0
+    assert "model.layers.0.mlp.experts.w13_weight  [8, 32, 64]" in capsys.readouterr().out  # each expert TP-sharded
+    assert main(["coverage", "specs/qwen3_moe.yaml", str(tmp_path), "--tp", "2", "--ep", "3"]) == 2
+
+
 @pytest.mark.parametrize("target", ["rocm", "neuron"])
 def test_coverage_names_a_mis_shaped_tensor(tiny_llama, tmp_path, target, capsys):
     d = shutil.copytree(tiny_llama, tmp_path / "ck")
@@ -221,3 +232,16 @@ def test_run_fails_fast_with_the_coverage_report(tiny_llama, tmp_path, monkeypat
     monkeypatch.setattr(llm_module, "LLM", lambda *a, **k: pytest.fail("weights were loaded"))
     assert main(["run", "--checkpoint", str(d), "--prompt-ids", "5,6"]) == 1
     assert "model.layers.1.self_attn.o_proj.weight" in capsys.readouterr().err
+
+
+def test_pre_commit_hook_runs_modelgen_check_on_spec_changes():
+    from ruamel.yaml import YAML
+
+    hooks = YAML(typ="safe").load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "modelgen-check")
+    assert hook["entry"] == "modelgen check" and hook["language"] == "python" and hook["pass_filenames"] is False
+    import re
+
+    for path, runs in (("specs/llama.yaml", True), ("templates/rocm/model.py.j2", True), ("generated/rocm/x.py", True),
+                       ("runtime/engine/llm.py", False)):
+        assert bool(re.match(hook["files"], path)) == runs, path

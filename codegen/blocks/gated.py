@@ -17,9 +17,11 @@ ACTIVATION_CLASSES = {"silu": "SiluAndMul", "gelu_tanh": "GeluTanhAndMul"}  # ru
 class GatedSpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. mlp")
     kind: Literal["gated"] = Field(description="gated: down(act(gate(x)) * up(x)) (SwiGLU)")
-    activation: Literal["silu", "gelu_tanh"]
-    intermediate_size: Expression
-    bias: Expression = False
+    activation: Literal["silu", "gelu_tanh"] = Field(
+        description="hidden_act: silu (SwiGLU) or gelu_tanh (gelu_pytorch_tanh, GeGLU)",
+    )
+    intermediate_size: Expression = Field(description="hidden width of the MLP, usually intermediate_size")
+    bias: Expression = Field(default=False, description="gate/up/down projections have a bias, e.g. mlp_bias")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,11 +34,13 @@ class GatedDeltaNetSpec(Strict):
     )
     num_key_heads: Expression = Field(description="linear_num_key_heads (q and k heads)")
     num_value_heads: Expression = Field(description="linear_num_value_heads (a multiple of the key heads)")
-    key_head_dim: Expression
-    value_head_dim: Expression
+    key_head_dim: Expression = Field(description="linear_key_head_dim")
+    value_head_dim: Expression = Field(description="linear_value_head_dim")
     conv_kernel: Expression = Field(description="linear_conv_kernel_dim: width of the depthwise causal conv1d")
     norm_eps: Expression = Field(description="eps of the gated RMSNorm over each value head")
-    state_cache: StateCacheSpec
+    state_cache: StateCacheSpec = Field(
+        description="the per-request state this layer declares, e.g. {kind: recurrent_state}",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,12 +44,12 @@ class IndexerSpec(Strict):
 class MLASpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. self_attn")
     kind: Literal["mla"] = Field(description="mla: multi-head latent attention (DeepSeek-V2/V3)")
-    num_heads: Expression
+    num_heads: Expression = Field(description="attention heads, usually num_attention_heads")
     q_lora_rank: Expression = Field(description="expression; null at run time builds q_proj instead of q_a/q_b")
-    kv_lora_rank: Expression
-    qk_nope_head_dim: Expression
-    qk_rope_head_dim: Expression
-    v_head_dim: Expression
+    kv_lora_rank: Expression = Field(description="latent width of keys/values, kv_lora_rank (V3: 512)")
+    qk_nope_head_dim: Expression = Field(description="per-head query/key width without RoPE, qk_nope_head_dim")
+    qk_rope_head_dim: Expression = Field(description="per-head RoPE width shared by all heads, qk_rope_head_dim")
+    v_head_dim: Expression = Field(description="per-head value width, v_head_dim")
     bias: Expression = Field(default=False, description="bias of q_a_proj, kv_a_proj_with_mqa and o_proj")
     latent_norm_eps: Expression = Field(
         default=1.0e-6, description="eps of q_a_layernorm / kv_a_layernorm (HF builds them with its default 1e-6)"
@@ -60,9 +60,11 @@ class MLASpec(Strict):
     scale: Expression | None = Field(
         default=None, description="softmax scale; default qk_head_dim ** -0.5 with YaRN's mscale_all_dim folded in"
     )
-    rope: RopeSpec
+    rope: RopeSpec = Field(
+        description="rotary embedding of the qk_rope_head_dim part: theta (rope_theta), scaling (rope_scaling, YaRN)",
+    )
     indexer: IndexerSpec | None = Field(default=None, description="DSA sparse attention (needs q_lora_rank)")
-    kv_cache: LatentCacheSpec
+    kv_cache: LatentCacheSpec = Field(description="the cache this attention declares, e.g. {kind: paged_latent}")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class RouterSpec(Strict):
         "topk_softmax: GPT-OSS (top-k over the logits, then softmax over the k selected)"
     )
     bias: bool = Field(default=False, description="the router linear has a bias `<name>.bias` (GPT-OSS)")
-    top_k: Expression
+    top_k: Expression = Field(description="experts per token, usually num_experts_per_tok")
     renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
     n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
     topk_group: Expression | None = Field(default=None, description="grouped top-k: groups kept per token")
@@ -37,7 +37,9 @@ class RouterSpec(Strict):
         "(DeepSeek-V3 / GLM4-MoE noaux_tc), max = its best score (DeepSeek-V2 topk_method group_limited_greedy)",
     )
     correction_bias: bool = Field(default=False, description="e_score_correction_bias: added for selection only")
-    routed_scaling_factor: Expression = 1.0
+    routed_scaling_factor: Expression = Field(
+        default=1.0, description="multiplies the routed experts' weights (routed_scaling_factor, DeepSeek-V3 2.5)",
+    )
     float32: bool = Field(default=False, description="router weight and math kept in float32 (GLM4-MoE)")
     weights_in_model_dtype: bool = Field(
         default=False, description="top-k weights cast to the model dtype before combining (Qwen3-MoE)"
@@ -45,7 +47,10 @@ class RouterSpec(Strict):
 
 
 class SharedExpertsSpec(Strict):
-    name: Identifier = "shared_experts"
+    name: Identifier = Field(
+        default="shared_experts", description="module / checkpoint name of the shared expert MLP (shared_expert in "
+        "Qwen2-MoE)",
+    )
     count: Expression = Field(default=1, description="number of shared experts (n_shared_experts)")
     intermediate_size: Expression = Field(description="total width of the shared expert MLP (count x expert width)")
     fuse: bool = Field(
@@ -64,7 +69,9 @@ class ClampedSwiGLUSpec(Strict):
     """GPT-OSS's expert activation (GptOssExperts._apply_gate): gate clamped to max `limit`, up to [-limit, limit],
     ``(up + 1) * gate * sigmoid(alpha * gate)``."""
 
-    kind: Literal["clamped_swiglu"]
+    kind: Literal["clamped_swiglu"] = Field(
+        description="clamped_swiglu: GPT-OSS's (up + 1) * gate * sigmoid(alpha * gate), both clamped to limit",
+    )
     alpha: Expression = Field(description="sigmoid sharpness (swiglu_alpha, 1.702)")
     limit: Expression = Field(description="clamp bound (swiglu_limit, 7.0)")
 
@@ -72,7 +79,7 @@ class ClampedSwiGLUSpec(Strict):
 class MoESpec(Strict):
     name: Identifier = Field(description="module / checkpoint name, e.g. mlp")
     kind: Literal["moe"] = Field(description="moe: routed experts (+ optional shared experts), fused MoE op")
-    num_experts: Expression
+    num_experts: Expression = Field(description="routed experts: num_experts / num_local_experts / n_routed_experts")
     intermediate_size: Expression = Field(description="per-expert intermediate width (moe_intermediate_size)")
     activation: Literal["silu"] | ClampedSwiGLUSpec = Field(
         description="silu (SwiGLU), or {kind: clamped_swiglu, alpha, limit} (GPT-OSS)"
@@ -87,9 +94,16 @@ class MoESpec(Strict):
         "then up rows, [E, H, I]); interleaved_transposed = GPT-OSS ([E, H, 2I] with gate/up interleaved on the last "
         "dim, [E, I, H])",
     )
-    router: RouterSpec
-    shared_experts: SharedExpertsSpec | None = None
-    experts_name: Identifier = "experts"
+    router: RouterSpec = Field(
+        description="the router: name, scoring, top_k, renormalize, grouped top-k, correction bias",
+    )
+    shared_experts: SharedExpertsSpec | None = Field(
+        default=None, description="experts every token uses, e.g. {count: n_shared_experts, intermediate_size: "
+        "moe_intermediate_size * n_shared_experts}",
+    )
+    experts_name: Identifier = Field(
+        default="experts", description="module name of the routed experts in the checkpoint (mlp.experts.{e}...)",
+    )
 
 
 @dataclass(frozen=True)

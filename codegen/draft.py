@@ -1,0 +1,292 @@
+"""``modelgen new --from-hf DIR_OR_CONFIG``: draft a spec for a checkpoint from its ``config.json`` (+ safetensors
+headers when present), as the delta over the closest existing spec.
+
+1. The closest spec: every spec in specs/ is scored on what it would read of this config (its read and ignored keys
+   against the config's keys, fields it reads that the config lacks), its ``model_type`` family (qwen2_moe ~
+   qwen3_moe) and its architectures; the best three are then dry-run against the checkpoint's headers
+   (``codegen/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
+2. The draft ``extends:`` it and binds config fields: a key the base does not read but another spec reads into a
+   field the base has (Mixtral's ``num_local_experts`` for Qwen3-MoE's ``num_experts``) becomes ``read: [key, ...]``.
+3. Everything left is a ``# TODO`` comment: each config key nobody reads (with its value), each key the base
+   declares irrelevant (``config_ignore:`` is one family's knowledge), the base's ``requires:`` refusing this config,
+   and the checkpoint tensors / parameters the base's model does not match (layer and expert indices folded to
+   ``{i}``/``{e}``). A draft with no TODO builds as is; each TODO is a decision for the author.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelgenError
+from .lower import SPECS_DIR, compile_spec, display_path
+
+
+class DraftError(ModelgenError):
+    pass
+
+
+@dataclass
+class Candidate:
+    spec: Path
+    ir: Any
+    score: float
+    reasons: list[str] = field(default_factory=list)
+    unmatched: int | None = None  # tensors + parameters the dry run could not match (None: not run)
+    coverage_error: str | None = None
+    refused: str | None = None  # why no dry run could be made
+
+
+@dataclass
+class Draft:
+    text: str
+    base: Candidate
+    todos: int
+
+
+def _read_config(source: Path) -> tuple[dict[str, Any], Path | None]:
+    from modelgen.runtime.checkpoint_dir import flatten_text_config
+
+    path = source / "config.json" if source.is_dir() else source
+    if not path.is_file():
+        raise DraftError(f"{source}: no config.json")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise DraftError(f"{path}: not a JSON config ({e})") from None
+    if not isinstance(raw, dict):
+        raise DraftError(f"{path}: expected a JSON object")
+    checkpoint = source if source.is_dir() and any(source.glob("*.safetensors")) else None
+    return flatten_text_config(raw), checkpoint
+
+
+def _top_keys(keys: tuple[str, ...]) -> set[str]:
+    return {k.split(".", 1)[0] for k in keys}
+
+
+def _read_keys(ir) -> set[str]:
+    return set().union(*(_top_keys(v.keys) for v in ir.config_values if v.kind == "read"))
+
+
+def _family(model_type: str) -> str:
+    """qwen2_moe -> qwen, deepseek_v3 -> deepseek, glm4_moe -> glm: the letters before the first digit/underscore."""
+    m = re.match(r"[a-z]+", model_type.lower())
+    return m.group(0) if m else model_type
+
+
+def checkpoint_tokens(checkpoint: Path | None) -> set[str]:
+    """The module-name segments of a checkpoint's tensor names (``model.layers.0.mlp.experts.3.w1.weight`` ->
+    mlp, experts, w1, ...), from the headers."""
+    if checkpoint is None:
+        return set()
+    from modelgen.runtime.loader.checkpoint import Checkpoint
+
+    with Checkpoint(checkpoint, check_finite="off") as ck:
+        return {part for key in ck.keys() for part in key.split(".")[:-1] if not part.isdigit()}
+
+
+def _generated_tokens(name: str) -> set[str]:
+    """Identifiers of a spec's generated rocm package (its module names, packed/expert/ignore tables)."""
+    from .build import GENERATED_DIR
+
+    out: set[str] = set()
+    for p in (GENERATED_DIR / "rocm" / name).glob("*.py"):
+        out |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", p.read_text(encoding="utf-8")))
+    return out
+
+
+def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str] = frozenset()) -> list[Candidate]:
+    """Every spec that builds, best first. ``tokens``: the checkpoint's module-name segments, compared with the
+    names in each spec's generated package (a checkpoint with ``experts``/``linear_attn`` modules points at a spec
+    generating them)."""
+    from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
+
+    keys = {k for k in config if k not in GENERIC_CONFIG_KEYS and not k.startswith("_")}
+    archs = set(config.get("architectures") or [])
+    model_type = str(config.get("model_type") or "")
+    out = []
+    for spec in specs:
+        try:
+            ir = compile_spec(spec)
+        except ModelgenError:
+            continue  # a broken spec is no base
+        known = _read_keys(ir) | set(ir.config_ignore)
+        overlap = len(keys & known) / max(len(keys), 1)
+        unknown_read = len(_read_keys(ir) - set(config) - {"rope_scaling", "rope_theta"})  # fields the config lacks
+        score = 20 * overlap - 0.5 * unknown_read
+        reasons = [f"reads or ignores {len(keys & known)}/{len(keys)} of its config keys"]
+        if archs & set(ir.architectures):
+            score += 100
+            reasons.append(f"already serves {', '.join(sorted(archs & set(ir.architectures)))}")
+        if model_type and _family(model_type) == _family(ir.model_type):
+            score += 5
+            reasons.append(f"same family as model_type {ir.model_type}")
+        score += 3 * difflib.SequenceMatcher(None, model_type, ir.model_type).ratio()
+        if tokens:
+            names = len(tokens & _generated_tokens(ir.name)) / len(tokens)
+            score += 10 * names
+            reasons.append(f"its generated model names {100 * names:.0f}% of the checkpoint's module names")
+        out.append(Candidate(spec, ir, score, reasons))
+    return sorted(out, key=lambda c: -c.score)
+
+
+def _dry_run(candidate: Candidate, checkpoint: Path) -> None:
+    """Unmatched tensors/parameters of the candidate's generated model on the checkpoint (headers only)."""
+    from .coverage import checkpoint_coverage
+
+    try:
+        module = importlib.import_module(f"modelgen.generated.rocm.{candidate.ir.name}")
+        report = checkpoint_coverage(module, checkpoint, "rocm")
+    except Exception as e:  # refused config (the requires: TODO says so), an unbuilt spec: no dry run possible
+        candidate.unmatched, candidate.refused = 10**6, f"{type(e).__name__}: {e}".splitlines()[0]
+        return
+    errors = "\n".join(r.error for r in report.ranks if r.error)
+    candidate.coverage_error = errors or None
+    candidate.unmatched = len(re.findall(r"^    \S", errors, re.MULTILINE)) if errors else 0
+    if errors and not candidate.unmatched:
+        candidate.unmatched = 1  # one shape error
+
+
+def _fold(name: str) -> str:
+    """model.layers.3.mlp.experts.7.w1.weight -> model.layers.{i}.mlp.experts.{e}.w1.weight"""
+    name = re.sub(r"(\.layers\.)\d+\.", r"\1{i}.", name)
+    return re.sub(r"(\.experts\.)\d+\.", r"\1{e}.", name)
+
+
+def _folded(lines: list[str]) -> list[str]:
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[_fold(line)] = counts.get(_fold(line), 0) + 1
+    return [f"{k}" + (f" (x{n})" if n > 1 else "") for k, n in counts.items()]
+
+
+def _identifier(text: str, pattern: str, fallback: str) -> str:
+    return text if re.fullmatch(pattern, text) else fallback
+
+
+def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
+               base: str | Path | None = None) -> Draft:
+    """Draft a spec for ``source`` (a checkpoint directory or a config.json); ``exclude``: spec names never chosen
+    as the base (tests use it to onboard an existing family as if it were new); ``base``: the spec to extend, chosen
+    by the author instead of by score (the other specs still supply config-key spellings)."""
+    from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS, ConfigError
+
+    source = Path(source)
+    config, checkpoint = _read_config(source)
+    specs = [s for s in (specs if specs is not None else sorted(SPECS_DIR.glob("*.yaml"))) if s.stem not in exclude]
+    candidates = score_candidates(config, specs, checkpoint_tokens(checkpoint))
+    if not candidates:
+        raise DraftError("no spec in specs/ builds, so there is nothing to extend")
+    if checkpoint is not None:
+        for c in candidates[:3]:
+            _dry_run(c, checkpoint)
+        # A base whose model loads this checkpoint as is beats one that does not; otherwise the config score decides
+        # (a dry run stops at the first shape error, so its count is no measure of distance).
+        candidates[:3] = sorted(candidates[:3], key=lambda c: (c.unmatched != 0, -c.score))
+    if base is not None:
+        chosen = [c for c in candidates if c.spec.resolve() == Path(base).resolve()]
+        if not chosen:
+            raise DraftError(f"{base}: not a spec of specs/ that builds")
+        candidates.remove(chosen[0])
+        candidates.insert(0, chosen[0])
+        if checkpoint is not None and chosen[0].unmatched is None:
+            _dry_run(chosen[0], checkpoint)
+        chosen[0].reasons.insert(0, "chosen with --base")
+    base = candidates[0]
+    ir = base.ir
+    archs = list(config.get("architectures") or ["TODOForCausalLM"])
+    model_type = str(config.get("model_type") or "todo")
+    name = _identifier(re.sub(r"[^a-z0-9_]", "_", model_type.lower()), r"[a-z][a-z0-9_]*", "todo_model")
+    prefix = re.sub(r"For(CausalLM|ConditionalGeneration)$", "", archs[0])
+    prefix = _identifier(prefix, r"[A-Z][A-Za-z0-9]*", "Todo")
+
+    todos: list[str] = []
+    lines = [
+        f"# Draft spec for {', '.join(archs)} (model_type {model_type}), written by `modelgen new --from-hf {source}`.",
+        f"# Closest existing spec: {display_path(base.spec)} ({'; '.join(base.reasons)}"
+        + (f"; no header-only dry run: {base.refused}" if base.refused else
+           f"; {base.unmatched} unmatched checkpoint names in a header-only dry run" if base.unmatched is not None
+           else "") + ").",
+        "# Review every TODO (each is a decision: bind the key and use it, or list it under config_ignore: when it",
+        "# does not change the forward pass), then: modelgen verify <this file> && modelgen build <this file>.",
+        f"# Check against: transformers/models/{model_type}/modeling_{model_type}.py",
+    ]
+    served = sorted(set(archs) & set(ir.architectures))
+    if served:
+        lines.append(f"# NOTE: {', '.join(served)} is already served by {display_path(base.spec)}; two specs cannot "
+                     f"serve one architecture, so this draft replaces it or needs other architectures.")
+    lines += [
+        f"extends: {base.spec.name}",
+        f"name: {name}",
+        f"class_prefix: {prefix}",
+        f"description: {json.dumps(f'{prefix} decoder (drafted from {base.spec.name}; describe what differs)')}",
+        "hf:",
+        f"  architectures: [{', '.join(archs)}]",
+        f"  model_type: {model_type}",
+        f"  modeling: transformers/models/{model_type}/modeling_{model_type}.py",
+    ]
+    # Config keys: read by the base, bound from another spec's spelling, or TODO.
+    base_read = _read_keys(ir) | set(ir.config_ignore)
+    by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
+    for c in candidates:
+        for v in c.ir.config_values:
+            if v.kind == "read":
+                for k in _top_keys(v.keys):
+                    by_key.setdefault(k, []).append((c.spec.name, v.name))
+    base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
+    bindings: list[str] = []
+    unread: list[str] = []
+    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
+        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
+        if elsewhere:
+            spec_name, fld = elsewhere[0]
+            keys = [key] + [k for k in base_fields[fld].keys if k != key]
+            ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
+            bindings.append(f"  {fld}: {{type: {ftype}, read: [{', '.join(keys)}]}}   # {key}: as {spec_name} reads it")
+            continue
+        value = json.dumps(config[key])
+        value = value if len(value) <= 60 else value[:57] + "..."
+        others = sorted({s for s, _ in by_key.get(key, [])})
+        hint = f" (read by {', '.join(others)})" if others else ""
+        unread.append(f"# TODO config: '{key}' = {value} is not read by {base.spec.name}{hint}")
+    if bindings:
+        lines += ["", "config:"] + bindings
+    # Keys the base declares irrelevant (config_ignore:) are that family's knowledge: for a new family each is a
+    # decision again (Qwen3 ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
+    inherited = [f"# TODO config: '{k}' = {json.dumps(config[k])[:60]} is in {base.spec.name}'s config_ignore: (not "
+                 f"read); confirm it does not change this family's forward pass" for k in ir.config_ignore
+                 if k in config and config[k] is not None and not served]
+    unread += inherited
+    if unread:
+        lines += [""] + unread
+        todos += unread
+    # The base's requires: against this config (with the bindings above the reader may differ; best effort).
+    try:
+        module = importlib.import_module(f"modelgen.generated.rocm.{ir.name}")
+        module.CONFIG_CLASS.from_hf_config(config)
+    except ConfigError as e:
+        todo = f"# TODO requires: {base.spec.name} refuses this config: {str(e).splitlines()[0]}"
+        lines += ["", todo]
+        todos.append(todo)
+    except ImportError:
+        pass
+    # Checkpoint names against the base's generated model (headers only).
+    if base.coverage_error:
+        names = re.findall(r"^    (\S+)", base.coverage_error, re.MULTILINE)
+        detail = _folded(names) if names else [base.coverage_error.splitlines()[0]]
+        todo = [f"# TODO checkpoint: {base.spec.name}'s model does not match these names/shapes (fix checkpoint: "
+                f"prefix / fuse / rename / ignore / experts, or the blocks):"] + [f"#   {d}" for d in detail[:12]]
+        if len(detail) > 12:
+            todo.append(f"#   ... and {len(detail) - 12} more")
+        lines += [""] + todo
+        todos.append(todo[0])
+    elif base.refused:
+        lines += ["", f"# checkpoint names not checked: the base cannot build a model for this config yet (see the "
+                      f"TODOs above); then run `modelgen coverage <this file> {checkpoint}`"]
+    elif checkpoint is not None:
+        lines += ["", f"# checkpoint: every tensor of {checkpoint} matches {base.spec.name}'s model (header-only dry run)"]
+    return Draft("\n".join(lines) + "\n", base, len(todos))
