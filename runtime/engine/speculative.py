@@ -6,11 +6,13 @@ drafts the target agrees with plus one token of the target's own (the correction
 head, chained on its own hidden state, proposes the next K drafts. This is vLLM's MTP/EAGLE loop, on the engine's
 scheduler and the targets' runners, unchanged:
 
-* **Target hidden states.** MTP reads the target's final hidden state ``h[i]``; the runners return logits, so the
-  step's hidden states are taken from a forward hook on the target's inner model (``model.model``, whose output is
-  the final-normed hidden states of every token of the call). Every step runs with ``all_positions=True``: logits
-  of every fed token (K+1 per verifying request); on the GPU that is the eager path, so verify steps do not replay
-  CUDA graphs.
+* **Target hidden states.** MTP reads the target's final hidden state ``h[i]``: the target step is
+  ``runner.step(work, return_hidden=True)``, whose second output is the model's output (the final-normed hidden
+  states) of every fed token. Not a forward hook: a CUDA-graph replay runs no Python hook (the hook would keep the
+  capture's tensors), and a runner is free to call ``forward`` directly. A decode step without drafts replays its
+  graph (the graph keeps the hidden states in a static output beside the logits); a verify step (K+1 tokens per
+  request) runs eager. The logit rows the step needs (each request's last token and drafts) are computed here, from
+  the hidden states, in one LM-head call.
 * **The draft's cache.** The MTP layer's attention has its own paged cache with the target's block tables (same
   block ids, its own tensors). After every target step the draft runs over the same positions ``[c0, c)`` of the
   tokens the target accepted (ids shifted by one: the token at ``i+1`` with ``h[i]``), which rewrites whatever a
@@ -31,16 +33,15 @@ scheduler and the targets' runners, unchanged:
   is never beyond what it may emit), never past ``max_model_len``, and only when the KV blocks for them can be had
   without preempting anyone (else it drafts fewer, down to a plain decode step).
 
-Neuron: the same loop, K static; verify and draft steps run the eager forward of the runner's buckets
-(``all_positions``) with segmented prefill on (a verify window continues a cached sequence).
+Neuron: the same loop, K static; target steps run the eager inner model (``return_hidden``), draft steps the eager
+forward of the runner's buckets, with segmented prefill on (a verify window continues a cached sequence).
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -76,17 +77,6 @@ class SpeculativeStats:
             # tokens a verify step emits: the accepted drafts + the target's own (ATOM's "tokens per forward")
             "mean_tokens_per_verify_step": 1 + self.accepted_tokens / self.verify_steps if self.verify_steps else None,
         }
-
-
-@contextlib.contextmanager
-def capture_output(module: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """The outputs of ``module``'s forward calls inside the block (the target's final hidden states)."""
-    seen: list[torch.Tensor] = []
-    handle = module.register_forward_hook(lambda _m, _args, out: seen.append(out))
-    try:
-        yield seen
-    finally:
-        handle.remove()
 
 
 def check_speculative_tokens(k) -> int:
@@ -192,9 +182,6 @@ class SpeculativeDecoder:
         for runner in (llm.runner, self.runner):
             if hasattr(runner, "segmented_prefill"):
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
-        self.inner = getattr(llm.model, "model", None)
-        if not isinstance(self.inner, torch.nn.Module):
-            raise ValueError(f"{type(llm.model).__name__}: no inner `model` module to read the final hidden states from")
         self.drafted: dict[int, _Drafted] = {}
         self.stats = SpeculativeStats(self.k)
 
@@ -207,18 +194,15 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------------------------------------------- step
     def _target_step(self, work: list[Work]) -> torch.Tensor:
-        """Final hidden states of every fed token, in work order (logits are computed for the rows that need them).
-
-        A step of single tokens asks for all positions (as many rows as requests), which keeps it off the CUDA graphs
-        so the hook sees it; any other step is eager already and its logits (last token per request) are dropped:
-        a long prompt chunk would otherwise cost a vocabulary-wide row per token. (The runners return logits only;
-        a ``return_hidden`` option on ``step`` would replace the hook.)"""
-        # A compiled neuron graph cannot run a Python hook (fullgraph): its steps take the eager all-positions path.
-        eager = all(len(w.token_ids) == 1 for w in work) or getattr(self.llm.runner, "compiled", False)
-        with capture_output(self.inner) as seen:
-            self.llm.runner.step(work, all_positions=eager)
+        """Final hidden states ``[num_tokens, hidden]`` of every fed token, in work order, from the runner itself
+        (``return_hidden``; the module docstring says why not a hook). The hidden states must cover every token:
+        a runner returning fewer rows is a bug named here, not a silent misalignment of drafts and positions."""
+        _, hidden = self.llm.runner.step(work, return_hidden=True)
         total = sum(len(w.token_ids) for w in work)
-        return seen[-1][:total]
+        if hidden.shape[0] != total:
+            raise RuntimeError(f"{type(self.llm.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
+                               f"hidden rows for {total} fed tokens")
+        return hidden
 
     def step(self, waiting: list, running: list) -> list:
         llm = self.llm

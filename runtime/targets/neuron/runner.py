@@ -199,8 +199,19 @@ class NeuronRunner:
         return kwargs, len(work)
 
     @torch.inference_mode()
-    def step(self, work: list[Work], all_positions: bool = False) -> torch.Tensor:
+    def step(self, work: list[Work], all_positions: bool = False, return_hidden: bool = False):
+        """Logits ``[num_seqs, V]`` (every real token's with ``all_positions``). ``return_hidden``: ``(None, hidden)``
+        with ``hidden [num_tokens, hidden_size]`` the inner model's output (final normed hidden states) of every fed
+        token in work order, from an eager call of the inner model (a draft head's input; the caller computes the
+        logit rows it needs). Eager rather than the compiled bucket graph, whose outputs are logits only."""
         kwargs, n = self.build_inputs(work)
+        if return_hidden:
+            total = sum(len(w.token_ids) for w in work)
+            hidden = self.model.model(kwargs["input_ids"], kwargs["positions"], kwargs["attn_metadata"], kwargs["rank"],
+                                      kwargs["inputs_embeds"], kwargs["is_token_ids"])
+            if isinstance(hidden, tuple):  # EAGLE3 aux layers: (final hidden states, aux states)
+                hidden = hidden[0]
+            return None, hidden[:total]  # real tokens come first in build_inputs' layout, padding after
         if all_positions:  # teacher-forced scoring: eager forward, logits at every real token
             total = sum(len(w.token_ids) for w in work)
             kwargs["sampling_positions"] = torch.arange(total, device=self.device)

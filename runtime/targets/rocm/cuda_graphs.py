@@ -55,6 +55,7 @@ class _Bucket:
         self.copied = torch.cuda.Event()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
+        self.hidden: torch.Tensor | None = None  # the model's output (final hidden states), a static output too
         self.pad_from = 0  # host rows >= pad_from hold padding values
         self.set_padding(0)
 
@@ -89,11 +90,11 @@ class DecodeGraphs:
                 return b
         return None
 
-    def _forward(self, bk: _Bucket) -> torch.Tensor:
+    def _forward(self, bk: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
         if bk.with_state:  # bool view of the copied 0/1 row flags, computed inside the graph
             torch.ne(bk.fresh_i64, 0, out=bk.fresh)
         hidden = self.model(bk.ids, bk.pos, bk.meta)
-        return self.model.compute_logits(hidden)
+        return self.model.compute_logits(hidden), hidden
 
     def _capture(self, batch: int) -> _Bucket:
         bk = _Bucket(batch, self.width, self.device, self.with_state)
@@ -109,7 +110,7 @@ class DecodeGraphs:
         # thread's event queries legal while this thread captures ("global" would fail them).
         mode = "thread_local" if distributed.tp_size() > 1 else "global"
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode=mode):
-            bk.logits = self._forward(bk)
+            bk.logits, bk.hidden = self._forward(bk)
         torch.cuda.synchronize(self.device)
         bk.graph = graph
         self._buckets[batch] = bk
@@ -122,9 +123,11 @@ class DecodeGraphs:
                 self._capture(b)
 
     def run(self, token_ids: list[int], positions: list[int], tables: list[list[int]],
-            state_slots: list[int] | None = None) -> torch.Tensor:
+            state_slots: list[int] | None = None, return_hidden: bool = False):
         """Logits ``[n, V]`` of one decode step: ``n`` sequences, each one new token at ``positions[i]``
-        (``state_slots``: each sequence's recurrent-state slot, for models with recurrent layers)."""
+        (``state_slots``: each sequence's recurrent-state slot, for models with recurrent layers).
+        ``return_hidden``: ``(logits, hidden [n, hidden_size])``, the hidden states cloned out of the static output
+        (the next replay of any bucket overwrites the shared pool, and a draft head reads them after other work)."""
         n = len(token_ids)
         batch = self.bucket_for(n)
         bk = self._buckets.get(batch) or self._capture(batch)
@@ -145,6 +148,8 @@ class DecodeGraphs:
         bk.device_buf.copy_(bk.host_buf, non_blocking=True)
         bk.copied.record()
         bk.graph.replay()
+        if return_hidden:
+            return bk.logits[:n], bk.hidden[:n].clone()
         return bk.logits[:n]
 
 

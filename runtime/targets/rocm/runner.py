@@ -42,15 +42,22 @@ class RocmRunner:
                 self.graphs.capture_all()
 
     @torch.inference_mode()
-    def step(self, work: list[Work], all_positions: bool = False) -> torch.Tensor:
-        """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``)."""
+    def step(self, work: list[Work], all_positions: bool = False, return_hidden: bool = False):
+        """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``).
+
+        ``return_hidden``: ``(logits, hidden)`` instead, ``hidden [num_tokens, hidden_size]`` the model's output (final
+        normed hidden states) of every fed token in work order -- what a draft head (MTP) reads. A pure decode step
+        still replays its CUDA graph (the graph keeps the hidden states in a static output beside the logits: a
+        forward hook would not run in a replay); ``logits`` is then the graph's ``[num_seqs, V]`` and None on the
+        eager path (the caller computes the rows it needs, instead of a vocabulary-wide row per prompt token).
+        """
         graphs = self.graphs
         if graphs is not None and not all_positions and all(len(w.token_ids) == 1 for w in work) \
                 and graphs.bucket_for(len(work)) is not None:
             tables = self.blocks.tables
             slots = [self.state_pool.slot(w.seq_id) for w in work] if self.state_pool is not None else None
             return graphs.run([w.token_ids[0] for w in work], [w.start_pos for w in work],
-                              [tables[w.seq_id] for w in work], state_slots=slots)
+                              [tables[w.seq_id] for w in work], state_slots=slots, return_hidden=return_hidden)
         ids, pos, cu, ctx = [], [], [0], []
         for w in work:
             n = len(w.token_ids)
@@ -74,6 +81,8 @@ class RocmRunner:
         input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
         positions = torch.tensor(pos, dtype=torch.int64, device=dev)
         hidden = self.model(input_ids, positions, meta)
+        if return_hidden:
+            return (self.model.compute_logits(hidden) if all_positions else None), hidden
         if all_positions:
             return self.model.compute_logits(hidden)
         last = torch.tensor(cu[1:], device=dev) - 1
