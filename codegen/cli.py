@@ -388,7 +388,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from modelgen.runtime.checkpoint_dir import CheckpointDir
 
     _refuse_stale(CheckpointDir(checkpoint), args.target)
-    extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks") if getattr(args, name) is not None}
+    extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens")
+             if getattr(args, name) is not None}
     with _config_warnings("serve"):
         llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
                   **extra)
@@ -558,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "max-num-seqs requests at max-model-len)")
     sv.add_argument("--max-waiting", type=int, default=256, metavar="N",
                     help="requests queued beyond max-num-seqs before answering 503")
+    sv.add_argument("--speculative-tokens", type=int, default=None, metavar="K",
+                    help="speculative decoding: K (1-3) draft tokens per step from the checkpoint's own MTP layers "
+                         "(greedy output unchanged; a stream chunk then carries every token a step accepted)")
     sv.set_defaults(func=cmd_serve)
     return p
 

@@ -36,11 +36,11 @@ def ckpt(llama_checkpoint, tmp_path_factory):
     return make_api_checkpoint(llama_checkpoint, tmp_path_factory)
 
 
-def _start(ckpt) -> tuple[subprocess.Popen, str]:
+def _start(ckpt, *extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", str(ckpt),
-                             "--port", str(port), "--max-num-seqs", "8", "--model-name", "tiny"],
+                             "--port", str(port), "--max-num-seqs", "8", "--model-name", "tiny", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -229,4 +229,83 @@ def test_sigterm_finishes_running_streams(ckpt):
         assert "Traceback" not in proc.stdout.read()
     finally:
         if proc.poll() is None:
+            proc.kill()
+
+
+# ---------------------------------------------------------------------------------------- speculative decoding (MTP)
+@pytest.fixture(scope="module")
+def mtp_ckpt(ckpt, tmp_path_factory):
+    """The tiny DeepSeek-V3 checkpoint with a random MTP head, and the word-level tokenizer of ``ckpt`` (160 ids)."""
+    import shutil
+
+    from tests.mtp_fixtures import make_deepseek_mtp
+
+    d = tmp_path_factory.mktemp("mtp_api")
+    make_deepseek_mtp(d)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ckpt / name, d / name)
+    return d
+
+
+def test_engine_loop_posts_every_accepted_token(mtp_ckpt, monkeypatch):
+    """A speculative step emits several tokens; the engine loop must post all of them (it posted only the last).
+    An oracle draft (the true greedy continuation) makes every step accept K drafts."""
+    import asyncio
+
+    from modelgen.runtime.engine.speculative import SpeculativeDecoder
+    from modelgen.runtime.server.engine_loop import EngineLoop
+
+    prompt, params = [5, 6, 7, 8, 9], SamplingParams(max_new_tokens=12, ignore_eos=True)
+    ref = LLM(mtp_ckpt, max_num_seqs=4, progress=False).generate([prompt], params)[0]
+    spec = LLM(mtp_ckpt, max_num_seqs=4, progress=False, speculative_tokens=3)
+    original = SpeculativeDecoder._draft
+
+    def oracle(self, batch, *args):
+        original(self, batch, *args)
+        for r in batch:
+            if r.seq_id in self.drafted:
+                n = len(r.output)
+                self.drafted[r.seq_id].tokens = ref[n : n + len(self.drafted[r.seq_id].tokens)]
+
+    monkeypatch.setattr(SpeculativeDecoder, "_draft", oracle)
+
+    async def collect():
+        loop = EngineLoop(spec)
+        try:
+            (handle,) = loop.submit([prompt], [params])
+            chunks = []
+            while True:
+                ids, finish = await asyncio.wait_for(handle.events.get(), timeout=120)
+                chunks.append(ids)
+                if finish is not None:
+                    return chunks
+        finally:
+            loop.shutdown()
+
+    chunks = asyncio.run(collect())
+    assert [t for c in chunks for t in c] == ref
+    assert max(map(len, chunks)) > 1 and len(chunks) < len(ref)  # several tokens per step did happen
+
+
+def test_serve_speculative_streams_plain_greedy_text(mtp_ckpt):
+    """`modelgen serve --speculative-tokens 2`: streamed and non-streamed greedy text equal the engine's without
+    speculation."""
+    plain = LLM(mtp_ckpt, max_num_seqs=4, progress=False)
+    prompts = ["hello world w9", "w12 w40 hello"]
+    want = [plain.complete(p, SamplingParams(max_new_tokens=10, ignore_eos=True))[0].text for p in prompts]
+    proc, base = _start(mtp_ckpt, "--speculative-tokens", "2")
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        for p, w in zip(prompts, want):
+            s = client.completions.create(model="tiny", prompt=p, max_tokens=10, temperature=0, stream=True,
+                                          extra_body={"ignore_eos": True})
+            assert "".join(c.choices[0].text for c in s) == w
+            r = client.completions.create(model="tiny", prompt=p, max_tokens=10, temperature=0,
+                                          extra_body={"ignore_eos": True})
+            assert r.choices[0].text == w
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             proc.kill()

@@ -25,6 +25,7 @@ class Handle:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)  # (token ids, finish_reason | None) or an Exception
     cancelled: bool = False
+    sent: int = 0  # output tokens already posted (a step emits several when speculative drafts were accepted)
 
 
 class EngineLoop:
@@ -122,7 +123,11 @@ class EngineLoop:
                 h = self._live.get(r.seq_id)
                 if h is None:
                     continue
-                self._post(h, (r.output[-1:], r.finish_reason if r.done else None))
+                # Every token since the last post, not just the last one: a speculative step (LLM(speculative_tokens=K))
+                # emits the accepted drafts and the target's own token at once (LLM.stream tracks the same count).
+                new = r.output[h.sent:]
+                h.sent += len(new)
+                self._post(h, (new, r.finish_reason if r.done else None))
                 if r.done:
                     self._live.pop(r.seq_id, None)
         error = RuntimeError("the server is shutting down")
