@@ -203,5 +203,7 @@ def verify_spec(spec: str | Path, targets: tuple[str, ...], bf16: bool = True,
             except Exception as e:  # a crash in the generated code is a failed check, not a verify traceback
                 if debug:
                     raise
-                report.checks.append(Check(arch, "-", "run", False, f"{type(e).__name__}: {e}".splitlines()[0]))
+                # a multi-line loader report (missing / unexpected tensors) kept whole, on one line
+                detail = "; ".join(line.strip() for line in f"{type(e).__name__}: {e}".splitlines() if line.strip())
+                report.checks.append(Check(arch, "-", "run", False, detail[:1000]))
     return report

@@ -50,7 +50,7 @@ def test_generated_configs_expose_the_keys_they_read():
     from modelgen.generated.rocm.llama import CONFIG_CLASS
 
     assert {"hidden_size", "rope_theta", "rope_parameters.rope_theta", "hidden_act"} <= set(CONFIG_CLASS.CONFIG_KEYS_READ)
-    assert CONFIG_CLASS.CONFIG_KEYS_IGNORED == ("pretraining_tp",)
+    assert "pretraining_tp" in CONFIG_CLASS.CONFIG_KEYS_IGNORED
 
 
 def test_a_config_key_the_spec_does_not_read_warns_naming_it(tiny_llama, tmp_path):
@@ -245,3 +245,26 @@ def test_pre_commit_hook_runs_modelgen_check_on_spec_changes():
     for path, runs in (("specs/llama.yaml", True), ("templates/rocm/model.py.j2", True), ("generated/rocm/x.py", True),
                        ("runtime/engine/llm.py", False)):
         assert bool(re.match(hook["files"], path)) == runs, path
+
+
+# ---------------------------------------------------------------------------------------------------------- verify
+def test_verify_fails_on_a_spec_that_computes_something_else(tmp_path, capsys):
+    from modelgen.codegen.verify import verify_spec
+
+    spec = tmp_path / "llama.yaml"  # RoPE over (2i, 2i+1) pairs instead of HF's rotate_half halves
+    spec.write_text((SPECS / "llama.yaml").read_text().replace("style: rotate_half", "style: pairwise"))
+    report = verify_spec(spec, ("rocm",), bf16=False)
+    # (greedy tokens may survive an error of ~1e-2 on the tiny model's small logits; the logits check does not)
+    assert "fp32 logits" in {c.name for c in report.failures()} and "config" not in {c.name for c in report.failures()}
+    assert main(["verify", str(spec), "--target", "rocm", "--no-bf16"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_verify_fails_on_a_config_key_the_spec_drops(tmp_path):
+    from modelgen.codegen.verify import verify_spec
+
+    spec = tmp_path / "llama.yaml"
+    spec.write_text((SPECS / "llama.yaml").read_text().replace("  - pretraining_tp", "  - not_a_key"))
+    report = verify_spec(spec, ("neuron",), bf16=False)
+    failures = report.failures()
+    assert [c.name for c in failures] == ["config"] and "pretraining_tp" in failures[0].detail
