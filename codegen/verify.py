@@ -8,7 +8,8 @@ checkpoint through it. Checks, each reported on one line:
 
 ``config``         the spec reads or ignores every config.json key (``--strict-config``: an unread key is a failure,
                    since the generated model would not honour it);
-``fp32 logits``    prefill logits against transformers' in float32: max abs error <= ``FP32_ATOL``;
+``fp32 logits``    prefill logits against transformers' in float32: max abs error <= ``FP32_ATOL`` (on failure, the
+                   decoder layers' outputs compared one by one name the first layer that diverges);
 ``greedy``         ``GREEDY_TOKENS`` greedy tokens equal transformers' (repeated full forwards, no HF cache);
 ``bf16 3-way``     modelgen bf16 within ``THREE_WAY_FACTOR`` x transformers-bf16's own error against fp32
                    (+ ``THREE_WAY_ATOL``), ``modelgen.runtime.testing.accuracy``.
@@ -129,6 +130,43 @@ def accepted_without(module: ModuleType, architecture: str) -> tuple[tuple[str, 
 
 
 # ------------------------------------------------------------------------------------------------------ the checks
+def _layer_list(model) -> tuple[str, int] | None:
+    """The decoder-layer list of a model (the ModuleList named ``...layers`` with the most entries): (name, length)."""
+    import torch
+
+    lists = [(n, len(m)) for n, m in model.named_modules()
+             if isinstance(m, torch.nn.ModuleList) and n.split(".")[-1] == "layers"]
+    return max(lists, key=lambda x: x[1]) if lists else None
+
+
+def layer_divergence(llm, hf, prompt: list[int], atol: float = FP32_ATOL) -> str:
+    """Per-layer max |ours - transformers| of the decoder layers' outputs (HF terms: hidden + residual), for a
+    failed fp32 check: the first layer over ``atol`` is where to look. Empty when the layer lists do not pair up."""
+    import torch
+
+    from modelgen.runtime.debug import layer_output, tensor_capture
+
+    ours, ref = _layer_list(llm.model), _layer_list(hf)
+    if ours is None or ref is None or ours[1] != ref[1]:
+        return ""
+    names = [f"{ours[0]}.{i}" for i in range(ours[1])]
+    ref_names = [f"{ref[0]}.{i}" for i in range(ref[1])]
+    with tensor_capture(llm.model, names) as a:
+        llm.score(prompt)
+    with tensor_capture(hf, ref_names) as b, torch.no_grad():
+        hf(torch.tensor([prompt]))
+    diffs = []
+    for mine, theirs in zip(names, ref_names):
+        x = layer_output(a.one(mine)).float()[: len(prompt)]  # neuron: bucket padding rows after the prompt
+        y = b.one(theirs)
+        y = (y[0] if isinstance(y, (tuple, list)) else y).float()[0]
+        diffs.append(float((x - y).abs().max()) if x.shape == y.shape else float("inf"))
+    first = next((i for i, d in enumerate(diffs) if not d <= atol), None)
+    table = ", ".join(f"{i}: {d:.2g}" for i, d in enumerate(diffs))
+    where = f"first layer over {atol:g}: {first}" if first is not None else "every layer within bounds (the head?)"
+    return f"; per layer max abs error [{table}]; {where}"
+
+
 def verify_architecture(modules: dict[str, ModuleType], architecture: str, workdir: Path,
                         bf16: bool = True) -> list[Check]:
     """Every check of one architecture on every target in ``modules``."""
@@ -171,8 +209,10 @@ def verify_architecture(modules: dict[str, ModuleType], architecture: str, workd
         checks.append(Check(architecture, target, "config", True, f"every config.json key read or ignored{note}"))
         got = llm.score(prompt).float()
         err = (got - gold).abs().max().item() if got.shape == gold.shape else float("inf")
-        checks.append(Check(architecture, target, "fp32 logits", err <= FP32_ATOL,
-                            f"max abs error {err:.3g} (bound {FP32_ATOL:g}; {len(prompt)} positions)"))
+        detail = f"max abs error {err:.3g} (bound {FP32_ATOL:g}; {len(prompt)} positions)"
+        if not err <= FP32_ATOL:
+            detail += layer_divergence(llm, hf, prompt)
+        checks.append(Check(architecture, target, "fp32 logits", err <= FP32_ATOL, detail))
         out = llm.generate([prompt], SamplingParams(max_new_tokens=GREEDY_TOKENS, ignore_eos=True))[0]
         first = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
         checks.append(Check(architecture, target, "greedy", out == ref,

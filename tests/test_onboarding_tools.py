@@ -256,6 +256,8 @@ def test_verify_fails_on_a_spec_that_computes_something_else(tmp_path, capsys):
     report = verify_spec(spec, ("rocm",), bf16=False)
     # (greedy tokens may survive an error of ~1e-2 on the tiny model's small logits; the logits check does not)
     assert "fp32 logits" in {c.name for c in report.failures()} and "config" not in {c.name for c in report.failures()}
+    fp32 = next(c for c in report.failures() if c.name == "fp32 logits")
+    assert "first layer over 0.0001: 0" in fp32.detail  # RoPE is in every layer: layer 0 already diverges
     assert main(["verify", str(spec), "--target", "rocm", "--no-bf16"]) == 1
     assert "FAIL" in capsys.readouterr().out
 
