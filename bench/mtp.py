@@ -14,7 +14,13 @@ For each model:
   4. modelgen decodes held-out prompts at each batch size without speculation (CUDA graphs on, and eager) and with
      K = 1..3 draft tokens (verify steps run eager): tokens/s = generated tokens / wall time of the generate call
      (prefill included, the same for every row), the acceptance rate, mean accepted drafts per verify step, and
-     whether the greedy tokens equal the non-speculative ones.
+     whether the greedy tokens equal the non-speculative ones (and how many leading tokens they share: bf16 verify
+     windows and graph decode steps round differently, so a late parting after a near-tie is rounding, an early one
+     a bug);
+  5. diagnostics for a run that goes wrong: teacher-forced top-1 agreement of the target (one prefill, and
+     speculation's verify windows continuing the cache), of modelgen's MTP head and of the trained transformers
+     head on training sequences (``--checks``), and on a GPU one speculative row with the torch reference ops
+     instead of the Triton kernels (``--controls``).
 
 Writes ``--out`` (JSON, rewritten after every model). CPU smoke test (tiny shapes, a few steps):
 
@@ -228,6 +234,113 @@ def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graph
             "speculative": stats.get("speculative")}
 
 
+def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k: int) -> dict:
+    """Where a speculative run can go wrong, measured on the training sequences (greedy continuations, so the target's
+    argmax at position i is t[i+1] wherever its numerics agree with the engine that generated them):
+
+    * ``target_prefill_top1``: the target's argmax over one prefill of the whole sequence (``return_hidden``, the
+      hidden states speculation reads) equals t[i+1];
+    * ``target_window_top1``: the same, fed as speculation's verify steps feed it -- the prompt, then windows of
+      ``k + 1`` tokens that each continue the cached sequence (prefill-with-context);
+    * ``draft_top1``: modelgen's MTP head (token t[i+1], the target's h[i]) predicts t[i+2];
+    * ``reference_head_top1``: the trained transformers head on the same inputs (what ``draft_top1`` should be).
+
+    A run with zero acceptance shows here which of the target's verify path, the draft's loading or its forward
+    disagrees (continuation positions only: the prompts are random)."""
+    from modelgen.runtime.engine.runners import Work
+
+    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=4, cuda_graphs=False, speculative_tokens=1,
+              max_model_len=max(map(len, seqs)) + 8)
+    spec = llm.speculative
+    hits = {"target_prefill_top1": [], "target_window_top1": [], "draft_top1": [], "reference_head_top1": []}
+    P = args.prompt_len
+    for n, seq in enumerate(seqs):
+        sid = 10**6 + n
+        llm.blocks.ensure(sid, len(seq))
+        try:
+            _, hidden = llm.runner.step([Work(sid, seq, 0)], return_hidden=True)
+            top = spec.draft.compute_logits(hidden).argmax(-1).cpu()
+            want = torch.tensor(seq[1:])
+            hits["target_prefill_top1"].append((top[P - 1 : -1] == want[P - 1 :]).float().mean().item())
+            rows, at = [], P
+            llm.runner.step([Work(sid, seq[:P], 0)], return_hidden=True)
+            while at < len(seq):
+                w = seq[at : at + k + 1]
+                _, h = llm.runner.step([Work(sid, w, at)], return_hidden=True)
+                rows.append(spec.draft.compute_logits(h).argmax(-1).cpu())
+                at += len(w)
+            win = torch.cat(rows)[:-1]
+            hits["target_window_top1"].append((win == want[P:]).float().mean().item())
+            spec.draft.bind_hidden_states(hidden[:-1])
+            draft = spec.runner.step([Work(sid, seq[1:], 0)], all_positions=True).argmax(-1).cpu()
+            hits["draft_top1"].append((draft[P - 2 : -1] == torch.tensor(seq[P:])).float().mean().item())
+        finally:
+            llm._release_all([sid])
+        ids = torch.tensor([seq], device=args.device)
+        with torch.no_grad(), torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16,
+                                             enabled=ids.device.type == "cuda"):
+            ref = head(ids, hf.model(ids).last_hidden_state)[0].argmax(-1).cpu()
+        hits["reference_head_top1"].append((ref[P - 2 : -1] == torch.tensor(seq[P:])).float().mean().item())
+    del llm
+    return {name: sum(v) / len(v) for name, v in hits.items()}
+
+
+def prefix_len(a: list[int], b: list[int]) -> int:
+    """Tokens two greedy outputs share before they first differ."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def control(path: Path, args, prompts: list[list[int]], k: int, backend: str) -> dict:
+    """One speculative row with ``MODELGEN_BACKEND=backend`` (``torch``: the reference ops, no Triton kernel): a
+    bug in a GPU kernel shows as acceptance here but not in the Triton row."""
+    import os
+
+    from modelgen.runtime.ops import gpu
+
+    old = os.environ.get("MODELGEN_BACKEND")
+    os.environ["MODELGEN_BACKEND"] = backend
+    gpu.refresh()
+    try:
+        return decode(path, args, prompts, k, cuda_graphs=False)
+    finally:
+        if old is None:
+            os.environ.pop("MODELGEN_BACKEND", None)
+        else:
+            os.environ["MODELGEN_BACKEND"] = old
+        gpu.refresh()
+
+
+def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
+    """Plain (graphs; eager on a GPU) and speculative rows for one prompt set."""
+    rows = {}
+    base = decode(path, args, prompts, None, cuda_graphs=True)
+    rows["plain"] = base
+    if args.device.startswith("cuda"):  # graphs vs eager decode: bf16 rounding alone may part them
+        rows["plain_eager"] = decode(path, args, prompts, None, cuda_graphs=False)
+        rows["plain_eager"]["greedy_equal"] = rows["plain_eager"]["tokens"] == base["tokens"]
+    for k in args.k:
+        rows[f"k{k}"] = decode(path, args, prompts, k, cuda_graphs=True)
+    if args.device.startswith("cuda") and args.controls:
+        rows[f"k{args.k[0]}_torch_ops"] = control(path, args, prompts, args.k[0], "torch")
+    for name, r in rows.items():
+        if r.get("speculative") is None:
+            continue
+        r["greedy_equal"] = r["tokens"] == base["tokens"]
+        # bf16: a verify window and a graph decode step round differently, so outputs may part after a near-tie;
+        # the shared prefix says how soon (a broken verify path parts them at once)
+        r["mean_shared_prefix"] = sum(map(prefix_len, r["tokens"], base["tokens"])) / len(prompts)
+        r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
+        log(f"{what} {name}: {r['tokens_per_s']:.1f} tok/s (plain {base['tokens_per_s']:.1f}), acceptance "
+            f"{r['acceptance_rate']:.3f}, mean accepted {r['mean_accepted_tokens']:.2f}, greedy equal "
+            f"{r['greedy_equal']}, shared prefix {r['mean_shared_prefix']:.1f}")
+    for r in rows.values():
+        r.pop("tokens")
+    return rows
+
+
 def run_model(kind: str, args, results: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
@@ -243,30 +356,38 @@ def run_model(kind: str, args, results: dict) -> None:
         losses = train(hf, head, seqs, args)
         train_s = time.perf_counter() - t0
         write_head(path, kind, head, hf.config.num_hidden_layers)
+        checks = None
+        if args.checks:
+            log(f"{kind}: teacher-forced checks of the target's verify path and the draft head")
+            # training sequences, then held-out ones (greedy continuations of new prompts): a head that memorised its
+            # training continuations instead of learning to predict the model agrees on the first only
+            held = greedy_data(path, args, vocab, args.checks, seed=3)
+            checks = {"train": teacher_forced(path, args, hf, head, seqs[: args.checks], max(args.k)),
+                      "held_out": teacher_forced(path, args, hf, head, held, max(args.k))}
+            log(f"  {checks}")
         del hf, head
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
         entry = {"shape": SHAPES[kind][args.size], "train": {"steps": args.train_steps, "sequences": args.train_seqs,
                  "data_seconds": data_s, "train_seconds": train_s, "loss_first": losses[0] if losses else None,
-                 "loss_last": losses[-1] if losses else None}, "decode": {}}
+                 "loss_last": losses[-1] if losses else None}, "teacher_forced": checks, "decode": {}}
         gen = torch.Generator().manual_seed(2)  # held-out prompts
         for batch in args.batches:
-            prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(batch)]
-            rows = {}
-            base = decode(path, args, prompts, None, cuda_graphs=True)
-            rows["plain"] = base
-            if args.device.startswith("cuda"):
-                rows["plain_eager"] = decode(path, args, prompts, None, cuda_graphs=False)
-            for k in args.k:
-                rows[f"k{k}"] = r = decode(path, args, prompts, k, cuda_graphs=True)
-                r["greedy_equal"] = r["tokens"] == base["tokens"]
-                r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
-                log(f"{kind} batch {batch} K={k}: {r['tokens_per_s']:.1f} tok/s (plain {base['tokens_per_s']:.1f}), "
-                    f"acceptance {r['acceptance_rate']:.3f}, mean accepted {r['mean_accepted_tokens']:.2f}, "
-                    f"greedy equal {r['greedy_equal']}")
-            for r in rows.values():
-                r.pop("tokens")
-            entry["decode"][f"batch{batch}"] = rows
+            held = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(batch)]
+            # Two prompt sets. Held-out prompts: a random model's greedy continuation of a new random prompt is a
+            # prompt-specific sequence a few hundred training steps cannot learn to predict (the head memorises its
+            # training continuations: teacher-forced top-1 ~0 on held-out sequences, for the trained transformers
+            # head as for modelgen's), so acceptance there is ~0 by construction. Training prompts: the head predicts
+            # the continuation it was trained on -- the acceptance a well-trained head reaches, and the speed-up
+            # speculation then gives.
+            sets = {"held_out": held, "train": [q[: args.prompt_len] for q in seqs[:batch]]}
+            for label, prompts in sets.items():
+                if label == "train" and args.new_tokens > args.train_len:
+                    log(f"  --new-tokens {args.new_tokens} > --train-len {args.train_len}: the training prompts' "
+                        f"rows predict only the first {args.train_len} tokens")
+                rows = decode_rows(path, args, prompts, f"{kind} batch {batch} {label}")
+                key = f"batch{batch}" if label == "held_out" else f"batch{batch}_train_prompts"
+                entry["decode"][key] = rows
         results["models"][kind] = entry
         Path(args.out).write_text(json.dumps(results, indent=2))
 
@@ -286,6 +407,10 @@ def main() -> int:
     ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--train-batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--checks", type=int, default=4, metavar="N",
+                    help="teacher-forced checks on N training sequences (0: skip); see teacher_forced()")
+    ap.add_argument("--controls", type=int, default=1, choices=[0, 1],
+                    help="on a GPU, also run the first K with MODELGEN_BACKEND=torch (no Triton kernels)")
     ap.add_argument("--out", default="bench/results/h200-mtp.json")
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # config keys of the HF configs the specs do not read
