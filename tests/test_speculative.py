@@ -503,3 +503,25 @@ def _lm_head(engine, hidden):
     import modelgen.runtime.neuron.functional as NF
 
     return NF.lm_head(hidden, model.lm_head_weight, model.vocab_size)
+
+
+# ----------------------------------------------------------------------------------- the GPU path (Triton kernels)
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() and not __import__("tests.gpu_helpers").gpu_helpers.INTERPRET,
+                    reason="needs a CUDA GPU, or TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1 (Triton's interpreter)")
+def test_greedy_equal_on_gpu_path(ckpts, monkeypatch):
+    """DeepSeek-V3 speculation through the Triton kernels (MLA decode, MoE, norms, RoPE; on a GPU also the CUDA
+    graphs of draft-free decode steps, which now return the hidden states): a random head leaves greedy output
+    unchanged, and oracle drafts (accepted runs, a corrupted draft mid-run) too. fp32, so equality is exact rather
+    than up to bf16 rounding. Runs on the CPU under ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``."""
+    from tests.gpu_helpers import DEV
+
+    path, _ = ckpts("deepseek")
+    prompts = PROMPTS[:2]
+    ref = _engine(path, device=DEV).generate(prompts, _greedy(8))
+    spec = _engine(path, device=DEV, speculative_tokens=2)
+    assert spec.generate(prompts, _greedy(8)) == ref
+    _oracle(monkeypatch, spec, {tuple(p): r for p, r in zip(prompts, ref)}, lambda n, j: n % 3 == 1 and j == 1)
+    assert spec.generate(prompts, _greedy(8)) == ref
+    s = spec.stats.as_dict()["speculative"]
+    assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
