@@ -14,6 +14,12 @@ RoPE fusion: a model may hand its rotary module to the attention (``PagedAttenti
 (prefill) or attention (decode) kernel, saving the separate RoPE launch. Without it (today's generated code) the
 model rotates first and the module receives rotated q and k.
 
+QK-norm fusion: a model with per-head QK RMSNorm (Qwen3, GLM4, Qwen3-Next, Gemma 3: one weight ``[head_dim]`` shared
+by the heads) may also hand its norms over (``PagedAttention(..., qk_norm=(q_norm, k_norm))``) and pass q and k
+un-normalised. The torch path calls the two modules first (exactly what the model would have run); the GPU path, when
+RoPE is fused too, normalises each head inside the same cache-write / decode launch before rotating it (ATOM's "QK norm
+folded into the RoPE / cache-write kernel"), so the two norm launches and the round trip of q and k disappear.
+
 Sliding windows, attention sinks and logit soft-capping (Mistral/Gemma-style windows, GPT-OSS, Gemma 2) are options
 of both implementations: the Triton kernels take them as compile-time switches (a layer without them pays nothing),
 with the references' semantics (``runtime/ops/attention.py``).
@@ -60,6 +66,7 @@ class PagedAttention(nn.Module):
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
         rotary_emb: nn.Module | None = None, sliding_window: int | None = None, softcap: float | None = None,
+        qk_norm: tuple[nn.Module, nn.Module] | None = None,
     ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
@@ -69,6 +76,9 @@ class PagedAttention(nn.Module):
         self.layer_name = layer_name
         # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
         self._rotary = [rotary_emb] if rotary_emb is not None else []
+        # Optional per-head (q_norm, k_norm), applied before RoPE; held outside the tree like the rotary module (the
+        # model owns them: their checkpoint names stay ``self_attn.q_norm`` / ``self_attn.k_norm``).
+        self._qk_norm = tuple(qk_norm) if qk_norm is not None else ()
         self.k_cache: torch.Tensor | None = None  # bound by the engine (bind_kv_cache)
         self.v_cache: torch.Tensor | None = None
 
@@ -77,12 +87,18 @@ class PagedAttention(nn.Module):
         positions: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H * D]`` (q, k un-rotated only when ``positions`` is given
-        and a rotary module was bound); ``sinks [H]``: this rank's per-head sink logits (GPT-OSS), or None."""
+        and a rotary module was bound; un-normalised when QK norms were bound); ``sinks [H]``: this rank's per-head
+        sink logits (GPT-OSS), or None."""
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
         if gpu.enabled(q):
-            return self._forward_gpu(q, k, v, meta, rotary, positions, sinks)
+            qk_norm = self._fused_qk_norm(q) if rotary is not None else None
+            if qk_norm is None and self._qk_norm:
+                q, k = self._qk_norm[0](q), self._qk_norm[1](k)
+            return self._forward_gpu(q, k, v, meta, rotary, positions, sinks, qk_norm)
+        if self._qk_norm:
+            q, k = self._qk_norm[0](q), self._qk_norm[1](k)
         if rotary is not None:
             q, k = rotary(positions, q, k)
         ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
@@ -98,14 +114,31 @@ class PagedAttention(nn.Module):
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
-    def _forward_gpu(self, q, k, v, meta, rotary, positions, sinks=None) -> torch.Tensor:
+    def _fused_qk_norm(self, q: torch.Tensor) -> tuple | None:
+        """``(q_weight, k_weight, eps, mode)`` for the kernels when the bound norms are affine RMSNorms over
+        ``head_dim`` in the activation dtype (every per-head QK norm a spec declares today); None = apply the modules."""
+        if not self._qk_norm:
+            return None
+        from .norm import RMSNorm
+
+        qn, kn = self._qk_norm
+        if not all(isinstance(n, RMSNorm) and n.weight is not None and n.weight.dtype == q.dtype
+                   and n.weight.shape == (self.head_dim,) and n.eps == qn.eps for n in (qn, kn)):
+            return None
+        if (qn.zero_centred, qn.weight_float32) != (kn.zero_centred, kn.weight_float32):
+            return None
+        mode = "zero_centred_rms" if qn.zero_centred else ("rms_float32" if qn.weight_float32 else "rms")
+        return qn.weight, kn.weight, qn.eps, mode
+
+    def _forward_gpu(self, q, k, v, meta, rotary, positions, sinks=None, qk_norm=None) -> torch.Tensor:
         from ..ops.gpu import attention as gpu_attn
 
         rope = None
         if rotary is not None:
             rope = (positions, rotary.cos_sin_cache, rotary.rotary_dim, rotary.style == "pairwise")
         if meta.is_prefill:
-            q_rot, _ = gpu_attn.write_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping, q=q, rope=rope)
+            q_rot, _ = gpu_attn.write_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping, q=q, rope=rope,
+                                       qk_norm=qk_norm)
             if rope is not None:
                 q = q_rot
             o = gpu_attn.paged_prefill(
@@ -116,7 +149,7 @@ class PagedAttention(nn.Module):
             o = gpu_attn.paged_decode(
                 q, k, v, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
                 self.scale, num_splits=meta.decode_splits, rope=rope, sliding_window=self.sliding_window, sinks=sinks,
-                softcap=self.softcap,
+                softcap=self.softcap, qk_norm=qk_norm,
             )
         return o.view(o.shape[0], self.num_heads * self.head_dim)
 

@@ -75,14 +75,22 @@ class ColumnParallelLinear(LinearBase):
 
 
 class RowParallelLinear(LinearBase):
-    """Input features split across ranks; partial outputs are summed (all-reduce), bias added once after."""
+    """Input features split across ranks; partial outputs are summed (all-reduce), bias added once after.
+
+    ``reduce_results = False`` (set by :func:`~modelgen.runtime.layers.norm.fuse_all_reduce` on a bias-free layer whose
+    output goes straight into a residual-add + RMSNorm) returns this rank's partial sum; the norm then reduces it in
+    the fused all-reduce + add + RMSNorm op (ATOM / vLLM ``reduce_results``)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool):
         self.tp_rank, self.tp_size = dist.tp_rank(), dist.tp_size()
         super().__init__(dist.divide(in_features, self.tp_size, "input features"), out_features, bias)
+        self.reduce_results = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = dist.all_reduce(linear(x, self.weight))
+        y = linear(x, self.weight)
+        if not self.reduce_results:
+            return y  # partial sum; bias-free by construction (fuse_all_reduce)
+        y = dist.all_reduce(y)
         return y + self.bias if self.bias is not None else y
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:

@@ -27,6 +27,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.zero_centred = zero_centred
         self.weight_float32 = weight_float32
+        # True when the input is a row-parallel partial sum this norm reduces (fuse_all_reduce); False: already whole
+        self.reduce_input = False
+        self._reduced_for: tuple = ()  # the linear whose reduction moved here (a tuple: not a submodule)
         if affine:
             init = torch.zeros(hidden_size) if zero_centred else torch.ones(hidden_size)
             self.weight = nn.Parameter(init, requires_grad=False)
@@ -34,6 +37,14 @@ class RMSNorm(nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if self.reduce_input and _defers(self._reduced_for):
+            if residual is None:
+                return self._plain(dist.all_reduce(x))
+            return torch_norm.all_reduce_add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred,
+                                               self.weight_float32)
+        return self._plain(x, residual)
+
+    def _plain(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         ops = torch_norm
         if gpu.enabled(x) and self.weight is not None and not self.weight_float32:
             from ..ops.gpu import norm as gpu_norm
@@ -44,6 +55,29 @@ class RMSNorm(nn.Module):
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps, self.zero_centred, self.weight_float32)
         return ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred, self.weight_float32)
+
+
+def fuse_all_reduce(linear: nn.Module, norm: nn.Module) -> bool:
+    """Under tensor parallelism, move ``linear``'s all-reduce into ``norm`` (ATOM's fused all-reduce + RMSNorm): the
+    row-parallel layer returns its partial sum and the norm that adds it to the residual reduces it in the same op
+    (:func:`~modelgen.runtime.ops.norm.all_reduce_add_rms_norm`). The caller guarantees ``norm(linear(...), residual)``
+    is the only use of the output. Done only where the result is the same sum: a bias-free RowParallelLinear and an
+    RMSNorm with a weight; otherwise (and at world size 1) nothing changes. Returns whether it fused."""
+    from .linear import RowParallelLinear
+
+    if dist.tp_size() == 1 or not isinstance(linear, RowParallelLinear) or linear.bias is not None:
+        return False
+    if not isinstance(norm, RMSNorm) or norm.weight is None:
+        return False
+    linear.reduce_results, norm.reduce_input, norm._reduced_for = False, True, (linear,)
+    return True
+
+
+def _defers(partner: tuple) -> bool:
+    """Whether the paired linear still hands its partial sum over: not when a parallel mode has since replaced its
+    forward on the instance (sequence parallelism's reduce-scatter, ``runtime/parallel/sequence.py``), which then
+    returns reduced rows itself."""
+    return bool(partner) and not partner[0].reduce_results and "forward" not in vars(partner[0])
 
 
 class LayerNorm(nn.Module):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): d78ef68efb170186
+# source hash (spec + templates + generator): 5a64fc83f9030dab
 # ==================================================================================================================
 """Gemma3 for the rocm target, in ATOM's style.
 
@@ -75,6 +75,8 @@ class Gemma3Attention0(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, scale=config.query_pre_attn_scalar ** (-0.5),
             layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+            # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
+            qk_norm=(self.q_norm, self.k_norm),
             softcap=config.attn_logit_softcapping,  # scores -> cap * tanh(scores / cap) before the softmax
         )
 
@@ -86,7 +88,6 @@ class Gemma3Attention0(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
     def kv_spec(self) -> LayerSpec:
@@ -137,6 +138,8 @@ class Gemma3Attention1(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, scale=config.query_pre_attn_scalar ** (-0.5),
             layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+            # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
+            qk_norm=(self.q_norm, self.k_norm),
             sliding_window=config.sliding_window,  # q sees k iff q - W < k <= q
             softcap=config.attn_logit_softcapping,  # scores -> cap * tanh(scores / cap) before the softmax
         )
@@ -149,7 +152,6 @@ class Gemma3Attention1(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
     def kv_spec(self) -> LayerSpec:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): 04c6f8f5f25c7d45
+# source hash (spec + templates + generator): b511324d785dc4fb
 # ==================================================================================================================
 """Granite for the rocm target, in ATOM's style.
 

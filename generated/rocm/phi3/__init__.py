@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): d3aa32f13cf8b3d5
+# source hash (spec + templates + generator): af7bd37f69ef549d
 # ==================================================================================================================
 """Phi3 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Phi3Config

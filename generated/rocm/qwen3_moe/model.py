@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 83ed0fb60dfbf23c
+# source hash (spec + templates + generator): 121c5b3807cf0d86
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
@@ -24,7 +24,7 @@ from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
-from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -78,6 +78,8 @@ class Qwen3MoeAttention(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+            # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
+            qk_norm=(self.q_norm, self.k_norm),
         )
 
     def forward(
@@ -88,7 +90,6 @@ class Qwen3MoeAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
     def kv_spec(self) -> LayerSpec:
@@ -154,6 +155,9 @@ class Qwen3MoeDecoderLayer(nn.Module):
             self.mlp = Qwen3MoeSparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
+        # all-reduce + residual add + RMSNorm (nothing changes at world size 1, or with an o_proj bias)
+        fuse_all_reduce(self.self_attn.o_proj, self.post_attention_layernorm)
 
     def forward(
         self,

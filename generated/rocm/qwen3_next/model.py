@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): fcda95cf92cc1f4d
+# source hash (spec + templates + generator): da0cb3b9b73055f2
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -87,6 +87,8 @@ class Qwen3NextAttention(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
             rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+            # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
+            qk_norm=(self.q_norm, self.k_norm),
         )
 
     def forward(
@@ -99,7 +101,6 @@ class Qwen3NextAttention(nn.Module):
         q, gate = q.contiguous(), gate.reshape(-1, self.q_size)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions) * torch.sigmoid(gate))
 
     def kv_spec(self) -> LayerSpec:

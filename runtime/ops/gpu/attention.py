@@ -1,7 +1,8 @@
 """Triton kernels for attention over the paged KV cache (layout of ``runtime/ops/attention.py``: HND blocks
 ``[num_blocks, num_kv_heads, block_size, head_dim]``, slot ``s`` = block ``s // block_size``, offset ``s % block_size``).
 
-* :func:`write_kv` (optionally RoPE-ing q and k first): one launch writes the new tokens' K/V at their slots.
+* :func:`write_kv` (optionally RoPE-ing q and k first, and per-head RMS-normalising them before that): one launch
+  writes the new tokens' K/V at their slots.
 * :func:`paged_prefill`: varlen causal flash attention. Queries are the flattened new tokens; each sequence's keys
   are read through its block table (cached prefix + the new tokens just written), so chunked prefill and prefix
   reuse work and nothing is padded to a dense ``[batch, max_len]`` tensor.
@@ -9,7 +10,8 @@
   (sequence, KV head), each covering a contiguous chunk, merged by a small reduce kernel). All query heads of one
   KV head share a program, so each K/V tile is read once per step. The step's own K/V come in as arguments: the
   kernel folds them in from registers and writes them to the cache (the write is fused into the attention launch;
-  no program reads that slot, so there is no race). With ``rope`` the kernel also rotates q and the new k.
+  no program reads that slot, so there is no race). With ``rope`` the kernel also rotates q and the new k, and with
+  ``qk_norm`` normalises each of their heads first.
 
 Both attention kernels take the per-layer options of the references (``sliding_window``, ``sinks``, ``softcap``) as
 constexpr switches, so a layer without them compiles none of their code.
@@ -51,6 +53,28 @@ def _rope_coeffs(cs_ptr, pos, offs_d, ROT: tl.constexpr, PAIRWISE: tl.constexpr)
 
 
 @triton.jit
+def _head_rms(x, xp, w_ptr, offs_d, partner, dmask, eps, D: tl.constexpr, NORM: tl.constexpr):
+    """Per-head RMSNorm (Qwen3 / GLM4 ``q_norm``/``k_norm``, weight ``[D]`` shared by the heads) of the rows ``x``
+    (``[R, BLOCK_D]`` or ``[BLOCK_D]``) and of their RoPE partners ``xp`` (same rows, permuted dims), returned float32
+    after rounding to ``x``'s dtype as the torch path rounds the norm's output before RoPE (``runtime/ops/norm.py``).
+    NORM 1: HF Llama order ``w * x_hat.to(dtype)``; 2: zero-centred ``(x_hat * (1 + w)).to(dtype)`` (Qwen3-Next,
+    Gemma 3); 3: ``(w * x_hat).to(dtype)`` (float32 weight product). Padding dims load as 0 and do not count."""
+    DT = x.dtype
+    xf = x.to(tl.float32)
+    rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=-1, keep_dims=True) / D + eps)
+    w = tl.load(w_ptr + offs_d, mask=dmask, other=0.0).to(tl.float32)
+    wp = tl.load(w_ptr + partner, mask=dmask, other=0.0).to(tl.float32)
+    h, hp = xf * rstd, xp.to(tl.float32) * rstd
+    if NORM == 1:
+        y, yp = w * h.to(DT).to(tl.float32), wp * hp.to(DT).to(tl.float32)
+    elif NORM == 2:
+        y, yp = h * (1.0 + w), hp * (1.0 + wp)
+    else:
+        y, yp = w * h, wp * hp
+    return y.to(DT).to(tl.float32), yp.to(DT).to(tl.float32)
+
+
+@triton.jit
 def _scores(qk, qk_scale, cap_l2, SOFTCAP: tl.constexpr):
     """Raw ``q . k`` -> the softmax logits in log2 units (the kernels use exp2). Plain: ``qk * scale * log2(e)``.
     Soft-capped (Gemma 2 ``attn_logit_softcapping`` c; HF's eager order: scale, then ``c * tanh(s / c)``, then the
@@ -75,11 +99,12 @@ def _score_args(scale: float, softcap: float | None) -> tuple[float, float]:
 # ------------------------------------------------------------------------------------------------- cache write (+RoPE)
 @triton.jit
 def _write_kv_kernel(
-    q_ptr, k_ptr, v_ptr, qo_ptr, ko_ptr, kc_ptr, vc_ptr, slot_ptr, pos_ptr, cs_ptr,
+    q_ptr, k_ptr, v_ptr, qo_ptr, ko_ptr, kc_ptr, vc_ptr, slot_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, eps,
     s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_qot, s_qoh, s_kot, s_koh,
     s_c0, s_c1, s_c2,
     H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_KVH: tl.constexpr,
     BLOCK_D: tl.constexpr, BS: tl.constexpr, ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr,
+    NORM: tl.constexpr = 0,
 ):
     t = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
@@ -91,12 +116,16 @@ def _write_kv_kernel(
         pos = tl.load(pos_ptr + t)
         cos, sin, partner = _rope_coeffs(cs_ptr, pos, offs_d, ROT, PAIRWISE)
         kp = tl.load(k_ptr + t * s_kt + offs_kh[:, None] * s_kh + partner[None, :], mask=kmask, other=0.0)
+        if NORM > 0:
+            k, kp = _head_rms(k, kp, kw_ptr, offs_d, partner, dmask, eps, D, NORM)
         k = (k.to(tl.float32) * cos[None, :] + kp.to(tl.float32) * sin[None, :]).to(ko_ptr.dtype.element_ty)
         tl.store(ko_ptr + t * s_kot + offs_kh[:, None] * s_koh + offs_d[None, :], k, mask=kmask)
         offs_h = tl.arange(0, BLOCK_H)
         qmask = (offs_h < H)[:, None] & dmask[None, :]
         q = tl.load(q_ptr + t * s_qt + offs_h[:, None] * s_qh + offs_d[None, :], mask=qmask, other=0.0)
         qp = tl.load(q_ptr + t * s_qt + offs_h[:, None] * s_qh + partner[None, :], mask=qmask, other=0.0)
+        if NORM > 0:
+            q, qp = _head_rms(q, qp, qw_ptr, offs_d, partner, dmask, eps, D, NORM)
         q = q.to(tl.float32) * cos[None, :] + qp.to(tl.float32) * sin[None, :]
         tl.store(qo_ptr + t * s_qot + offs_h[:, None] * s_qoh + offs_d[None, :], q.to(qo_ptr.dtype.element_ty), mask=qmask)
     slot = tl.load(slot_ptr + t).to(tl.int64)
@@ -107,15 +136,37 @@ def _write_kv_kernel(
         tl.store(vc_ptr + dst, v.to(vc_ptr.dtype.element_ty), mask=kmask)
 
 
+# qk_norm mode -> the NORM switch of :func:`_head_rms`
+QK_NORM_MODES = {"rms": 1, "zero_centred_rms": 2, "rms_float32": 3}
+
+
+def _qk_norm_args(qk_norm: tuple | None, rope: tuple | None, like: torch.Tensor) -> tuple:
+    """``(q_weight, k_weight, eps, NORM)`` kernel arguments of ``qk_norm`` (placeholders and 0 when None)."""
+    if qk_norm is None:
+        return like, like, 0.0, 0
+    qw, kw, eps, mode = qk_norm
+    if rope is None:
+        raise ValueError("qk_norm is fused with RoPE only: pass rope as well")
+    if mode not in QK_NORM_MODES:
+        raise ValueError(f"qk_norm mode {mode!r}: expected one of {sorted(QK_NORM_MODES)}")
+    D = like.shape[-1]
+    if qw.shape != (D,) or kw.shape != (D,) or not (qw.is_contiguous() and kw.is_contiguous()):
+        raise ValueError(f"qk_norm weights have shapes {tuple(qw.shape)}, {tuple(kw.shape)}; expected contiguous ({D},)")
+    return qw, kw, float(eps), QK_NORM_MODES[mode]
+
+
 def write_kv(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
-    q: torch.Tensor | None = None, rope: tuple | None = None,
+    q: torch.Tensor | None = None, rope: tuple | None = None, qk_norm: tuple | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Write ``k, v [T, KVH, D]`` at ``slot_mapping`` (-1 = skip). With ``rope = (positions, cos_sin, rotary_dim,
-    pairwise)`` q and k are rotated first (one launch) and the rotated ``(q, k)`` are returned."""
+    pairwise)`` q and k are rotated first (one launch) and the rotated ``(q, k)`` are returned. ``qk_norm =
+    (q_weight [D], k_weight [D], eps, mode)`` (with ``rope`` only; :data:`QK_NORM_MODES`) normalises each head of q
+    and k before the rotation, in the same launch (Qwen3 / GLM4 per-head QK RMSNorm)."""
     T, KVH, D = k.shape
     if T == 0:
         return q, k
+    qw, kw, eps, norm = _qk_norm_args(qk_norm, rope, k)
     assert k.stride(-1) == 1 and v.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
     if rope is not None:
         positions, cos_sin, rot, pairwise = rope
@@ -126,12 +177,12 @@ def write_kv(
         positions, cos_sin, rot, pairwise = slot_mapping, k, 2, False
         q, qo, ko, H = k, k, k, 1
     _write_kv_kernel[(T,)](
-        q, k, v, qo, ko, k_cache, v_cache, slot_mapping, positions, cos_sin,
+        q, k, v, qo, ko, k_cache, v_cache, slot_mapping, positions, cos_sin, qw, kw, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         qo.stride(0), qo.stride(1), ko.stride(0), ko.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         H=H, KVH=KVH, D=D, BLOCK_H=next_pow2(H), BLOCK_KVH=next_pow2(KVH), BLOCK_D=next_pow2(D),
-        BS=k_cache.shape[2], ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise),
+        BS=k_cache.shape[2], ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise), NORM=norm,
     )
     return (qo, ko) if rope is not None else (None, k)
 
@@ -279,12 +330,12 @@ def paged_prefill(
 @triton.jit
 def _decode_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, slot_ptr, pos_ptr, cs_ptr, sink_ptr,
-    o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale, cap_l2,
+    o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale, cap_l2, qw_ptr, kw_ptr, eps,
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ob, s_oh, s_c0, s_c1, s_c2, s_bt,
     H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, BS: tl.constexpr, S: tl.constexpr, IEEE: tl.constexpr,
     ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr, WINDOW: tl.constexpr = 0,
-    SINKS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+    SINKS: tl.constexpr = False, SOFTCAP: tl.constexpr = False, NORM: tl.constexpr = 0,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -314,8 +365,11 @@ def _decode_kernel(
         pos = tl.load(pos_ptr + b)
         cos, sin, partner = _rope_coeffs(cs_ptr, pos, offs_d, ROT, PAIRWISE)
         qp = tl.load(q_rows + partner[None, :], mask=qmask, other=0.0)
-        q = (q.to(tl.float32) * cos[None, :] + qp.to(tl.float32) * sin[None, :]).to(q_ptr.dtype.element_ty)
         knp = tl.load(k_row + partner, mask=dmask, other=0.0)
+        if NORM > 0:  # per-head QK RMSNorm before the rotation (every split recomputes it: D-wide, no reduction)
+            q, qp = _head_rms(q, qp, qw_ptr, offs_d, partner, dmask, eps, D, NORM)
+            kn, knp = _head_rms(kn, knp, kw_ptr, offs_d, partner, dmask, eps, D, NORM)
+        q = (q.to(tl.float32) * cos[None, :] + qp.to(tl.float32) * sin[None, :]).to(q_ptr.dtype.element_ty)
         kn = (kn.to(tl.float32) * cos + knp.to(tl.float32) * sin).to(k_ptr.dtype.element_ty)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
@@ -410,7 +464,7 @@ def paged_decode(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor, scale: float,
     num_splits: int | None = None, rope: tuple | None = None, sliding_window: int | None = None,
-    sinks: torch.Tensor | None = None, softcap: float | None = None,
+    sinks: torch.Tensor | None = None, softcap: float | None = None, qk_norm: tuple | None = None,
 ) -> torch.Tensor:
     """One new token per sequence: ``q [B, H, D]``, its ``k, v [B, KVH, D]`` -> ``[B, H, D]``.
 
@@ -420,7 +474,8 @@ def paged_decode(
     The default ``num_splits`` depends only on shapes (block-table width bounds the context), so it is fixed for a
     captured graph. ``sliding_window`` W: the splits cover only the last W positions (blocks before them are not
     read); ``sinks [H]``: per-head logits joining the softmax denominator (GPT-OSS); ``softcap`` c: scaled scores
-    become ``c * tanh(s / c)`` before the mask (Gemma 2).
+    become ``c * tanh(s / c)`` before the mask (Gemma 2); ``qk_norm``: per-head q/k RMSNorm before the rotation, as in
+    :func:`write_kv`.
     """
     B, H, D = q.shape
     KVH, BS = k_cache.shape[1], k_cache.shape[2]
@@ -446,15 +501,16 @@ def paged_decode(
         positions, cos_sin, rot, pairwise = slot_mapping, q, 2, False
     group = H // KVH
     qk_scale, cap_l2 = _score_args(scale, softcap)
+    qw, kw, eps, norm = _qk_norm_args(qk_norm, rope, q)
     _decode_kernel[(B, KVH, S)](
         q, k, v, k_cache, v_cache, block_tables, context_lens, slot_mapping, positions, cos_sin,
-        q if sinks is None else sinks, out, pacc, pm, pl, qk_scale, cap_l2,
+        q if sinks is None else sinks, out, pacc, pm, pl, qk_scale, cap_l2, qw, kw, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         H=H, GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_D=block_d, BLOCK_N=block_n, BS=BS, S=S,
         IEEE=q.dtype == torch.float32, ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise),
-        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, SOFTCAP=softcap is not None, num_warps=4,
-        num_stages=2,
+        WINDOW=int(sliding_window or 0), SINKS=sinks is not None, SOFTCAP=softcap is not None, NORM=norm,
+        num_warps=4, num_stages=2,
     )
     if S > 1:
         _decode_reduce_kernel[(B, H)](
