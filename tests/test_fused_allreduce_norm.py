@@ -70,7 +70,14 @@ def test_op_equals_unfused_sequence_tp2(tmp_path):
 def test_op_is_add_rms_norm_at_world_size_1(dtype):
     part, residual, weight = _inputs(0, dtype)
     got = ops.all_reduce_add_rms_norm(part, residual, weight, 1e-5)
-    want = ops.add_rms_norm(part, residual, weight, 1e-5)
+    from modelgen.runtime.ops import gpu
+
+    if gpu.enabled(part):  # the interpreter's GPU path: the same Triton launch RMSNorm runs there
+        from modelgen.runtime.ops.gpu import norm as gpu_norm
+
+        want = gpu_norm.add_rms_norm(part, residual, weight, 1e-5)
+    else:
+        want = ops.add_rms_norm(part, residual, weight, 1e-5)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -129,3 +136,21 @@ def test_tp2_model_with_fused_norm_matches_tp1(tmp_path, case):
         meta = json.loads(open(f"{out}.rank{rank}.json").read())
         assert meta["fused"] and all(meta["fused"])  # every layer took the fused op
         assert meta["tokens"] == want_tokens
+
+
+@pytest.mark.skipif(not __import__("tests.gpu_helpers").gpu_helpers.INTERPRET and not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU, or TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1 (Triton's interpreter)")
+def test_op_takes_the_fused_triton_kernel_on_the_gpu_path(monkeypatch):
+    """On the GPU path the step after the reduction is the one fused add + RMSNorm Triton launch (not add, then norm),
+    and it equals the torch reference."""
+    from modelgen.runtime.ops.gpu import norm as gpu_norm
+    from tests.gpu_helpers import DEV, rel
+
+    calls = []
+    real = gpu_norm.add_rms_norm
+    monkeypatch.setattr(gpu_norm, "add_rms_norm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    part, residual, weight = (t.to(DEV) for t in _inputs(0))
+    got = ops.all_reduce_add_rms_norm(part, residual, weight, 1e-6)
+    want = ops.add_rms_norm(part, residual, weight, 1e-6)
+    assert calls == [1]
+    assert rel(got[0], want[0]) < 1e-5 and torch.equal(got[1], want[1])
