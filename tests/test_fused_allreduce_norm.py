@@ -1,7 +1,8 @@
 """Fused all-reduce + residual add + RMSNorm under tensor parallelism (issue 16 item 9): the op
 ``runtime/ops/norm.py::all_reduce_add_rms_norm`` equals the unfused sequence (all-reduce, add, RMSNorm) at world size 2
 (gloo, two CPU processes) in every RMSNorm convention, and a TP=2 model whose decoder layers hand o_proj's all-reduce to
-``post_attention_layernorm`` (``fuse_all_reduce``, generated into the pre-norm layouts) gives the logits and greedy
+``post_attention_layernorm`` and each MLP's down_proj to the next norm (``fuse_all_reduce``, generated into the
+plain pre-norm layouts) gives the logits and greedy
 tokens of world size 1. At world size 1 the op is exactly ``add_rms_norm`` and nothing is rewired.
 """
 from __future__ import annotations
@@ -102,6 +103,10 @@ def _model_rank(rank: int, world: int, init_file: str, checkpoint: str, out: str
         llm = LLM(checkpoint, target="rocm", dtype="float32", max_model_len=64)
         layers = llm.model.model.layers
         fused = [not l.self_attn.o_proj.reduce_results and l.post_attention_layernorm.reduce_input for l in layers]
+        # each MLP's down_proj reduced by the norm after it: the next layer's input norm, the final norm last
+        nexts = [l.input_layernorm for l in layers[1:]] + [llm.model.model.norm]
+        fused += [not l.mlp.down_proj.reduce_results and n.reduce_input for l, n in zip(layers, nexts)]
+        fused.append(not layers[0].input_layernorm.reduce_input)  # the embedding output is whole
         logits = llm.score(PROMPT).contiguous()
         tokens = llm.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
         save_file({"logits": logits}, f"{out}.rank{rank}.safetensors")

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): b018e71dbda71247
+# source hash (spec + templates + generator): 9b342ff02f7e0bc6
 # ==================================================================================================================
 """Mistral for the neuron target, in vLLM Neuron's style.
 

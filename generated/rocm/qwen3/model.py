@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): ffbe273fcc57d4be
+# source hash (spec + templates + generator): 86d248ac50df9201
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 
@@ -150,6 +150,11 @@ class Qwen3Model(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList([Qwen3DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # Tensor parallelism: each MLP's down_proj partial sums are all-reduced inside the norm that adds them to the
+        # residual next (the next layer's input_layernorm; norm after the last layer)
+        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, norm in zip(self.layers, next_norms):
+            fuse_all_reduce(layer.mlp.down_proj, norm)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
