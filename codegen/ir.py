@@ -132,6 +132,10 @@ class Module:
     fused_params: ClassVar[dict[str, frozenset[Any]]] = {}  # fused parameter -> shard ids its weight loader takes
     single_class: ClassVar[bool] = False  # at most one generated class of this kind per model
     uses_expert_names: ClassVar[bool] = False  # its weights load through checkpoint.experts (routed experts)
+    # Its output is one row-parallel linear's partial sums, so under TP the all-reduce can move into the RMSNorm that
+    # follows (runtime/layers/norm.py fuse_all_reduce): GQA's o_proj, the gated MLP's down_proj.
+    output_reduce_deferrable: ClassVar[bool] = False
+    qk_norm_in_kernel: ClassVar[bool] = False  # per-head QK norms run inside the RoPE/cache-write kernels (GQA)
 
     name: str  # attribute and checkpoint module name, e.g. self_attn
     class_name: str = ""  # set in lowering
@@ -303,6 +307,23 @@ class ModelIR:
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted({m.kind for m in self.classes}))
+
+    @property
+    def fuse_attention_all_reduce(self) -> bool:
+        """The layers hand the attention output's all-reduce to the norm after it (fused all-reduce + add + RMSNorm
+        under TP): only in the plain serial pre-norm layout, where that norm's residual add is the attention output's
+        only use, with an affine RMS-kind norm and an attention kind whose output is one row-parallel linear's."""
+        b = self.blocks[0]
+        return (b.residual == "pre_norm" and b.parallel.never and b.residual_multiplier is None
+                and self.slot_name("attention") is not None and b.mlp_norm.kind != "layer_norm" and b.mlp_norm.affine
+                and all(blk.attention.output_reduce_deferrable for blk in self.blocks))
+
+    @property
+    def fuse_mlp_all_reduce(self) -> bool:
+        """And every MLP's output is its down_proj's, so the next layer's input norm (the final norm after the last)
+        reduces it too."""
+        return (self.fuse_attention_all_reduce and self.slot_name("mlp") is not None
+                and all(blk.mlp.output_reduce_deferrable for blk in self.blocks))
 
     @property
     def mapping_needs_keys(self) -> bool:

@@ -148,7 +148,7 @@ def test_gpu_dispatch_windows_and_sinks_reach_the_kernel_experts_fall_back(gpt_o
     llm = LLM(path, target="rocm", dtype="float32", max_model_len=128)
     seen: dict[str, tuple] = {}
 
-    def kernel(self, q, k, v, meta, rotary, positions, sinks=None):
+    def kernel(self, q, k, v, meta, rotary, positions, sinks=None, *_, **__):  # softcap / qk_norm: none here
         seen[self.layer_name] = (self.sliding_window, sinks is not None)
         if rotary is not None:
             q, k = rotary(positions, q, k)

@@ -30,6 +30,7 @@ class GatedMLP(Module):
     slot = "mlp"
     class_suffix = "MLP"
     fused_params = {"gate_up_proj": frozenset({0, 1})}
+    output_reduce_deferrable = True  # down_proj
 
     activation: str
     intermediate_size: Value  # a constructor argument, not part of the class

@@ -125,6 +125,7 @@ class GQAttention(Module):
     slot = "attention"
     class_suffix = "Attention"
     fused_params = {"qkv_proj": frozenset({"q", "k", "v"})}
+    output_reduce_deferrable = True  # o_proj
 
     num_heads: Value
     num_kv_heads: Value
@@ -140,6 +141,12 @@ class GQAttention(Module):
     sinks: bool = False
     softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
     clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
+
+    @property
+    def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
+        """Per-head RMS-kind QK norms (one weight [head_dim]) are bound to PagedAttention, which runs them before RoPE
+        (on the GPU inside the cache-write / decode kernels); LayerNorms and the other scopes are applied in forward."""
+        return bool(self.qk_norm and self.qk_norm.scope == "head" and self.qk_norm.kind != "layer_norm")
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): 9b342ff02f7e0bc6
+# source hash (spec + templates + generator): c2196a5e663698c8
 # ==================================================================================================================
 """Mistral for the neuron target, in vLLM Neuron's style.
 
