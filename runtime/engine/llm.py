@@ -244,12 +244,15 @@ class LLM:
         mlp_data_parallel_size: int = 1,
         strict_config: bool = False,
         module=None,
+        quantized_weights: str | None = None,
     ):
         """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
         stderr is a terminal, False never (runtime/progress.py). ``strict_config``: config.json keys the spec neither
         reads nor ignores are an error instead of a warning (hf_config.check_config_keys). ``module``: the generated
         model package to run instead of the one registered for the checkpoint's architectures (``modelgen verify``
-        runs a spec rendered into a temporary folder)."""
+        runs a spec rendered into a temporary folder). ``quantized_weights``: ``keep`` / ``dequantize`` / ``auto``
+        (default, or ``MODELGEN_QUANTIZED_WEIGHTS``): whether FP8 / MXFP4 checkpoints keep their quantized weights on
+        the GPU path (runtime/loader/quantization.py keep_quantized_weights); the torch path always dequantizes."""
         # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
         # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
         # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
@@ -327,8 +330,14 @@ class LLM:
         weights = dummy_checkpoint(self.checkpoint, self.dtype, self.device, load_format) if load_format != "auto" \
             else self.checkpoint.open_weights(self.dtype, allow_external_shards=allow_external_shards,
                                               check_finite="off" if on_device_check else mode)
+        self.quantized_weights: dict | None = None  # what keep_quantized_weights decided
         with weights as ckpt:
             t0 = time.perf_counter()
+            if load_format == "auto":  # FP8 / MXFP4 layers switched to their stored format (GPU path only)
+                from ..loader.quantization import keep_quantized_weights
+
+                self.quantized_weights = keep_quantized_weights(self.model, ckpt, target=self.target.name,
+                                                                device=self.device, mode=quantized_weights)
             # The bar counts tensors read through get_tensor (the GPU raw-byte read-ahead bypasses it: the bar then
             # jumps to the end when loading is done).
             with bar(progress, total=len(ckpt.keys()), unit="tensor", desc="loading weights") as pbar:

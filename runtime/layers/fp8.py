@@ -44,3 +44,18 @@ def quantize_block_fp8(
     scale_inv = amax / torch.finfo(fp8_dtype).max
     q = (tiles / scale_inv[:, None, :, None]).view_as(padded)[:out, :inp].to(fp8_dtype)
     return q, scale_inv
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ dequant(weight, scale_inv).T + bias`` for a weight kept in FP8 (``LinearBase.keep_fp8``): the block-scaled
+    Triton GEMM on the GPU path (``runtime/ops/gpu/fp8.py``: the FP8 bytes are read and widened in registers); elsewhere
+    (``MODELGEN_BACKEND=torch`` on a model loaded for the GPU path) the weight is dequantized for the call, the same
+    function at the torch path's speed."""
+    from ..ops import gpu
+
+    if gpu.enabled(x):
+        from ..ops.gpu.fp8 import block_fp8_linear
+
+        return block_fp8_linear(x, weight, scale_inv, block, bias=bias)
+    return torch.nn.functional.linear(x, dequantize_block_fp8(weight, scale_inv, block, x.dtype), bias)

@@ -12,6 +12,7 @@ repacking / dequantizing once all shards are in; :func:`process_weights_after_lo
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -131,6 +132,7 @@ class Fp8DequantCheckpoint(DequantView):
 
     def __init__(self, inner: Any, config: Fp8BlockConfig, dtype: torch.dtype):
         self.block = config.block
+        self._kept: set[str] = set()
         keys = inner.keys()
         present = set(keys)
         self._scale_of: dict[str, str] = {}
@@ -150,11 +152,27 @@ class Fp8DequantCheckpoint(DequantView):
         super().__init__(inner, dtype, [k for k in keys if k not in consumed])
 
     def _computes(self, name: str) -> bool:
-        return name in self._scale_of
+        return name in self._scale_of and name not in self._kept
 
     def _dequantize(self, name: str) -> torch.Tensor:
         scale = self._inner.get_tensor(self._scale_of[name])
         return dequantize_block_fp8(self._inner.get_tensor(name), scale, self.block, self.out_dtype)
+
+    def fp8_keys(self) -> list[str]:
+        """The FP8 tensors of the checkpoint (each with its ``_scale_inv``)."""
+        return list(self._scale_of)
+
+    def keep(self, names: set[str]) -> None:
+        """Read these FP8 tensors as stored (float8) and list their ``_scale_inv`` again, right after each: for
+        layers that keep FP8 weights (``LinearBase.keep_fp8``), switched before loading."""
+        self._kept |= set(names) & set(self._scale_of)
+        keys = [k for k in self._keys if not k.endswith("_scale_inv") or k[: -len("_scale_inv")] not in self._kept]
+        out = []
+        for k in keys:
+            out.append(k)
+            if k in self._kept:
+                out.append(self._scale_of[k])
+        self._keys, self._key_set = out, set(out)
 
 
 def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: torch.dtype) -> Any:
@@ -165,3 +183,91 @@ def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: to
     if isinstance(quantization, Mxfp4Config):
         return Mxfp4DequantCheckpoint(checkpoint, dtype)
     return checkpoint
+
+
+# ------------------------------------------------------------------------------- quantized weights kept on the GPU
+QUANTIZED_WEIGHTS_ENV = "MODELGEN_QUANTIZED_WEIGHTS"
+QUANTIZED_WEIGHTS_MODES = ("auto", "keep", "dequantize")
+# What "auto" means per format on the GPU path (rocm target, Triton kernels), until measurements say otherwise:
+# bench/deepseek.py --quant fp8 and bench/gpt_oss.py --quant mxfp4 time both modes in one run.
+AUTO_KEEP = {"fp8": False, "mxfp4": False}
+
+
+def quantized_weights_mode(mode: str | None = None) -> str:
+    """``LLM(quantized_weights=...)``, else ``MODELGEN_QUANTIZED_WEIGHTS``, else ``auto``; validated."""
+    value = mode if mode is not None else (os.environ.get(QUANTIZED_WEIGHTS_ENV) or "auto")
+    if value not in QUANTIZED_WEIGHTS_MODES:
+        source = "quantized_weights" if mode is not None else QUANTIZED_WEIGHTS_ENV
+        raise ValueError(f"{source} {value!r}: expected one of {', '.join(QUANTIZED_WEIGHTS_MODES)}")
+    return value
+
+
+def _linear_targets(model: nn.Module, keys: list[str]) -> dict[str, list[str]]:
+    """Linear layer name -> the checkpoint keys its ``weight`` is loaded from (through the model's renames and
+    ``packed_modules_mapping``, as the rocm loader routes them). Layers whose weight is read as a matrix by their
+    parent (MLA's ``kv_b_proj``, split into the absorbed W_UK / W_UV) or stored fused and split at load
+    (``checkpoint.split``) are left out: they stay dequantized."""
+    from ..layers.linear import LinearBase
+    from ..layers.mla import MLAttention
+    from .names import apply_renames, resolve_packed
+    from .protocol import PackedTables
+    from .split import CheckpointSplit
+
+    tables = PackedTables.of(model)
+    modules = dict(model.named_modules())
+    read_as_matrix = {id(m.kv_b_proj) for m in modules.values() if isinstance(m, MLAttention)}
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        if not key.endswith(".weight"):
+            continue
+        param, shard = resolve_packed(apply_renames(key, tables.renames), tables.packed_modules_mapping)
+        if isinstance(shard, CheckpointSplit):
+            continue
+        module = modules.get(param[: -len(".weight")])
+        if isinstance(module, LinearBase) and id(module) not in read_as_matrix:
+            out.setdefault(param[: -len(".weight")], []).append(key)
+    return out
+
+
+def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, device: torch.device,
+                           mode: str | None = None) -> dict[str, Any]:
+    """Before loading: on the GPU path, switch the layers that can run on their checkpoint's quantized format and
+    make ``checkpoint`` (the view ``wrap_checkpoint`` made) hand them the stored tensors instead of dequantized ones.
+
+    * FP8 block scales: linear layers whose every checkpoint weight is FP8 keep ``weight`` in float8 +
+      ``weight_scale_inv`` (``LinearBase.keep_fp8``) and run ``runtime/ops/gpu/fp8.py``'s GEMM. MoE experts stay
+      dequantized (the fused MoE kernels take bf16 experts).
+    * MXFP4: the fused MoE experts keep ``*_blocks`` / ``*_scales`` (``runtime/layers/moe_mxfp4.py``) and run the
+      MXFP4 MoE kernels of ``runtime/ops/gpu/moe_mxfp4.py``.
+
+    The GPU path is the rocm target with Triton kernels enabled for ``device`` (a CUDA GPU, or Triton's interpreter
+    with ``MODELGEN_TRITON_ON_CPU=1``). Everywhere else, and with mode ``dequantize``, nothing changes: the torch path
+    dequantizes at load. Returns what was decided (for reports and benchmarks)."""
+    from ..ops import gpu
+
+    mode = quantized_weights_mode(mode)
+    fmt = "fp8" if isinstance(checkpoint, Fp8DequantCheckpoint) else \
+        "mxfp4" if isinstance(checkpoint, Mxfp4DequantCheckpoint) else None
+    report: dict[str, Any] = {"format": fmt, "mode": mode, "kept": 0, "dequantized": 0}
+    if fmt is None:
+        return report
+    gpu_path = target == "rocm" and gpu.enabled(torch.empty(0, device=device))
+    keep = mode == "keep" or (mode == "auto" and AUTO_KEEP[fmt])
+    if not (gpu_path and keep):
+        report["why_dequantized"] = "not the GPU path (rocm target, Triton kernels)" if not gpu_path else f"mode {mode}"
+        return report
+    if fmt == "fp8":
+        fp8 = set(checkpoint.fp8_keys())
+        kept: set[str] = set()
+        modules = dict(model.named_modules())
+        for name, keys in _linear_targets(model, list(checkpoint.keys())).items():
+            if all(k in fp8 for k in keys) and modules[name].keep_fp8(checkpoint.block, checkpoint._inner.dtype(keys[0])):
+                kept |= set(keys)
+        checkpoint.keep(kept)
+        report.update(kept=len(kept), dequantized=len(fp8 - kept))
+    else:
+        from ..layers.moe_mxfp4 import keep_mxfp4_experts
+
+        kept = keep_mxfp4_experts(model, checkpoint)
+        report.update(kept=len(kept), dequantized=len(checkpoint.pairs()) - len(kept))
+    return report
