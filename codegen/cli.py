@@ -390,6 +390,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _refuse_stale(CheckpointDir(checkpoint), args.target)
     extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens")
              if getattr(args, name) is not None}
+    if args.load_dummy is not None:  # weights from config.json alone (bench/serve.py's Llama-3-8B shape)
+        extra["load_format"] = "dummy_zeros" if args.load_dummy == "zeros" else "dummy"
     with _config_warnings("serve"):
         llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
                   **extra)
@@ -562,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--speculative-tokens", type=int, default=None, metavar="K",
                     help="speculative decoding: K (1-3) draft tokens per step from the checkpoint's own MTP layers "
                          "(greedy output unchanged; a stream chunk then carries every token a step accepted)")
+    sv.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
+                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read (the "
+                    "same values as `run --load-dummy` and LLM(load_format='dummy'))")
     sv.set_defaults(func=cmd_serve)
     return p
 
