@@ -26,7 +26,15 @@ class _DequantSlice:
 
 
 class DequantView:
-    raw_reads = False  # tensors are computed on the host: the GPU read-ahead (raw file bytes) must not be used
+    raw_reads = False  # tensors are computed, not file bytes: the GPU read-ahead (raw file bytes) must not be used
+    # Where dequantization runs: None = the host; a CUDA device (set by quantization.keep_quantized_weights when the
+    # model lives there) = the quantized bytes are copied over and expanded there, so the host never builds the
+    # float32 intermediates of a large checkpoint (DeepSeek-V3: 671B parameters).
+    compute_device: torch.device | None = None
+
+    def _to_compute(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        dev = self.compute_device
+        return tensors if dev is None else tuple(t.to(dev) for t in tensors)
 
     def __init__(self, inner: Any, dtype: torch.dtype, keys: list[str]):
         self._inner, self.out_dtype, self._keys = inner, dtype, keys

@@ -82,7 +82,7 @@ def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     exp = torch.ceil(torch.log2(amax.clamp(min=torch.finfo(torch.float32).tiny) / 6.0))
     exp = exp.clamp(-SCALE_BIAS, SCALE_BIAS)
     scaled = x / torch.pow(2.0, exp)
-    magnitudes = torch.tensor(FP4_VALUES[:8])
+    magnitudes = torch.tensor(FP4_VALUES[:8], device=weight.device)
     code = (scaled.abs()[..., None] - magnitudes).abs().argmin(dim=-1)  # nearest magnitude, lowest on ties
     code = code + 8 * (scaled < 0).long()
     code = code.to(torch.uint8)
@@ -132,7 +132,12 @@ class Mxfp4DequantCheckpoint(DequantView):
 
     def _dequantize(self, name: str) -> torch.Tensor:
         blocks, scales = self._pairs[name]
-        return dequantize_mxfp4(self._inner.get_tensor(blocks), self._inner.get_tensor(scales), self.out_dtype)
+        return dequantize_mxfp4(*self._to_compute(self._inner.get_tensor(blocks), self._inner.get_tensor(scales)),
+                                self.out_dtype)
+
+    def pairs(self) -> dict[str, tuple[str, str]]:
+        """Dequantized name ``X`` -> (``X_blocks``, ``X_scales``)."""
+        return dict(self._pairs)
 
     def file_of(self, name: str):
         return self._inner.file_of(self._pairs[name][0] if name in self._pairs else name)

@@ -155,8 +155,15 @@ class Fp8DequantCheckpoint(DequantView):
         return name in self._scale_of and name not in self._kept
 
     def _dequantize(self, name: str) -> torch.Tensor:
-        scale = self._inner.get_tensor(self._scale_of[name])
-        return dequantize_block_fp8(self._inner.get_tensor(name), scale, self.block, self.out_dtype)
+        weight, scale = self._to_compute(self._inner.get_tensor(name), self._inner.get_tensor(self._scale_of[name]))
+        if weight.dim() == 2:
+            return dequantize_block_fp8(weight, scale, self.block, self.out_dtype)
+        # stacked experts [E, out, in]: one expert at a time (the float32 intermediate of one, not of all)
+        flat_w, flat_s = weight.reshape(-1, *weight.shape[-2:]), scale.reshape(-1, *scale.shape[-2:])
+        out = torch.empty(flat_w.shape, dtype=self.out_dtype, device=weight.device)
+        for i in range(flat_w.shape[0]):
+            out[i] = dequantize_block_fp8(flat_w[i], flat_s[i], self.block, self.out_dtype)
+        return out.view(weight.shape)
 
     def fp8_keys(self) -> list[str]:
         """The FP8 tensors of the checkpoint (each with its ``_scale_inv``)."""
@@ -251,9 +258,12 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
     report: dict[str, Any] = {"format": fmt, "mode": mode, "kept": 0, "dequantized": 0}
     if fmt is None:
         return report
+    if device.type == "cuda":
+        checkpoint.compute_device = device
     gpu_path = target == "rocm" and gpu.enabled(torch.empty(0, device=device))
     keep = mode == "keep" or (mode == "auto" and AUTO_KEEP[fmt])
     if not (gpu_path and keep):
+        report["dequantized"] = len(checkpoint.fp8_keys() if fmt == "fp8" else checkpoint.pairs())
         report["why_dequantized"] = "not the GPU path (rocm target, Triton kernels)" if not gpu_path else f"mode {mode}"
         return report
     if fmt == "fp8":
