@@ -414,6 +414,16 @@ def main() -> None:
             ckpt = args.checkpoint or str(ensure_smollm2_checkpoint())
             load_format = "auto"
         run.results["checkpoint"] = ckpt
+        # `modelgen serve` refuses a generated package its spec/templates no longer produce: say so now, not after
+        # the engine waves
+        from modelgen.codegen.freshness import stale_reason
+        from modelgen.runtime.checkpoint_dir import CheckpointDir
+        from modelgen.runtime.engine.registry import find_model
+
+        cd = CheckpointDir(ckpt)
+        stale = stale_reason(find_model(cd.architectures, args.target, cd.hf_config))
+        if stale:
+            raise SystemExit(f"bench/serve.py: {stale}")
         run.results["weights"] = "random (load_format=dummy)" if load_format == "dummy" else "checkpoint"
         from modelgen.runtime.tokenizer import Tokenizer
 
