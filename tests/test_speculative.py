@@ -36,7 +36,14 @@ def ckpts(tmp_path_factory):
     def get(kind: str):
         if kind not in cache:
             d = tmp_path_factory.mktemp(kind)
-            model = make_deepseek_mtp(d) if kind == "deepseek" else make_qwen3_next_mtp(d, kind)
+            if kind == "deepseek":
+                model = make_deepseek_mtp(d)
+            elif kind == "glm4_moe_plain":  # a GQA (+ MoE) target, for the graphed verify's varlen layout
+                from tests.moe_fixtures import make_moe
+
+                model = make_deepseek_mtp(d, kind, make=make_moe)
+            else:
+                model = make_qwen3_next_mtp(d, kind)
             cache[kind] = (d, model)
         return cache[kind]
 

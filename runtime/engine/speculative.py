@@ -10,8 +10,7 @@ scheduler and the targets' runners, unchanged:
   ``runner.step(work, return_hidden=True)``, whose second output is the model's output (the final-normed hidden
   states) of every fed token. Not a forward hook: a CUDA-graph replay runs no Python hook (the hook would keep the
   capture's tensors), and a runner is free to call ``forward`` directly. A decode step without drafts replays its
-  graph (the graph keeps the hidden states in a static output beside the logits); a verify step (K+1 tokens per
-  request) runs eager. The logit rows the step needs (each request's last token and drafts) are computed here, from
+  graph (the graph keeps the hidden states in a static output beside the logits). The logit rows the step needs (each request's last token and drafts) are computed here, from
   the hidden states, in one LM-head call.
 * **The draft's cache.** The MTP layer's attention has its own paged cache with the target's block tables (same
   block ids, its own tensors). After every target step the draft runs over the same positions ``[c0, c)`` of the
@@ -29,6 +28,13 @@ scheduler and the targets' runners, unchanged:
   accept draft ``x ~ q`` with probability ``min(1, p(x)/q(x))``, else sample ``norm(max(p - q, 0))``; all accepted:
   sample the bonus token from ``p`` — with ``p`` and ``q`` the temperature / top-k / top-p distributions the
   non-speculative sampler uses, so each token's distribution is unchanged.
+* **CUDA graphs** (GPU path, when the runner replays its decode steps): the verify step is captured per batch
+  bucket with K+1 token slots per sequence (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py; fewer drafts pad
+  the slots), and so are the draft's settling step (K+1 slots) and its chained step (1), the target's hidden
+  states being a static input of the draft's graphs. MLA models lay the K+1 tokens out as decode rows (context =
+  position + 1, the latents written before the kernel reads them), GQA models as a fixed-shape varlen prefill.
+  Targets with Gated DeltaNet layers verify eagerly (their multi-token recurrence reads offsets on the host); their
+  draft (full attention) is graphed. Steps with a longer run (a prompt chunk) stay eager.
 * **Budgets.** A request drafts at most ``max_new_tokens - generated - 1`` tokens (the verify step's extra token
   is never beyond what it may emit), never past ``max_model_len``, and only when the KV blocks for them can be had
   without preempting anyone (else it drafts fewer, down to a plain decode step).
@@ -39,6 +45,7 @@ forward of the runner's buckets, with segmented prefill on (a verify window cont
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -174,8 +181,9 @@ class SpeculativeDecoder:
         blocks = llm.blocks
         caches = allocate_kv_cache(self.draft.get_kv_spec(), blocks.num_blocks, blocks.block_size, llm.device)
         self.draft.bind_kv_cache(caches)
-        # The draft runs through the target's own runner class over the same block tables (no graphs: its inputs
-        # include the bound hidden states, which a captured graph would not see).
+        # The draft runs through the target's own runner class over the same block tables, without the runner's
+        # decode graphs (they would not see the bound hidden states): its graphs are StepGraphs with a static hidden
+        # input (enable_graphs).
         self.runner = llm.target.make_runner(self.draft, blocks, llm.device,
                                              replace(options, cuda_graphs=False, compile=False), budget,
                                              state_pool=None)
@@ -184,6 +192,42 @@ class SpeculativeDecoder:
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
         self.drafted: dict[int, _Drafted] = {}
         self.stats = SpeculativeStats(self.k)
+        # CUDA graphs of the verify step and the draft steps (module docstring), when the target runner replays its
+        # decode steps from graphs; MODELGEN_SPEC_GRAPHS=0 keeps speculative steps eager (bench/mtp.py compares).
+        self.verify_graphs = self.draft_graphs = self.chain_graphs = None
+        if getattr(llm.runner, "graphs", None) is not None and os.environ.get("MODELGEN_SPEC_GRAPHS", "1") != "0":
+            self.enable_graphs(options.decode_buckets)
+
+    def enable_graphs(self, buckets: list[int] | None = None, capture=None) -> None:
+        """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
+        verify step (K + 1 tokens per sequence) unless the target has recurrent layers (Gated DeltaNet: Qwen3-Next,
+        Qwen3.5 -- their multi-token step reads sequence offsets on the host, so those verify steps stay eager, and
+        the state snapshot / restore around them are plain tensor copies between steps); the draft's settling step
+        (K + 1) and chained step (1), with the target's hidden states as a static input. ``capture``: the
+        graphs' capture seam (None: CUDA graphs); lazily captured per batch bucket on first use."""
+        from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
+
+        llm = self.llm
+        q = self.k + 1
+        common = dict(max_num_seqs=llm.max_num_seqs, block_size=llm.blocks.block_size, buckets=buckets,
+                      capture=capture, width=llm.blocks.blocks_needed(llm.max_model_len + q))
+        pool = None
+        if capture is None:
+            pool = torch.cuda.graph_pool_handle()  # one pool: run() gathers its output before another replay
+        layout = multi_token_layout(llm.model, q)
+        self.verify_graphs = (StepGraphs(llm.model, llm.device, tokens_per_seq=q, layout=layout, pool=pool, **common)
+                              if layout is not None else None)
+        hidden = (int(llm.config.hidden_size), llm.dtype)
+        layout = multi_token_layout(self.draft, q)
+        self.draft_graphs = (StepGraphs(self.draft, llm.device, tokens_per_seq=q, layout=layout, hidden=hidden,
+                                        pool=pool, **common) if layout is not None else None)
+        self.chain_graphs = (StepGraphs(self.draft, llm.device, tokens_per_seq=1, layout="rows", hidden=hidden,
+                                        pool=pool, **common) if self.k > 1 else None)
+
+    def graph_replays(self) -> dict:
+        """Replays of each speculative graph set so far (None: that step runs eagerly)."""
+        return {name: (g.replays if g is not None else None) for name, g in
+                (("verify", self.verify_graphs), ("draft", self.draft_graphs), ("draft_chain", self.chain_graphs))}
 
     def reset_stats(self) -> None:
         self.stats = SpeculativeStats(self.k)
@@ -197,7 +241,12 @@ class SpeculativeDecoder:
         """Final hidden states ``[num_tokens, hidden]`` of every fed token, in work order, from the runner itself
         (``return_hidden``; the module docstring says why not a hook). The hidden states must cover every token:
         a runner returning fewer rows is a bug named here, not a silent misalignment of drafts and positions."""
-        _, hidden = self.llm.runner.step(work, return_hidden=True)
+        graphs = self.verify_graphs
+        if graphs is not None and any(len(w.token_ids) > 1 for w in work) and graphs.accepts(work):
+            tables = self.llm.blocks.tables
+            hidden = graphs.run(work, [tables[w.seq_id] for w in work])
+        else:  # one token per sequence: the runner's own decode graphs; longer steps (prompts): eager
+            _, hidden = self.llm.runner.step(work, return_hidden=True)
         total = sum(len(w.token_ids) for w in work)
         if hidden.shape[0] != total:
             raise RuntimeError(f"{type(self.llm.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
@@ -356,14 +405,19 @@ class SpeculativeDecoder:
             wanted.append(self._num_drafts(r) if end + 1 == len(r.tokens) else 0)
         if not work:
             return
-        self.draft.bind_hidden_states(torch.cat(rows))
-        last_logits = self.runner.step(work, all_positions=False)  # each request's last token
         ends = []
         at = 0
         for w in work:
             at += len(w.token_ids)
             ends.append(at - 1)
-        last_hidden = self.draft.last_hidden_states[ends]
+        tables = self.llm.blocks.tables
+        if self.draft_graphs is not None and self.draft_graphs.accepts(work):
+            last_hidden = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows))[ends]
+            last_logits = self.draft.compute_logits(last_hidden)
+        else:
+            self.draft.bind_hidden_states(torch.cat(rows))
+            last_logits = self.runner.step(work, all_positions=False)  # each request's last token
+            last_hidden = self.draft.last_hidden_states[ends]
         active = [j for j, k in enumerate(wanted) if k > 0]
         for j in active:
             self.drafted[owners[j].seq_id] = _Drafted()
@@ -378,9 +432,14 @@ class SpeculativeDecoder:
                     got = self.drafted[r.seq_id].tokens
                     # draft `step` (token len(tokens) + step - 1) enters at the position before it
                     step_work.append(Work(r.seq_id, [got[-1]], len(r.tokens) + step - 2))
-                self.draft.bind_hidden_states(last_hidden[active])
-                last_logits_step = self.runner.step(step_work, all_positions=False)
-                chained = self.draft.last_hidden_states
+                if self.chain_graphs is not None and self.chain_graphs.accepts(step_work):
+                    chained = self.chain_graphs.run(step_work, [tables[w.seq_id] for w in step_work],
+                                                    hidden=last_hidden[active])
+                    last_logits_step = self.draft.compute_logits(chained)
+                else:
+                    self.draft.bind_hidden_states(last_hidden[active])
+                    last_logits_step = self.runner.step(step_work, all_positions=False)
+                    chained = self.draft.last_hidden_states
                 rows_logits = last_logits_step[: len(active)]
                 new_hidden = last_hidden.clone()
                 new_hidden[active] = chained[: len(active)]

@@ -160,3 +160,186 @@ def slots_for(tables: list[list[int]], starts: list[int], counts: list[int], blo
         pos = np.arange(s, s + c, dtype=np.int64)
         out.append(np.asarray(t, dtype=np.int64)[pos // block_size] * block_size + pos % block_size)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------ speculative (multi-token) steps
+def multi_token_layout(model: torch.nn.Module, tokens_per_seq: int) -> str | None:
+    """How a step of ``tokens_per_seq`` new tokens per sequence is laid out for a captured graph, or None when the
+    model's layers cannot run such a step without host reads (it then runs eagerly):
+
+    * ``"rows"``: every token is its own decode row (``is_prefill=False``, one query, context = its position + 1,
+      its sequence's block table). Right when each attention reads every key from the cache after the layer wrote
+      them all: MLA (``write_latent_static`` then the decode kernel over the paged latents), and any one-token step.
+      Not for GQA's Triton decode with more than one token per sequence: that kernel writes a row's own K/V inside
+      the launch that the sequence's later rows read (a race), so GQA takes
+    * ``"varlen"``: the prefill metadata with a fixed ``cu_seqlens_q`` (``tokens_per_seq`` per sequence) and
+      ``max_seqlen_q = tokens_per_seq``: the Triton cache write then the varlen paged kernel, whose grid depends only
+      on those (no host reads).
+    * None: a Gated DeltaNet layer (its multi-token recurrence reads the sequence offsets on the host), or a model
+      mixing MLA and GQA attention (none exists)."""
+    from ...layers.attention import PagedAttention
+    from ...layers.gated_deltanet import GatedDeltaNet
+    from ...layers.mla import MLAttention
+
+    mla = gqa = False
+    for m in model.modules():
+        if isinstance(m, GatedDeltaNet):
+            return None
+        mla |= isinstance(m, MLAttention)
+        gqa |= isinstance(m, PagedAttention)
+    if tokens_per_seq == 1:
+        return "rows"
+    if mla and gqa:
+        return None
+    return "rows" if mla else ("varlen" if gqa else None)
+
+
+def _cuda_capture(pool, fn):
+    """Capture ``fn()`` in a CUDA graph on ``pool``: ``(its static outputs, replay)``."""
+    graph = torch.cuda.CUDAGraph()
+    mode = "thread_local" if distributed.tp_size() > 1 else "global"  # see DecodeGraphs._capture
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode=mode):
+        out = fn()
+    return out, graph.replay
+
+
+class _StepBucket:
+    """Static buffers of one batch bucket: ``batch`` sequences of ``q`` token slots each (``T = batch * q`` rows)."""
+
+    def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
+                 hidden: tuple[int, torch.dtype] | None):
+        self.batch, self.q, self.width = batch, q, width
+        T = batch * q
+        R = T if layout == "rows" else batch  # rows of context lengths / block tables
+        n = 4 * T + R + R * width
+        cuda = torch.device(device).type == "cuda"
+        self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
+        self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
+        h, d = self.host_buf.numpy(), self.device_buf
+        self.h_ids, self.h_pos, self.h_slot, self.h_dst = (h[i * T:(i + 1) * T] for i in range(4))
+        self.h_ctx = h[4 * T:4 * T + R]
+        self.h_tab = h[4 * T + R:].reshape(R, width)
+        self.ids, self.pos, self.slot, self.dst = (d[i * T:(i + 1) * T] for i in range(4))
+        self.ctx = d[4 * T:4 * T + R]
+        self.tab = d[4 * T + R:].view(R, width)
+        step = 1 if layout == "rows" else q
+        cu = torch.arange(0, R * step + 1, step, dtype=torch.int32, device=device)
+        self.meta = AttentionMetadata(
+            is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
+            block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1,
+        )
+        # A draft head's static input: the target's hidden states of the fed tokens, one row per token slot.
+        self.hidden_in = torch.zeros(T, hidden[0], dtype=hidden[1], device=device) if hidden else None
+        self.copied = torch.cuda.Event() if cuda else None
+        self.out: torch.Tensor | None = None
+        self.replay = None
+
+
+class StepGraphs:
+    """Graphs of speculative steps: up to ``tokens_per_seq`` new tokens for each of up to a bucket's sequences
+    (the target's verify step: K + 1; the MTP draft: K + 1 for the step that settles the accepted run, 1 for a
+    chained draft step), one graph per batch bucket, captured lazily like :class:`DecodeGraphs`.
+
+    A step with fewer tokens in some sequence (fewer drafts, a prompt chunk of a few tokens) pads that sequence's
+    slots: padding tokens write nothing (slot -1). ``"rows"`` padding rows attend their own position only (context
+    1); ``"varlen"`` padding tokens sit after the sequence's real ones (causal: no real token sees them) with the
+    last real position for RoPE and a context of ``start + tokens_per_seq`` (the block-table width covers
+    ``max_model_len + tokens_per_seq``; the columns past a sequence's blocks are read by padding rows only). Padding
+    sequences: context ``tokens_per_seq`` (varlen) or 1 (rows), block 0, never written.
+
+    ``hidden``: ``(hidden_size, dtype)`` for a draft head whose forward also reads the target's hidden states
+    (``bind_hidden_states``): a static input buffer, bound before capture, filled before each replay.
+    ``run`` returns the model's output (its final hidden states) of the real tokens in work order, gathered out of
+    the static output (a new tensor: the next replay of any graph on the shared pool overwrites the static one).
+    ``capture(fn) -> (outputs, replay)`` is the seam: CUDA-graph capture by default, a recorded callable in the CPU
+    tests (tests/test_speculative.py)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
+                 max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
+                 hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2):
+        if layout not in ("rows", "varlen"):
+            raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
+        self.model, self.device = model, torch.device(device)
+        self.q, self.layout, self.width, self.block_size = tokens_per_seq, layout, width, block_size
+        self.hidden = hidden
+        self.buckets = sorted(set(buckets or default_decode_buckets(max_num_seqs)))
+        self._buckets: dict[int, _StepBucket] = {}
+        self.pool = pool
+        self._capture_fn = capture
+        self.warmup = warmup
+        self.captures = 0
+        self.replays = 0
+
+    def accepts(self, work) -> bool:
+        """Whether a step fits a bucket: at most the largest bucket's sequences, 1..tokens_per_seq tokens each."""
+        return bool(work) and len(work) <= self.buckets[-1] and all(1 <= len(w.token_ids) <= self.q for w in work)
+
+    def _forward(self, bk: _StepBucket) -> torch.Tensor:
+        if bk.hidden_in is not None:
+            self.model.bind_hidden_states(bk.hidden_in)
+        return self.model(bk.ids, bk.pos, bk.meta)
+
+    def _capture(self, batch: int) -> _StepBucket:
+        bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden)
+        self._fill(bk, [], [])
+        bk.device_buf.copy_(bk.host_buf)
+        capture = self._capture_fn
+        if capture is None:
+            for _ in range(self.warmup):  # Triton compilation, per-shape GEMM / MoE path choice, outside the capture
+                self._forward(bk)
+            torch.cuda.synchronize(self.device)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            pool = self.pool
+            capture = lambda fn: _cuda_capture(pool, fn)  # noqa: E731
+        bk.out, bk.replay = capture(lambda: self._forward(bk))
+        if self._capture_fn is None:
+            torch.cuda.synchronize(self.device)
+        self._buckets[batch] = bk
+        self.captures += 1
+        return bk
+
+    def _fill(self, bk: _StepBucket, work, tables) -> int:
+        """Host buffers of one step (padding everywhere else); returns the number of real tokens."""
+        Q, bs, rows = bk.q, self.block_size, self.layout == "rows"
+        bk.h_ids[:] = 0
+        bk.h_pos[:] = 0
+        bk.h_slot[:] = -1
+        bk.h_ctx[:] = 1 if rows else Q
+        m = 0
+        for i, (w, t) in enumerate(zip(work, tables)):
+            L, s, a = len(w.token_ids), w.start_pos, i * Q
+            p = np.arange(s, s + L, dtype=np.int64)
+            tab = np.asarray(t, dtype=np.int64)
+            bk.h_ids[a:a + L] = w.token_ids
+            bk.h_pos[a:a + L] = p
+            bk.h_slot[a:a + L] = tab[p // bs] * bs + p % bs
+            if rows:
+                bk.h_ctx[a:a + L] = p + 1
+                bk.h_tab[a:a + L, :len(t)] = tab
+            else:
+                bk.h_pos[a + L:a + Q] = s + L - 1  # padding tokens: a valid RoPE row, nothing written
+                bk.h_ctx[i] = s + Q
+                bk.h_tab[i, :len(t)] = tab
+            bk.h_dst[m:m + L] = np.arange(a, a + L)
+            m += L
+        return m
+
+    def run(self, work, tables: list[list[int]], hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states ``[sum of tokens, hidden_size]`` of ``work`` (its sequences' ``tables``; ``hidden``:
+        the draft head's input rows, one per fed token in work order)."""
+        n = len(work)
+        batch = next(b for b in self.buckets if n <= b)
+        bk = self._buckets.get(batch) or self._capture(batch)
+        if bk.copied is not None:
+            bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
+        m = self._fill(bk, work, tables)
+        bk.device_buf.copy_(bk.host_buf, non_blocking=True)
+        if bk.copied is not None:
+            bk.copied.record()
+        dst = bk.dst[:m]
+        if bk.hidden_in is not None:
+            bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
+        bk.replay()
+        self.replays += 1
+        return bk.out.index_select(0, dst)

@@ -1,0 +1,205 @@
+"""Graphed speculative steps (runtime/targets/rocm/cuda_graphs.py ``StepGraphs``, wired in
+runtime/engine/speculative.py ``enable_graphs``), on the CPU: a fake "graph" records the captured callable and
+replays it, so every replay reads only the bucket's static buffers (ids, positions, slots, contexts, block tables,
+the draft's hidden-state input) exactly as a CUDA graph does -- what these tests check is the bookkeeping: the
+layouts (MLA rows, GQA varlen), the padding of short steps and of missing sequences, the static hidden input, the
+gather of real rows. The kernels inside the graphs on a GPU are tests/test_gpu_speculative.py's part.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.engine.speculative import SpeculativeDecoder
+from modelgen.runtime.targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
+from tests.parity_helpers import llm as make_llm
+from tests.test_speculative import PROMPTS, _oracle, ckpts  # noqa: F401 (the checkpoints fixture)
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+class FakeCapture:
+    """``capture(fn) -> (outputs, replay)``: the replay re-runs the recorded callable into the same output tensor."""
+
+    def __init__(self):
+        self.captures = 0
+
+    def __call__(self, fn):
+        self.captures += 1
+        out = fn()
+        return out, lambda: out.copy_(fn())
+
+
+def _engine(path, **kw):
+    kw.setdefault("max_num_seqs", 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_llm(path, "rocm", **kw)
+
+
+def _greedy(n):
+    return SamplingParams(max_new_tokens=n, ignore_eos=True)
+
+
+def _graphed(path, k, buckets=(1, 2, 4, 8), **kw):
+    llm = _engine(path, speculative_tokens=k, **kw)
+    fake = FakeCapture()
+    llm.speculative.enable_graphs(list(buckets), capture=fake)
+    return llm, fake
+
+
+# --------------------------------------------------------------------------------------------------------- layouts
+@pytest.mark.parametrize("kind, verify, draft", [("deepseek", "rows", "rows"), ("glm4_moe_plain", "varlen", "varlen"),
+                                                 ("qwen3_next", None, "varlen")])
+def test_layouts(ckpts, kind, verify, draft):
+    """MLA -> decode rows, GQA -> fixed varlen, Gated DeltaNet -> eager verify; one token per sequence -> rows."""
+    llm = _engine(ckpts(kind)[0], speculative_tokens=2)
+    assert multi_token_layout(llm.model, 3) == verify
+    assert multi_token_layout(llm.speculative.draft, 3) == draft
+    assert multi_token_layout(llm.speculative.draft, 1) == "rows"
+
+
+@pytest.mark.parametrize("kind, layouts", [("deepseek", ["rows"]), ("glm4_moe_plain", ["varlen", "rows"])])
+def test_step_graph_equals_eager_step(ckpts, kind, layouts):
+    """One verify-shaped step (sequences with 1..Q tokens, fewer sequences than the bucket) through a StepGraphs
+    replay gives the eager runner's hidden states, and writes the cache only at the real tokens' slots. GQA also
+    through the rows layout (valid on the torch path, which writes every key before attending)."""
+    llm = _engine(ckpts(kind)[0], max_num_seqs=4)
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12], [1, 2, 3, 4, 5, 6, 7]]
+    for seq, p in enumerate(prompts):
+        llm.blocks.ensure(seq, len(p) + 4)
+        llm.runner.step([Work(seq, p, 0)])
+    work = [Work(0, [3, 4, 5, 6], 5), Work(1, [7], 3), Work(2, [9, 2], 7)]
+    tables = [llm.blocks.tables[w.seq_id] for w in work]
+    caches = [t for t in _cache_tensors(llm.model)]
+    before = [t.clone() for t in caches]
+    _, want = llm.runner.step(work, return_hidden=True)
+    written = [(t - b).abs().amax() for t, b in zip(caches, before)]
+    for layout in layouts:
+        for t, b in zip(caches, before):
+            t.copy_(b)
+        fake = FakeCapture()
+        graphs = StepGraphs(llm.model, llm.device, tokens_per_seq=4, layout=layout, max_num_seqs=4,
+                            width=llm.blocks.blocks_needed(llm.max_model_len + 4), block_size=llm.blocks.block_size,
+                            buckets=[4], capture=fake)
+        got = graphs.run(work, tables)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert graphs.replays == 1 and fake.captures == 1
+        # Only the real tokens' slots were written: restoring them gives back the old cache exactly.
+        slots = [t[p // llm.blocks.block_size] * llm.blocks.block_size + p % llm.blocks.block_size
+                 for w, t in zip(work, tables) for p in range(w.start_pos, w.start_pos + len(w.token_ids))]
+        for t, b, w in zip(caches, before, written):
+            assert w > 0
+            flat_t, flat_b = _slots_view(t, llm.blocks.block_size), _slots_view(b, llm.blocks.block_size)
+            keep = torch.ones(flat_t.shape[0], dtype=torch.bool)
+            keep[slots] = False
+            assert torch.equal(flat_t[keep], flat_b[keep])
+        # A second step reuses the bucket (no new capture) and still matches.
+        work2 = [Work(1, [4, 4, 4], 3)]
+        _, want2 = llm.runner.step(work2, return_hidden=True)
+        torch.testing.assert_close(graphs.run(work2, [llm.blocks.tables[1]]), want2, atol=1e-5, rtol=1e-5)
+        assert graphs.captures == 1 and graphs.replays == 2
+
+
+def _cache_tensors(model):
+    out = []
+    for m in model.modules():
+        for name in ("k_cache", "v_cache", "cache"):
+            t = getattr(m, name, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+def _slots_view(cache, block_size):
+    """Cache rows by slot: MLA ``[blocks, bs, D]``; paged K/V ``[blocks, KVH, bs, D]``."""
+    if cache.dim() == 3:
+        return cache.reshape(-1, cache.shape[-1])
+    return cache.transpose(1, 2).reshape(cache.shape[0] * block_size, -1)
+
+
+def test_accepts():
+    g = StepGraphs(torch.nn.Identity(), torch.device("cpu"), tokens_per_seq=3, layout="rows", max_num_seqs=4,
+                   width=4, block_size=4, buckets=[2, 4], capture=FakeCapture())
+    assert g.accepts([Work(0, [1, 2, 3], 0)] * 4)
+    assert not g.accepts([Work(0, [1], 0)] * 5)  # beyond the largest bucket
+    assert not g.accepts([Work(0, [1, 2, 3, 4], 0)])  # a longer run (a prompt chunk)
+    assert not g.accepts([])
+    with pytest.raises(ValueError, match="layout"):
+        StepGraphs(torch.nn.Identity(), torch.device("cpu"), tokens_per_seq=3, layout="dense", max_num_seqs=4,
+                   width=4, block_size=4)
+
+
+# ------------------------------------------------------------------------------------------------- engine: greedy
+@pytest.mark.parametrize("kind", ["deepseek", "glm4_moe_plain", "qwen3_next"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_graphed_greedy_equals_plain(ckpts, monkeypatch, kind, k):
+    """Speculation with graphed verify / draft steps equals plain greedy decoding, with random heads (rejections)
+    and with oracle drafts corrupted mid-run (accepted runs, partial acceptances, requests ending inside a run, fewer
+    drafts near max_new_tokens: padded slots); the graphs were replayed."""
+    path, _ = ckpts(kind)
+    ref = _engine(path).generate(PROMPTS, _greedy(12))
+    eager = _engine(path, speculative_tokens=k)
+    spec, fake = _graphed(path, k)
+    drafts = {id(eager): [], id(spec): []}
+    original = SpeculativeDecoder._draft
+
+    def recording(self, batch, *args):
+        original(self, batch, *args)
+        drafts[id(self.llm)].append(sorted((r.seq_id, tuple(d.tokens)) for r in batch
+                                           for s_, d in self.drafted.items() if s_ == r.seq_id))
+
+    monkeypatch.setattr(SpeculativeDecoder, "_draft", recording)
+    assert eager.generate(PROMPTS, _greedy(12)) == ref
+    assert spec.generate(PROMPTS, _greedy(12)) == ref
+    # The graphed draft proposes what the eager one does (its hidden-state input and chained steps are right).
+    assert drafts[id(spec)] == drafts[id(eager)] and any(drafts[id(spec)])
+    monkeypatch.setattr(SpeculativeDecoder, "_draft", original)
+    replays = spec.speculative.graph_replays()
+    assert replays["draft"] > 0
+    assert (replays["verify"] is None) if kind == "qwen3_next" else replays["verify"] > 0
+    assert (replays["draft_chain"] is None) if k == 1 else replays["draft_chain"] > 0
+    _oracle(monkeypatch, spec, {tuple(p): r for p, r in zip(PROMPTS, ref)}, lambda n, j: n % 3 == 1 and j == 0)
+    for max_new in (12, 5):
+        assert spec.generate(PROMPTS, _greedy(max_new)) == [r[:max_new] for r in ref]
+    s = spec.stats.as_dict()["speculative"]
+    assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
+    assert fake.captures == sum(len(g._buckets) for g in (spec.speculative.verify_graphs, spec.speculative.draft_graphs,
+                                                          spec.speculative.chain_graphs) if g is not None)
+
+
+def test_graphed_small_buckets_and_chunked_prefill(ckpts):
+    """More sequences than the largest bucket (eager fallback), prompt chunks (eager), small cache with preemption."""
+    path, _ = ckpts("deepseek")
+    prompts = PROMPTS + [[7] * 20, [3, 9] * 6]
+    ref = _engine(path).generate(prompts, _greedy(10))
+    spec, _ = _graphed(path, 2, buckets=(1, 2), max_num_batched_tokens=8, num_blocks=10, block_size=4, max_num_seqs=3)
+    assert spec.generate(prompts, _greedy(10)) == ref
+    assert spec.speculative.graph_replays()["verify"] > 0
+    assert spec.blocks.num_free == spec.blocks.num_blocks
+
+
+# ------------------------------------------------------------------------------- the Triton kernels inside the steps
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("tests.gpu_helpers").gpu_helpers.INTERPRET,
+                    reason="Triton's interpreter: TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1 (on a GPU: "
+                           "tests/test_gpu_speculative.py)")
+@pytest.mark.parametrize("kind", ["deepseek", "glm4_moe_plain"])
+def test_graphed_layouts_through_triton_kernels(ckpts, monkeypatch, kind):
+    """The recorded steps run the GPU path's kernels (Triton's interpreter on the CPU): MLA decode rows over the
+    latents written first, GQA's fixed-shape varlen prefill with padded slots. Greedy equals plain greedy (fp32)
+    with oracle drafts that leave some slots padded (fewer drafts near the end) and reject mid-run."""
+    path, _ = ckpts(kind)
+    prompts = PROMPTS[:2]
+    ref = _engine(path).generate(prompts, _greedy(7))
+    spec, _ = _graphed(path, 2, buckets=(2,))
+    _oracle(monkeypatch, spec, {tuple(p): r for p, r in zip(prompts, ref)}, lambda n, j: n % 3 == 1 and j == 1)
+    assert spec.generate(prompts, _greedy(7)) == ref
+    replays = spec.speculative.graph_replays()
+    assert replays["verify"] > 0 and replays["draft"] > 0 and replays["draft_chain"] > 0
+    s = spec.stats.as_dict()["speculative"]
+    assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
