@@ -8,9 +8,12 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+
 
 @triton.jit
-def _gated_kernel(x_ptr, o_ptr, s_x, s_o, I, BLOCK: tl.constexpr, GELU: tl.constexpr):
+def _gated_kernel(x_ptr, o_ptr, s_x, s_o, I, BLOCK: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr):
+    pdl.wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < I
@@ -40,5 +43,6 @@ def gated(x: torch.Tensor, kind: str = "silu") -> torch.Tensor:
     if T:
         block = 1024 if I >= 1024 else triton.next_power_of_2(I)
         _gated_kernel[(T, triton.cdiv(I, block))](x2, out, x2.stride(0), out.stride(0), I, BLOCK=block,
-                                                  GELU=kind == "gelu_tanh", num_warps=4)
+                                                  GELU=kind == "gelu_tanh", num_warps=4,
+                                                  **pdl.launch(x.device))
     return out.view(*shape[:-1], I)

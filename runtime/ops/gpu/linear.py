@@ -15,6 +15,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from . import pdl
+
 MAX_M = 64
 
 
@@ -41,13 +43,18 @@ _CONFIGS = [
 
 
 @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"], do_bench=_graph_bench)
-@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
+                    "PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _skinny_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if PREFETCH:  # this program's weight rows, whole K, into L2 while the previous kernel finishes
+        pdl.prefetch_rows(w_ptr + (pid * BLOCK_N).to(tl.int64) * s_wn, s_wn, N - pid * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
+    pdl.wait(PDL)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -97,14 +104,20 @@ MAX_SPLIT = 8
 
 @triton.autotune(configs=_gemv_configs(), key=["N", "K"], prune_configs_by={"early_config_prune": _prune},
                  do_bench=_graph_bench)
+@triton.heuristics({"PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, N, K, s_wn,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_len = K // SPLIT_K
+    if PREFETCH:  # this program's [BLOCK_N, K / SPLIT_K] weight tile into L2 while the previous kernel finishes
+        pdl.prefetch_rows(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * s_wn + pid_k * k_len, s_wn, BLOCK_N, k_len,
+                          BLOCK_N, PF_CHUNKS)
+    pdl.wait(PDL)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = pid_k * k_len + tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
@@ -148,7 +161,7 @@ def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> t
     ws = torch.empty((MAX_SPLIT, N), dtype=torch.float32, device=x1.device)
     grid = lambda meta: (N // meta["BLOCK_N"], meta["SPLIT_K"])  # noqa: E731
     _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, N, K, weight.stride(0),
-                       HAS_BIAS=bias is not None)
+                       HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight), **pdl.launch(x1.device))
     return y
 
 
@@ -164,7 +177,8 @@ def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, M, N, K,
                          x2.stride(0), weight.stride(0), y.stride(0), HAS_BIAS=bias is not None,
-                         BLOCK_M=max(16, triton.next_power_of_2(M)))
+                         BLOCK_M=max(16, triton.next_power_of_2(M)), PREFETCH=pdl.prefetch_ok(x2.device, weight),
+                         **pdl.launch(x2.device))
     return y
 
 

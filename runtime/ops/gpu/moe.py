@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2
+from . import next_pow2, pdl
 
 # ----------------------------------------------------------------------------------------------------------- router
 
@@ -112,8 +112,9 @@ def _route_kernel(
     logits_ptr, bias_ptr, w_ptr, ids_ptr, s_l, scaling,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl.wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     _route_row(logits_ptr + row * s_l, bias_ptr, w_ptr + row * TOPK, ids_ptr + row * TOPK, scaling,
                NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
@@ -125,12 +126,16 @@ def _router_topk_kernel(
     BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Router GEMM and top-k in one launch for a few tokens: each program computes the logits of BLOCK_E experts
     (rounded to the activations' dtype, as F.linear returns them); the last to finish (an acq_rel counter, reset
     afterwards for graph replay) routes every token."""
     pid = tl.program_id(0)
+    if PREFETCH:  # this program's router rows (a weight) while the previous kernel finishes
+        pdl.prefetch_rows(rw_ptr + (pid * BLOCK_E).to(tl.int64) * s_rw, s_rw, E - pid * BLOCK_E, H, BLOCK_E,
+                          128 // BLOCK_E)
+    pdl.wait(PDL)
     offs_t = tl.arange(0, 16)  # tokens padded to a tensor-core tile (T <= 16)
     offs_e = pid * BLOCK_E + tl.arange(0, BLOCK_E)
     offs_k = tl.arange(0, BLOCK_K)
@@ -184,6 +189,7 @@ def route(
         _route_kernel[(T,)](
             logits, bias if bias is not None else logits, w, ids, logits.stride(0), float(routed_scaling_factor),
             **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4 if E >= 256 else 2,
+            **pdl.launch(logits.device),
         )
     return w, ids
 
@@ -220,6 +226,7 @@ def router(
         x.stride(0), weight.stride(0), float(routed_scaling_factor),
         BLOCK_E=block_e, BLOCK_K=128 if x.dtype == torch.float32 else 256, IEEE=x.dtype == torch.float32,
         **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4, num_stages=3,
+        PREFETCH=pdl.prefetch_ok(x.device, weight), **pdl.launch(x.device),
     )
     return w, ids
 
@@ -246,8 +253,9 @@ def _pair_expert(ids_ptr, s_ids, pidx, P, KT, K_ROUTED, expert_offset, L):
 def _align_kernel(
     ids_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, cursor_ptr,
     s_ids, P, KT, K_ROUTED, expert_offset, L, NSLOTS, max_padded, max_blocks,
-    BLOCK_M: tl.constexpr, NB: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr,
+    BLOCK_M: tl.constexpr, NB: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl.wait(PDL)
     ar = tl.arange(0, CHUNK)
     bins = tl.arange(0, NB)
     counts = tl.zeros((NB,), tl.int32)
@@ -313,10 +321,11 @@ def _gate_up_kernel(
     x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr,
     N, K, KT, P, s_xm, s_we, s_wn, s_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    GELU: tl.constexpr, IEEE: tl.constexpr,
+    GELU: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
+    pdl.wait(PDL)  # the row list comes from the align launch just before
     if pid_m * BLOCK_M >= tl.load(npost_ptr):
         return
     e, rows, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
@@ -359,11 +368,18 @@ def _down_kernel(
     a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, tw_ptr,
     N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_om, s_tw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    live = pid_m * BLOCK_M < tl.load(npost_ptr)  # the align launch (two back) wrote these: readable before the wait
+    if PREFETCH:
+        if live:  # this block's expert rows of w2 into L2 while gate-up finishes
+            e0 = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+            pdl.prefetch_rows(w_ptr + e0 * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn, N - pid_n * BLOCK_N,
+                              K, BLOCK_N, PF_CHUNKS)
+    pdl.wait(PDL)
+    if not live:
         return
     e, rows64, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -397,8 +413,9 @@ def _down_kernel(
 @triton.jit
 def _combine_kernel(
     pair_ptr, ids_ptr, out_ptr, H, KT, K_ROUTED, expert_offset, L, s_ids, s_pair, s_out,
-    BKT: tl.constexpr, BLOCK_H: tl.constexpr,
+    BKT: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl.wait(PDL)
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = offs_h < H
@@ -424,10 +441,11 @@ def _combine_kernel(
 @triton.jit
 def _gate_up_pairs_kernel(
     x_ptr, w_ptr, out_ptr, ids_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
+    pdl.wait(PDL)  # the expert ids come from the router launch just before: nothing to prefetch
     t = pair // KT
     e, ok = _pair_slot(ids_ptr, s_ids, t, pair % KT, pair >= 0, K_ROUTED, expert_offset, L)
     if ok:
@@ -458,7 +476,8 @@ def _gate_up_pairs_kernel(
 def _down_pairs_kernel(
     a_ptr, w_ptr, pair_ptr, out_ptr, ids_ptr, tw_ptr, cnt_ptr, N, K, KT, K_ROUTED, expert_offset, L,
     s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    PF_CHUNKS: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -466,7 +485,14 @@ def _down_pairs_kernel(
     j = pair % KT
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
+    # The expert ids come from the router (two launches back): readable before the wait, so this program's rows of
+    # its expert's w2 stream into L2 while gate-up finishes.
     e, ok = _pair_slot(ids_ptr, s_ids, t, j, pair >= 0, K_ROUTED, expert_offset, L)
+    if PREFETCH:
+        if ok:
+            pdl.prefetch_rows(w_ptr + e.to(tl.int64) * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn,
+                              N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
+    pdl.wait(PDL)
     if ok:
         offs_k = tl.arange(0, BLOCK_K)
         w_ptrs = w_ptr + e.to(tl.int64) * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
@@ -593,7 +619,7 @@ def fused_moe(
     _align_kernel[(1,)](
         topk_ids, sorted_ids, expert_ids, npost, cursor,
         topk_ids.stride(0), P, KT, k, int(expert_offset), L, L + S, max_padded, max_blocks,
-        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4,
+        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4, **pdl.launch(dev),
     )
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
@@ -604,7 +630,7 @@ def fused_moe(
         hidden, w13, inter, sorted_ids, expert_ids, npost,
         I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, GELU=activation == "gelu_tanh", IEEE=ieee,
-        num_warps=nw, num_stages=ns,
+        num_warps=nw, num_stages=ns, **pdl.launch(dev),
     )
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
@@ -615,13 +641,14 @@ def fused_moe(
         inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights,
         H, I, KT, k, P, inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0), topk_weights.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0, IEEE=ieee, num_warps=nw, num_stages=ns,
+        PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
     )
     if stages < 4:
         return out
     block_h = min(1024, next_pow2(H))
     _combine_kernel[(T, triton.cdiv(H, block_h))](
         pair_out, topk_ids, out, H, KT, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
-        out.stride(0), BKT=max(2, next_pow2(KT)), BLOCK_H=block_h, num_warps=4,
+        out.stride(0), BKT=max(2, next_pow2(KT)), BLOCK_H=block_h, num_warps=4, **pdl.launch(dev),
     )
     return out
 
@@ -639,7 +666,7 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
         hidden, w13, inter, topk_ids, I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
         w13.stride(0), w13.stride(1), inter.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns,
+        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns, **pdl.launch(dev),
     )
     if stages < 3:
         return out
@@ -650,6 +677,7 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
         inter, w2, pair_out, out, topk_ids, topk_weights, _counters(dev, T * nblk), H, I, KT, k, expert_offset, L,
         topk_ids.stride(0), topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0),
         out.stride(0), BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+        PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
     )
     return out
 

@@ -11,17 +11,19 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2
+from . import next_pow2, pdl
 
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, eps, s_x, s_r, s_o, s_ro,
-    N: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr, ZERO_CENTRED: tl.constexpr,
+    N: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr, ZERO_CENTRED: tl.constexpr, PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < N
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # a weight: may be read before the wait
+    pdl.wait(PDL)
     x = tl.load(x_ptr + row * s_x + offs, mask=mask, other=0.0)
     if ADD:
         r = tl.load(r_ptr + row * s_r + offs, mask=mask, other=0.0)
@@ -29,7 +31,6 @@ def _rms_norm_kernel(
         tl.store(ro_ptr + row * s_ro + offs, x, mask=mask)
     xf = x.to(tl.float32)
     var = tl.sum(xf * xf, 0) / N
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if ZERO_CENTRED:
         y = xf * tl.math.rsqrt(var + eps) * (1.0 + w)
     else:
@@ -56,12 +57,12 @@ def _launch(x, residual, weight, eps, zero_centred=False):
         if T:
             _rms_norm_kernel[(T,)](x2, r2, weight, out, rout, eps, x2.stride(0), r2.stride(0), out.stride(0),
                                    rout.stride(0), N=N, BLOCK=block, ADD=True, ZERO_CENTRED=zero_centred,
-                                   num_warps=warps)
+                                   num_warps=warps, **pdl.launch(x.device))
         return out.view(shape), rout.view(shape)
     if T:
         _rms_norm_kernel[(T,)](x2, x2, weight, out, out, eps, x2.stride(0), x2.stride(0), out.stride(0),
                                out.stride(0), N=N, BLOCK=block, ADD=False, ZERO_CENTRED=zero_centred,
-                               num_warps=warps)
+                               num_warps=warps, **pdl.launch(x.device))
     return out.view(shape)
 
 

@@ -1,0 +1,116 @@
+"""Programmatic dependent launch (PDL) for the decode-chain kernels, and an L2 prefetch of weights before the wait.
+
+At batch 1 a decode layer is ~10 small kernels whose weights take ~27 us to stream on an H200 against ~70 us
+measured: each kernel pays a launch, a ramp-up (the first loads' latency) and a tail. With PDL (sm_90+, CUDA 12.3+
+graphs keep the programmatic edges) a kernel launched with ``launch_pdl=True`` may start while its predecessor still
+runs; it executes ``griddepcontrol.wait`` before touching anything the predecessor writes, and releases its own
+dependents (``griddepcontrol.launch_dependents``) right after that wait. So:
+
+* at most two kernels of a chain are in flight: kernel n+1 starts only once every program of kernel n has passed
+  its wait, i.e. once kernel n-1 has completed and its writes are visible. Before its wait a kernel may therefore
+  read what kernel n-1 or earlier wrote (the MoE down kernel reads the router's expert ids there, two launches
+  back) -- never what its direct predecessor writes -- and it writes nothing;
+* every program waits unconditionally (before any early exit), so a kernel never completes ahead of its
+  predecessor;
+* what a kernel does before its wait is a bulk L2 prefetch of its own weight tile (``cp.async.bulk.prefetch.L2``,
+  sm_90): weights are never written by the chain, so the next kernel's weight stream overlaps the previous
+  kernel's tail and its own launch instead of starting after them.
+
+Kernels launched normally (cuBLAS, torch ops, kernels without these calls) keep the ordinary full serialisation
+around them, so mixing is safe. Where PDL is off (``MODELGEN_PDL=0``, the default until measured; Triton's
+interpreter; ROCm; GPUs before sm_90; a Triton without ``gdc_wait``) the kernels compile without the calls
+(``PDL`` constexpr False) and launch as before. ``MODELGEN_PDL_PREFETCH=0`` keeps PDL but drops the prefetch (an A/B
+switch for ``bench/moe_layer.py``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_STATE: dict[str, bool] = {}
+
+
+def refresh() -> None:
+    """Re-read ``MODELGEN_PDL`` (0/1) and ``MODELGEN_PDL_PREFETCH`` (0/1, default 1). Graphs captured before keep
+    what they captured."""
+    _STATE["pdl"] = os.environ.get("MODELGEN_PDL", "0") == "1"
+    _STATE["prefetch"] = os.environ.get("MODELGEN_PDL_PREFETCH", "1") == "1"
+
+
+def set_mode(pdl: bool | None = None, prefetch: bool | None = None) -> None:
+    """Switch PDL / the prefetch in this process (benchmarks' A/B; tests)."""
+    if pdl is not None:
+        _STATE["pdl"] = bool(pdl)
+    if prefetch is not None:
+        _STATE["prefetch"] = bool(prefetch)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_ok(index: int) -> bool:
+    if torch.version.hip is not None or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def active(device: torch.device) -> bool:
+    """PDL on for kernels launched on ``device``."""
+    return _STATE["pdl"] and device.type == "cuda" and _device_ok(device.index if device.index is not None
+                                                                 else torch.cuda.current_device())
+
+
+def launch(device: torch.device) -> dict:
+    """Keyword arguments of a chain kernel's launch: the ``PDL`` constexpr and Triton's ``launch_pdl`` option."""
+    if active(device):
+        return {"PDL": True, "launch_pdl": True}
+    return {"PDL": False}
+
+
+def prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
+    """Whether a chain kernel should prefetch its weight tile: PDL on, prefetch on, and every weight's base and row
+    starts 16-byte aligned (the bulk prefetch's rule; sizes are rounded inside :func:`prefetch_rows`)."""
+    if not (_STATE["prefetch"] and active(device)):
+        return False
+    for t in tensors:
+        es = t.element_size()
+        if t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]) or (t.shape[-1] * es) % 16:
+            return False
+    return True
+
+
+@triton.jit
+def wait(PDL: tl.constexpr):
+    """Wait for the predecessor's writes, then let the next kernel launch (see the module docstring)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_rows(ptr0, stride_row, nrows, row_elems, ROWS: tl.constexpr, CHUNKS: tl.constexpr):
+    """L2 prefetch of ``nrows`` (at most ``ROWS``) rows of ``row_elems`` elements starting at ``ptr0``, ``stride_row``
+    elements apart, each row split into ``CHUNKS`` pieces so ``ROWS * CHUNKS`` bulk prefetches (one per thread at 4
+    warps when that is 128) go out at once. Pieces are multiples of 16 bytes (the instruction's rule; the caller
+    checked the 16-byte alignment of the base and the row starts with :func:`prefetch_ok`)."""
+    ESIZE: tl.constexpr = ptr0.dtype.element_ty.primitive_bitwidth // 8
+    idx = tl.arange(0, ROWS * CHUNKS)
+    r = idx // CHUNKS
+    c = idx % CHUNKS
+    row_bytes = row_elems * ESIZE
+    piece = (row_bytes // CHUNKS) // 16 * 16
+    nbytes = tl.where(c == CHUNKS - 1, row_bytes - (CHUNKS - 1) * piece, piece)
+    addr = ptr0.to(tl.pointer_type(tl.int8)) + (r.to(tl.int64) * stride_row * ESIZE + c * piece)
+    go = ((r < nrows) & (nbytes > 0)).to(tl.int32)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r,r", [addr, nbytes.to(tl.int32), go], dtype=tl.int32, is_pure=False, pack=1)
+
+
+refresh()

@@ -1,0 +1,184 @@
+"""Programmatic dependent launch of the decode-chain kernels (``runtime/ops/gpu/pdl.py``).
+
+Three levels: the switch is a no-op off sm_90 CUDA devices (here: CPU tensors and Triton's interpreter); the kernels
+compiled for sm_90a with PDL on wait for their predecessor before reading anything it writes, release their
+dependents only after that wait, prefetch weights only before it, and compiled without PDL (as for sm_80) carry no
+grid-dependency instruction at all -- checked in the PTX, which needs no GPU (Triton ships ptxas); and on an sm_90+
+GPU a captured decode chain (norm -> router -> fused MoE, both the pair and the sorted path) gives bitwise the same
+outputs with PDL and prefetch on as off, replay after replay on new inputs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+
+@pytest.fixture
+def pdl_on():
+    from modelgen.runtime.ops.gpu import pdl
+
+    pdl.set_mode(pdl=True, prefetch=True)
+    yield pdl
+    pdl.refresh()
+
+
+def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
+    pdl = pdl_on
+    assert pdl.launch(torch.device("cpu")) == {"PDL": False}
+    assert not pdl.prefetch_ok(torch.device("cpu"), torch.zeros(8, 8))
+    monkeypatch.setenv("MODELGEN_PDL", "0")
+    pdl.refresh()
+    assert not pdl._STATE["pdl"]
+    monkeypatch.setenv("MODELGEN_PDL", "1")
+    monkeypatch.setenv("MODELGEN_PDL_PREFETCH", "0")
+    pdl.refresh()
+    assert pdl._STATE["pdl"] and not pdl._STATE["prefetch"]
+
+
+# ------------------------------------------------------------------------------------------------ PTX, no GPU needed
+_INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "npost_ptr", "cursor_ptr", "cnt_ptr"}
+_F32_PTRS = {"logits_ptr", "ws_ptr", "tw_ptr", "bias_ptr"}
+
+
+def _jit(kernel):
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction):  # autotune / heuristics wrappers
+        kernel = kernel.fn
+    return kernel
+
+
+def _ptx(kernel, const: dict, capability: int, warps: int = 4, stages: int = 3) -> list[str]:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = _jit(kernel)
+    sig = {}
+    for a in fn.arg_names:
+        if a in const:
+            sig[a] = "constexpr"
+        elif a.endswith("_ptr"):
+            sig[a] = "*i32" if a in _INT_PTRS else ("*fp32" if a in _F32_PTRS else "*bf16")
+        elif a in ("eps", "scaling"):
+            sig[a] = "fp32"
+        else:
+            sig[a] = "i32"
+    opts = {"num_warps": warps, "num_stages": stages}
+    if const.get("PDL"):
+        opts["launch_pdl"] = True
+    c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", capability, 32),
+                       options=opts)
+    return c.asm["ptx"].splitlines()
+
+
+def _chain_kernels():
+    from modelgen.runtime.ops.gpu import activation as ga, linear as gl, moe as gm, norm as gn
+
+    route = dict(NG=1, PG=128, BG=1, BP=128, TOPK=8, BK=8, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=True)
+    # (kernel, constexprs, warps, stages, global loads allowed before the wait: what two-back kernels wrote, weights)
+    return [
+        (gn._rms_norm_kernel, dict(N=2048, BLOCK=2048, ADD=True, ZERO_CENTRED=False), 4, 3, "weights"),
+        (ga._gated_kernel, dict(BLOCK=1024, GELU=False), 4, 3, 0),
+        (gl._skinny_kernel, dict(HAS_BIAS=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, EVEN_K=True, PF_CHUNKS=4), 4, 4, 0),
+        (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, PF_CHUNKS=8), 4, 1, 0),
+        (gm._route_kernel, route, 2, 3, 0),
+        (gm._router_topk_kernel, dict(route, BLOCK_E=16, BLOCK_K=256, IEEE=False), 4, 3, 0),
+        (gm._align_kernel, dict(BLOCK_M=16, NB=256, CHUNK=256, CHUNK_B=128), 4, 3, 0),
+        (gm._gate_up_kernel, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, EVEN_K=True, GELU=False, IEEE=False), 4, 4, 0),
+        (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False, PF_CHUNKS=2), 4, 4, 2),
+        (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
+        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False), 4, 3, 0),
+        (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
+    ]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
+    kernel, const, warps, stages, allowed = _chain_kernels()[case]
+    const = dict(const, PDL=True)
+    if "PREFETCH" in _jit(kernel).arg_names:
+        const["PREFETCH"] = True
+    lines = _ptx(kernel, const, 90, warps, stages)
+    wait = [i for i, s in enumerate(lines) if "griddepcontrol.wait" in s]
+    release = [i for i, s in enumerate(lines) if "griddepcontrol.launch_dependents" in s]
+    prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
+    assert wait and release and wait[0] < release[0]  # dependents launch only once this kernel's inputs are final
+    if const.get("PREFETCH"):
+        assert prefetch and max(prefetch) < wait[0]
+    else:
+        assert not prefetch
+    before = [s for s in lines[:wait[0]] if "ld.global" in s or "atom.global" in s or "st.global" in s]
+    assert not any("st.global" in s or "atom.global" in s for s in before)  # nothing written before the wait
+    if allowed != "weights":
+        assert len(before) <= allowed, before  # only the two-back routing data (ids, row counts) is read early
+
+
+@pytest.mark.parametrize("case", [0, 3, 7, 11])
+def test_without_pdl_no_grid_dependency_instruction(case):
+    """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
+    kernel, const, warps, stages, _ = _chain_kernels()[case]
+    const = dict(const, PDL=False)
+    if "PREFETCH" in _jit(kernel).arg_names:
+        const["PREFETCH"] = False
+    lines = _ptx(kernel, const, 80, warps, min(stages, 3))
+    assert not any("griddepcontrol" in s or "cp.async.bulk" in s for s in lines)
+
+
+# -------------------------------------------------------------------------------------------------------- on an H200
+def _sm90():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90+ CUDA GPU")
+@pytest.mark.parametrize("T,path", [(1, "pairs"), (8, "sorted")])
+def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
+    from modelgen.runtime.ops.gpu import linear as gl, moe as gm, norm as gn, pdl
+
+    monkeypatch.setenv("MODELGEN_MOE", path)
+    monkeypatch.setenv("MODELGEN_GEMV", "gemv" if T == 1 else "triton")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    H, E, k, I, layers = 1024, 64, 8, 384, 4
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    W = [dict(ln=1 + 0.1 * torch.randn(H, **bf), wr=torch.randn(E, H, **bf) * 0.05,
+              w13=torch.randn(E, 2 * I, H, **bf) * H ** -0.5, w2=torch.randn(E, H, I, **bf) * I ** -0.5)
+         for _ in range(layers)]
+    x = torch.randn(T, H, **bf)
+    res0 = torch.randn(T, H, **bf)
+
+    def chain():
+        h, res = x, res0
+        for w in W:
+            n, res = gn.add_rms_norm(h, res, w["ln"], 1e-6)
+            tw, ids = gm.router(n, w["wr"], k, scoring="softmax", renormalize=True, out_dtype=torch.bfloat16,
+                                gemm=gl.linear)
+            h = gm.fused_moe(n, w["w13"], w["w2"], tw, ids)
+        return torch.cat([h, res], dim=1)
+
+    def replays(on: bool) -> list[torch.Tensor]:
+        pdl.set_mode(pdl=on, prefetch=on)
+        assert pdl.active(x.device) == on
+        gl._CHOICE.clear()
+        chain()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain()
+        outs = []
+        for i in range(4):
+            x.copy_(torch.randn(x.shape, generator=torch.Generator("cuda").manual_seed(i), device="cuda"))
+            graph.replay()
+            torch.cuda.synchronize()
+            outs.append(out.clone())
+        outs.append(chain())  # eager launches too
+        return outs
+
+    try:
+        off, on = replays(False), replays(True)
+    finally:
+        pdl.refresh()
+    assert len({tuple(o[0, :4].tolist()) for o in off[:4]}) > 1  # the inputs did change between replays
+    for a, b in zip(on, off):
+        assert torch.equal(a, b)
