@@ -87,16 +87,13 @@ class HeaderCheckpoint:
     def metadata(self, file: Any = None) -> dict[str, str]:
         return self._c.metadata(file)
 
-    def _st_dtype(self, name: str) -> str:
-        return self._c._info(name).dtype  # the header's dtype string (F8_E4M3, BF16, ...)
-
     def get_tensor(self, name: str) -> torch.Tensor:
         self.reads[name] += 1
         return torch.empty(self.shape(name), dtype=self.dtype(name), device="meta")
 
     def get_slice(self, name: str) -> _MetaSlice:
         self.reads[name] += 1
-        return _MetaSlice(self.shape(name), self.dtype(name), self._st_dtype(name))
+        return _MetaSlice(self.shape(name), self.dtype(name), self._c.header_dtype(name))
 
     def close(self) -> None:
         self._c.close()
@@ -198,7 +195,7 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
     mismatch (the report holds it, with ``spec_path``'s locations of the fixes when given)."""
     import logging
 
-    from modelgen.runtime.engine.llm import DTYPES, _check_rope_table, default_dtype
+    from modelgen.runtime.engine.llm import DTYPES, check_rope_table, default_dtype
     from modelgen.runtime.loader.quantization import wrap_checkpoint
     from modelgen.runtime.targets import get_target
 
@@ -214,7 +211,7 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
         raise ConfigError(f"{ckdir.config_path}: {e}") from None
     check_core_fields(config, str(ckdir.config_path))
     # The RoPE table is built with the model, on the CPU even under the meta device: refuse an absurd one first.
-    _check_rope_table(config, ckdir.config_path, torch.device("cpu"))
+    check_rope_table(config, ckdir.config_path, torch.device("cpu"))
     target_obj = get_target(target)
     raw = Checkpoint(ckdir.path, allow_external_shards=allow_external_shards, check_finite="off")
     report = CoverageReport(str(spec_path or getattr(module, "SPEC", "?")), str(ckdir.path), target, tp, ep,

@@ -137,7 +137,7 @@ def _check_parameters_finite(model: torch.nn.Module, checkpoint_dir: Path, devic
         check_finite_tensor(p, name, f"{checkpoint_dir} (loaded to {device})", what="parameter")
 
 
-def _check_rope_table(config, config_path: Path, device: torch.device) -> None:
+def check_rope_table(config, config_path: Path, device: torch.device) -> None:
     """Refuse a ``max_position_embeddings`` whose RoPE table (allocated when the model is built) is absurd."""
     positions = getattr(config, "max_position_embeddings", None)
     if not isinstance(positions, int):
@@ -287,7 +287,7 @@ class LLM:
         # Keys the spec does not read may change the output (a multiplier, an activation): named, never silent.
         check_config_keys(hf_config, self.module.CONFIG_CLASS, str(config_path), spec=self.module.SPEC,
                           strict=strict_config)
-        _check_rope_table(self.config, config_path, self.device)
+        check_rope_table(self.config, config_path, self.device)
         self.vocab_size = int(self.config.vocab_size)
         self.eos_ids = self.checkpoint.eos_token_ids()  # before the (slow) weight load: a bad field fails fast
         with default_dtype(self.dtype), self.device:

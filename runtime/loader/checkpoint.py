@@ -532,6 +532,11 @@ class Checkpoint:
             )
         return dt
 
+    def header_dtype(self, name: str) -> str:
+        """The dtype string of ``name``'s safetensors header (``BF16``, ``F8_E4M3``, ...): what a lazy slice's
+        ``get_dtype()`` returns, known without reading the tensor (``modelgen coverage``'s meta slices)."""
+        return self._info(name).dtype
+
     def metadata(self, file: str | os.PathLike | None = None) -> dict[str, str]:
         """The ``__metadata__`` of one file (default: the first file)."""
         f = self._files[0] if file is None else pathlib.Path(file)
