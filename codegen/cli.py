@@ -181,6 +181,10 @@ def _parallel_options(args: argparse.Namespace) -> dict:
         out["sequence_parallel"] = True
     if args.mlp_data_parallel_size is not None:
         out["mlp_data_parallel_size"] = args.mlp_data_parallel_size
+    if args.pipeline_parallel_size is not None:
+        out["pipeline_parallel_size"] = args.pipeline_parallel_size
+    if args.data_parallel_size is not None:
+        out["data_parallel_size"] = args.data_parallel_size
     return out
 
 
@@ -528,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mlp-data-parallel-size", type=int, default=None, metavar="D",
                    help="with --tensor-parallel-size N: gated MLPs sharded N/D ways inside D groups, each on "
                    "1/D of the tokens (rocm)")
+    r.add_argument("--pipeline-parallel-size", type=int, default=None, metavar="P",
+                   help="split the decoder layers over P pipeline stages, each on its own rank(s), stage by stage "
+                   "(rocm; x --tensor-parallel-size ranks in all)")
+    r.add_argument("--data-parallel-size", type=int, default=None, metavar="D",
+                   help="attention data parallelism over D ranks: each rank its own requests and KV cache, MoE/MLP "
+                   "layers over all D ranks (rocm)")
     r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
     r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",

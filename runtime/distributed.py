@@ -2,27 +2,78 @@
 
 Generated modules ask for ``tp_rank()``/``tp_size()`` when they build their layers; collectives are no-ops at world size
 1 so the single-process path (and ``torch.compile`` tracing of it) never touches ``torch.distributed``.
+
+The tensor-parallel group is the whole world unless a parallel mode splits it (:func:`set_groups`): pipeline
+parallelism (``runtime/parallel/pipeline.py``: world = PP x TP, rank = stage * TP + tp rank, one TP group per stage)
+and attention data parallelism (``runtime/parallel/attention_dp.py``: each rank its own attention, MoE/MLP layers
+over the whole world, :func:`world_scope`). Every collective here runs on the current TP group.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 
+@dataclass(frozen=True)
+class _Groups:
+    """This rank's TP group (``None``: a group of one) and its place in it."""
+
+    size: int
+    rank: int
+    group: object | None
+
+
+_GROUPS: _Groups | None = None  # None: the TP group is the default (whole) world
+
+
+def set_groups(size: int | None = None, rank: int = 0, group=None) -> None:
+    """Make the TP group ``group`` (``size`` ranks, this one ``rank`` of them); no argument: back to the whole world.
+    Every process of the world sets its own group the same way (``new_group`` is collective)."""
+    global _GROUPS
+    _GROUPS = None if size is None else _Groups(size, rank, group)
+
+
+def _world() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def tp_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if _GROUPS is not None:
+        return _GROUPS.size
+    return dist.get_world_size() if _world() else 1
 
 
 def tp_rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if _GROUPS is not None:
+        return _GROUPS.rank
+    return dist.get_rank() if _world() else 0
+
+
+def tp_group():
+    """The ``group=`` argument of this rank's TP collectives (None: the default group)."""
+    return _GROUPS.group if _GROUPS is not None else None
+
+
+@contextlib.contextmanager
+def world_scope():
+    """Inside: the TP group is the whole world (``tp_size()`` = world size). Attention data parallelism builds and
+    runs its MoE / MLP layers in it, while attention sees its own (smaller) group outside."""
+    global _GROUPS
+    saved = _GROUPS
+    _GROUPS = None
+    try:
+        yield
+    finally:
+        _GROUPS = saved
 
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """Sum partial results of a row-parallel layer across ranks (in place)."""
     if tp_size() > 1:
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=tp_group())
     return x
 
 
@@ -32,13 +83,14 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if world == 1:
         return x
     x = x.contiguous()
-    if dist.get_backend() == "nccl":
+    group = tp_group()
+    if dist.get_backend(group) == "nccl":
         # One collective into one buffer (no per-rank list): capturable in the rocm decode CUDA graphs.
         out = torch.empty((world, *x.shape), dtype=x.dtype, device=x.device)
-        dist.all_gather_into_tensor(out, x)
+        dist.all_gather_into_tensor(out, x, group=group)
         return torch.cat(out.unbind(0), dim=dim)
     parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x)
+    dist.all_gather(parts, x, group=group)
     return torch.cat(parts, dim=dim)
 
 
@@ -65,6 +117,12 @@ class ParallelConfig:
     sequence_parallel: bool = False
     # Gated MLPs re-sharded inside D data-parallel groups, each on 1/D of the tokens (runtime/parallel/data.py), rocm
     mlp_data_parallel_size: int = 1
+    # Decoder layers split over this many pipeline stages, one process (group of TP ranks) each
+    # (runtime/parallel/pipeline.py), rocm
+    pipeline_parallel_size: int = 1
+    # Attention data-parallel ranks: each its own requests and KV cache, MoE/MLP layers over all ranks
+    # (runtime/parallel/attention_dp.py), rocm
+    data_parallel_size: int = 1
 
 
 _CONFIG = ParallelConfig()

@@ -30,6 +30,7 @@ from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
 from ..dummy_weights import check_load_format, dummy_checkpoint
 from ..parallel.launch import DriverRunner, abort_ranks_on_error, start_ranks
+from ..parallel.pipeline import build_stage_model
 from ..loader.checkpoint import check_finite_tensor, finite_mode
 from ..progress import CountingCheckpoint, bar
 from ..targets import get_target
@@ -242,6 +243,8 @@ class LLM:
         gpu_memory_utilization: float | None = None,
         sequence_parallel: bool = False,
         mlp_data_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        data_parallel_size: int = 1,
         strict_config: bool = False,
         module=None,
         quantized_weights: str | None = None,
@@ -292,7 +295,8 @@ class LLM:
         self.eos_ids = self.checkpoint.eos_token_ids()  # before the (slow) weight load: a bad field fails fast
         with default_dtype(self.dtype), self.device:
             # neuron: through the generated factory, with a NeuronConfig from these arguments
-            self.model = self.target.build_model(self.module, self.config, hf_config, engine_args)
+            # pipeline_parallel_size > 1: this rank's stage only (runtime/parallel/pipeline.py)
+            self.model = build_stage_model(self.target, self.module, self.config, hf_config, engine_args)
         self.model.eval()
         # Sizes that depend on the built model, checked before the (slow) weight load.
         self.max_model_len = max_model_len or min(getattr(self.config, "max_position_embeddings", 2048), 4096)

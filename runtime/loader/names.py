@@ -54,21 +54,27 @@ def resolve_packed(key: str, packed: Mapping[str, tuple[str, object]]) -> tuple[
 
 
 class ExtraLayers:
-    """Keys of checkpoint layers at index >= the model's layer count, which normal loading skips.
+    """Keys of checkpoint layers at index >= the model's layer count, which normal loading skips, and (pipeline
+    parallelism) the keys of modules another stage holds.
 
     Released GLM-4.5/4.6 and DeepSeek-V3 checkpoints carry their multi-token-prediction layer as
     ``model.layers.{num_hidden_layers}.*`` (ATOM: "only loaded when spec_decode=True"); the main model has no module for
     it. ``layer_lists`` maps each layer list's dotted name (``model.layers``) to its length, read off the built model,
     so the rule needs no spec knowledge and a truncated model (fewer ``num_hidden_layers``) skips the rest too.
+    ``other_stage``: dotted module prefixes (``model.layers.3.``, ``lm_head.``) of a pipeline stage's placeholders
+    (``runtime/parallel/pipeline.py``): their tensors are another stage's to read.
     """
 
-    def __init__(self, layer_lists: Mapping[str, int]):
+    def __init__(self, layer_lists: Mapping[str, int], other_stage: Iterable[str] = ()):
         self.layer_lists = dict(layer_lists)
         alternatives = "|".join(re.escape(n) for n in sorted(self.layer_lists, key=len, reverse=True))
         self._rx = re.compile(rf"^(?P<list>{alternatives})\.(?P<i>\d+)\.") if alternatives else None
+        self.other_stage = tuple(other_stage)
 
     def match(self, key: str) -> str | None:
         """Why ``key`` is skipped (a reason string), or None when it belongs to the model."""
+        if self.other_stage and key.startswith(self.other_stage):
+            return "held by another pipeline stage"
         m = self._rx.match(key) if self._rx is not None else None
         if m is None:
             return None
@@ -81,5 +87,10 @@ class ExtraLayers:
     def of(cls, model) -> "ExtraLayers":
         from torch import nn
 
+        other_stage = ()
+        if getattr(model, "pp_stage", None) is not None:
+            from ..parallel.pipeline import missing_prefixes
+
+            other_stage = missing_prefixes(model)
         return cls({name: len(m) for name, m in model.named_modules()
-                    if isinstance(m, nn.ModuleList) and name.split(".")[-1] == "layers"})
+                    if isinstance(m, nn.ModuleList) and name.split(".")[-1] == "layers"}, other_stage)

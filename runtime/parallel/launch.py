@@ -51,17 +51,29 @@ def _positive(name: str, value) -> int:
     return value
 
 
-def world_size_for(tensor_parallel_size: int, expert_parallel_size: int | None) -> int:
+def world_size_for(tensor_parallel_size: int, expert_parallel_size: int | None, pipeline_parallel_size: int = 1,
+                   data_parallel_size: int = 1) -> int:
     """Ranks of a run: the tensor-parallel size (attention and dense MLPs are sharded over all ranks), or the
-    expert-parallel size when only that is given; EP must divide it."""
+    expert-parallel size when only that is given (EP must divide it), times the pipeline stages; attention data
+    parallelism runs one rank per DP group (its own attention, every rank sharing the MoE/MLP layers)."""
     tp = _positive("tensor_parallel_size", tensor_parallel_size)
+    pp = _positive("pipeline_parallel_size", pipeline_parallel_size)
+    dp = _positive("data_parallel_size", data_parallel_size)
+    if dp > 1:
+        if tp > 1 or pp > 1:
+            raise ValueError(f"data_parallel_size {dp} with tensor_parallel_size {tp} / pipeline_parallel_size {pp}: "
+                             f"attention data parallelism runs one rank per DP group (TP = PP = 1 inside it)")
+        if expert_parallel_size is not None and expert_parallel_size != dp:
+            raise ValueError(f"expert_parallel_size {expert_parallel_size} with data_parallel_size {dp}: the MoE "
+                             f"layers run over all {dp} ranks (leave expert_parallel_size unset)")
+        return dp
     if expert_parallel_size is None:
-        return tp
+        return tp * pp
     ep = _positive("expert_parallel_size", expert_parallel_size)
     world = max(tp, ep)
     if world % ep:
         raise ValueError(f"expert_parallel_size {ep} does not divide tensor_parallel_size {tp}")
-    return world
+    return world * pp
 
 
 def _json_args(args: dict) -> str:
@@ -90,7 +102,9 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
                 device) -> tuple["Ranks | None", object]:
     """Set the MoE layout and, for N > 1 without an initialised group, spawn ranks 1..N-1 and join the group as
     rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device."""
-    world = world_size_for(tensor_parallel_size, expert_parallel_size)
+    pp = args.get("pipeline_parallel_size", 1)
+    dp = args.get("data_parallel_size", 1)
+    world = world_size_for(tensor_parallel_size, expert_parallel_size, pp, dp)
     if _ACTIVE is not None and not _ACTIVE.closed:
         raise RuntimeError(f"an LLM with {_ACTIVE.world} engine-started ranks is open in this process; close() it "
                            f"before building another engine")
@@ -98,14 +112,22 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
     if world % mlp_dp:
         raise ValueError(f"mlp_data_parallel_size {mlp_dp} does not divide the world size {world} "
                          f"(tensor_parallel_size)")
+    if (pp > 1 or dp > 1) and (args.get("sequence_parallel") or mlp_dp > 1):
+        raise ValueError("pipeline_parallel_size / data_parallel_size > 1 with sequence_parallel or "
+                         "mlp_data_parallel_size > 1 is not supported (each re-routes the layers' collectives)")
+    if (pp > 1 or dp > 1) and args.get("target", "rocm") != "rocm":
+        raise ValueError(f"pipeline_parallel_size / data_parallel_size > 1 are implemented for the rocm target, not "
+                         f"{args.get('target')}")
     distributed.set_parallel_config(distributed.ParallelConfig(
-        expert_parallel_size, bool(args.get("sequence_parallel", False)), mlp_dp,
+        expert_parallel_size, bool(args.get("sequence_parallel", False)), mlp_dp, pp, dp,
     ))
+    distributed.set_groups()
     if dist.is_available() and dist.is_initialized():
         existing = dist.get_world_size()
         if world > 1 and world != existing:
             raise ValueError(f"tensor_parallel_size {world} differs from the torch.distributed world size {existing} "
                              f"this process was launched with")
+        _init_groups(pp, dp)
         return None, device
     if world == 1:
         return None, device
@@ -126,7 +148,23 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
     else:
         raise ValueError(f"device {device!r}: engine-started ranks run on cpu or cuda")
     ranks = Ranks(world, backend, dev.type, base, _json_args(args))
+    try:
+        _init_groups(pp, dp)
+    except BaseException:
+        ranks.shutdown()
+        raise
     return ranks, (torch.device("cuda", base) if dev.type == "cuda" else dev)
+
+
+def _init_groups(pp: int, dp: int) -> None:
+    """The TP group of a pipeline stage (PP), or of one rank (attention DP); every rank calls this in the same order
+    after joining the world."""
+    if pp > 1:
+        from .pipeline import init_groups
+
+        init_groups(pp)
+    elif dp > 1:
+        distributed.set_groups(1, 0, None)  # attention, embedding and LM head: this rank alone
 
 
 def abort_ranks_on_error(init):
@@ -246,6 +284,7 @@ class Ranks:
                 dist.destroy_process_group()
         finally:
             distributed.set_parallel_config(distributed.ParallelConfig())
+            distributed.set_groups()
             shutil.rmtree(self.tmp, ignore_errors=True)
             if _ACTIVE is self:
                 _ACTIVE = None

@@ -30,6 +30,11 @@ class RocmRunner:
         self.model, self.blocks, self.device = model, blocks, device
         self.state_pool = state_pool  # StatePool of recurrent layers (Gated DeltaNet), None for pure attention
         self.graphs = None
+        # Pipeline parallelism: each step's stage hand-off and logits return (runtime/parallel/pipeline.py); its
+        # point-to-point transfers are not captured in the decode graphs, which stay off.
+        self.pipeline = getattr(model, "pp_comm", None)
+        if self.pipeline is not None:
+            cuda_graphs = False
         if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
             width = blocks.blocks_needed(max_model_len) if max_model_len else blocks.num_blocks
             self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets,
@@ -80,6 +85,12 @@ class RocmRunner:
         )
         input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
         positions = torch.tensor(pos, dtype=torch.int64, device=dev)
+        if self.pipeline is not None:
+            if return_hidden:
+                raise NotImplementedError("return_hidden under pipeline parallelism (the hidden states live on the "
+                                          "last stage)")
+            rows = None if all_positions else torch.tensor(cu[1:], device=dev) - 1
+            return self.pipeline.step(self.model, input_ids, positions, meta, rows)
         hidden = self.model(input_ids, positions, meta)
         if return_hidden:
             return (self.model.compute_logits(hidden) if all_positions else None), hidden
