@@ -12,7 +12,8 @@ For each model:
      DeepSeek-V3 MTP objective), then written into the checkpoint as released checkpoints lay it out
      (``model.layers.{num_hidden_layers}.*`` / ``mtp.*``) with ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``;
   4. modelgen decodes held-out prompts at each batch size without speculation (CUDA graphs on, and eager) and with
-     K = 1..3 draft tokens (verify steps run eager): tokens/s = generated tokens / wall time of the generate call
+     K = 1..3 draft tokens, on a GPU both with the verify / draft steps replaying CUDA graphs (``kK``) and eager
+     (``kK_eager``, ``--eager-k``; ``spec_graph_replays`` counts the replays): tokens/s = generated tokens / wall time of the generate call
      (prefill included, the same for every row), the acceptance rate, mean accepted drafts per verify step, and
      whether the greedy tokens equal the non-speculative ones (and how many leading tokens they share: bf16 verify
      windows and graph decode steps round differently, so a late parting after a near-tie is rounding, an early one
@@ -20,7 +21,11 @@ For each model:
   5. diagnostics for a run that goes wrong: teacher-forced top-1 agreement of the target (one prefill, and
      speculation's verify windows continuing the cache), of modelgen's MTP head and of the trained transformers
      head on training sequences (``--checks``), and on a GPU one speculative row with the torch reference ops
-     instead of the Triton kernels (``--controls``).
+     instead of the Triton kernels (``--controls 1``).
+
+Rows are reported for two prompt sets at each batch size (``--batches``, default 1 and 8): ``batchN`` decodes
+held-out prompts (acceptance ~0 by construction: a few hundred steps memorise the training continuations),
+``batchN_train_prompts`` the training prompts (the acceptance a well-trained head reaches, and its speed-up).
 
 Writes ``--out`` (JSON, rewritten after every model). CPU smoke test (tiny shapes, a few steps):
 
@@ -215,9 +220,22 @@ def train(hf, head: MtpHead, seqs: list[list[int]], args) -> list[float]:
     return losses
 
 
-def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graphs: bool) -> dict:
-    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=len(prompts), cuda_graphs=cuda_graphs,
-              max_model_len=args.prompt_len + args.new_tokens + 8, speculative_tokens=k)
+def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graphs: bool,
+           spec_graphs: bool = True) -> dict:
+    """One timed generate call. ``spec_graphs=False``: speculative steps eager (``MODELGEN_SPEC_GRAPHS=0``) while
+    draft-free decode steps keep the runner's graphs -- the speculative rows before the verify/draft graphs."""
+    import os
+
+    old = os.environ.get("MODELGEN_SPEC_GRAPHS")
+    os.environ["MODELGEN_SPEC_GRAPHS"] = "1" if spec_graphs else "0"
+    try:
+        llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=len(prompts), cuda_graphs=cuda_graphs,
+                  max_model_len=args.prompt_len + args.new_tokens + 8, speculative_tokens=k)
+    finally:
+        if old is None:
+            os.environ.pop("MODELGEN_SPEC_GRAPHS", None)
+        else:
+            os.environ["MODELGEN_SPEC_GRAPHS"] = old
     params = SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True)
     llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up (graphs, kernels, caches)
     if args.device.startswith("cuda"):
@@ -228,10 +246,12 @@ def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graph
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     stats = llm.stats.as_dict()
+    # replays of the verify / draft / chained-draft graphs over both calls (None: that step ran eagerly)
+    replays = llm.speculative.graph_replays() if llm.speculative is not None else None
     del llm
     return {"tokens": outs, "seconds": dt, "tokens_per_s": sum(map(len, outs)) / dt,
             "acceptance_rate": stats.get("acceptance_rate"), "mean_accepted_tokens": stats.get("mean_accepted_tokens"),
-            "speculative": stats.get("speculative")}
+            "speculative": stats.get("speculative"), "spec_graph_replays": replays}
 
 
 def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k: int) -> dict:
@@ -322,7 +342,9 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
         rows["plain_eager"] = decode(path, args, prompts, None, cuda_graphs=False)
         rows["plain_eager"]["greedy_equal"] = rows["plain_eager"]["tokens"] == base["tokens"]
     for k in args.k:
-        rows[f"k{k}"] = decode(path, args, prompts, k, cuda_graphs=True)
+        rows[f"k{k}"] = decode(path, args, prompts, k, cuda_graphs=True)  # verify + draft steps graphed on a GPU
+        if args.device.startswith("cuda") and k in args.eager_k:
+            rows[f"k{k}_eager"] = decode(path, args, prompts, k, cuda_graphs=True, spec_graphs=False)
     if args.device.startswith("cuda") and args.controls:
         rows[f"k{args.k[0]}_torch_ops"] = control(path, args, prompts, args.k[0], "torch")
     for name, r in rows.items():
@@ -333,9 +355,13 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
         # the shared prefix says how soon (a broken verify path parts them at once)
         r["mean_shared_prefix"] = sum(map(prefix_len, r["tokens"], base["tokens"])) / len(prompts)
         r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
+        eager = rows.get(f"{name}_eager")
+        if eager is not None:
+            r["speedup_vs_eager_speculative"] = r["tokens_per_s"] / eager["tokens_per_s"]
         log(f"{what} {name}: {r['tokens_per_s']:.1f} tok/s (plain {base['tokens_per_s']:.1f}), acceptance "
             f"{r['acceptance_rate']:.3f}, mean accepted {r['mean_accepted_tokens']:.2f}, greedy equal "
-            f"{r['greedy_equal']}, shared prefix {r['mean_shared_prefix']:.1f}")
+            f"{r['greedy_equal']}, shared prefix {r['mean_shared_prefix']:.1f}, graph replays "
+            f"{r['spec_graph_replays']}")
     for r in rows.values():
         r.pop("tokens")
     return rows
@@ -409,8 +435,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--checks", type=int, default=4, metavar="N",
                     help="teacher-forced checks on N training sequences (0: skip); see teacher_forced()")
-    ap.add_argument("--controls", type=int, default=1, choices=[0, 1],
+    ap.add_argument("--controls", type=int, default=0, choices=[0, 1],
                     help="on a GPU, also run the first K with MODELGEN_BACKEND=torch (no Triton kernels)")
+    ap.add_argument("--eager-k", type=int, nargs="*", default=[1, 2, 3], metavar="K",
+                    help="on a GPU, also time these K with the speculative steps eager (MODELGEN_SPEC_GRAPHS=0)")
     ap.add_argument("--out", default="bench/results/h200-mtp.json")
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # config keys of the HF configs the specs do not read
