@@ -146,6 +146,9 @@ class FusedMoE(nn.Module):
             p.weight_loader = self.weight_loader
             p.is_expert_param = True
         self.backend = backends.active("rocm")
+        # Experts kept in a checkpoint's quantized format (ATOM's quant_method): set with the matching parameters
+        # before loading by runtime/layers/moe_mxfp4.py (MXFP4 on the GPU path); None = the bf16 weights above.
+        self.quant_method = None
 
     def local_index(self, expert_id: int) -> int | None:
         e = expert_id - self.expert_offset
@@ -233,6 +236,9 @@ class FusedMoE(nn.Module):
         return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        if self.quant_method is not None:
+            out = self.quant_method.apply(self, hidden_states, topk_weights, topk_ids)
+            return dist.all_reduce(out) if self.expert_parallel else out
         # Expert biases (GPT-OSS) are not in the kernels: those layers take the torch reference below.
         if self.backend != "aiter" and self.w13_bias is None and gpu.enabled(hidden_states):
             from ..ops.gpu import moe as gpu_moe

@@ -127,8 +127,19 @@ class Mxfp4DequantCheckpoint(DequantView):
         computed = sorted(self._pairs, key=lambda n: order[self._pairs[n][0]])
         super().__init__(inner, dtype, [k for k in keys if k not in consumed] + computed)
 
+    _kept: frozenset = frozenset()
+
     def _computes(self, name: str) -> bool:
-        return name in self._pairs
+        return name in self._pairs and name not in self._kept
+
+    def keep(self, names: set[str]) -> None:
+        """List these tensors as their stored ``X_blocks`` / ``X_scales`` again instead of ``X`` dequantized: for
+        layers that keep MXFP4 experts (``runtime/layers/moe_mxfp4.py``), switched before loading."""
+        self._kept = frozenset(self._kept | (set(names) & set(self._pairs)))
+        keys = []
+        for k in self._keys:
+            keys += list(self._pairs[k]) if k in self._kept else [k]
+        self._keys, self._key_set = keys, set(keys)
 
     def _dequantize(self, name: str) -> torch.Tensor:
         blocks, scales = self._pairs[name]
