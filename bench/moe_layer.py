@@ -21,6 +21,8 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   base        MODELGEN_PDL=0: ordinary launches (the committed behaviour)
   pdl         programmatic dependent launch, no prefetch
   pdl_pf      PDL + L2 prefetch of each kernel's weight tile before its wait
+  pdl_pf_ahead  as pdl_pf, and the QKV projection prefetches o_proj's weight behind its own (streamed into L2
+              while attention, which reads little, runs; ``linear(..., prefetch=)``)
   pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
 
 Then it checks that every setting computes bitwise the same layer outputs (graph replays on new inputs, with the
@@ -44,11 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
 MODES = {
-    "base": dict(pdl=False, prefetch=False, fused_router=0),
-    "pdl": dict(pdl=True, prefetch=False, fused_router=0),
-    "pdl_pf": dict(pdl=True, prefetch=True, fused_router=0),
-    "pdl_pf_fr": dict(pdl=True, prefetch=True, fused_router=2),
+    "base": dict(pdl=False, prefetch=False, fused_router=0, ahead=False),
+    "pdl": dict(pdl=True, prefetch=False, fused_router=0, ahead=False),
+    "pdl_pf": dict(pdl=True, prefetch=True, fused_router=0, ahead=False),
+    "pdl_pf_ahead": dict(pdl=True, prefetch=True, fused_router=0, ahead=True),
+    "pdl_pf_fr": dict(pdl=True, prefetch=True, fused_router=2, ahead=False),
 }
+AHEAD = {"on": False}
 
 
 def log(*a) -> None:
@@ -106,7 +110,7 @@ class Chain:
             h, res = gn.add_rms_norm(x, res, L.ln1, EPS)
             if stop < 1:
                 continue
-            qkv = linear(h, L.wqkv)
+            qkv = linear(h, L.wqkv, prefetch=L.wo if AHEAD["on"] else None)
             if stop < 2:
                 continue
             q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=-1)
@@ -145,6 +149,7 @@ def set_mode(m: dict) -> None:
 
     pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"])
     gm.FUSED_ROUTER_T = m["fused_router"]
+    AHEAD["on"] = m["ahead"]
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
     gm._CHOICE.clear()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.gpu_helpers import DEV, INTERPRET, rel
+
 triton = pytest.importorskip("triton")
 
 
@@ -81,8 +83,9 @@ def _chain_kernels():
     return [
         (gn._rms_norm_kernel, dict(N=2048, BLOCK=2048, ADD=True, ZERO_CENTRED=False), 4, 3, "weights"),
         (ga._gated_kernel, dict(BLOCK=1024, GELU=False), 4, 3, 0),
-        (gl._skinny_kernel, dict(HAS_BIAS=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, EVEN_K=True, PF_CHUNKS=4), 4, 4, 0),
-        (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, PF_CHUNKS=8), 4, 1, 0),
+        (gl._skinny_kernel, dict(HAS_BIAS=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, EVEN_K=True, PF_CHUNKS=4,
+                                 AHEAD=False), 4, 4, 0),
+        (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, PF_CHUNKS=8, AHEAD=False), 4, 1, 0),
         (gm._route_kernel, route, 2, 3, 0),
         (gm._router_topk_kernel, dict(route, BLOCK_E=16, BLOCK_K=256, IEEE=False), 4, 3, 0),
         (gm._align_kernel, dict(BLOCK_M=16, NB=256, CHUNK=256, CHUNK_B=128), 4, 3, 0),
@@ -115,6 +118,17 @@ def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
         assert len(before) <= allowed, before  # only the two-back routing data (ids, row counts) is read early
 
 
+@pytest.mark.parametrize("case", [2, 3])
+def test_prefetch_ahead_after_the_wait(case):
+    """``linear(..., prefetch=t)``: the GEMV / skinny programs prefetch their share of a later kernel's tensor after
+    the wait (behind their own weight stream), besides their own tile before it."""
+    kernel, const, warps, stages, _ = _chain_kernels()[case]
+    lines = _ptx(kernel, dict(const, PDL=True, PREFETCH=True, AHEAD=True), 90, warps, stages)
+    wait = min(i for i, s in enumerate(lines) if "griddepcontrol.wait" in s)
+    prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
+    assert any(i < wait for i in prefetch) and any(i > wait for i in prefetch)
+
+
 @pytest.mark.parametrize("case", [0, 3, 7, 11])
 def test_without_pdl_no_grid_dependency_instruction(case):
     """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
@@ -124,6 +138,29 @@ def test_without_pdl_no_grid_dependency_instruction(case):
         const["PREFETCH"] = False
     lines = _ptx(kernel, const, 80, warps, min(stages, 3))
     assert not any("griddepcontrol" in s or "cp.async.bulk" in s for s in lines)
+
+
+# ------------------------------------------------------------------------------ the kernels' arithmetic, anywhere
+@pytest.mark.skipif(not torch.cuda.is_available() and not INTERPRET, reason="needs a CUDA GPU or Triton's interpreter")
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_gemv_and_skinny_kernels_with_the_new_arguments(split_k):
+    """The split-K GEMV (its last-arrival sum resets the counters) and the skinny kernel with one fixed config (the
+    autotuner times on a GPU only), prefetch arguments present but off as off-sm_90: torch's product."""
+    from modelgen.runtime.ops.gpu import linear as gl
+
+    N, K = 256, 1024
+    f = dict(device=DEV, dtype=torch.float32)
+    x, w, b = torch.randn(1, K, **f), torch.randn(N, K, **f), torch.randn(N, **f)
+    y, ws = torch.empty(1, N, **f), torch.empty(8, N, **f)
+    cnt = torch.zeros(N // 8, dtype=torch.int32, device=DEV)
+    off = dict(PREFETCH=False, AHEAD=False, PDL=False, num_warps=4)
+    gl._gemv_kernel.fn[(N // 16, split_k)](x, w, b, y, ws, cnt, w, 0, N=N, K=K, s_wn=K, HAS_BIAS=True, BLOCK_N=16,
+                                           BLOCK_K=256, SPLIT_K=split_k, **off)
+    assert rel(y, x.double() @ w.double().T + b.double()) < 1e-5 and int(cnt.abs().sum()) == 0
+    x3, y3 = torch.randn(3, K, **f), torch.empty(3, N, **f)
+    gl._skinny_kernel.fn[(N // 32,)](x3, w, w, y3, w, 0, M=3, N=N, K=K, s_xm=K, s_wn=K, s_ym=N, HAS_BIAS=False,
+                                     BLOCK_M=16, BLOCK_N=32, BLOCK_K=128 * split_k, **off)
+    assert rel(y3, x3.double() @ w.double().T) < 1e-4  # tf32 dots on a GPU
 
 
 # -------------------------------------------------------------------------------------------------------- on an H200
@@ -139,7 +176,7 @@ def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
 
     monkeypatch.setenv("MODELGEN_MOE", path)
     monkeypatch.setenv("MODELGEN_GEMV", "gemv" if T == 1 else "triton")
-    g = torch.Generator(device="cuda").manual_seed(0)
+    torch.manual_seed(0)
     H, E, k, I, layers = 1024, 64, 8, 384, 4
     bf = dict(device="cuda", dtype=torch.bfloat16)
     W = [dict(ln=1 + 0.1 * torch.randn(H, **bf), wr=torch.randn(E, H, **bf) * 0.05,
@@ -152,8 +189,9 @@ def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
         h, res = x, res0
         for w in W:
             n, res = gn.add_rms_norm(h, res, w["ln"], 1e-6)
+            # the router GEMM also prefetches a later tensor (linear's prefetch=): the first expert's w2
             tw, ids = gm.router(n, w["wr"], k, scoring="softmax", renormalize=True, out_dtype=torch.bfloat16,
-                                gemm=gl.linear)
+                                gemm=lambda a, b: gl.linear(a, b, prefetch=w["w2"][0]))
             h = gm.fused_moe(n, w["w13"], w["w2"], tw, ids)
         return torch.cat([h, res], dim=1)
 

@@ -47,9 +47,9 @@ _CONFIGS = [
                     "PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _skinny_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
+    x_ptr, w_ptr, b_ptr, y_ptr, ahead_ptr, ahead_bytes, M, N, K, s_xm, s_wn, s_ym,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, AHEAD: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if PREFETCH:  # this program's weight rows, whole K, into L2 while the previous kernel finishes
@@ -74,6 +74,8 @@ def _skinny_kernel(
         acc = tl.dot(x, tl.trans(w), acc)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    if AHEAD:  # this program's share of a later kernel's weight, once its own stream is issued
+        pdl.prefetch_share(ahead_ptr, ahead_bytes, pid, tl.num_programs(0), 16)
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m[:, None] * s_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -107,9 +109,9 @@ MAX_SPLIT = 8
 @triton.heuristics({"PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, N, K, s_wn,
+    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, ahead_ptr, ahead_bytes, N, K, s_wn,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, AHEAD: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -129,6 +131,9 @@ def _gemv_kernel(
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
+    if AHEAD:  # this program's share of a later kernel's weight, once its own stream is issued
+        pdl.prefetch_share(ahead_ptr, ahead_bytes, pid_k * tl.num_programs(0) + pid_n,
+                           tl.num_programs(0) * SPLIT_K, 16)
     part = tl.sum(acc, 1)
     if SPLIT_K == 1:
         if HAS_BIAS:
@@ -150,8 +155,11 @@ def _gemv_kernel(
 _COUNTERS: dict[tuple, torch.Tensor] = {}
 
 
-def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x1 [1, K]`` @ ``weight [N, K]``.T (+ bias) -> ``[1, N]``; needs ``N % 8 == 0`` and ``K % 512 == 0``."""
+def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+         prefetch: torch.Tensor | None = None) -> torch.Tensor:
+    """``x1 [1, K]`` @ ``weight [N, K]``.T (+ bias) -> ``[1, N]``; needs ``N % 8 == 0`` and ``K % 512 == 0``.
+    ``prefetch``: a tensor the next kernels will read, prefetched into L2 once this one's weights are in flight
+    (with PDL prefetching on, ``runtime/ops/gpu/pdl.py``)."""
     N, K = weight.shape
     y = torch.empty((1, N), dtype=x1.dtype, device=x1.device)
     key = (x1.device, N)
@@ -160,8 +168,9 @@ def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> t
         cnt = _COUNTERS[key] = torch.zeros(N // 8, dtype=torch.int32, device=x1.device)  # left at zero by every call
     ws = torch.empty((MAX_SPLIT, N), dtype=torch.float32, device=x1.device)
     grid = lambda meta: (N // meta["BLOCK_N"], meta["SPLIT_K"])  # noqa: E731
-    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, N, K, weight.stride(0),
-                       HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight), **pdl.launch(x1.device))
+    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, N=N, K=K, s_wn=weight.stride(0),
+                       HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight),
+                       **_ahead(x1.device, prefetch, weight), **pdl.launch(x1.device))
     return y
 
 
@@ -170,15 +179,23 @@ def gemv_ok(M: int, N: int, K: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- 1 < M <= 16: dot tiles
-def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _ahead(device, prefetch, placeholder) -> dict:
+    args = pdl.ahead(device, prefetch)
+    if args["ahead_ptr"] is None:
+        args["ahead_ptr"] = placeholder
+    return args
+
+
+def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  prefetch: torch.Tensor | None = None) -> torch.Tensor:
     M, K = x2.shape
     N = weight.shape[0]
     y = torch.empty((M, N), dtype=x2.dtype, device=x2.device)
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, M, N, K,
-                         x2.stride(0), weight.stride(0), y.stride(0), HAS_BIAS=bias is not None,
+    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, M=M, N=N, K=K,
+                         s_xm=x2.stride(0), s_wn=weight.stride(0), s_ym=y.stride(0), HAS_BIAS=bias is not None,
                          BLOCK_M=max(16, triton.next_power_of_2(M)), PREFETCH=pdl.prefetch_ok(x2.device, weight),
-                         **pdl.launch(x2.device))
+                         **_ahead(x2.device, prefetch, weight), **pdl.launch(x2.device))
     return y
 
 
@@ -234,8 +251,11 @@ def _pick(key, x2, weight, bias) -> str:
     return best if times[best] < 0.97 * times["cublas"] else "cublas"  # ties go to cuBLAS
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` for CUDA tensors, with the skinny kernel where it measured faster for this shape."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           prefetch: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` for CUDA tensors, with the skinny kernel where it measured faster for this shape. ``prefetch``:
+    a tensor a later kernel reads (the output projection's weight, passed with the QKV projection): the Triton
+    kernels prefetch it into L2 behind their own weights when PDL prefetching is on (ignored on cuBLAS)."""
     K = x.shape[-1]
     M = x.numel() // K if K else 0
     if not x.is_cuda or M == 0 or M > MAX_M or x.dtype not in (torch.bfloat16, torch.float16) or weight.dtype != x.dtype \
@@ -253,5 +273,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if impl == "cublas":
         return F.linear(x, weight, bias)
     if impl == "gemv":
-        return gemv(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
-    return skinny_linear(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
+        return gemv(x2, weight, bias, prefetch).view(*x.shape[:-1], weight.shape[0])
+    return skinny_linear(x2, weight, bias, prefetch).view(*x.shape[:-1], weight.shape[0])

@@ -85,12 +85,30 @@ def prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
     return True
 
 
+def ahead(device: torch.device, t: torch.Tensor | None) -> dict:
+    """Kernel arguments for prefetching a later kernel's tensor ``t`` (see :func:`prefetch_share`): the tensor, its
+    byte count and the ``AHEAD`` constexpr, False unless prefetching is on and ``t`` is contiguous and 16-byte sized
+    and aligned."""
+    ok = (t is not None and t.is_contiguous() and prefetch_ok(device, t.view(-1))
+          and t.numel() * t.element_size() < 2 ** 31)
+    return {"ahead_ptr": t if ok else None, "ahead_bytes": t.numel() * t.element_size() if ok else 0, "AHEAD": ok}
+
+
 @triton.jit
 def wait(PDL: tl.constexpr):
     """Wait for the predecessor's writes, then let the next kernel launch (see the module docstring)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _bulk_prefetch(addr, nbytes, go):
+    """``cp.async.bulk.prefetch.L2`` of ``nbytes`` (a multiple of 16) at each ``addr`` (16-byte aligned) where
+    ``go`` != 0: fire and forget, the program does not wait for the data (sm_90)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r,r", [addr, nbytes.to(tl.int32), go], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -108,9 +126,23 @@ def prefetch_rows(ptr0, stride_row, nrows, row_elems, ROWS: tl.constexpr, CHUNKS
     nbytes = tl.where(c == CHUNKS - 1, row_bytes - (CHUNKS - 1) * piece, piece)
     addr = ptr0.to(tl.pointer_type(tl.int8)) + (r.to(tl.int64) * stride_row * ESIZE + c * piece)
     go = ((r < nrows) & (nbytes > 0)).to(tl.int32)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r,r", [addr, nbytes.to(tl.int32), go], dtype=tl.int32, is_pure=False, pack=1)
+    _bulk_prefetch(addr, nbytes, go)
+
+
+@triton.jit
+def prefetch_share(ptr, nbytes, p, nprog, CHUNKS: tl.constexpr):
+    """L2 prefetch of program ``p``'s share (one ``nprog``-th, in 16-byte units) of the ``nbytes`` bytes at ``ptr``
+    (16-byte aligned, ``nbytes`` a multiple of 16), in ``CHUNKS`` bulk prefetches: a kernel's programs prefetch a
+    tensor that a later kernel reads (the output projection's weight while attention, which streams little, runs)."""
+    units = nbytes // 16
+    share = (units + nprog - 1) // nprog
+    piece = (share + CHUNKS - 1) // CHUNKS
+    c = tl.arange(0, CHUNKS)
+    start = p * share + c * piece
+    end = tl.minimum(tl.minimum(start + piece, (p + 1) * share), units)
+    go = (end > start).to(tl.int32)
+    addr = ptr.to(tl.pointer_type(tl.int8)) + start.to(tl.int64) * 16
+    _bulk_prefetch(addr, (end - start) * 16, go)
 
 
 refresh()
