@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from . import next_pow2
-from .moe import _align_kernel, _combine_kernel, default_config, padded_rows
+from .moe import _align_kernel, _combine_kernel, _tile, default_config, padded_rows
 
 GROUP = 32  # inputs per E8M0 scale (16 bytes of codes)
 
@@ -90,12 +90,8 @@ def _gate_up_mx_kernel(
     pid_m = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(npost_ptr):
         return
-    e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    rmask = pairs < P
+    e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     tok = pairs // KT
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < N
     g_rows = 2 * offs_n.to(tl.int64)  # interleaved rows: gate j at 2j, up j at 2j + 1
     u_rows = g_rows + 1
     HB: tl.constexpr = BLOCK_K // 2
@@ -143,11 +139,7 @@ def _down_mx_kernel(
     pid_m = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(npost_ptr):
         return
-    e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    rmask = pairs < P
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < N
+    e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     rows = offs_n.to(tl.int64)
     HB: tl.constexpr = BLOCK_K // 2
     jb = tl.arange(0, HB)
