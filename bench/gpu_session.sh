@@ -28,6 +28,21 @@ if [ "$phase" = diag ]; then
     | grep -v "^\s*init\|Warning" | tail -60 | tee "$OUT/h200-run-device-cuda.log"
   timeout 200 python3 -m bench.qwen3_next --layers 4 --diagnose --systems modelgen --batches 1 --new 8 --budget-s 190 \
     --out "$OUT/h200-qwen3-next-diagnose.json" 2>&1 | grep -v Warning | tee "$OUT/h200-qwen3-next-diagnose.log"
+elif [ "$phase" = probe ]; then  # nvidia-h200-x2: all-reduce kernels, TP=2 vs TP=1 with token check, GPU tests
+  python3 --version; python3 -m pip show pydantic fastapi uvicorn openai 2>&1 | grep -E "^(Name|Version)"
+  timeout 120 python3 bench/allreduce.py --out "$OUT/h200x2-allreduce.json" 2>&1 | grep -v Warning | tail -30 \
+    | tee "$OUT/h200x2-allreduce.log"
+  echo "[$(( $(date +%s) - t0 ))s] allreduce done"
+  timeout 260 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 \
+    --out "$OUT/h200x2-llama8b-tp.json" 2>&1 | grep -v Warning | tail -40 | tee "$OUT/h200x2-llama8b-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done"
+  (CUDA_VISIBLE_DEVICES=1 timeout 170 python3 -m pytest -q -rs tests/test_gpu_mla.py tests/test_gpu_attention_window.py \
+    tests/test_gpu_qk_norm_rope.py tests/test_gpu_fp8.py tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 \
+    | tail -25 > "$OUT/h200-gpu-tests-b.log") &
+  CUDA_VISIBLE_DEVICES=0 timeout 170 python3 -m pytest -q -rs -n 3 tests/test_gpu.py tests/test_gpu_moe.py \
+    tests/test_fused_allreduce_norm.py -p no:cacheprovider 2>&1 | tail -25 > "$OUT/h200-gpu-tests-a.log"
+  wait
+  cat "$OUT/h200-gpu-tests-a.log" "$OUT/h200-gpu-tests-b.log"
 elif [ "$phase" = fp8 ]; then
   timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
   timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"
