@@ -174,3 +174,53 @@ def test_fp8_applies_to_every_spec_qwen3(tmp_path_factory, target, monkeypatch):
     hf = transformers.Qwen3ForCausalLM.from_pretrained(ref, dtype=torch.float32).eval()
     err = (fp8_llm(path, target, monkeypatch).score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4, f"qwen3 FP8 / {target}: {err}"
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_fp8_kept_layers_shard_scales_with_their_blocks(monkeypatch, world):
+    """Every rank's kept FP8 weight + weight_scale_inv dequantize to that rank's slice of the dequantized full weight
+    (column, row, merged and QKV layers, TP 1 and 2 simulated rank by rank); a layer whose shard boundary splits a
+    block refuses to switch (it stays dequantized)."""
+    from modelgen.runtime import distributed as dist
+    from modelgen.runtime.layers.linear import (
+        ColumnParallelLinear, MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear,
+    )
+
+    blk = (32, 32)
+    g = torch.Generator().manual_seed(0)
+
+    def q(n, k):
+        w = torch.randn(n, k, generator=g)
+        w[:5] *= 30
+        return quantize_block_fp8(w, blk)
+
+    for rank in range(world):
+        monkeypatch.setattr(dist, "tp_size", lambda: world)
+        monkeypatch.setattr(dist, "tp_rank", lambda r=rank: r)
+        cases = []
+        w, s = q(128, 96)
+        cases.append((ColumnParallelLinear(96, 128, bias=False), [(None, w, s)],
+                      dequantize_block_fp8(w, s, blk).narrow(0, rank * 128 // world, 128 // world)))
+        w, s = q(64, 128)
+        cases.append((RowParallelLinear(128, 64, bias=False), [(None, w, s)],
+                      dequantize_block_fp8(w, s, blk).narrow(1, rank * 128 // world, 128 // world)))
+        (wg, sg), (wu, su) = q(128, 64), q(128, 64)
+        full = [dequantize_block_fp8(x, y, blk).narrow(0, rank * 128 // world, 128 // world) for x, y in ((wg, sg), (wu, su))]
+        cases.append((MergedColumnParallelLinear(64, [128, 128], bias=False), [(0, wg, sg), (1, wu, su)],
+                      torch.cat(full)))
+        (wq, sq), (wk, sk), (wv, sv) = q(4 * 32, 64), q(2 * 32, 64), q(2 * 32, 64)
+        per = [dequantize_block_fp8(x, y, blk) for x, y in ((wq, sq), (wk, sk), (wv, sv))]
+        h, kv = 4 // world, 2 // world
+        want = torch.cat([per[0].narrow(0, rank * h * 32, h * 32), per[1].narrow(0, rank * kv * 32, kv * 32),
+                          per[2].narrow(0, rank * kv * 32, kv * 32)])
+        cases.append((QKVParallelLinear(64, 32, 4, 2, bias=False), [("q", wq, sq), ("k", wk, sk), ("v", wv, sv)], want))
+        for layer, parts, want in cases:
+            assert layer.keep_fp8(blk), type(layer).__name__
+            for shard, wt, sc in parts:
+                for p, t in ((layer.weight, wt), (layer.weight_scale_inv, sc)):
+                    p.weight_loader(p, t, shard) if shard is not None else p.weight_loader(p, t)
+            got = dequantize_block_fp8(layer.weight, layer.weight_scale_inv, blk)
+            assert torch.equal(got, want), (type(layer).__name__, rank)
+        if world == 2:  # 48 output rows per rank: rank 1's rows start inside a 32-row block
+            assert not ColumnParallelLinear(64, 96, bias=False).keep_fp8(blk)
+            assert not MergedColumnParallelLinear(64, [96, 96], bias=False).keep_fp8(blk)
