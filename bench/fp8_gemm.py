@@ -5,9 +5,10 @@ scales, widened in registers) against the bf16 weight the loader makes today (de
 GPU ``linear`` (the timed skinny-GEMM choice) and ``torch.matmul``. Each timing is the median replay of a CUDA graph
 that runs the GEMM over ``--copies`` weight copies in turn (more bytes than the 60 MB L2, so every read comes from
 HBM), divided by the copies. Reports microseconds, weight bytes / time against the measured copy rate, and the FP8
-speed-up; JSON to ``--out``.
+speed-up; JSON to ``--out``. ``--sweep-rows M...``: also times every (BN, split-K, warps, stages) candidate at those
+row counts and records the fastest against the table's choice (``runtime/ops/gpu/fp8.py`` ``table_config``).
 
-  python -m bench.fp8_gemm --out bench/results/h200-fp8-gemm.json
+  python -m bench.fp8_gemm --out bench/results/h200-fp8-gemm.json [--sweep-rows 1 32]
 """
 from __future__ import annotations
 
@@ -30,11 +31,37 @@ SHAPES = [("q_a_proj", 1536, 7168), ("q_b_proj", 24576, 1536), ("kv_a_proj_with_
           ("dense down", 7168, 18432), ("expert gate_up", 2 * 2048, 7168), ("expert down", 7168, 2048)]
 
 
+def sweep(x: torch.Tensor, qs: list, copies: int) -> dict:
+    """Every (BN, split-K, warps, stages) candidate at this shape: microseconds each, and the fastest."""
+    from modelgen.runtime.ops.gpu.fp8 import block_fp8_linear, table_config
+
+    M, K = x.shape
+    N = qs[0][0].shape[0]
+    BM = 16 if M <= 16 else (32 if M <= 32 else 64)
+    times = {}
+    for BN in (32, 64, 128):
+        for split in (1, 2, 4, 8, 16, 32):
+            if split > -(-K // 128):
+                continue
+            for warps, stages in ((4, 3), (4, 4), (8, 3)):
+                cfg = (BM, BN, split, warps, stages)
+                try:
+                    times[str(cfg)] = graph_ms(lambda: [block_fp8_linear(x, q, s, config=cfg) for q, s in qs]) \
+                        / copies * 1e3
+                except Exception as e:  # e.g. out of shared memory: not a candidate
+                    times[str(cfg)] = f"{type(e).__name__}"
+    ok = {k: v for k, v in times.items() if isinstance(v, float)}
+    best = min(ok, key=ok.get)
+    return {"table": list(table_config(M, N, K, (128, 128), x.device.index)), "best": {"config": best, "us": ok[best]},
+            "us": times}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-fp8-gemm.json")
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 128])
     ap.add_argument("--copies", type=int, default=4)
+    ap.add_argument("--sweep-rows", type=int, nargs="*", default=[])
     args = ap.parse_args()
 
     from modelgen.runtime.layers.linear import linear
@@ -59,6 +86,11 @@ def main() -> int:
             }
             log(f"{name} [{N}x{K}] M={M}: fp8 {t_fp8:.1f} us, bf16 linear {t_lin:.1f}, matmul {t_mm:.1f} "
                 f"-> {entry[str(M)]['fp8_speedup_vs_best_bf16']:.2f}x")
+            if M in args.sweep_rows:
+                entry[str(M)]["sweep"] = sweep(x, qs, args.copies)
+                best = entry[str(M)]["sweep"]["best"]
+                log(f"    sweep best {best['config']} {best['us']:.1f} us "
+                    f"({t_fp8 / best['us']:.2f}x the table's {entry[str(M)]['sweep']['table']})")
         res["shapes"][f"{name} {N}x{K}"] = entry
         Path(args.out).write_text(json.dumps(res, indent=2))
         ws = qs = None

@@ -61,7 +61,7 @@ def _fp8_block_gemm_kernel(
                  mask=mm[:, None] & nm[None, :])
 
 
-def config(M: int, N: int, K: int, block: tuple[int, int], device_index: int | None) -> tuple[int, int, int]:
+def table_config(M: int, N: int, K: int, block: tuple[int, int], device_index: int | None) -> tuple[int, int, int]:
     """(BM, BN, split_k) from the shape alone: tiles of 16-64 rows, 32-128 columns (a divisor of the scale block), and
     enough K splits that the grid covers the GPU about twice when M is small."""
     bn_q, bk = block
@@ -76,9 +76,11 @@ def config(M: int, N: int, K: int, block: tuple[int, int], device_index: int | N
 
 
 def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int] = (128, 128),
-                     bias: torch.Tensor | None = None, split_k: int | None = None) -> torch.Tensor:
+                     bias: torch.Tensor | None = None, split_k: int | None = None,
+                     config: tuple[int, int, int, int, int] | None = None) -> torch.Tensor:
     """``x [..., K]`` (bf16/fp16/fp32) times the FP8 weight ``[N, K]`` with ``scale_inv [ceil(N/bn), ceil(K/bk)]``
-    -> ``[..., N]`` in x's dtype."""
+    -> ``[..., N]`` in x's dtype. ``config`` ``(BM, BN, split_k, num_warps, num_stages)`` overrides the table (the
+    sweep of ``bench/fp8_gemm.py``); BN must divide the scale block's rows."""
     K = x.shape[-1]
     N = weight.shape[0]
     bn_q, bk = block
@@ -96,7 +98,13 @@ def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Ten
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
         return out.view(*x.shape[:-1], N)
-    BM, BN, split = config(M, N, K, block, x.device.index if x.is_cuda else None)
+    warps, stages = 4, 3
+    if config is not None:
+        BM, BN, split, warps, stages = config
+        if bn_q % BN:
+            raise ValueError(f"block_fp8_linear: BN {BN} must divide the scale block's {bn_q} rows")
+    else:
+        BM, BN, split = table_config(M, N, K, block, x.device.index if x.is_cuda else None)
     if split_k is not None:
         split = max(1, int(split_k))
     k_blocks = triton.cdiv(K, bk)
@@ -107,13 +115,13 @@ def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Ten
         _fp8_block_gemm_kernel[grid](
             x2, w, s, bias if bias is not None else out, out, M, N, K, x2.stride(0), w.stride(0), s.stride(0),
             out.stride(0), 0, per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=bias is not None, SPLIT=1,
-            IEEE=x.dtype == torch.float32, num_warps=4, num_stages=3)
+            IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
     else:
         part = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
         _fp8_block_gemm_kernel[grid](
             x2, w, s, out, part, M, N, K, x2.stride(0), w.stride(0), s.stride(0), part.stride(1), part.stride(0),
             per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=False, SPLIT=split,
-            IEEE=x.dtype == torch.float32, num_warps=4, num_stages=3)
+            IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
         acc = part.sum(0)
         if bias is not None:
             acc = acc + bias.float()
