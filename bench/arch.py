@@ -259,8 +259,9 @@ def write_quantized(hf, quant: str, dst: Path, shard_bytes: int = 4 << 30) -> in
         save_file(shard, str(dst / fname), metadata={"format": "pt"})
         weight_map.update({k: fname for k in shard})
     (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    cfg = hf.config.to_dict()
-    cfg["architectures"] = [type(hf).__name__]
+    hf.config.architectures = [type(hf).__name__]
+    hf.config.save_pretrained(dst)  # config.json as save_pretrained writes it
+    cfg = json.loads((dst / "config.json").read_text())
     cfg["quantization_config"] = (
         {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
         if quant == "fp8" else
