@@ -40,10 +40,10 @@ def sweep(x: torch.Tensor, qs: list, copies: int) -> dict:
     BM = 16 if M <= 16 else (32 if M <= 32 else 64)
     times = {}
     for BN in (32, 64, 128):
-        for split in (1, 2, 4, 8, 16, 32):
+        for split in (1, 2, 4, 8, 16):
             if split > -(-K // 128):
                 continue
-            for warps, stages in ((4, 3), (4, 4), (8, 3)):
+            for warps, stages in ((4, 3), (4, 4)):
                 cfg = (BM, BN, split, warps, stages)
                 try:
                     times[str(cfg)] = graph_ms(lambda: [block_fp8_linear(x, q, s, config=cfg) for q, s in qs]) \

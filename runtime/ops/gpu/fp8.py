@@ -26,7 +26,7 @@ from . import num_sms
 def _fp8_block_gemm_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, M, N, K, s_xm, s_wn, s_sn, s_om, s_split, k_blocks_per_split,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QN: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SPLIT: tl.constexpr, IEEE: tl.constexpr,
+    DIRECT: tl.constexpr, IEEE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -51,12 +51,12 @@ def _fp8_block_gemm_kernel(
             d = tl.dot(x, tl.trans(w.to(x.dtype)))
         s = tl.load(srow + kb, mask=kb * BK < K, other=0.0)
         acc += d * s
-    if SPLIT == 1:
+    if DIRECT:  # no split: the output itself (one variant per flag, not per split count: fewer compiles)
         if HAS_BIAS:
             acc += tl.load(b_ptr + rn, mask=nm, other=0.0).to(tl.float32)[None, :]
         tl.store(o_ptr + rm[:, None].to(tl.int64) * s_om + rn[None, :], acc.to(o_ptr.dtype.element_ty),
                  mask=mm[:, None] & nm[None, :])
-    else:  # float32 partials [SPLIT, M, N], summed by the caller
+    else:  # float32 partials [split, M, N], summed by the caller
         tl.store(o_ptr + pid_k * s_split + rm[:, None].to(tl.int64) * s_om + rn[None, :], acc,
                  mask=mm[:, None] & nm[None, :])
 
@@ -114,13 +114,13 @@ def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Ten
     if split == 1:
         _fp8_block_gemm_kernel[grid](
             x2, w, s, bias if bias is not None else out, out, M, N, K, x2.stride(0), w.stride(0), s.stride(0),
-            out.stride(0), 0, per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=bias is not None, SPLIT=1,
+            out.stride(0), 0, per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=bias is not None, DIRECT=True,
             IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
     else:
         part = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
         _fp8_block_gemm_kernel[grid](
             x2, w, s, out, part, M, N, K, x2.stride(0), w.stride(0), s.stride(0), part.stride(1), part.stride(0),
-            per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=False, SPLIT=split,
+            per, BM=BM, BN=BN, BK=bk, QN=bn_q, HAS_BIAS=False, DIRECT=False,
             IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
         acc = part.sum(0)
         if bias is not None:
