@@ -30,12 +30,13 @@ from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
 from ..dummy_weights import check_load_format, dummy_checkpoint
 from ..parallel.launch import DriverRunner, abort_ranks_on_error, start_ranks
+from ..parallel.attention_dp import make_block_manager, wrap_runner as wrap_data_parallel_runner
 from ..parallel.pipeline import build_stage_model
 from ..loader.checkpoint import check_finite_tensor, finite_mode
 from ..progress import CountingCheckpoint, bar
 from ..targets import get_target
 from ..targets.base import RunnerOptions
-from .block_manager import BlockManager, CacheFullError
+from .block_manager import CacheFullError
 from .outputs import IncrementalDecoder, RequestOutput, RequestStats, StreamDelta
 from .registry import find_model
 from .runners import Work
@@ -351,7 +352,7 @@ class LLM:
             self.load_seconds = time.perf_counter() - t0
         if on_device_check:
             _check_parameters_finite(self.model, self.checkpoint_dir, self.device)
-        self.blocks = BlockManager(num_blocks, block_size)
+        self.blocks = make_block_manager(num_blocks, block_size)  # data_parallel_size > 1: one per rank
         self._tokenizer = None  # read at first use by the text API (complete / chat / stream)
         # Per-request resources, each released by seq id (idempotent, a no-op for ids that hold nothing): every exit
         # of generate/score calls all of them, so another kind of per-request state (a recurrent-state slot, an
@@ -378,6 +379,8 @@ class LLM:
         self.chunked_prefill = budget.chunked_prefill
         self.runner = self.target.make_runner(self.model, self.blocks, self.device, options, budget,
                                               state_pool=self.state_pool)
+        # attention data parallelism: each rank runs its own requests, logits come back to rank 0
+        self.runner = wrap_data_parallel_runner(self.runner, self.blocks, self.vocab_size)
         if self._ranks is not None:  # rank 0 of engine-started ranks: every model call is broadcast first
             self.runner = DriverRunner(self.runner, self._ranks, self.blocks, self.state_pool)
             self._ranks.ready(self)

@@ -32,11 +32,12 @@ import torch
 import torch.distributed as dist
 
 from .. import distributed
+from .channel import ShmChannel, wanted as _shm_wanted
 
 # Control commands (the first element of every header broadcast).
 STOP, READY, STEP, SAMPLE, WARMUP = range(5)
 _HEADER = 4  # [command, flag, number of work items, payload length]
-_PER_WORK = 5  # seq_id, start_pos, tokens, table length, state slot
+_PER_WORK = 6  # seq_id, start_pos, tokens, table length, state slot, owner rank (attention DP; else 0)
 
 _ACTIVE: "Ranks | None" = None  # the engine-started group of this process
 
@@ -212,6 +213,10 @@ class Ranks:
                 torch.cuda.set_device(base_index)
             dist.init_process_group(backend, init_method=init, rank=0, world_size=world, timeout=_timeout())
             self.control = dist.new_group(backend="gloo", timeout=_timeout())
+            # Step messages through shared memory on GPU hosts (runtime/parallel/channel.py says why); the
+            # gloo group stays for the handshake's all-reduce.
+            self.channel = ShmChannel(_channel_path(init), 0, world, timeout_s=_timeout().total_seconds()) \
+                if _shm_wanted(device_type) else None
         except BaseException:
             self._kill()
             raise
@@ -244,22 +249,23 @@ class Ranks:
 
     # ------------------------------------------------------------------------------------------------ broadcasts
     def _header(self, command: int, flag: int, n: int, length: int) -> None:
-        dist.broadcast(torch.tensor([command, flag, n, length], dtype=torch.int64), src=0, group=self.control)
+        _bcast(torch.tensor([command, flag, n, length], dtype=torch.int64), self.control, self.channel)
 
     def send_step(self, command: int, work, blocks, state_pool, flag: int = 0, params=None) -> None:
         ints, tokens, tables = [], [], []
+        owners = getattr(blocks, "owner", {})
         for w in work:
             table = blocks.tables[w.seq_id]
             slot = state_pool.slot(w.seq_id) if state_pool is not None else -1
-            ints += (w.seq_id, w.start_pos, len(w.token_ids), len(table), slot)
+            ints += (w.seq_id, w.start_pos, len(w.token_ids), len(table), slot, owners.get(w.seq_id, 0))
             tokens += w.token_ids
             tables += table
         payload = torch.tensor(ints + tokens + tables, dtype=torch.int64)
         self._header(command, flag, len(work), payload.numel())
-        dist.broadcast(payload, src=0, group=self.control)
+        _bcast(payload, self.control, self.channel)
         if params is not None:
             floats = torch.tensor([[p.top_k, p.top_p, p.temperature] for p in params], dtype=torch.float64)
-            dist.broadcast(floats, src=0, group=self.control)
+            _bcast(floats, self.control, self.channel)
 
     def send_warmup(self) -> None:
         self._header(WARMUP, 0, 0, 0)
@@ -339,19 +345,31 @@ class DriverRunner:
 
 
 # ------------------------------------------------------------------------------------------------------ followers
-def _recv(n: int, dtype: torch.dtype, group) -> torch.Tensor:
-    t = torch.empty(n, dtype=dtype)
+def _channel_path(init: str) -> Path:
+    """The shared-memory control file beside the group's file rendezvous (``file://<tmp>/rendezvous``)."""
+    return Path(init.removeprefix("file://")).parent / "control"
+
+
+def _bcast(t: torch.Tensor, group, channel: "ShmChannel | None") -> torch.Tensor:
+    """``dist.broadcast(t, src=0)`` over the control plane: the shared-memory channel when there is one."""
+    if channel is not None:
+        return channel.broadcast(t)
     dist.broadcast(t, src=0, group=group)
     return t
 
 
-def follow(llm, control) -> None:
+def _recv(n: int, dtype: torch.dtype, group, channel: "ShmChannel | None" = None) -> torch.Tensor:
+    return _bcast(torch.empty(n, dtype=dtype), group, channel)
+
+
+def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
     """A follower's loop: receive each step's inputs from rank 0 and run the same runner call (results dropped)."""
     from ..engine.runners import Work
 
     runner, blocks, pool = llm.runner, llm.blocks, llm.state_pool
+    owners = getattr(blocks, "owner", None)  # attention DP: which rank runs each work item
     while True:
-        command, flag, n, length = _recv(_HEADER, torch.int64, control).tolist()
+        command, flag, n, length = _recv(_HEADER, torch.int64, control, channel).tolist()
         if command == STOP:
             return
         if command == WARMUP:
@@ -361,16 +379,18 @@ def follow(llm, control) -> None:
             continue
         if command not in (STEP, SAMPLE):
             raise RuntimeError(f"follower: unexpected command {command}")
-        data = _recv(length, torch.int64, control).tolist()
+        data = _recv(length, torch.int64, control, channel).tolist()
         heads, rest = data[: n * _PER_WORK], data[n * _PER_WORK:]
         work, t = [], 0
         for i in range(n):
-            seq_id, start, count, _, slot = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
+            seq_id, start, count, _, slot, _ = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
             work.append(Work(seq_id, rest[t:t + count], start))
             t += count
         for i in range(n):
-            seq_id, start, _, width, slot = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
+            seq_id, start, _, width, slot, owner = heads[i * _PER_WORK:(i + 1) * _PER_WORK]
             blocks.tables[seq_id] = rest[t:t + width]
+            if owners is not None:
+                owners[seq_id] = owner
             t += width
             if pool is not None:
                 pool.slots[seq_id] = slot
@@ -380,11 +400,13 @@ def follow(llm, control) -> None:
             if command == STEP:
                 runner.step(work, all_positions=bool(flag))
             else:
-                floats = _recv(3 * n, torch.float64, control).view(n, 3).tolist()
+                floats = _recv(3 * n, torch.float64, control, channel).view(n, 3).tolist()
                 params = [SimpleNamespace(top_k=int(k), top_p=p, temperature=temp) for k, p, temp in floats]
                 runner.step_sample(work, params)
         finally:
             blocks.tables.clear()
+            if owners is not None:
+                owners.clear()
             if pool is not None:
                 pool.slots.clear()
 
@@ -399,6 +421,8 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         kwargs["device"] = f"cuda:{base_index + rank}"
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=_timeout())
     control = dist.new_group(backend="gloo", timeout=_timeout())
+    channel = ShmChannel(_channel_path(init), rank, world, timeout_s=_timeout().total_seconds()) \
+        if _shm_wanted(device_type) else None
     llm, failed = None, False
     try:
         from ..engine.llm import LLM
@@ -408,7 +432,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         failed = True
         errors.send_bytes(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".encode())
     try:
-        command, num_blocks, _, _ = _recv(_HEADER, torch.int64, control).tolist()
+        command, num_blocks, _, _ = _recv(_HEADER, torch.int64, control, channel).tolist()
         if command != READY:
             return  # rank 0 failed before READY and sent STOP
         mine = llm.blocks.num_blocks if llm is not None else num_blocks
@@ -419,7 +443,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         if backend == "nccl":
             dist.all_reduce(torch.zeros(1, device=llm.device))
             torch.cuda.synchronize(llm.device)
-        follow(llm, control)
+        follow(llm, control, channel)
     finally:
         try:
             dist.destroy_process_group()

@@ -278,7 +278,12 @@ def _on_meta(cls, owned):
 
 
 def build_stage_model(target, module, config, hf_config: dict, engine_args: dict) -> nn.Module:
-    """The target's model; under pipeline parallelism this rank's stage of it (see the module docstring)."""
+    """The target's model for this rank: under pipeline parallelism its stage (see the module docstring), under
+    attention data parallelism the model of ``runtime/parallel/attention_dp.py``."""
+    if distributed.parallel_config().data_parallel_size > 1:
+        from .attention_dp import build_dp_model
+
+        return build_dp_model(target, module, config, hf_config, engine_args)
     pp = distributed.parallel_config().pipeline_parallel_size
     if pp == 1:
         return target.build_model(module, config, hf_config, engine_args)
