@@ -62,9 +62,24 @@ def wall(fn, device: str) -> float:
     return time.perf_counter() - t0
 
 
-def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], check: list[list[int]]) -> dict:
+# TP=2 variants: the control plane and the all-reduce the engine uses (environment read when the ranks start)
+VARIANTS = {
+    "default": {},  # shared-memory step messages + one-shot all-reduce for small messages (the engine's defaults)
+    "gloo-nccl": {"MODELGEN_SHM_CONTROL": "0", "MODELGEN_CUSTOM_ALLREDUCE": "0"},  # before: gloo + NCCL only
+    "shm-nccl": {"MODELGEN_SHM_CONTROL": "1", "MODELGEN_CUSTOM_ALLREDUCE": "0"},
+}
+
+
+def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], check: list[list[int]],
+            variant: str = "default") -> dict:
     """Build the engine at tensor-parallel size ``tp`` and measure every batch size; returns the figures, the
     greedy tokens of the check prompts and one prompt's logits."""
+    import os
+
+    for k in ("MODELGEN_SHM_CONTROL", "MODELGEN_CUSTOM_ALLREDUCE"):
+        os.environ.pop(k, None)
+    os.environ.update(VARIANTS[variant])
+    label = f"TP={tp}" + (f" [{variant}]" if tp > 1 else "")
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
 
@@ -74,11 +89,18 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
               tensor_parallel_size=tp, max_num_seqs=max(args.batches + [len(check)]),
               max_model_len=args.prompt + args.new + 8, progress=False)
     build_s = time.perf_counter() - t0
-    out: dict = {"tensor_parallel_size": tp, "build_s": round(build_s, 2), "decode_tokens_per_s": {}}
+    out: dict = {"tensor_parallel_size": tp, "variant": variant, "environment": VARIANTS[variant],
+                 "build_s": round(build_s, 2), "decode_tokens_per_s": {}}
     try:
         t0 = time.perf_counter()
         llm.warmup()  # CUDA graphs of every decode bucket (all ranks capture together)
         out["warmup_s"] = round(time.perf_counter() - t0, 2)
+        # the token check first: its result must come back even when a later step runs out of time
+        log(f"{label}: check generate")
+        tokens = llm.generate(check, greedy(args.check_new))
+        log(f"{label}: check score")
+        logits = llm.score(check[0]).float().cpu()
+        log(f"{label}: check done")
         for b in args.batches:
             ids = prompts[b]
             llm.generate(ids, greedy(2))  # kernels and GEMM choices for these shapes
@@ -86,11 +108,11 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
             tn = min(wall(lambda: llm.generate(ids, greedy(args.new)), args.device) for _ in range(args.reps))
             rate = b * (args.new - 1) / (tn - t1)
             out["decode_tokens_per_s"][str(b)] = round(rate, 1)
-            log(f"TP={tp} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
-        tokens = llm.generate(check, greedy(args.check_new))
-        logits = llm.score(check[0]).float().cpu()
+            log(f"{label} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
     finally:
+        log(f"{label}: close")
         llm.close()
+        log(f"{label}: closed")
         del llm
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -119,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-prompts", type=int, default=4)
     ap.add_argument("--check-new", type=int, default=32)
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default: stdout only)")
+    ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
+                    help="TP>1 runs, each against the same TP=1 run: default (shared-memory control + one-shot "
+                         "all-reduce), gloo-nccl (the launcher before), shm-nccl")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     vocab = cfg["vocab_size"]
@@ -135,20 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="modelgen-bench-tp-") as tmp:
         cfg_dir = Path(tmp)
         (cfg_dir / "config.json").write_text(json.dumps(cfg))  # no weights: load_format="dummy"
-        runs = [measure(tp, cfg_dir, args, prompts, check) for tp in (1, args.tp)]
-    one, two = runs
-    result["tp1"], result[f"tp{args.tp}"] = one["figures"], two["figures"]
-    rate1, rate2 = one["figures"]["decode_tokens_per_s"], two["figures"]["decode_tokens_per_s"]
-    result["speedup"] = {b: round(rate2[b] / rate1[b], 3) for b in rate1}
-    result["check"] = {**compare(one["tokens"], two["tokens"]),
-                       "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),
-                       "logit_scale": float(one["logits"].abs().max())}
-    text = json.dumps(result, indent=1)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+        one = measure(1, cfg_dir, args, prompts, check)
+        result["tp1"] = one["figures"]
+        for variant in args.variants:
+            two = measure(args.tp, cfg_dir, args, prompts, check, variant)
+            key = f"tp{args.tp}" + ("" if variant == "default" else f"_{variant}")
+            rate1, rate2 = one["figures"]["decode_tokens_per_s"], two["figures"]["decode_tokens_per_s"]
+            result[key] = {**two["figures"], "speedup": {b: round(rate2[b] / rate1[b], 3) for b in rate2},
+                           "check": {**compare(one["tokens"], two["tokens"]),
+                                     "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),
+                                     "logit_scale": float(one["logits"].abs().max())}}
+            if variant == "default":
+                result["speedup"], result["check"] = result[key]["speedup"], result[key]["check"]
+            _write(result, args.out)  # after every run: a later timeout keeps what was measured
+    print(json.dumps(result, indent=1))
     return 0
+
+
+def _write(result: dict, out: Path | None) -> None:
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":
