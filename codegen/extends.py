@@ -17,6 +17,12 @@ Semantics (resolved in the YAML layer, so schema and lowering see one plain docu
   and ``sparse`` blocks are both Qwen3's ``decoder`` block, the sparse one with another MLP.
 * The identity keys ``name``, ``class_prefix``, ``description`` and ``hf`` are never inherited: every spec names its
   own model, classes and HF architectures (two packages with one name would overwrite each other).
+* ``config_ignore`` is never inherited either: it says which config.json keys do not change *this family's* forward
+  pass, and a key meaningless to the base can mean something to a new family that extends it (Qwen3 ignores
+  ``sliding_window`` because ``use_sliding_window`` gates it; a family without that gate must not). Each spec lists
+  its own; a base key the child does not restate is then an unread key, warned about at run (an error with
+  ``--strict-config``) and reported by ``modelgen verify``, never silently ignored. ``config_ignore: !remove`` is an
+  error (there is nothing inherited to remove).
 * Chains are allowed (qwen3_moe -> qwen3 -> llama), up to :data:`MAX_EXTENDS_DEPTH` specs; a cycle is an error at the
   ``extends`` that closes it. The source hash of a generated module covers the text of every spec in the chain.
 
@@ -35,6 +41,7 @@ from .source_map import Path_, SourceMap
 REMOVE_TAG = "!remove"
 REPLACE_TAG = "!replace"
 IDENTITY_KEYS = ("name", "class_prefix", "description", "hf")
+NOT_INHERITED = IDENTITY_KEYS + ("config_ignore",)  # see the module docstring: one family's knowledge each
 MAX_EXTENDS_DEPTH = 10  # specs in one chain; Qwen3.5 -> Qwen3.5-MoE -> Qwen3-Next -> Qwen3-MoE -> Qwen3 -> Llama is 6
 
 
@@ -122,7 +129,8 @@ class _Merger:
                 continue
             if own is REMOVE:
                 where = "needs a spec that extends another (top-level `extends:`)" if self.base is None else (
-                    f"the base spec has no '{key}' here to remove")
+                    f"'{key}' is never inherited (each spec lists its own), so there is nothing to remove"
+                    if not path and key in NOT_INHERITED else f"the base spec has no '{key}' here to remove")
                 self.error(path + (key,), f"'{REMOVE_TAG}' {where}", at_key=True)
                 continue
             out[key] = self.merge(None, None, own, path + (key,))
@@ -160,7 +168,7 @@ def resolve_extends(base: dict[str, Any] | None, base_smap: SourceMap | None, da
     """Merge ``data`` (one file, its ``extends`` key included) over ``base`` (already resolved, or None)."""
     child = {k: v for k, v in data.items() if k != "extends"}
     merger = _Merger(base, base_smap, smap, replace, max_nodes)
-    base_view = None if base is None else {k: v for k, v in base.items() if k not in IDENTITY_KEYS}
+    base_view = None if base is None else {k: v for k, v in base.items() if k not in NOT_INHERITED}
     merged = merger.merge(base_view, () if base is not None else None, child, ())
     if merger.issues:
         raise SpecError(merger.issues)

@@ -249,7 +249,8 @@ class Spec(Strict):
         default_factory=list,
         description="config.json keys this architecture's checkpoints carry that do not change the forward pass, "
         "beyond the project-wide generic set (runtime/hf_config.py GENERIC_CONFIG_KEYS); any other key the spec does "
-        "not read is warned about at run (an error with --strict-config), e.g. [pretraining_tp, max_window_layers]",
+        "not read is warned about at run (an error with --strict-config), e.g. [pretraining_tp, max_window_layers]; "
+        "never inherited through `extends:` (list the keys that mean nothing to this family)",
     )
     derived: dict[Identifier, Expression] = Field(
         default_factory=dict,

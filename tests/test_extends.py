@@ -148,6 +148,35 @@ def test_identity_keys_are_not_inherited(specdir):
     assert "missing required key 'hf'" in msg
 
 
+def test_config_ignore_is_not_inherited(specdir):
+    """A key the base family ignores may change the child's forward pass: each spec lists its own config_ignore."""
+    assert compile_spec(specdir / "base.yaml").config_ignore == ("pretraining_tp",)
+    assert compile_spec(write(specdir, "child.yaml", CHILD_HEAD)).config_ignore == ()
+    # restated: exactly the child's list, not merged with the base's
+    own = compile_spec(write(specdir, "own.yaml", CHILD_HEAD + "config_ignore: [sliding_window]\n"))
+    assert own.config_ignore == ("sliding_window",)
+    # a grandchild starts empty again
+    grand = CHILD_HEAD.replace("extends: base.yaml", "extends: own.yaml").replace("child", "grand").replace(
+        "Child", "Grand")
+    assert compile_spec(write(specdir, "grand.yaml", grand)).config_ignore == ()
+
+
+def test_committed_children_state_their_own_config_ignore():
+    """The generated config classes: Qwen3-MoE restates Qwen3's gated sliding-window keys; Llama's children whose
+    transformers configs have no pretraining_tp no longer carry Llama's ignore of it, so a checkpoint that has the
+    key is warned about there instead of passing silently."""
+    from modelgen.generated.rocm.llama import CONFIG_CLASS as LLAMA
+    from modelgen.generated.rocm.mistral import CONFIG_CLASS as MISTRAL
+    from modelgen.generated.rocm.qwen3_moe import CONFIG_CLASS as QWEN3_MOE
+    from modelgen.runtime.hf_config import unread_config_keys
+
+    assert "pretraining_tp" in LLAMA.CONFIG_KEYS_IGNORED and MISTRAL.CONFIG_KEYS_IGNORED == ()
+    assert {"sliding_window", "max_window_layers", "layer_types"} <= set(QWEN3_MOE.CONFIG_KEYS_IGNORED)
+    cfg = {"hidden_size": 8, "pretraining_tp": 1}
+    assert unread_config_keys(cfg, MISTRAL.CONFIG_KEYS_READ, MISTRAL.CONFIG_KEYS_IGNORED) == ["pretraining_tp"]
+    assert unread_config_keys(cfg, LLAMA.CONFIG_KEYS_READ, LLAMA.CONFIG_KEYS_IGNORED) == []
+
+
 @pytest.mark.parametrize(
     "body, needle, fragment",
     [
@@ -156,6 +185,7 @@ def test_identity_keys_are_not_inherited(specdir):
         ("blocks:\n  dense: {extends: blocks.decodr}\n", "blocks.decodr", "the base spec has no 'blocks.decodr'"),
         ("blocks:\n  dense: {extends: name}\n", "extends: name", "is a str, not a mapping"),
         ("ignore_me:\n  - !remove\n", "!remove", "must be the value of a mapping key"),
+        ("config_ignore: !remove\n", "config_ignore", "'config_ignore' is never inherited (each spec lists its own)"),
     ],
 )
 def test_bad_override_is_located_in_child(specdir, body, needle, fragment):

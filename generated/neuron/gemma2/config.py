@@ -81,9 +81,7 @@ class Gemma2Config(NeuronModelConfig):
         "final_logit_softcapping",
         "use_bidirectional_attention",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "Gemma2Config":

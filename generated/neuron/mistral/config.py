@@ -66,9 +66,7 @@ class MistralConfig(NeuronModelConfig):
         "hidden_act",
         "sliding_window",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "MistralConfig":

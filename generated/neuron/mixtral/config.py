@@ -70,9 +70,7 @@ class MixtralConfig(NeuronModelConfig):
         "num_experts_per_tok",
         "sliding_window",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "MixtralConfig":

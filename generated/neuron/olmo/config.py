@@ -66,9 +66,7 @@ class OlmoConfig(NeuronModelConfig):
         "hidden_act",
         "clip_qkv",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "OlmoConfig":

@@ -66,9 +66,7 @@ class Olmo2Config(NeuronModelConfig):
         "tie_word_embeddings",
         "hidden_act",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "Olmo2Config":

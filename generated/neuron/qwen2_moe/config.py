@@ -92,9 +92,7 @@ class Qwen2MoeConfig(NeuronModelConfig):
         "decoder_sparse_step",
         "mlp_only_layers",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "Qwen2MoeConfig":

@@ -71,9 +71,7 @@ class StableLmConfig(NeuronModelConfig):
         "rope_parameters.partial_rotary_factor",
         "partial_rotary_factor",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "StableLmConfig":

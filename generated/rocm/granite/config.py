@@ -73,9 +73,7 @@ class GraniteConfig:
         "attention_multiplier",
         "logits_scaling",
     )
-    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
-        "pretraining_tp",
-)
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_hf_config(cls, hf_config: Any) -> "GraniteConfig":

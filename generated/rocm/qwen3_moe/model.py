@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): c95ca5c5a41acf4e
+# source hash (spec + templates + generator): 7d967bc82d1c7e0c
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
