@@ -532,3 +532,24 @@ def test_greedy_equal_on_gpu_path(ckpts, monkeypatch):
     assert spec.generate(prompts, _greedy(8)) == ref
     s = spec.stats.as_dict()["speculative"]
     assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
+
+
+def test_gdn_rollback_keeps_verify_windows_short(ckpts, monkeypatch):
+    """After a rejected draft the recurrent state is restored and re-advanced in the same step, so every verify
+    window stays the last token + K drafts: re-feeding the kept tokens with the next drafts instead made each of a
+    run of rejected steps one token longer (a random head rejects nearly every step: windows grew to the whole
+    output)."""
+    path, _ = ckpts("qwen3_next")
+    ref = _engine(path).generate(PROMPTS, _greedy(14))
+    spec = _engine(path, speculative_tokens=2)
+    sizes = []
+    original = SpeculativeDecoder._target_step
+
+    def recording(self, work):
+        sizes.append(max(len(w.token_ids) for w in work))
+        return original(self, work)
+
+    monkeypatch.setattr(SpeculativeDecoder, "_target_step", recording)
+    assert spec.generate(PROMPTS, _greedy(14)) == ref
+    assert spec.stats.as_dict()["speculative"]["rollbacks"] > 0
+    assert max(sizes[1:]) <= 3  # after the prompts: the last token and at most 2 drafts

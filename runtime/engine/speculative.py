@@ -19,9 +19,10 @@ scheduler and the targets' runners, unchanged:
 * **Rollback.** K/V written for rejected drafts needs no undo: attention reads a sequence only up to its context
   length and the next step overwrites those slots. A recurrent layer (Gated DeltaNet) has advanced its state over
   every fed token, so the states of verifying requests are snapshotted before the step (``StatePool.snapshot``) and,
-  for a request that rejected a draft, restored; the request is marked computed up to the step's start again, so
-  its next step re-feeds the accepted tokens ahead of the new drafts (one target forward per step, a few tokens
-  more; per-position states inside the recurrent layer would save those).
+  for a request that rejected a draft, restored and re-advanced at once over the tokens it keeps (one more target
+  forward of those requests, ``n + accepted`` tokens each; per-position states inside the recurrent layer would
+  save it). Marking the request computed up to the step's start instead, to re-feed the kept tokens with the next
+  drafts, never moves past a run of rejections: each rejected step re-fed one token more than the last.
 * **Exactness.** Greedy: a draft is accepted iff it equals the target's argmax at its position, so the output is
   plain greedy decoding's token for token (up to the floating-point differences of computing K+1 positions in one
   call rather than one at a time). Sampling: the rejection rule of Leviathan et al. 2023 / Chen et al. 2023 —
@@ -163,8 +164,16 @@ class SpeculativeDecoder:
         self.k = check_speculative_tokens(num_speculative_tokens)
         if getattr(llm.runner, "on_device_sampling", False):
             raise ValueError("speculative_tokens: not supported with on_device_sampling (drafts are verified on the host)")
-        if getattr(llm, "_ranks", None) is not None:
-            raise ValueError("speculative_tokens: not supported with tensor_parallel_size > 1 yet")
+        # Engine-started tensor-parallel ranks: every model call below is announced to the followers first (a SPEC
+        # message of runtime/parallel/launch.py, whose followers call follow()), so their collectives pair up.
+        self._ranks = getattr(llm, "_ranks", None)
+        if self._ranks is not None:
+            from ..parallel import launch
+
+            if not hasattr(launch, "SPEC"):
+                raise ValueError("speculative_tokens with engine-started ranks (tensor_parallel_size > 1) needs the "
+                                 "SPEC command in runtime/parallel/launch.py (followers mirroring the draft and "
+                                 "verify calls); launch the ranks with torchrun instead")
         mtp = load_draft_module(llm.module.__name__)
         layers = int(mtp.num_mtp_layers(llm.config))
         if layers < 1:
@@ -195,7 +204,11 @@ class SpeculativeDecoder:
         # CUDA graphs of the verify step and the draft steps (module docstring), when the target runner replays its
         # decode steps from graphs; MODELGEN_SPEC_GRAPHS=0 keeps speculative steps eager (bench/mtp.py compares).
         self.verify_graphs = self.draft_graphs = self.chain_graphs = None
-        if getattr(llm.runner, "graphs", None) is not None and os.environ.get("MODELGEN_SPEC_GRAPHS", "1") != "0":
+        # Not with engine-started ranks: the followers mirror the eager calls (their runners' own decode graphs, which
+        # capture the collectives alike on every rank, still replay draft-free steps).
+        self._follower: dict | None = None  # follower ranks: what follow() keeps between calls
+        if getattr(llm.runner, "graphs", None) is not None and os.environ.get("MODELGEN_SPEC_GRAPHS", "1") != "0" \
+                and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 
     def enable_graphs(self, buckets: list[int] | None = None, capture=None) -> None:
@@ -237,6 +250,28 @@ class SpeculativeDecoder:
         self.drafted.pop(seq_id, None)
 
     # ------------------------------------------------------------------------------------------------------- step
+    def _send(self, kind: int, work: list[Work]) -> None:
+        """Engine-started ranks: announce a model call to the followers (they run :meth:`follow`)."""
+        if self._ranks is not None:
+            from ..parallel.launch import SPEC
+
+            self._ranks.send_step(SPEC, work, self.llm.blocks, self.llm.state_pool, flag=kind)
+
+    def _logit_rows(self, work: list[Work], hidden: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """The target's logits of the rows a step verifies or samples, in one LM-head call, and where each work
+        item's rows start in them. Rows are chosen from the work alone -- every token of an item of at most K + 1
+        tokens (a verify window: the last token and the drafts), the last token of a longer one (a prompt chunk,
+        which carries no drafts) -- so follower ranks pick the same rows and the LM head's all-gather pairs up."""
+        rows, first, at = [], [], 0
+        for w in work:
+            n = len(w.token_ids)
+            keep = range(at, at + n) if n <= self.k + 1 else range(at + n - 1, at + n)
+            first.append(len(rows) - keep[0])  # logits row of token j of the item: first[i] + at_i + j
+            rows.extend(keep)
+            at += n
+        logits = self.draft.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
+        return logits, first
+
     def _target_step(self, work: list[Work]) -> torch.Tensor:
         """Final hidden states ``[num_tokens, hidden]`` of every fed token, in work order, from the runner itself
         (``return_hidden``; the module docstring says why not a hook). The hidden states must cover every token:
@@ -246,7 +281,11 @@ class SpeculativeDecoder:
             tables = self.llm.blocks.tables
             hidden = graphs.run(work, [tables[w.seq_id] for w in work])
         else:  # one token per sequence: the runner's own decode graphs; longer steps (prompts): eager
-            _, hidden = self.llm.runner.step(work, return_hidden=True)
+            self._send(_TARGET, work)
+            runner = self.llm.runner
+            if self._ranks is not None:
+                runner = runner.inner  # the DriverRunner would broadcast a plain STEP; SPEC went out above
+            _, hidden = runner.step(work, return_hidden=True)
         total = sum(len(w.token_ids) for w in work)
         if hidden.shape[0] != total:
             raise RuntimeError(f"{type(self.llm.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
@@ -302,14 +341,11 @@ class SpeculativeDecoder:
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
         # The target's logits at each sampling request's last token and drafts: one gather, one LM-head call.
-        rows, row_at = [], {}
-        for i, (r, n, d) in enumerate(zip(batch, real, drafts)):
-            if r.computed + n == len(r.tokens):
-                row_at[i] = len(rows)
-                rows.extend(range(offsets[i] + n - 1, offsets[i] + n + len(d)))
-        logits = self.draft.compute_logits(hidden[torch.tensor(rows, device=hidden.device)]) if rows else None
+        logits, first = self._logit_rows(work, hidden)
+        row_at = {i: first[i] + offsets[i] + n - 1 for i, (r, n) in enumerate(zip(batch, real))
+                  if r.computed + n == len(r.tokens)}
         # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
-        argmax = logits.argmax(-1).tolist() if rows and any(r.params.temperature == 0 for r in batch) else None
+        argmax = logits.argmax(-1).tolist() if row_at and any(r.params.temperature == 0 for r in batch) else None
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
@@ -345,18 +381,21 @@ class SpeculativeDecoder:
                     r.finish_reason = "stop" if stop else "length"
                     r.t_done = now
                     break
-        # Recurrent layers: a request that rejected a draft gets its state back (as it was before this step) and is
-        # marked computed up to there again, so its next step re-feeds the accepted run before the new drafts (one
-        # target forward per step; attention rewrites the same K/V). The hidden states of the accepted positions
-        # from this step are exact (causal), so the draft is fed now.
+        # Recurrent layers: a request that rejected a draft gets its state back (as it was before this step) and
+        # re-advances it over the tokens it keeps, positions [start, computed), in one more target forward (hidden
+        # states dropped; attention rewrites the same K/V). The hidden states of those positions from the verify
+        # forward are exact (causal), so the draft is fed from it.
         settled = [r.computed for r in batch]  # positions [start, settled) are final for the draft
         if snapshot is not None:
             redo = [j for j, i in enumerate(verifying)
                     if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
             if redo:
                 pool.restore(slots, snapshot, rows=redo)
-                for j in redo:
-                    batch[verifying[j]].computed = starts[verifying[j]]
+                again = [Work(batch[i].seq_id, batch[i].tokens[starts[i]:batch[i].computed], starts[i])
+                         for i in (verifying[j] for j in redo)]
+                self._send(_REDO, again)
+                runner = llm.runner.inner if self._ranks is not None else llm.runner
+                runner.step(again, return_hidden=True)
                 self.stats.rollbacks += len(redo)
         for r in batch:
             if r.done:
@@ -415,6 +454,7 @@ class SpeculativeDecoder:
             last_hidden = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows))[ends]
             last_logits = self.draft.compute_logits(last_hidden)
         else:
+            self._send(_DRAFT, work)
             self.draft.bind_hidden_states(torch.cat(rows))
             last_logits = self.runner.step(work, all_positions=False)  # each request's last token
             last_hidden = self.draft.last_hidden_states[ends]
@@ -437,6 +477,7 @@ class SpeculativeDecoder:
                                                     hidden=last_hidden[active])
                     last_logits_step = self.draft.compute_logits(chained)
                 else:
+                    self._send(_CHAIN, step_work)
                     self.draft.bind_hidden_states(last_hidden[active])
                     last_logits_step = self.runner.step(step_work, all_positions=False)
                     chained = self.draft.last_hidden_states
@@ -457,3 +498,71 @@ class SpeculativeDecoder:
                     q = _probs(last_logits[j], r.params)
                     entry.tokens.append(int(torch.multinomial(q, 1, generator=r.generator)))
                     entry.probs.append(q)
+
+    # -------------------------------------------------------------------------------------------- follower ranks
+    def follow(self, kind: int, work: list[Work]) -> None:
+        """A follower rank of engine-started tensor parallelism runs rank 0's model call ``kind`` on ``work``
+        (``runtime/parallel/launch.py`` hands it the SPEC messages, with the block tables and state slots set):
+
+        * ``_TARGET``: the target's forward and the LM head over :meth:`_logit_rows`' rows (results dropped: rank 0
+          decides). Recurrent states: a slot is zeroed for an item at position 0 (a new or readmitted request), and
+          every multi-token item continuing a sequence is snapshotted first (a superset of rank 0's verify windows);
+        * ``_REDO``: rank 0 rolled these sequences back: restore their snapshots, re-run the kept tokens;
+        * ``_DRAFT``: the MTP head over the item's tokens with this rank's own hidden states of the same positions
+          from the last target call (replicated across ranks: the row-parallel layers all-reduce them);
+        * ``_CHAIN``: one chained draft step on each sequence's last MTP hidden state."""
+        llm = self.llm
+        if self._follower is None:
+            self._follower = {"snap": {}, "last": {}, "hidden": None, "at": {}}
+            self.verify_graphs = self.draft_graphs = self.chain_graphs = None  # rank 0 runs these calls eagerly
+        f, pool = self._follower, llm.state_pool
+        if kind == _TARGET:
+            if pool is not None:
+                f["snap"], keep = {}, []
+                for w in work:
+                    if w.start_pos == 0:
+                        pool.reset(pool.slot(w.seq_id))
+                    elif len(w.token_ids) > 1:
+                        keep.append(w.seq_id)
+                if keep:
+                    slots = [pool.slot(q) for q in keep]
+                    snap = pool.snapshot(slots)
+                    f["snap"] = {q: (slot, snap, j) for j, (q, slot) in enumerate(zip(keep, slots))}
+            _, hidden = llm.runner.step(work, return_hidden=True)
+            self._logit_rows(work, hidden)
+            at, f["at"] = 0, {}
+            for w in work:
+                f["at"][w.seq_id] = at
+                at += len(w.token_ids)
+            f["hidden"] = hidden
+        elif kind == _REDO:
+            for w in work:
+                slot, snap, j = f["snap"][w.seq_id]
+                pool.restore([slot], snap, rows=[j])
+            llm.runner.step(work, return_hidden=True)
+        elif kind == _DRAFT:
+            rows = [f["hidden"][f["at"][w.seq_id]:f["at"][w.seq_id] + len(w.token_ids)] for w in work]
+            self.draft.bind_hidden_states(torch.cat(rows))
+            self.runner.step(work, all_positions=False)
+            out, at = self.draft.last_hidden_states, 0
+            for w in work:
+                at += len(w.token_ids)
+                f["last"][w.seq_id] = out[at - 1]
+        elif kind == _CHAIN:
+            self.draft.bind_hidden_states(torch.stack([f["last"][w.seq_id] for w in work]))
+            self.runner.step(work, all_positions=False)
+            for w, h in zip(work, self.draft.last_hidden_states):
+                f["last"][w.seq_id] = h
+        else:
+            raise RuntimeError(f"speculative follower: unknown call kind {kind}")
+
+
+# Kinds of the model calls a speculative step makes (the flag of launch.py's SPEC message).
+_TARGET, _DRAFT, _CHAIN, _REDO = 0, 1, 2, 3
+
+
+def _engine_started_follower() -> bool:
+    """This process is a follower rank that runtime/parallel/launch.py spawned (it mirrors rank 0's calls)."""
+    import multiprocessing
+
+    return multiprocessing.current_process().name.startswith("modelgen-rank")
