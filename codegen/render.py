@@ -148,11 +148,14 @@ def _split_arg(arg: str, indent: int, at: int = 0) -> str:
     (then its element and its ``for`` clause on lines of their own)."""
     if at + indent + len(arg) + 1 <= MAX_LINE:
         return arg
-    node = ast.parse(arg, mode="eval").body
-    if isinstance(node, ast.ListComp):
+    comp = libcst.parse_expression(arg)
+    if isinstance(comp, libcst.ListComp):
+        # libcst's nodes carry their own text, parentheses included (ast's source segment of `(x.y)` is `x.y`); the
+        # for_in clause holds every nested `for` and `if` of the comprehension
+        code = libcst.Module([]).code_for_node
         inner, pad = " " * (indent + 4), " " * indent
-        element, clauses = ast.get_source_segment(arg, node.elt), arg[:-1].split(ast.get_source_segment(arg, node.elt), 1)[1]
-        return f"[\n{inner}{element}\n{inner}{clauses.strip()}\n{pad}]"
+        return f"[\n{inner}{code(comp.elt).strip()}\n{inner}{code(comp.for_in).strip()}\n{pad}]"
+    node = ast.parse(arg, mode="eval").body
     if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
         return arg
     indent += at
