@@ -527,7 +527,7 @@ class SpeculativeDecoder:
                 if keep:
                     slots = [pool.slot(q) for q in keep]
                     snap = pool.snapshot(slots)
-                    f["snap"] = {q: (slot, snap, j) for j, (q, slot) in enumerate(zip(keep, slots))}
+                    f["snap"] = {q: (slots, snap, j) for j, q in enumerate(keep)}
             _, hidden = llm.runner.step(work, return_hidden=True)
             self._logit_rows(work, hidden)
             at, f["at"] = 0, {}
@@ -537,8 +537,8 @@ class SpeculativeDecoder:
             f["hidden"] = hidden
         elif kind == _REDO:
             for w in work:
-                slot, snap, j = f["snap"][w.seq_id]
-                pool.restore([slot], snap, rows=[j])
+                slots, snap, j = f["snap"][w.seq_id]
+                pool.restore(slots, snap, rows=[j])
             llm.runner.step(work, return_hidden=True)
         elif kind == _DRAFT:
             rows = [f["hidden"][f["at"][w.seq_id]:f["at"][w.seq_id] + len(w.token_ids)] for w in work]
