@@ -335,16 +335,25 @@ def control(path: Path, args, prompts: list[list[int]], k: int, backend: str) ->
 
 def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
     """Plain (graphs; eager on a GPU) and speculative rows for one prompt set."""
-    rows = {}
+    rows, skipped = {}, []
     base = decode(path, args, prompts, None, cuda_graphs=True)
     rows["plain"] = base
-    if args.device.startswith("cuda"):  # graphs vs eager decode: bf16 rounding alone may part them
-        rows["plain_eager"] = decode(path, args, prompts, None, cuda_graphs=False)
-        rows["plain_eager"]["greedy_equal"] = rows["plain_eager"]["tokens"] == base["tokens"]
+    gpu = args.device.startswith("cuda")
+
+    def timed(name: str, *a, **kw) -> None:
+        if time.monotonic() > args.deadline:  # --budget-s: rows that would start after it are listed, not run
+            skipped.append(name)
+            return
+        rows[name] = decode(path, args, prompts, *a, **kw)
+
+    if gpu and args.plain_eager:  # graphs vs eager decode: bf16 rounding alone may part them
+        timed("plain_eager", None, cuda_graphs=False)
+        if "plain_eager" in rows:
+            rows["plain_eager"]["greedy_equal"] = rows["plain_eager"]["tokens"] == base["tokens"]
     for k in args.k:
-        rows[f"k{k}"] = decode(path, args, prompts, k, cuda_graphs=True)  # verify + draft steps graphed on a GPU
-        if args.device.startswith("cuda") and k in args.eager_k:
-            rows[f"k{k}_eager"] = decode(path, args, prompts, k, cuda_graphs=True, spec_graphs=False)
+        timed(f"k{k}", k, cuda_graphs=True)  # verify + draft steps replay CUDA graphs on a GPU
+        if gpu and k in args.eager_k:
+            timed(f"k{k}_eager", k, cuda_graphs=True, spec_graphs=False)
     if args.device.startswith("cuda") and args.controls:
         rows[f"k{args.k[0]}_torch_ops"] = control(path, args, prompts, args.k[0], "torch")
     for name, r in rows.items():
@@ -364,6 +373,9 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
             f"{r['spec_graph_replays']}")
     for r in rows.values():
         r.pop("tokens")
+    if skipped:
+        rows["skipped_by_budget"] = skipped
+        log(f"{what}: budget reached, skipped {skipped}")
     return rows
 
 
@@ -406,7 +418,8 @@ def run_model(kind: str, args, results: dict) -> None:
             # head as for modelgen's), so acceptance there is ~0 by construction. Training prompts: the head predicts
             # the continuation it was trained on -- the acceptance a well-trained head reaches, and the speed-up
             # speculation then gives.
-            sets = {"held_out": held, "train": [q[: args.prompt_len] for q in seqs[:batch]]}
+            # training prompts first: under --budget-s they are the rows that show the speed-up
+            sets = {"train": [q[: args.prompt_len] for q in seqs[:batch]], "held_out": held}
             for label, prompts in sets.items():
                 if label == "train" and args.new_tokens > args.train_len:
                     log(f"  --new-tokens {args.new_tokens} > --train-len {args.train_len}: the training prompts' "
@@ -439,11 +452,17 @@ def main() -> int:
                     help="on a GPU, also run the first K with MODELGEN_BACKEND=torch (no Triton kernels)")
     ap.add_argument("--eager-k", type=int, nargs="*", default=[1, 2, 3], metavar="K",
                     help="on a GPU, also time these K with the speculative steps eager (MODELGEN_SPEC_GRAPHS=0)")
+    ap.add_argument("--plain-eager", type=int, default=1, choices=[0, 1],
+                    help="on a GPU, also time plain decoding without CUDA graphs")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall-clock budget: decode rows that would start after it are skipped (listed in the JSON)")
     ap.add_argument("--out", default="bench/results/h200-mtp.json")
     args = ap.parse_args()
+    args.deadline = time.monotonic() + args.budget_s if args.budget_s else float("inf")
     warnings.simplefilter("ignore")  # config keys of the HF configs the specs do not read
     results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
-               "torch": torch.__version__, "args": vars(args), "models": {}}
+               "torch": torch.__version__, "args": {k: v for k, v in vars(args).items() if k != "deadline"},
+               "models": {}}
     for kind in args.models:
         run_model(kind, args, results)
     Path(args.out).write_text(json.dumps(results, indent=2))
