@@ -186,6 +186,7 @@ class Run:
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + args.budget_s
         self.server: subprocess.Popen | None = None
+        self.tmp: Path | None = None  # the --shape checkpoint and the server log, removed at the end
         self.lock = threading.Lock()
         self.results: dict = {"args": vars(args), "python": platform.python_version(), "engine": {}, "server": {},
                               "ratio_server_over_engine": {}, "skipped": [], "cut_by_budget": False}
@@ -228,6 +229,8 @@ class Run:
         with contextlib.suppress(Exception):
             if self.server is not None:
                 os.killpg(self.server.pid, signal.SIGKILL)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         os._exit(124)
 
 
@@ -249,13 +252,17 @@ def engine_waves(run: Run, ckpt: str, load_format: str, prompts: dict[int, list[
         run.results["gpu"] = torch.cuda.get_device_name(llm.device)
     params = SamplingParams(max_new_tokens=a.max_tokens, ignore_eos=True)
     run.engine_texts = {}
+    spent = 0.0  # estimated seconds of the timed engine waves so far
     for n in a.clients:
         t = time.perf_counter()
         llm.generate(prompts[n], params)  # warm-up: CUDA graphs of this batch's buckets, allocator, caches
         warm = time.perf_counter() - t
-        if warm * 1.3 + 5 > run.left():
-            run.skip(f"engine {n}", warm)
+        # leave the server its start (about the engine's load) and its two waves per client count (~2.6x the engine's)
+        reserve = 1.5 * run.results["engine_load_s"] + 10 + 2.6 * (spent + 1.3 * warm)
+        if 1.3 * warm + 5 + reserve > run.left():
+            run.skip(f"engine {n}", 1.3 * warm + 5 + reserve)
             continue
+        spent += 1.3 * warm
         _sync(llm.device)
         t = time.perf_counter()
         outs = llm.generate(prompts[n], params)
@@ -403,7 +410,7 @@ def main() -> None:
     timer.daemon = True
     timer.start()
 
-    tmp = Path(tempfile.mkdtemp(prefix="modelgen-serve-bench-"))
+    tmp = run.tmp = Path(tempfile.mkdtemp(prefix="modelgen-serve-bench-"))
     try:
         if args.shape:
             ckpt = str(write_shape_checkpoint(args.shape, Path(args.workdir) if args.workdir else tmp / args.shape))
@@ -435,9 +442,12 @@ def main() -> None:
         engine_waves(run, ckpt, load_format, prompts)
         port = start_server(run, ckpt, load_format == "dummy", tmp / "server.log")
         server_waves(run, port)
-        run.save()
+    except BaseException as e:
+        run.results["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
+        raise
     finally:
         timer.cancel()
+        run.save()
         run.stop_server()
         if run.server is not None and run.server.returncode not in (0, -signal.SIGTERM):
             print(f"server log tail:\n{(tmp / 'server.log').read_text()[-2000:]}", flush=True)
