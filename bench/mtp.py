@@ -27,7 +27,7 @@ Rows are reported for two prompt sets at each batch size (``--batches``, default
 held-out prompts (acceptance ~0 by construction: a few hundred steps memorise the training continuations),
 ``batchN_train_prompts`` the training prompts (the acceptance a well-trained head reaches, and its speed-up).
 
-Writes ``--out`` (JSON, rewritten after every model). CPU smoke test (tiny shapes, a few steps):
+Writes ``--out`` (JSON, rewritten after every set of rows). CPU smoke test (tiny shapes, a few steps):
 
   python bench/mtp.py --size tiny --device cpu --train-steps 20 --new-tokens 16 --out /tmp/mtp-tiny.json
   python bench/mtp.py --models deepseek --out bench/results/h200-mtp-deepseek.json      # on the GPU, one model per
@@ -427,6 +427,8 @@ def run_model(kind: str, args, results: dict) -> None:
                 rows = decode_rows(path, args, prompts, f"{kind} batch {batch} {label}")
                 key = f"batch{batch}" if label == "held_out" else f"batch{batch}_train_prompts"
                 entry["decode"][key] = rows
+                results["models"][kind] = entry
+                Path(args.out).write_text(json.dumps(results, indent=2))  # after every row set: a kill keeps them
         results["models"][kind] = entry
         Path(args.out).write_text(json.dumps(results, indent=2))
 
