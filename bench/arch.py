@@ -395,6 +395,45 @@ def kernel_profile(ckpt: Path, kw: dict, prompt: list[int], steps: int = 8, top:
 
 
 # -------------------------------------------------------------------------------------------------------------- main
+@torch.no_grad()
+def divergence_report(hf, llm, prompt: list[int], want: list[int], got: list[int]) -> dict | None:
+    """Near-tie or bug? At the first step where modelgen's greedy token differs from transformers' (both bf16), on
+    their common prefix: transformers' bf16 and float32 logits and modelgen's, the float32 margin between the two
+    tokens and each system's bf16 error against float32 there (the whole vocabulary). A float32 margin within the
+    bf16 errors is a near-tie that either system could break either way; a wide margin that modelgen gets wrong is not.
+    """
+    import copy
+
+    d = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), None)
+    if d is None:
+        return None
+    seq = prompt + want[:d]
+    ids = torch.tensor([seq], device=next(hf.parameters()).device)
+    hf_bf16 = hf(ids).logits[0, -1].float()
+    hf32 = copy.deepcopy(hf).float()
+    hf_fp32 = hf32(ids).logits[0, -1].float()
+    del hf32
+    gc.collect()
+    torch.cuda.empty_cache()
+    ours = llm.score(seq)[-1].float().to(hf_fp32.device)
+    a, b = want[d], got[d]
+    top = torch.topk(hf_fp32, 2).values
+    return {
+        "step": d, "hf_token": a, "modelgen_token": b,
+        "fp32_logit_hf_token_minus_modelgen_token": (hf_fp32[a] - hf_fp32[b]).item(),
+        "fp32_top2_margin": (top[0] - top[1]).item(),
+        "fp32_rank_of_modelgen_token": int((hf_fp32 > hf_fp32[b]).sum()),
+        "hf_bf16_logit_hf_token_minus_modelgen_token": (hf_bf16[a] - hf_bf16[b]).item(),
+        "modelgen_logit_modelgen_token_minus_hf_token": (ours[b] - ours[a]).item(),
+        "max_abs_hf_bf16_vs_fp32": (hf_bf16 - hf_fp32).abs().max().item(),
+        "max_abs_modelgen_vs_fp32": (ours - hf_fp32).abs().max().item(),
+        "mean_abs_hf_bf16_vs_fp32": (hf_bf16 - hf_fp32).abs().mean().item(),
+        "mean_abs_modelgen_vs_fp32": (ours - hf_fp32).abs().mean().item(),
+        "fp32_logit_std": hf_fp32.std().item(),
+        "fp32_argmax": int(hf_fp32.argmax()),
+    }
+
+
 def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
     from modelgen.runtime.engine.sampler import SamplingParams
 
@@ -436,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graphs", action="store_true", help="modelgen decodes eagerly (no CUDA graphs)")
     ap.add_argument("--profile", action="store_true", help="per-kernel GPU time of batch-1 decode steps (eager)")
     ap.add_argument("--budget-s", type=float, default=400, help="skip remaining phases past this")
+    ap.add_argument("--divergence", action="store_true",
+                    help="at a greedy mismatch with transformers: float32 margins at the first divergence "
+                         "(divergence_report; a float32 copy of transformers' model on the GPU for a moment)")
     args = ap.parse_args(argv)
     shape = SHAPES[args.model]
     layers = args.layers or shape["layers"]
@@ -539,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
             entry["greedy_tokens"] = got
             entry["greedy_agreement_first_8_vs_hf"] = sum(a == b for a, b in zip(want, got))
             log("greedy agreement", entry["greedy_agreement_first_8_vs_hf"], "/ 8", want, got)
+            if entry["greedy_agreement_first_8_vs_hf"] < 8 and args.divergence and left() > 60:
+                try:
+                    entry["first_divergence"] = divergence_report(hf, llm, ids[0], want, got)
+                    log("first divergence", entry["first_divergence"])
+                except Exception as e:  # diagnostics only: the timing still runs
+                    entry["first_divergence"] = f"{type(e).__name__}: {e}"[:300]
             entry.update(time_modelgen(llm, prompts, args.new, args.batches))
             del llm
         except Exception as e:  # record and go on: the other systems still run
