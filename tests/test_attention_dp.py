@@ -3,10 +3,6 @@ rank (its own KV cache), runs attention there and the MoE / MLP layers over both
 tokens equal one rank, logits within 1e-4 (fp32)."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,6 +13,7 @@ from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.parallel.attention_dp import DataParallelBlocks
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import make_moe
+from tests.parallel_helpers import cli_outputs, record_receives
 
 PROMPTS = [[1, 17, 42, 99, 3, 150, 64, 8, 9], [5, 6, 7, 120, 33], [9, 10], [44, 45, 46, 47]]
 GREEDY = SamplingParams(max_new_tokens=6, ignore_eos=True)
@@ -83,7 +80,9 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
         # one request: rank 1 idles on its scratch block but joins every MoE/MLP collective
         torch.testing.assert_close(llm.score(PROMPTS[0]), want_logits, atol=1e-4, rtol=1e-4)
         placed.clear()
+        received = record_receives(monkeypatch)
         assert llm.generate(PROMPTS, GREEDY) == want
+        assert received and all(dtype == torch.int64 and len(shape) == 1 for dtype, shape in received)  # ids only
         assert sorted(placed.values()) == [0, 0, 1, 1]  # the four requests spread over both ranks
     finally:
         llm.close()
@@ -93,14 +92,5 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
 @pytest.mark.slow
 def test_cli_data_parallel_prints_one_output(tmp_path):
     make_moe(tmp_path / "ckpt", "qwen3_moe_norm")
-    base = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(tmp_path / "ckpt"),
-            "--prompt-ids", ",".join(map(str, PROMPTS[0])), "--prompt-ids", ",".join(map(str, PROMPTS[1])),
-            "--max-new-tokens", "6", "--ignore-eos", "--dtype", "float32", "--json"]
-    outs = []
-    for extra in ([], ["--data-parallel-size", "2"]):
-        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        lines = proc.stdout.strip().splitlines()
-        assert len(lines) == 1
-        outs.append(json.loads(lines[0])["outputs"])
+    outs = cli_outputs(tmp_path / "ckpt", PROMPTS[:2], [], ["--data-parallel-size", "2"])
     assert outs[1] == outs[0]

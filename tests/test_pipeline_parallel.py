@@ -3,10 +3,6 @@ each builds and loads only its stage, the stages hand hidden + residual over sen
 equal one process."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -16,6 +12,7 @@ from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.parallel.pipeline import PPBoundary, PPMissingHead, PPMissingLayer
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import make_moe
+from tests.parallel_helpers import cli_outputs, record_receives
 
 PROMPTS = [[1, 17, 42, 99, 3, 150, 64, 8], [5, 6, 7, 120, 33], [9, 10]]
 GREEDY = SamplingParams(max_new_tokens=6, ignore_eos=True)
@@ -44,7 +41,7 @@ def test_pipeline_sizes_are_checked(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["llama", "llama_tied", "qwen3_moe"])
-def test_pipeline_parallel_2_equals_1(tmp_path, case):
+def test_pipeline_parallel_2_equals_1(tmp_path, case, monkeypatch):
     if case == "qwen3_moe":  # 4 layers: MoE layers 0, 2, 3 and a dense layer 1 (mlp_only_layers) on stage 0
         make_moe(tmp_path, "qwen3_moe_norm", num_hidden_layers=4)
     else:
@@ -62,7 +59,12 @@ def test_pipeline_parallel_2_equals_1(tmp_path, case):
         assert not any(name.startswith(("lm_head.", "model.norm.")) for name in names)
         assert {int(name.split(".")[2]) for name in names if name.startswith("model.layers.")} == {0, 1}
         assert len(llm.model.get_kv_spec().layers) == 2  # KV cache for the stage's layers only
-        _assert_same((llm.score(PROMPTS[0]), llm.generate(PROMPTS, GREEDY)), want)
+        received = record_receives(monkeypatch)
+        got_logits = llm.score(PROMPTS[0])
+        assert received == [(torch.float32, (len(PROMPTS[0]), llm.vocab_size))]  # score: logits from stage 1
+        received.clear()
+        _assert_same((got_logits, llm.generate(PROMPTS, GREEDY)), want)
+        assert received and all(dtype == torch.int64 and len(shape) == 1 for dtype, shape in received)  # ids only
     finally:
         llm.close()
     assert not dist.is_initialized()
@@ -107,14 +109,5 @@ def test_pipeline_times_tensor_parallel_2x2_equals_1(tmp_path):
 @pytest.mark.slow
 def test_cli_pipeline_parallel_prints_one_output(tmp_path):
     make_llama(tmp_path / "ckpt", "gqa", num_hidden_layers=3)
-    base = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(tmp_path / "ckpt"),
-            "--prompt-ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", "6", "--ignore-eos", "--dtype",
-            "float32", "--json"]
-    outs = []
-    for extra in ([], ["--pipeline-parallel-size", "2"]):
-        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        lines = proc.stdout.strip().splitlines()
-        assert len(lines) == 1
-        outs.append(json.loads(lines[0])["outputs"])
+    outs = cli_outputs(tmp_path / "ckpt", PROMPTS[:1], [], ["--pipeline-parallel-size", "2"])
     assert outs[1] == outs[0]

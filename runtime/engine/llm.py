@@ -688,11 +688,15 @@ class LLM:
         finishing = [r.computed + len(w.token_ids) == len(r.tokens) for r, w in zip(batch, work)]
         t0 = time.perf_counter()
         tokens: list[int | None] = [None] * len(batch)
+        rows = [i for i, fin in enumerate(finishing) if fin]
         if getattr(self.runner, "on_device_sampling", False):
             tokens = self.runner.step_sample(work, [r.params for r in batch])
+        elif rows and getattr(self.runner, "remote_greedy", False) and all(batch[i].params.temperature == 0
+                                                                          for i in rows):
+            # pipeline stages / attention DP: the argmax runs where the logits are, only the ids reach rank 0
+            tokens = self.runner.step_greedy(work)
         else:
             logits = self.runner.step(work)
-            rows = [i for i, fin in enumerate(finishing) if fin]
             if rows and all(batch[i].params.temperature == 0 for i in rows):
                 tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
             elif rows:

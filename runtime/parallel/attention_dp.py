@@ -13,7 +13,8 @@ row-parallel / expert partial sums are all-reduced over the world, and keeps its
 
 A step: rank 0 schedules every request and broadcasts the step with each work item's owner; every rank runs its
 own items (a rank without any runs one dummy token into a scratch KV block, so the MoE collectives pair up), and
-the ranks send their logits rows (float32) to rank 0, which samples. Not optimised: the all-gather is padded, the
+the ranks send their logits rows (float32) to rank 0, which samples -- for an all-greedy step only the argmax ids
+of each rank's rows (int64). Not optimised: the all-gather is padded, the
 reduction is an all-reduce then a slice (not a reduce-scatter; gloo has none), no overlap of ranks' attention
 with the collectives, decode CUDA graphs off. Models with MLA or Gated DeltaNet layers and speculative decoding are
 refused. ``tests/test_attention_dp.py`` checks D = 2 against one rank on CPU (gloo).
@@ -168,7 +169,10 @@ def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -
 # ------------------------------------------------------------------------------------------------------ runner
 class DataParallelRunner:
     """Every rank's runner under attention DP: runs this rank's work items (or a dummy token), announces every rank's
-    token count to the MoE/MLP gathers, and brings the logits rows to rank 0 in work order."""
+    token count to the MoE/MLP gathers, and brings the logits rows -- or, for a greedy step, the argmax ids -- to
+    rank 0 in work order."""
+
+    remote_greedy = True  # the engine asks for greedy ids: each rank takes the argmax of its own rows
 
     def __init__(self, inner, blocks: DataParallelBlocks, vocab_size: int):
         self.inner, self.blocks, self.vocab_size = inner, blocks, vocab_size
@@ -179,10 +183,17 @@ class DataParallelRunner:
         return getattr(self.inner, name)
 
     def step(self, work, all_positions: bool = False, return_hidden: bool = False):
-        from ..engine.runners import Work
-
         if return_hidden:
             raise NotImplementedError("return_hidden under attention data parallelism")
+        return self._run(work, all_positions, greedy=False)
+
+    def step_greedy(self, work) -> list[int] | None:
+        ids = self._run(work, False, greedy=True)
+        return ids.tolist() if ids is not None else None
+
+    def _run(self, work, all_positions: bool, greedy: bool):
+        from ..engine.runners import Work
+
         owners = [self.blocks.owner[w.seq_id] for w in work]
         mine = [w for w, o in zip(work, owners) if o == self.rank]
         tokens = [0] * self.world
@@ -199,22 +210,24 @@ class DataParallelRunner:
             if dummy:
                 self.blocks.tables.pop(-1, None)
             _COUNTS.clear()
+        out = logits.argmax(-1) if greedy else logits.float()
         rows = [len(w.token_ids) if all_positions else 1 for w in work]
         if self.rank != 0:
             if not dummy:
-                dist.send(logits.float().contiguous(), dst=0)
+                dist.send(out.contiguous(), dst=0)
             return None
-        parts = {0: logits.float() if not dummy else None}
+        parts = {0: out}
         for r in range(1, self.world):
             count = sum(n for n, o in zip(rows, owners) if o == r)
             if count:
-                parts[r] = torch.empty(count, self.vocab_size, dtype=torch.float32, device=logits.device)
+                shape = (count,) if greedy else (count, self.vocab_size)
+                parts[r] = torch.empty(shape, dtype=out.dtype, device=out.device)
                 dist.recv(parts[r], src=r)
-        out, taken = [], [0] * self.world
+        ordered, taken = [], [0] * self.world
         for n, o in zip(rows, owners):
-            out.append(parts[o][taken[o]:taken[o] + n])
+            ordered.append(parts[o][taken[o]:taken[o] + n])
             taken[o] += n
-        return torch.cat(out)
+        return torch.cat(ordered)
 
 
 def wrap_runner(runner, blocks, vocab_size: int):

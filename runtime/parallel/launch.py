@@ -35,7 +35,7 @@ from .. import distributed
 from .channel import ShmChannel, wanted as _shm_wanted
 
 # Control commands (the first element of every header broadcast).
-STOP, READY, STEP, SAMPLE, WARMUP = range(5)
+STOP, READY, STEP, SAMPLE, WARMUP, GREEDY = range(6)
 _HEADER = 4  # [command, flag, number of work items, payload length]
 _PER_WORK = 6  # seq_id, start_pos, tokens, table length, state slot, owner rank (attention DP; else 0)
 
@@ -326,7 +326,7 @@ class DriverRunner:
         if callable(value) and not isinstance(value, type) and name not in self._LOCAL_CALLS \
                 and getattr(value, "__self__", None) is self.inner:
             raise NotImplementedError(f"runner.{name}: not broadcast to the other ranks (an engine-started "
-                                      f"tensor-parallel runner supports step, step_sample and warmup)")
+                                      f"tensor-parallel runner supports step, step_sample, step_greedy and warmup)")
         return value
 
     def step(self, work, all_positions: bool = False):
@@ -336,6 +336,12 @@ class DriverRunner:
     def step_sample(self, work, params):
         self.ranks.send_step(SAMPLE, work, self.blocks, self.state_pool, params=params)
         return self.inner.step_sample(work, params)
+
+    def step_greedy(self, work):
+        """Greedy ids computed where the logits are (runners with ``remote_greedy``: pipeline stages, attention
+        DP ranks)."""
+        self.ranks.send_step(GREEDY, work, self.blocks, self.state_pool)
+        return self.inner.step_greedy(work)
 
     def warmup(self) -> None:
         self.ranks.send_warmup()
@@ -377,7 +383,7 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
             if warm is not None:
                 warm()
             continue
-        if command not in (STEP, SAMPLE):
+        if command not in (STEP, SAMPLE, GREEDY):
             raise RuntimeError(f"follower: unexpected command {command}")
         data = _recv(length, torch.int64, control, channel).tolist()
         heads, rest = data[: n * _PER_WORK], data[n * _PER_WORK:]
@@ -399,6 +405,8 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
         try:
             if command == STEP:
                 runner.step(work, all_positions=bool(flag))
+            elif command == GREEDY:
+                runner.step_greedy(work)
             else:
                 floats = _recv(3 * n, torch.float64, control, channel).view(n, 3).tolist()
                 params = [SimpleNamespace(top_k=int(k), top_p=p, temperature=temp) for k, p, temp in floats]

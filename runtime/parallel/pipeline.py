@@ -16,7 +16,8 @@ Between processes (:class:`PipelineComm`, driven by the rocm runner): every rank
 broadcasts the step's inputs); stage s receives ``[2, tokens, hidden]`` (hidden, residual) from the same TP rank
 of stage s - 1 with ``torch.distributed.recv`` (tensors only: the shape follows from the broadcast step), runs its
 layers and sends to stage s + 1; the last stage computes the logits and its TP rank 0 sends them (float32) to rank
-0, whose engine samples. Under TP a stage hands over the partial sums of its last down projection when that
+0, whose engine samples -- or, for an all-greedy step, the ids of its argmax (int64), so only token ids travel
+back. Under TP a stage hands over the partial sums of its last down projection when that
 projection's all-reduce is fused into the next layer's input norm, which then reduces them on the next stage.
 
 Schedule: stage by stage, one step at a time -- no micro-batches in flight, so a stage idles while the others
@@ -327,8 +328,9 @@ class PipelineComm:
         self.rank = dist.get_rank()
 
     def step(self, model: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata,
-             rows: torch.Tensor | None):
-        """One runner call on this rank: logits ``[rows or tokens, V]`` (float32) on rank 0, None elsewhere."""
+             rows: torch.Tensor | None, greedy: bool = False):
+        """One runner call on this rank: logits ``[rows or tokens, V]`` (float32) on rank 0, None elsewhere;
+        ``greedy``: the last stage's argmax ids ``[rows]`` (int64) instead."""
         stage, n = self.stage, input_ids.shape[0]
         received = None
         if not stage.is_first:
@@ -341,11 +343,13 @@ class PipelineComm:
             dist.send(torch.stack([out["hidden_states"], out["residual"]]).contiguous(), dst=self.rank + self.tp)
             logits = None
         else:
-            logits = model.compute_logits(out if rows is None else out.index_select(0, rows)).float()
+            logits = model.compute_logits(out if rows is None else out.index_select(0, rows))
+            logits = logits.argmax(-1) if greedy else logits.float()
         if self.rank == 0:
             if logits is None:  # rank 0 is the first stage; the last stage's TP rank 0 sends
                 count = n if rows is None else rows.shape[0]
-                logits = torch.empty(count, self.vocab_size, dtype=torch.float32, device=input_ids.device)
+                shape, dtype = ((count,), torch.int64) if greedy else ((count, self.vocab_size), torch.float32)
+                logits = torch.empty(shape, dtype=dtype, device=input_ids.device)
                 dist.recv(logits, src=(stage.size - 1) * self.tp)
             return logits
         if stage.is_last and self.rank % self.tp == 0:

@@ -33,6 +33,8 @@ class RocmRunner:
         # Pipeline parallelism: each step's stage hand-off and logits return (runtime/parallel/pipeline.py); its
         # point-to-point transfers are not captured in the decode graphs, which stay off.
         self.pipeline = getattr(model, "pp_comm", None)
+        # The engine asks for greedy ids (step_greedy) instead of logits: the last stage takes the argmax.
+        self.remote_greedy = self.pipeline is not None
         if self.pipeline is not None:
             cuda_graphs = False
         if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
@@ -46,8 +48,17 @@ class RocmRunner:
             with torch.inference_mode():
                 self.graphs.capture_all()
 
+    def step_greedy(self, work: list[Work]) -> list[int] | None:
+        """Greedy token id of each sequence's last new token (``step(work).argmax(-1)``); under pipeline parallelism
+        the last stage computes it and sends only the ids to rank 0 (None on the other ranks)."""
+        if self.pipeline is None:
+            return self.step(work).argmax(-1).tolist()
+        ids = self.step(work, _greedy=True)
+        return ids.tolist() if ids is not None else None
+
     @torch.inference_mode()
-    def step(self, work: list[Work], all_positions: bool = False, return_hidden: bool = False):
+    def step(self, work: list[Work], all_positions: bool = False, return_hidden: bool = False, *,
+             _greedy: bool = False):
         """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``).
 
         ``return_hidden``: ``(logits, hidden)`` instead, ``hidden [num_tokens, hidden_size]`` the model's output (final
@@ -90,7 +101,7 @@ class RocmRunner:
                 raise NotImplementedError("return_hidden under pipeline parallelism (the hidden states live on the "
                                           "last stage)")
             rows = None if all_positions else torch.tensor(cu[1:], device=dev) - 1
-            return self.pipeline.step(self.model, input_ids, positions, meta, rows)
+            return self.pipeline.step(self.model, input_ids, positions, meta, rows, greedy=_greedy)
         hidden = self.model(input_ids, positions, meta)
         if return_hidden:
             return (self.model.compute_logits(hidden) if all_positions else None), hidden
