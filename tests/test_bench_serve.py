@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import subprocess
 import sys
@@ -68,8 +69,8 @@ def test_tiny_end_to_end(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "serve.py"), "--shape", "tiny", "--clients", "1", "3",
                            "--max-tokens", "6", "--budget-s", "120", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=150, env={"OMP_NUM_THREADS": "1",
-                                                                                      **__import__("os").environ})
+                          cwd=ROOT, capture_output=True, text=True, timeout=150,
+                          env={"OMP_NUM_THREADS": "1", **os.environ})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     r = json.loads(out.read_text())
     assert not r["cut_by_budget"] and not r["skipped"]
