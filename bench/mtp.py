@@ -11,9 +11,10 @@ For each model:
      sequences with transformers' modules (the target's final hidden state h[i] and token t[i+1] -> t[i+2], the
      DeepSeek-V3 MTP objective), then written into the checkpoint as released checkpoints lay it out
      (``model.layers.{num_hidden_layers}.*`` / ``mtp.*``) with ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``;
-  4. modelgen decodes held-out prompts at each batch size without speculation (CUDA graphs on, and eager) and with
-     K = 1..3 draft tokens, on a GPU both with the verify / draft steps replaying CUDA graphs (``kK``) and eager
-     (``kK_eager``, ``--eager-k``; ``spec_graph_replays`` counts the replays): tokens/s = generated tokens / wall time of the generate call
+  4. modelgen decodes training and held-out prompts at each batch size without speculation (CUDA graphs on, and
+     eager: ``--plain-eager``) and with K = 1..3 draft tokens, on a GPU both with the verify / draft steps replaying
+     CUDA graphs (``kK``) and eager (``kK_eager``, ``--eager-k``; ``spec_graph_replays`` counts the replays):
+     tokens/s = generated tokens / wall time of the generate call
      (prefill included, the same for every row), the acceptance rate, mean accepted drafts per verify step, and
      whether the greedy tokens equal the non-speculative ones (and how many leading tokens they share: bf16 verify
      windows and graph decode steps round differently, so a late parting after a near-tie is rounding, an early one

@@ -10,8 +10,8 @@ scheduler and the targets' runners, unchanged:
   ``runner.step(work, return_hidden=True)``, whose second output is the model's output (the final-normed hidden
   states) of every fed token. Not a forward hook: a CUDA-graph replay runs no Python hook (the hook would keep the
   capture's tensors), and a runner is free to call ``forward`` directly. A decode step without drafts replays its
-  graph (the graph keeps the hidden states in a static output beside the logits). The logit rows the step needs (each request's last token and drafts) are computed here, from
-  the hidden states, in one LM-head call.
+  graph (the graph keeps the hidden states in a static output beside the logits). The logit rows the step needs
+  (each request's last token and drafts) are computed here, from the hidden states, in one LM-head call.
 * **The draft's cache.** The MTP layer's attention has its own paged cache with the target's block tables (same
   block ids, its own tensors). After every target step the draft runs over the same positions ``[c0, c)`` of the
   tokens the target accepted (ids shifted by one: the token at ``i+1`` with ``h[i]``), which rewrites whatever a
@@ -36,6 +36,10 @@ scheduler and the targets' runners, unchanged:
   position + 1, the latents written before the kernel reads them), GQA models as a fixed-shape varlen prefill.
   Targets with Gated DeltaNet layers verify eagerly (their multi-token recurrence reads offsets on the host); their
   draft (full attention) is graphed. Steps with a longer run (a prompt chunk) stay eager.
+* **Tensor parallelism.** Under torchrun every rank runs this loop itself. With engine-started ranks
+  (``LLM(tensor_parallel_size=N)``) rank 0 announces each model call (target, re-advance, draft, chained draft)
+  with launch.py's SPEC message and the followers mirror it (:meth:`SpeculativeDecoder.follow`) on their own
+  replicated hidden states; those steps run eagerly (the runner's decode graphs still replay draft-free steps).
 * **Budgets.** A request drafts at most ``max_new_tokens - generated - 1`` tokens (the verify step's extra token
   is never beyond what it may emit), never past ``max_model_len``, and only when the KV blocks for them can be had
   without preempting anyone (else it drafts fewer, down to a plain decode step).
