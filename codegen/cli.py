@@ -399,6 +399,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with _config_warnings("serve"):
         llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
                   **extra)
+    if llm.device.type != "cpu":  # capture the decode CUDA graphs before the first request, not during it
+        llm.warmup()
     name = args.model_name or Path(checkpoint).name
     print(f"modelgen serve: {name} on http://{args.host}:{args.port}/v1 ({args.target} target, {llm.device})",
           file=sys.stderr, flush=True)
