@@ -35,6 +35,24 @@ SIZES = {
         max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
         bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16", hidden_act="silu", head_dim=128,
     ),
+    # Qwen3-30B-A3B's config.json fields, 8 of its 48 layers (the MoE leg: expert parallelism over the ranks)
+    "qwen3-30b-a3b-8l": dict(
+        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
+        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645, torch_dtype="bfloat16",
+        hidden_act="silu", attention_bias=False, router_aux_loss_coef=0.001, output_router_logits=False,
+    ),
+    # the MoE leg at test size
+    "tiny-moe": dict(
+        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=64, intermediate_size=128,
+        moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        vocab_size=160, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, torch_dtype="float32", hidden_act="silu",
+        attention_bias=False, initializer_range=0.2,
+    ),
     # the same architecture at test size
     "tiny": dict(
         architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=96,
@@ -86,7 +104,7 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
     greedy = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
     t0 = time.perf_counter()
     llm = LLM(cfg_dir, target="rocm", dtype=args.dtype, device=args.device, load_format="dummy",
-              tensor_parallel_size=tp, max_num_seqs=max(args.batches + [len(check)]),
+              tensor_parallel_size=tp, expert_parallel_size=(args.ep if tp > 1 else None), max_num_seqs=max(args.batches + [len(check)]),
               max_model_len=args.prompt + args.new + 8, progress=False)
     build_s = time.perf_counter() - t0
     out: dict = {"tensor_parallel_size": tp, "variant": variant, "environment": VARIANTS[variant],
@@ -138,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=128, help="new tokens per timed run")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tp", type=int, default=2, help="the tensor-parallel size compared with 1")
+    ap.add_argument("--ep", type=int, default=None,
+                    help="expert_parallel_size of the TP>1 runs (MoE sizes; default: experts TP-sharded)")
     ap.add_argument("--check-prompts", type=int, default=4)
     ap.add_argument("--check-new", type=int, default=32)
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default: stdout only)")
