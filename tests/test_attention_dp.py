@@ -48,10 +48,12 @@ def test_sizes_are_checked(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["qwen3_moe", "llama"])
+@pytest.mark.parametrize("case", ["qwen3_moe", "glm4_moe", "llama"])
 def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
     if case == "qwen3_moe":  # 8 experts (4 per rank) and a dense layer 1 (mlp_only_layers)
         make_moe(tmp_path, "qwen3_moe_norm")
+    elif case == "glm4_moe":  # 8 experts + a shared expert as extra fused-MoE slots (run once: rank 0's), dense layer 0
+        make_moe(tmp_path, "glm4_moe_qknorm")
     else:
         make_llama(tmp_path, "gqa")
     one = LLM(tmp_path, dtype="float32", max_model_len=64)
@@ -74,7 +76,7 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
         assert qkv.shape[0] == (4 + 2 * 2) * 16  # attention whole on each rank
         gate_up = next(p for n, p in params.items() if n.endswith("mlp.gate_up_proj.weight"))
         assert gate_up.shape[0] == 2 * 96 // 2  # dense MLP sharded over the 2 ranks
-        if case == "qwen3_moe":
+        if case != "llama":
             experts = next(m for m in llm.model.modules() if getattr(m, "is_fused_moe", False))
             assert experts.num_local_experts == 4  # experts spread over the ranks
         # one request: rank 1 idles on its scratch block but joins every MoE/MLP collective
