@@ -300,29 +300,43 @@ class StepGraphs:
         return bk
 
     def _fill(self, bk: _StepBucket, work, tables) -> int:
-        """Host buffers of one step (padding everywhere else); returns the number of real tokens."""
+        """Host buffers of one step (padding everywhere else); returns the number of real tokens. Python lists and
+        one numpy assignment per buffer (per-item numpy calls cost more than the step's few dozen tokens)."""
         Q, bs, rows = bk.q, self.block_size, self.layout == "rows"
+        dst, ids, pos, slot, ctx = [], [], [], [], []
+        pad_at, pad_pos = [], []  # varlen: padding slots of real sequences (RoPE at the last real position)
+        for i, (w, t) in enumerate(zip(work, tables)):
+            L, s, a = len(w.token_ids), w.start_pos, i * Q
+            dst.extend(range(a, a + L))
+            ids.extend(w.token_ids)
+            p = range(s, s + L)
+            pos.extend(p)
+            slot.extend(t[x // bs] * bs + x % bs for x in p)
+            if rows:
+                ctx.extend(range(s + 1, s + L + 1))
+                bk.h_tab[a:a + L, :len(t)] = t
+            else:
+                ctx.append(s + Q)
+                bk.h_tab[i, :len(t)] = t
+                pad_at.extend(range(a + L, a + Q))
+                pad_pos.extend([s + L - 1] * (Q - L))
         bk.h_ids[:] = 0
         bk.h_pos[:] = 0
         bk.h_slot[:] = -1
         bk.h_ctx[:] = 1 if rows else Q
-        m = 0
-        for i, (w, t) in enumerate(zip(work, tables)):
-            L, s, a = len(w.token_ids), w.start_pos, i * Q
-            p = np.arange(s, s + L, dtype=np.int64)
-            tab = np.asarray(t, dtype=np.int64)
-            bk.h_ids[a:a + L] = w.token_ids
-            bk.h_pos[a:a + L] = p
-            bk.h_slot[a:a + L] = tab[p // bs] * bs + p % bs
+        m = len(dst)
+        if m:
+            bk.h_dst[:m] = dst
+            d = bk.h_dst[:m]
+            bk.h_ids[d] = ids
+            bk.h_pos[d] = pos
+            bk.h_slot[d] = slot
             if rows:
-                bk.h_ctx[a:a + L] = p + 1
-                bk.h_tab[a:a + L, :len(t)] = tab
+                bk.h_ctx[d] = ctx
             else:
-                bk.h_pos[a + L:a + Q] = s + L - 1  # padding tokens: a valid RoPE row, nothing written
-                bk.h_ctx[i] = s + Q
-                bk.h_tab[i, :len(t)] = tab
-            bk.h_dst[m:m + L] = np.arange(a, a + L)
-            m += L
+                bk.h_ctx[:len(ctx)] = ctx
+                if pad_at:
+                    bk.h_pos[pad_at] = pad_pos
         return m
 
     def run(self, work, tables: list[list[int]], hidden: torch.Tensor | None = None) -> torch.Tensor:
