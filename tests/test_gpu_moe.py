@@ -1,24 +1,24 @@
 """Fused MoE on the GPU (``runtime/ops/gpu/moe.py``) against the torch references of ``runtime/ops/moe.py``, and the
-engine's MoE models against transformers with those kernels in prefill and in graphed decode. Skipped without CUDA.
+engine's MoE models against transformers with those kernels in prefill and in graphed decode. The kernel tests also
+run in Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``, CPU tensors, float16 for bfloat16, the
+largest token counts left out); CUDA graphs and the engine need a GPU.
 
 Every check draws fresh random inputs; kernel outputs are compared by relative error with a float64 evaluation of
-the reference (bf16 operands: within 1e-2; fp32: 1e-5), so a wrong row, slot or weight shows at any size.
+the reference (16-bit operands: within 1e-2; fp32: 1e-5), so a wrong row, slot or weight shows at any size.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, cuda_only, rel
+
+pytestmark = KERNEL_MARKS
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    assert torch.isfinite(a).all()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+def sizes(*values: int, interpreter_max: int = 64) -> list[int]:
+    """Token counts of a test: all on a GPU, the interpreter's share (it runs each program in numpy) otherwise."""
+    return [v for v in values if not INTERPRET or torch.cuda.is_available() or v <= interpreter_max]
 
 
 def tol(dtype) -> float:
@@ -26,16 +26,16 @@ def tol(dtype) -> float:
 
 
 def experts(E: int, H: int, I: int, dtype, seed: int):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    w13 = (torch.randn(E, 2 * I, H, device="cuda", generator=g) * H ** -0.5).to(dtype)
-    w2 = (torch.randn(E, H, I, device="cuda", generator=g) * I ** -0.5).to(dtype)
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    w13 = (torch.randn(E, 2 * I, H, device=DEV, generator=g) * H ** -0.5).to(dtype)
+    w2 = (torch.randn(E, H, I, device=DEV, generator=g) * I ** -0.5).to(dtype)
     return w13, w2
 
 
 def routing(T: int, E: int, k: int, seed: int, dtype=torch.float32):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    ids = torch.rand(T, E, device="cuda", generator=g).argsort(dim=1)[:, :k].int()  # k distinct experts per token
-    w = torch.rand(T, k, device="cuda", generator=g).to(dtype)
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    ids = torch.rand(T, E, device=DEV, generator=g).argsort(dim=1)[:, :k].int()  # k distinct experts per token
+    w = torch.rand(T, k, device=DEV, generator=g).to(dtype)
     return w, ids
 
 
@@ -47,14 +47,14 @@ def reference(hidden, w13, w2, w, ids, **kw) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------------------ router
-@pytest.mark.parametrize("T", [1, 7, 64, 300])
+@pytest.mark.parametrize("T", sizes(1, 7, 64, 300))
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
 @pytest.mark.parametrize("renormalize", [True, False])
 def test_softmax_route(T, E, k, renormalize):
     from modelgen.runtime.ops import moe as ref
     from modelgen.runtime.ops.gpu import moe as gm
 
-    logits = torch.randn(T, E, device="cuda", dtype=torch.bfloat16) * 2
+    logits = torch.randn(T, E, device=DEV, dtype=LOW) * 2
     w, ids = gm.route(logits, k, scoring="softmax", renormalize=renormalize)
     w2, ids2 = ref.route(logits, k, scoring="softmax", renormalize=renormalize)
     # Both in descending-score order. bf16 logits tie often (8-bit mantissa): the tied experts may come in another
@@ -64,19 +64,19 @@ def test_softmax_route(T, E, k, renormalize):
     untied = (probs.unsqueeze(-1) == probs.gather(1, ids2).unsqueeze(1)).sum(1) == 1  # [T, k]: value unique in row
     assert torch.equal(ids.long()[untied], ids2[untied])
     assert rel(w, w2) < 1e-6
-    wb, _ = gm.route(logits, k, scoring="softmax", renormalize=renormalize, out_dtype=torch.bfloat16)
-    assert wb.dtype == torch.bfloat16 and rel(wb, w2) < 4e-3  # Qwen3-MoE's cast (one bf16 rounding)
+    wb, _ = gm.route(logits, k, scoring="softmax", renormalize=renormalize, out_dtype=LOW)
+    assert wb.dtype == LOW and rel(wb, w2) < 4e-3  # Qwen3-MoE's cast (one 16-bit rounding)
 
 
-@pytest.mark.parametrize("T", [1, 9, 300])
+@pytest.mark.parametrize("T", sizes(1, 9, 300))
 @pytest.mark.parametrize("E,k,n_group,topk_group", [(8, 2, 2, 1), (64, 8, 8, 4), (256, 8, 8, 4), (16, 4, None, None)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
     from modelgen.runtime.ops import moe as ref
     from modelgen.runtime.ops.gpu import moe as gm
 
-    logits = torch.randn(T, E, device="cuda", dtype=torch.float32)
-    b = torch.randn(E, device="cuda") * 0.5 if bias else None
+    logits = torch.randn(T, E, device=DEV, dtype=torch.float32)
+    b = torch.randn(E, device=DEV) * 0.5 if bias else None
     kw = dict(scoring="sigmoid", renormalize=True, n_group=n_group, topk_group=topk_group, e_score_correction_bias=b,
               routed_scaling_factor=2.5)
     w, ids = gm.route(logits, k, **kw)
@@ -96,10 +96,10 @@ def test_router_gemm_and_topk(T, monkeypatch):
 
     H = 2048
     # Qwen3-MoE: bf16 logits (rounded as F.linear rounds them), softmax, top-8, weights cast to bf16.
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
-    W = torch.randn(128, H, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(T, H, device=DEV, dtype=LOW)
+    W = torch.randn(128, H, device=DEV, dtype=LOW) * 0.02
     for _ in range(2):  # the second call reuses the arrival counter the first one reset
-        w, ids = gm.router(x, W, 8, scoring="softmax", renormalize=True, out_dtype=torch.bfloat16)
+        w, ids = gm.router(x, W, 8, scoring="softmax", renormalize=True, out_dtype=LOW)
     probs = torch.softmax(torch.nn.functional.linear(x, W), dim=-1, dtype=torch.float32)
     kth = probs.topk(8, dim=-1).values[:, -1:]
     chosen = probs.gather(1, ids.long())
@@ -107,7 +107,7 @@ def test_router_gemm_and_topk(T, monkeypatch):
     assert rel(w, chosen / chosen.sum(-1, keepdim=True)) < 1e-2
     # GLM4-MoE / DeepSeek-V3: float32 router, sigmoid, correction bias, 8 groups keep 4: ids exact.
     xf, Wf = x.float(), W.float()
-    bias = torch.randn(128, device="cuda") * 0.1
+    bias = torch.randn(128, device=DEV) * 0.1
     kw = dict(scoring="sigmoid", renormalize=True, n_group=8, topk_group=4, e_score_correction_bias=bias,
               routed_scaling_factor=2.5)
     w, ids = gm.router(xf, Wf, 8, **kw)
@@ -119,29 +119,29 @@ def test_router_gemm_and_topk(T, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------------------ experts
-@pytest.mark.parametrize("T", [1, 7, 64, 300])
+@pytest.mark.parametrize("T", sizes(1, 7, 64, 300, interpreter_max=7))
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
 def test_fused_moe_bf16(T, E, k):
     from modelgen.runtime.ops.gpu import moe as gm
 
     H, I = 256, 96  # I not a multiple of the column blocks: masked edges
-    w13, w2 = experts(E, H, I, torch.bfloat16, seed=T * 1000 + E)
-    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
-    for wdtype in (torch.float32, torch.bfloat16):  # Mixtral/GLM keep float32 weights, Qwen3-MoE casts to bf16
+    w13, w2 = experts(E, H, I, LOW, seed=T * 1000 + E)
+    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
+    for wdtype in (torch.float32, LOW):  # Mixtral/GLM keep float32 weights, Qwen3-MoE casts to the model dtype
         w, ids = routing(T, E, k, seed=T + E + k, dtype=wdtype)
         got = gm.fused_moe(hidden, w13, w2, w, ids)
-        assert got.shape == (T, 256) and got.dtype == torch.bfloat16
-        assert rel(got, reference(hidden, w13, w2, w, ids)) < tol(torch.bfloat16)
+        assert got.shape == (T, 256) and got.dtype == LOW
+        assert rel(got, reference(hidden, w13, w2, w, ids)) < tol(LOW)
 
 
-@pytest.mark.parametrize("T", [1, 64, 300])
+@pytest.mark.parametrize("T", sizes(1, 64, 300, interpreter_max=8))
 def test_fused_moe_fp32_and_gelu(T):
     from modelgen.runtime.ops import moe as ref
     from modelgen.runtime.ops.gpu import moe as gm
 
     E, k, H, I = 16, 4, 128, 64
     w13, w2 = experts(E, H, I, torch.float32, seed=T)
-    hidden = torch.randn(T, H, device="cuda")
+    hidden = torch.randn(T, H, device=DEV)
     w, ids = routing(T, E, k, seed=T)
     for act in ("silu", "gelu_tanh"):
         got = gm.fused_moe(hidden, w13, w2, w, ids, act)
@@ -149,33 +149,53 @@ def test_fused_moe_fp32_and_gelu(T):
         assert rel(got, want) < tol(torch.float32), act  # IEEE fp32 dots, not tf32
 
 
-@pytest.mark.parametrize("T", [1, 300])
+@pytest.mark.parametrize("T", sizes(1, 300, interpreter_max=1))
 def test_all_tokens_on_one_expert_and_block_configs(T):
     """Worst-case imbalance (every pair on the same experts) fits the worst-case buffers; every table entry, the
     small-batch pair path (at any T) and explicit configs give the same result."""
     from modelgen.runtime.ops.gpu import moe as gm
 
     E, k, H, I = 64, 2, 256, 128
-    w13, w2 = experts(E, H, I, torch.bfloat16, seed=5)
-    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
-    w = torch.rand(T, k, device="cuda")
-    ids = torch.tensor([[3, 40]], device="cuda", dtype=torch.int32).expand(T, k).contiguous()
+    w13, w2 = experts(E, H, I, LOW, seed=5)
+    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
+    w = torch.rand(T, k, device=DEV)
+    ids = torch.tensor([[3, 40]], device=DEV, dtype=torch.int32).expand(T, k).contiguous()
     want = reference(hidden, w13, w2, w, ids)
     configs = [cfg for _, cfg in gm._TABLE] + [dict(BLOCK_M=32, up=(32, 64, 4, 2), down=(64, 32, 4, 2)),
-                                               dict(gm._PAIRS), dict(pairs=True, up=(32, 64, 4, 2), down=(8, 512, 4, 1))]
-    for cfg in configs:
-        assert rel(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg), want) < tol(torch.bfloat16), cfg
+                                               dict(pairs=True, up=(32, 64, 4, 2), down=(8, 512, 4, 1))]
+    for cfg in configs + gm._PAIR_CANDIDATES:
+        assert rel(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg), want) < tol(LOW), cfg
 
 
-@pytest.mark.parametrize("T", [1, 3, 7, 64])  # 1 and 3: the small-batch pair path
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("wdtype", [torch.float32, "low"])
+def test_down_over_slots_is_bitwise_the_per_pair_down(T, wdtype):
+    """The pair path's two down kernels (one program per pair + last-arrival combine, or one per token over its
+    slots) round the same steps in the same order: bitwise equal, also with expert parallelism and shared slots."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    wdtype = LOW if wdtype == "low" else wdtype
+    E, k, H, I, S, L = 32, 4, 128, 96, 1, 16
+    w13, w2 = experts(L + S, H, I, LOW, seed=21)
+    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
+    w, ids = routing(T, E, k, seed=22, dtype=wdtype)
+    slots = [c for c in gm._PAIR_CANDIDATES if c.get("down_slots")]
+    assert slots
+    for kw in (dict(num_local_experts=L), dict(expert_offset=L, num_local_experts=L, num_shared=S)):
+        want = gm.fused_moe(hidden, w13, w2, w, ids, config=dict(gm._PAIRS), **kw)
+        for cfg in slots:
+            assert torch.equal(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg, **kw), want), (cfg, kw)
+
+
+@pytest.mark.parametrize("T", sizes(1, 3, 7, 64, interpreter_max=7))  # 1 and 3: the small-batch pair path
 def test_expert_parallel_ranges_sum_to_the_whole(T):
     """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.
     A rank's pairs on the other rank's experts are dropped (never read back as garbage)."""
     from modelgen.runtime.ops.gpu import moe as gm
 
     E, k, H, I = 64, 8, 256, 128
-    w13, w2 = experts(E, H, I, torch.bfloat16, seed=11)
-    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w13, w2 = experts(E, H, I, LOW, seed=11)
+    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
     w, ids = routing(T, E, k, seed=12)
     half = E // 2
     parts = [gm.fused_moe(hidden, w13[r * half:(r + 1) * half].contiguous(), w2[r * half:(r + 1) * half].contiguous(),
@@ -183,11 +203,11 @@ def test_expert_parallel_ranges_sum_to_the_whole(T):
     for r, part in enumerate(parts):
         want = reference(hidden, w13[r * half:(r + 1) * half], w2[r * half:(r + 1) * half], w, ids,
                          expert_offset=r * half, num_local_experts=half)
-        assert rel(part, want) < tol(torch.bfloat16)
-    assert rel(parts[0].float() + parts[1].float(), reference(hidden, w13, w2, w, ids)) < tol(torch.bfloat16)
+        assert rel(part, want) < tol(LOW)
+    assert rel(parts[0].float() + parts[1].float(), reference(hidden, w13, w2, w, ids)) < tol(LOW)
 
 
-@pytest.mark.parametrize("T", [1, 4, 7, 300])
+@pytest.mark.parametrize("T", sizes(1, 4, 7, 300, interpreter_max=7))
 @pytest.mark.parametrize("S", [1, 2])
 def test_shared_expert_slots(T, S):
     """GLM4-MoE's fused shared experts: S extra slots after the L routed ones, visited by every token at weight 1;
@@ -196,21 +216,22 @@ def test_shared_expert_slots(T, S):
 
     E, k, H, I = 16, 4, 128, 64
     L, off = 8, 8  # rank 1 of 2
-    w13, w2 = experts(L + S, H, I, torch.bfloat16, seed=S)
-    hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w13, w2 = experts(L + S, H, I, LOW, seed=S)
+    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
     w, ids = routing(T, E, k, seed=T + S)
     got = gm.fused_moe(hidden, w13, w2, w, ids, expert_offset=off, num_local_experts=L, num_shared=S)
     local = ids.long() - off
     local = torch.where((local >= 0) & (local < L), local, torch.full_like(local, L + S))
-    all_ids = torch.cat([local, torch.arange(L, L + S, device="cuda").expand(T, S)], dim=1)
-    all_w = torch.cat([w, torch.ones(T, S, device="cuda")], dim=1)
+    all_ids = torch.cat([local, torch.arange(L, L + S, device=DEV).expand(T, S)], dim=1)
+    all_w = torch.cat([w, torch.ones(T, S, device=DEV)], dim=1)
     want = reference(hidden, w13, w2, all_w, all_ids, num_local_experts=L + S)
-    assert rel(got, want) < tol(torch.bfloat16)
+    assert rel(got, want) < tol(LOW)
     # num_shared=0 (ranks other than 0): the shared slots contribute nothing
     got0 = gm.fused_moe(hidden, w13, w2, w, ids, expert_offset=off, num_local_experts=L, num_shared=0)
     assert rel(got0, reference(hidden, w13[:L], w2[:L], w, ids, expert_offset=off, num_local_experts=L)) < 1e-2
 
 
+@cuda_only
 @pytest.mark.parametrize("T", [1, 8, 64])
 def test_router_and_experts_replay_from_a_cuda_graph(T, monkeypatch):
     """Captured once, replayed on new hidden states and router weights (so new routing): no shape or host value of
@@ -251,6 +272,7 @@ def test_router_and_experts_replay_from_a_cuda_graph(T, monkeypatch):
 PROMPT = [1, 17, 42, 99, 3, 150, 64, 8, 23, 77, 5, 130]
 
 
+@cuda_only
 @pytest.mark.parametrize("name", ["qwen3_moe_norm", "qwen3_moe_nonorm", "glm4_moe_qknorm", "mixtral"])
 def test_engine_moe_runs_the_kernels_and_matches_transformers(tmp_path, monkeypatch, name):
     """fp32 prefill logits and 16 greedy tokens (graphed decode) equal transformers, with the Triton MoE (router
@@ -281,6 +303,7 @@ def test_engine_moe_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     assert llm.runner.graphs.captures >= 1 and calls["captured"] > 0
 
 
+@cuda_only
 def test_engine_qwen3_moe_bf16_and_batch_equals_singles(tmp_path):
     """bf16 Qwen3-MoE prefill logits stay within the bf16 three-way bound of transformers; in fp32 a batch of prompts
     decoded together (graphed, routing differs per row) gives each prompt's tokens decoded alone (fp32: the dense

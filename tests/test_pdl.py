@@ -94,10 +94,11 @@ def _chain_kernels():
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
         (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False), 4, 3, 0),
         (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
+        (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=256, PAIR_FP32=False, PF_CHUNKS=16), 4, 3, 1),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(13))
 def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
     kernel, const, warps, stages, allowed = _chain_kernels()[case]
     const = dict(const, PDL=True)
@@ -129,7 +130,7 @@ def test_prefetch_ahead_after_the_wait(case):
     assert any(i < wait for i in prefetch) and any(i > wait for i in prefetch)
 
 
-@pytest.mark.parametrize("case", [0, 3, 7, 11])
+@pytest.mark.parametrize("case", [0, 3, 7, 11, 12])
 def test_without_pdl_no_grid_dependency_instruction(case):
     """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
@@ -170,11 +171,13 @@ def _sm90():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90+ CUDA GPU")
-@pytest.mark.parametrize("T,path", [(1, "pairs"), (8, "sorted")])
+@pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (8, "sorted")])
 def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, norm as gn, pdl
 
-    monkeypatch.setenv("MODELGEN_MOE", path)
+    if path == "slots":  # the pair path with the down GEMV over each token's slots
+        monkeypatch.setattr(gm, "_PAIRS", next(c for c in gm._PAIR_CANDIDATES if c.get("down_slots")))
+    monkeypatch.setenv("MODELGEN_MOE", "sorted" if path == "sorted" else "pairs")
     monkeypatch.setenv("MODELGEN_GEMV", "gemv" if T == 1 else "triton")
     torch.manual_seed(0)
     H, E, k, I, layers = 1024, 64, 8, 384, 4

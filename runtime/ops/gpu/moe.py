@@ -473,6 +473,24 @@ def _gate_up_pairs_kernel(
 
 
 @triton.jit
+def _expert_gemv(a_ptr, w_ptr, offs_n, nmask, K, s_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``w[offs_n, :K] @ a[:K]`` for one expert's matrix ``w`` and one pair's activations ``a``, rounded to the
+    model dtype (``a``'s) as ``F.linear`` rounds the expert's output; returned in fp32."""
+    offs_k = tl.arange(0, BLOCK_K)
+    w_ptrs = w_ptr + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
+    a_ptrs = a_ptr + offs_k
+    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kmask = (k0 + offs_k) < K
+        a = tl.load(a_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :]
+        acc += tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0,
+                       eviction_policy="evict_first").to(tl.float32) * a
+        w_ptrs += BLOCK_K
+        a_ptrs += BLOCK_K
+    return tl.sum(acc, 1).to(a_ptr.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
 def _down_pairs_kernel(
     a_ptr, w_ptr, pair_ptr, out_ptr, ids_ptr, tw_ptr, cnt_ptr, N, K, KT, K_ROUTED, expert_offset, L,
     s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out,
@@ -494,18 +512,7 @@ def _down_pairs_kernel(
                               N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     if ok:
-        offs_k = tl.arange(0, BLOCK_K)
-        w_ptrs = w_ptr + e.to(tl.int64) * s_we + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
-        a_ptrs = a_ptr + pair * s_am + offs_k
-        acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            kmask = (k0 + offs_k) < K
-            a = tl.load(a_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :]
-            acc += tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0,
-                           eviction_policy="evict_first").to(tl.float32) * a
-            w_ptrs += BLOCK_K
-            a_ptrs += BLOCK_K
-        y = tl.sum(acc, 1).to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
+        y = _expert_gemv(a_ptr + pair * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn, BLOCK_N, BLOCK_K)
         wt = tl.load(tw_ptr + t * s_tw + j, mask=j < K_ROUTED, other=1.0).to(tl.float32)
         tl.store(pair_ptr + pair * s_pair + offs_n, (y * wt).to(pair_ptr.dtype.element_ty), mask=nmask)
     # Every slot arrives (computed or not); the last one for this (token, column block) sums them in slot order.
@@ -518,6 +525,41 @@ def _down_pairs_kernel(
                              cache_modifier=".cg").to(tl.float32)
         tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
         tl.atomic_xchg(cnt, 0)
+
+
+@triton.jit
+def _down_slots_kernel(
+    a_ptr, w_ptr, out_ptr, ids_ptr, tw_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_tw, s_am, s_we, s_wn,
+    s_out, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PAIR_FP32: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+):
+    """Down GEMV of all of one token's slots in one program per (column block, token), the slots summed in
+    registers in slot order: no per-pair buffer, no arrival counter, no last-arrival tail. The same rounding steps
+    as ``_down_pairs_kernel`` (expert output in the model dtype, times the routing weight rounded to the pair dtype,
+    fp32 sum in slot order, rounded once), so both give bitwise the same result; which is faster is timed."""
+    pid_n = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    if PREFETCH:  # every slot's expert rows of w2 (ids from the router, two launches back) while gate-up finishes
+        for j in range(0, KT):
+            e, ok = _pair_slot(ids_ptr, s_ids, t, j, t >= 0, K_ROUTED, expert_offset, L)
+            if ok:
+                pdl.prefetch_rows(w_ptr + e.to(tl.int64) * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn,
+                                  N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
+    pdl.wait(PDL)
+    total = tl.zeros((BLOCK_N,), tl.float32)
+    for j in range(0, KT):
+        e, ok = _pair_slot(ids_ptr, s_ids, t, j, t >= 0, K_ROUTED, expert_offset, L)
+        if ok:
+            y = _expert_gemv(a_ptr + (t * KT + j) * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn,
+                             BLOCK_N, BLOCK_K)
+            wt = tl.load(tw_ptr + t * s_tw + j, mask=j < K_ROUTED, other=1.0).to(tl.float32)
+            if PAIR_FP32:
+                total += y * wt
+            else:
+                total += (y * wt).to(a_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
 
 
 _COUNTERS: dict[tuple, torch.Tensor] = {}
@@ -550,7 +592,11 @@ SMALL_T = 4  # up to this many tokens the pair path competes (no align, no combi
 _PAIRS = dict(pairs=True, up=(16, 256, 4, 3), down=(32, 256, 4, 3))  # GEMV tiles (BLOCK_N, BLOCK_K, warps, stages)
 # Down-projection tiles timed against each other (and the sorted path): a whole K row per load keeps more bytes in
 # flight per program when I is small (768 for Qwen3-30B-A3B).
-_PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, down=(16, 512, 4, 2))]
+_PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, down=(16, 512, 4, 2)),
+                    # one program per (column block, token) over all its slots: no combine tail (_down_slots_kernel)
+                    dict(_PAIRS, down=(8, 256, 4, 3), down_slots=True), dict(_PAIRS, down=(16, 256, 4, 3),
+                                                                              down_slots=True),
+                    dict(_PAIRS, down=(4, 512, 2, 2), down_slots=True)]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -670,9 +716,18 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     )
     if stages < 3:
         return out
-    pair_out = torch.empty((P, H), dtype=torch.promote_types(hidden.dtype, topk_weights.dtype), device=dev)
+    pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     bn, bk, nw, ns = cfg["down"]
     nblk = triton.cdiv(H, bn)
+    if cfg.get("down_slots"):
+        _down_slots_kernel[(nblk, T)](
+            inter, w2, out, topk_ids, topk_weights, H, I, KT, k, expert_offset, L, topk_ids.stride(0),
+            topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+            BLOCK_N=bn, BLOCK_K=bk, PAIR_FP32=pair_dtype == torch.float32, num_warps=nw, num_stages=ns,
+            PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
+        )
+        return out
+    pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
     _down_pairs_kernel[(nblk, P)](
         inter, w2, pair_out, out, topk_ids, topk_weights, _counters(dev, T * nblk), H, I, KT, k, expert_offset, L,
         topk_ids.stride(0), topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0),
@@ -708,7 +763,7 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
     times, configs = {}, {"sorted": sorted_cfg}
     for c in _PAIR_CANDIDATES:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
-            configs[f"pairs-down{'x'.join(map(str, c['down']))}"] = dict(c)
+            configs[f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"] = dict(c)
     for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
                                        num_shared=S, config=c)
