@@ -205,3 +205,18 @@ def test_graphed_layouts_through_triton_kernels(ckpts, monkeypatch, kind):
     assert replays["verify"] is None if kind == "qwen3_next" else replays["verify"] > 0  # GDN: eager verify
     s = spec.stats.as_dict()["speculative"]
     assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
+
+
+def test_graphed_dsa_and_glm5(tmp_path):
+    """DeepSeek-V3.2 (DSA indexer: each decode row selects its top-k keys below its own context) and GLM-5 (shared
+    DSA layers reading an earlier layer's index inputs off the step's metadata) through graphed MLA rows."""
+    from tests.mtp_fixtures import make_deepseek_mtp
+
+    for name in ("v32_sparse", "glm5_dense"):
+        path = tmp_path / name
+        make_deepseek_mtp(path, name)
+        ref = _engine(path).generate(PROMPTS[:3], _greedy(8))
+        spec, _ = _graphed(path, 3)
+        assert spec.generate(PROMPTS[:3], _greedy(8)) == ref
+        replays = spec.speculative.graph_replays()
+        assert replays["verify"] > 0 and replays["draft"] > 0 and replays["draft_chain"] > 0
