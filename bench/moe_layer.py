@@ -205,10 +205,13 @@ def main() -> int:
                 total = graph_us(lambda: ch.run(STAGES[-1]), args.reps) / args.layers
             entry[str(b)] = {"total_us_per_layer": total, "stage_us_per_layer": stage_us,
                              "linear_choices": {str(k_[:3]): v for k_, v in gl._CHOICE.items() if k_[0] == b},
-                             "moe_choice": {str(k_[:5]): v for k_, v in gm._CHOICE.items() if k_[0] == b}}
+                             "moe_choice": {str(k_[:5]): v for k_, v in gm._CHOICE.items() if k_[0] == b},
+                             "moe_path_timings_ms": {str(k_[:3]): v for k_, v in gm.TIMINGS.items() if k_[0] == b}}
             log(f"{name:10s} bs{b}: total {total:6.1f} us/layer | "
                 + " ".join(f"{s} {v:.1f}" for s, v in stage_us.items()))
             log(f"{'':10s}       linear {entry[str(b)]['linear_choices']} moe {entry[str(b)]['moe_choice']}")
+            for key, t in entry[str(b)]["moe_path_timings_ms"].items():
+                log(f"{'':10s}       moe paths {key}: " + ", ".join(f"{n} {v * 1e3:.1f} us" for n, v in t.items()))
 
     for name in args.modes:
         m = MODES[name]
