@@ -39,6 +39,18 @@ def test_pipeline_sizes_are_checked(tmp_path):
     assert not dist.is_initialized()
 
 
+def test_torchrun_style_ranks_are_refused(tmp_path):
+    """An already-initialised world (torchrun: every rank its own engine) cannot drive a pipeline: one line."""
+    make_llama(tmp_path, "gqa")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        for mode in ({"pipeline_parallel_size": 2}, {"data_parallel_size": 2}):
+            with pytest.raises(ValueError, match="need the ranks the engine starts"):
+                LLM(tmp_path, **mode)
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["llama", "llama_tied", "qwen3_moe", "gemma2"])
 def test_pipeline_parallel_2_equals_1(tmp_path, case, monkeypatch):

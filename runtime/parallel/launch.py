@@ -40,6 +40,7 @@ _HEADER = 4  # [command, flag, number of work items, payload length]
 _PER_WORK = 6  # seq_id, start_pos, tokens, table length, state slot, owner rank (attention DP; else 0)
 
 _ACTIVE: "Ranks | None" = None  # the engine-started group of this process
+_FOLLOWER = False  # this process is a rank spawned by Ranks (it follows rank 0's steps)
 
 
 def _timeout() -> timedelta:
@@ -119,6 +120,9 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
     if (pp > 1 or dp > 1) and args.get("target", "rocm") != "rocm":
         raise ValueError(f"pipeline_parallel_size / data_parallel_size > 1 are implemented for the rocm target, not "
                          f"{args.get('target')}")
+    if (pp > 1 or dp > 1) and not _FOLLOWER and dist.is_available() and dist.is_initialized():
+        raise ValueError("pipeline_parallel_size / data_parallel_size > 1 need the ranks the engine starts (rank 0 "
+                         "schedules, the others follow); under torchrun every rank runs its own engine")
     distributed.set_parallel_config(distributed.ParallelConfig(
         expert_parallel_size, bool(args.get("sequence_parallel", False)), mlp_dp, pp, dp,
     ))
@@ -422,6 +426,8 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
 def _worker(rank: int, world: int, init: str, backend: str, device_type: str, base_index: int, threads: int,
             args_json: str, errors) -> None:
     """Process body of rank ``rank``: join the group, build the engine, report at READY, then follow."""
+    global _FOLLOWER
+    _FOLLOWER = True
     torch.set_num_threads(threads)
     kwargs = json.loads(args_json)
     if device_type == "cuda":
