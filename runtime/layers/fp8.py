@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops import gpu
+
 FP8_DTYPES = tuple(d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) if d)
 
 
@@ -46,16 +48,18 @@ def quantize_block_fp8(
     return q, scale_inv
 
 
+_block_fp8_linear = None
+
+
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
                bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ dequant(weight, scale_inv).T + bias`` for a weight kept in FP8 (``LinearBase.keep_fp8``): the block-scaled
     Triton GEMM on the GPU path (``runtime/ops/gpu/fp8.py``: the FP8 bytes are read and widened in registers); elsewhere
     (``MODELGEN_BACKEND=torch`` on a model loaded for the GPU path) the weight is dequantized for the call, the same
     function at the torch path's speed."""
-    from ..ops import gpu
-
+    global _block_fp8_linear
     if gpu.enabled(x):
-        from ..ops.gpu.fp8 import block_fp8_linear
-
-        return block_fp8_linear(x, weight, scale_inv, block, bias=bias)
+        if _block_fp8_linear is None:  # imports Triton: only on the GPU path
+            from ..ops.gpu.fp8 import block_fp8_linear as _block_fp8_linear
+        return _block_fp8_linear(x, weight, scale_inv, block, bias=bias)
     return torch.nn.functional.linear(x, dequantize_block_fp8(weight, scale_inv, block, x.dtype), bias)

@@ -67,19 +67,6 @@ def _dot(a, w, acc, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _clamped_swiglu(gate, up, alpha, limit, dt: tl.constexpr):
-    """GPT-OSS: ``(clamp(up, -l, l) + 1) * g * sigmoid(alpha * g)``, ``g = min(gate, l)``, each torch step rounded
-    to the model dtype ``dt`` (inputs already in ``dt``, held in float32)."""
-    g = tl.minimum(gate, limit)
-    u = tl.minimum(tl.maximum(up, -limit), limit)
-    ga = (g * alpha).to(dt).to(tl.float32)
-    sig = (1.0 / (1.0 + tl.exp(-ga))).to(dt).to(tl.float32)
-    glu = (g * sig).to(dt).to(tl.float32)
-    u1 = (u + 1.0).to(dt).to(tl.float32)
-    return (u1 * glu).to(dt)
-
-
-@triton.jit
 def _gate_up_mx_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr,
     N, K, KT, P, s_xm, s_we, s_wn, s_se, s_sn, s_be, s_om, alpha, limit,
@@ -120,8 +107,13 @@ def _gate_up_mx_kernel(
         acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     gate = acc_g.to(dt).to(tl.float32)  # F.linear(x, w, b)'s one rounding
     up = acc_u.to(dt).to(tl.float32)
-    if SWIGLU:
-        h = _clamped_swiglu(gate, up, alpha, limit, dt)
+    if SWIGLU:  # GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha g), g = min(gate, l); torch's roundings
+        g = tl.minimum(gate, limit)
+        u = tl.minimum(tl.maximum(up, -limit), limit)
+        ga = (g * alpha).to(dt).to(tl.float32)
+        sig = (1.0 / (1.0 + tl.exp(-ga))).to(dt).to(tl.float32)
+        glu = (g * sig).to(dt).to(tl.float32)
+        h = ((u + 1.0).to(dt).to(tl.float32) * glu).to(dt)
     else:
         act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
         h = (act * up).to(dt)
