@@ -567,6 +567,6 @@ _TARGET, _DRAFT, _CHAIN, _REDO = 0, 1, 2, 3
 
 def _engine_started_follower() -> bool:
     """This process is a follower rank that runtime/parallel/launch.py spawned (it mirrors rank 0's calls)."""
-    import multiprocessing
+    from ..parallel import launch
 
-    return multiprocessing.current_process().name.startswith("modelgen-rank")
+    return bool(getattr(launch, "_FOLLOWER", False))
