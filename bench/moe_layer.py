@@ -24,6 +24,7 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   pdl_pf_ahead  as pdl_pf, and the QKV projection prefetches o_proj's weight behind its own (streamed into L2
               while attention, which reads little, runs; ``linear(..., prefetch=)``)
   pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
+  pdl2_*      MODELGEN_PDL=2: kernels release their dependents before their wait (deeper overlap)
 
 Then it checks that every setting computes bitwise the same layer outputs (graph replays on new inputs, with the
 first setting's kernel choices) and prints the byte-time of each kernel's weights at ``--copy-tb-s``. At bs 8 the
@@ -46,11 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
 MODES = {
-    "base": dict(pdl=False, prefetch=False, fused_router=0, ahead=False),
-    "pdl": dict(pdl=True, prefetch=False, fused_router=0, ahead=False),
-    "pdl_pf": dict(pdl=True, prefetch=True, fused_router=0, ahead=False),
-    "pdl_pf_ahead": dict(pdl=True, prefetch=True, fused_router=0, ahead=True),
-    "pdl_pf_fr": dict(pdl=True, prefetch=True, fused_router=2, ahead=False),
+    "base": dict(pdl=0, prefetch=False, fused_router=0, ahead=False),
+    "pdl": dict(pdl=1, prefetch=False, fused_router=0, ahead=False),
+    "pdl_pf": dict(pdl=1, prefetch=True, fused_router=0, ahead=False),
+    "pdl_pf_ahead": dict(pdl=1, prefetch=True, fused_router=0, ahead=True),
+    "pdl_pf_fr": dict(pdl=1, prefetch=True, fused_router=2, ahead=False),
+    "pdl2_pf": dict(pdl=2, prefetch=True, fused_router=0, ahead=False),
+    "pdl2_pf_ahead": dict(pdl=2, prefetch=True, fused_router=0, ahead=True),
 }
 AHEAD = {"on": False}
 
@@ -255,7 +258,7 @@ def main() -> int:
             m = MODES[name]
             if not m["pdl"] or name not in choices:
                 continue
-            want = replays(ch, dict(m, pdl=False, prefetch=False))
+            want = replays(ch, dict(m, pdl=0, prefetch=False))
             got = replays(ch, m)
             same = all(torch.equal(x, w) for x, w in zip(got, want))
             res["modes"][name][str(b)]["bitwise_equal_without_pdl"] = same

@@ -9,6 +9,8 @@ outputs with PDL and prefetch on as off, replay after replay on new inputs.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -36,10 +38,18 @@ def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
     monkeypatch.setenv("MODELGEN_PDL", "1")
     monkeypatch.setenv("MODELGEN_PDL_PREFETCH", "0")
     pdl.refresh()
-    assert pdl._STATE["pdl"] and not pdl._STATE["prefetch"]
+    assert pdl._STATE["pdl"] == 1 and not pdl._STATE["prefetch"]
+    monkeypatch.setenv("MODELGEN_PDL", "2")
+    pdl.refresh()
+    assert pdl._STATE["pdl"] == 2
+    monkeypatch.setenv("MODELGEN_PDL", "yes")
+    with pytest.raises(ValueError, match="MODELGEN_PDL='yes'"):
+        pdl.refresh()
 
 
 # ------------------------------------------------------------------------------------------------ PTX, no GPU needed
+compiles = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                              reason="compiles kernels: not with TRITON_INTERPRET=1 (the interpreter wraps them)")
 _INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "npost_ptr", "cursor_ptr", "cnt_ptr"}
 _F32_PTRS = {"logits_ptr", "ws_ptr", "tw_ptr", "bias_ptr"}
 
@@ -98,10 +108,11 @@ def _chain_kernels():
     ]
 
 
+@compiles
 @pytest.mark.parametrize("case", range(13))
 def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
     kernel, const, warps, stages, allowed = _chain_kernels()[case]
-    const = dict(const, PDL=True)
+    const = dict(const, PDL=1)
     if "PREFETCH" in _jit(kernel).arg_names:
         const["PREFETCH"] = True
     lines = _ptx(kernel, const, 90, warps, stages)
@@ -109,6 +120,9 @@ def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
     release = [i for i, s in enumerate(lines) if "griddepcontrol.launch_dependents" in s]
     prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
     assert wait and release and wait[0] < release[0]  # dependents launch only once this kernel's inputs are final
+    early = _ptx(kernel, dict(const, PDL=2), 90, warps, stages)  # MODELGEN_PDL=2: release first, then wait
+    assert min(i for i, s in enumerate(early) if "launch_dependents" in s) < min(
+        i for i, s in enumerate(early) if "griddepcontrol.wait" in s)
     if const.get("PREFETCH"):
         assert prefetch and max(prefetch) < wait[0]
     else:
@@ -119,22 +133,24 @@ def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
         assert len(before) <= allowed, before  # only the two-back routing data (ids, row counts) is read early
 
 
+@compiles
 @pytest.mark.parametrize("case", [2, 3])
 def test_prefetch_ahead_after_the_wait(case):
     """``linear(..., prefetch=t)``: the GEMV / skinny programs prefetch their share of a later kernel's tensor after
     the wait (behind their own weight stream), besides their own tile before it."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
-    lines = _ptx(kernel, dict(const, PDL=True, PREFETCH=True, AHEAD=True), 90, warps, stages)
+    lines = _ptx(kernel, dict(const, PDL=1, PREFETCH=True, AHEAD=True), 90, warps, stages)
     wait = min(i for i, s in enumerate(lines) if "griddepcontrol.wait" in s)
     prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
     assert any(i < wait for i in prefetch) and any(i > wait for i in prefetch)
 
 
+@compiles
 @pytest.mark.parametrize("case", [0, 3, 7, 11, 12])
 def test_without_pdl_no_grid_dependency_instruction(case):
     """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
-    const = dict(const, PDL=False)
+    const = dict(const, PDL=0)
     if "PREFETCH" in _jit(kernel).arg_names:
         const["PREFETCH"] = False
     lines = _ptx(kernel, const, 80, warps, min(stages, 3))
@@ -171,8 +187,9 @@ def _sm90():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90+ CUDA GPU")
+@pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (8, "sorted")])
-def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
+def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypatch):
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, norm as gn, pdl
 
     if path == "slots":  # the pair path with the down GEMV over each token's slots
@@ -199,7 +216,7 @@ def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
         return torch.cat([h, res], dim=1)
 
     def replays(on: bool) -> list[torch.Tensor]:
-        pdl.set_mode(pdl=on, prefetch=on)
+        pdl.set_mode(pdl=level if on else 0, prefetch=on)
         assert pdl.active(x.device) == on
         gl._CHOICE.clear()
         chain()

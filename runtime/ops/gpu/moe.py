@@ -676,7 +676,7 @@ def fused_moe(
         hidden, w13, inter, sorted_ids, expert_ids, npost,
         I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, GELU=activation == "gelu_tanh", IEEE=ieee,
-        num_warps=nw, num_stages=ns, **pdl.launch(dev),
+        num_warps=nw, num_stages=ns, **pdl.launch(dev, early=False),  # down reads align's rows before its wait
     )
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
@@ -712,7 +712,8 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
         hidden, w13, inter, topk_ids, I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
         w13.stride(0), w13.stride(1), inter.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns, **pdl.launch(dev),
+        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns,
+        **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
     )
     if stages < 3:
         return out

@@ -16,10 +16,17 @@ dependents (``griddepcontrol.launch_dependents``) right after that wait. So:
   sm_90): weights are never written by the chain, so the next kernel's weight stream overlaps the previous
   kernel's tail and its own launch instead of starting after them.
 
+``MODELGEN_PDL=2`` releases dependents *before* the wait in every kernel whose successor reads nothing early (all
+but the MoE gate-up kernels, whose successor -- the down kernel -- reads the router's ids before its own wait), so
+a successor's launch and weight prefetch can overlap its predecessor's predecessor too (several kernels resident
+at once). Still correct: every kernel waits before reading or writing anything the chain produces, and a kernel
+completes only after its predecessor has. Whether the deeper overlap pays (more prefetches in flight than L2 may
+hold) is measured by ``bench/moe_layer.py``.
+
 Kernels launched normally (cuBLAS, torch ops, kernels without these calls) keep the ordinary full serialisation
 around them, so mixing is safe. Where PDL is off (``MODELGEN_PDL=0``, the default until measured; Triton's
 interpreter; ROCm; GPUs before sm_90; a Triton without ``gdc_wait``) the kernels compile without the calls
-(``PDL`` constexpr False) and launch as before. ``MODELGEN_PDL_PREFETCH=0`` keeps PDL but drops the prefetch (an A/B
+(``PDL`` constexpr 0) and launch as before. ``MODELGEN_PDL_PREFETCH=0`` keeps PDL but drops the prefetch (an A/B
 switch for ``bench/moe_layer.py``).
 """
 from __future__ import annotations
@@ -31,22 +38,25 @@ import torch
 import triton
 import triton.language as tl
 
-_STATE: dict[str, bool] = {}
+_STATE: dict[str, int] = {}
 
 
 def refresh() -> None:
-    """Re-read ``MODELGEN_PDL`` (0/1) and ``MODELGEN_PDL_PREFETCH`` (0/1, default 1). Graphs captured before keep
-    what they captured."""
-    _STATE["pdl"] = os.environ.get("MODELGEN_PDL", "0") == "1"
-    _STATE["prefetch"] = os.environ.get("MODELGEN_PDL_PREFETCH", "1") == "1"
+    """Re-read ``MODELGEN_PDL`` (0 off, 1 release after the wait, 2 release early where allowed) and
+    ``MODELGEN_PDL_PREFETCH`` (0/1, default 1). Graphs captured before keep what they captured."""
+    level = os.environ.get("MODELGEN_PDL", "0")
+    if level not in ("0", "1", "2"):
+        raise ValueError(f"MODELGEN_PDL={level!r}: expected 0 (off), 1 (on) or 2 (on, early release)")
+    _STATE["pdl"] = int(level)
+    _STATE["prefetch"] = int(os.environ.get("MODELGEN_PDL_PREFETCH", "1") == "1")
 
 
-def set_mode(pdl: bool | None = None, prefetch: bool | None = None) -> None:
-    """Switch PDL / the prefetch in this process (benchmarks' A/B; tests)."""
+def set_mode(pdl: int | bool | None = None, prefetch: bool | None = None) -> None:
+    """Switch PDL (0/1/2, or a bool for 0/1) and the prefetch in this process (benchmarks' A/B; tests)."""
     if pdl is not None:
-        _STATE["pdl"] = bool(pdl)
+        _STATE["pdl"] = int(pdl)
     if prefetch is not None:
-        _STATE["prefetch"] = bool(prefetch)
+        _STATE["prefetch"] = int(bool(prefetch))
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,15 +72,17 @@ def _device_ok(index: int) -> bool:
 
 def active(device: torch.device) -> bool:
     """PDL on for kernels launched on ``device``."""
-    return _STATE["pdl"] and device.type == "cuda" and _device_ok(device.index if device.index is not None
+    return _STATE["pdl"] > 0 and device.type == "cuda" and _device_ok(device.index if device.index is not None
                                                                  else torch.cuda.current_device())
 
 
-def launch(device: torch.device) -> dict:
-    """Keyword arguments of a chain kernel's launch: the ``PDL`` constexpr and Triton's ``launch_pdl`` option."""
+def launch(device: torch.device, early: bool = True) -> dict:
+    """Keyword arguments of a chain kernel's launch: the ``PDL`` constexpr (0 off, 1 release after the wait, 2
+    release before it) and Triton's ``launch_pdl`` option. ``early=False``: the kernel's successor reads, before its
+    own wait, what this kernel's predecessor wrote, so this kernel must release after its wait."""
     if active(device):
-        return {"PDL": True, "launch_pdl": True}
-    return {"PDL": False}
+        return {"PDL": 2 if _STATE["pdl"] == 2 and early else 1, "launch_pdl": True}
+    return {"PDL": 0}
 
 
 def prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
@@ -96,10 +108,14 @@ def ahead(device: torch.device, t: torch.Tensor | None) -> dict:
 
 @triton.jit
 def wait(PDL: tl.constexpr):
-    """Wait for the predecessor's writes, then let the next kernel launch (see the module docstring)."""
-    if PDL:
+    """Wait for the predecessor's writes and let the next kernel launch: after the wait (``PDL`` 1) or before it
+    (2; see the module docstring). Nothing with ``PDL`` 0 / False."""
+    if PDL == 1:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
 
 
 @triton.jit
