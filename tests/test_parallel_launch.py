@@ -214,8 +214,11 @@ def test_rocm_tp_loading_reads_slices_not_whole_tensors(monkeypatch):
     assert seen == [(True, ["a"]), (False, ["a"])]
 
 
-def test_speculative_decoding_with_engine_started_ranks_is_refused(tmp_path):
+def test_speculative_decoding_with_pipeline_or_attention_dp_is_refused(tmp_path):
+    """Under TP the followers mirror the speculative calls (launch.SPEC, tests/test_speculative_tp.py); a pipeline
+    stage or an attention-DP rank holds only part of the target, so those are refused before any rank starts."""
     make_llama(tmp_path / "ckpt", "gqa")
-    with pytest.raises(ValueError, match="speculative_tokens with engine-started ranks"):
-        LLM(tmp_path / "ckpt", tensor_parallel_size=2, speculative_tokens=1)
+    for mode in ({"pipeline_parallel_size": 2}, {"data_parallel_size": 2}):
+        with pytest.raises(ValueError, match="speculative_tokens with pipeline_parallel_size / data_parallel_size"):
+            LLM(tmp_path / "ckpt", speculative_tokens=1, **mode)
     assert not dist.is_initialized()

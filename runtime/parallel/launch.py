@@ -35,7 +35,7 @@ from .. import distributed
 from .channel import ShmChannel, wanted as _shm_wanted
 
 # Control commands (the first element of every header broadcast).
-STOP, READY, STEP, SAMPLE, WARMUP, GREEDY = range(6)
+STOP, READY, STEP, SAMPLE, WARMUP, GREEDY, SPEC = range(7)  # SPEC: a speculative-decoding model call (flag: its kind)
 _HEADER = 4  # [command, flag, number of work items, payload length]
 _PER_WORK = 6  # seq_id, start_pos, tokens, table length, state slot, owner rank (attention DP; else 0)
 
@@ -117,6 +117,10 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
     if (pp > 1 or dp > 1) and (args.get("sequence_parallel") or mlp_dp > 1):
         raise ValueError("pipeline_parallel_size / data_parallel_size > 1 with sequence_parallel or "
                          "mlp_data_parallel_size > 1 is not supported (each re-routes the layers' collectives)")
+    if (pp > 1 or dp > 1) and args.get("speculative_tokens"):
+        # The speculative decoder's SPEC calls run the whole target and draft on every rank (TP); a pipeline stage
+        # or a DP rank holds only part of them.
+        raise ValueError("speculative_tokens with pipeline_parallel_size / data_parallel_size > 1 is not supported")
     if (pp > 1 or dp > 1) and args.get("target", "rocm") != "rocm":
         raise ValueError(f"pipeline_parallel_size / data_parallel_size > 1 are implemented for the rocm target, not "
                          f"{args.get('target')}")
@@ -136,11 +140,6 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
         return None, device
     if world == 1:
         return None, device
-    if args.get("speculative_tokens"):
-        # The draft model runs through its own runner, whose calls are not broadcast: the followers would never
-        # join its collectives.
-        raise ValueError("speculative_tokens with engine-started ranks (tensor_parallel_size > 1) is not supported; "
-                         "launch the ranks with torchrun instead")
     dev = torch.device(device)
     if dev.type == "cuda":
         base = dev.index or 0
@@ -387,7 +386,7 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
             if warm is not None:
                 warm()
             continue
-        if command not in (STEP, SAMPLE, GREEDY):
+        if command not in (STEP, SAMPLE, GREEDY, SPEC):
             raise RuntimeError(f"follower: unexpected command {command}")
         data = _recv(length, torch.int64, control, channel).tolist()
         heads, rest = data[: n * _PER_WORK], data[n * _PER_WORK:]
@@ -404,10 +403,12 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
             t += width
             if pool is not None:
                 pool.slots[seq_id] = slot
-                if start == 0:
+                if start == 0 and command != SPEC:  # SPEC: the speculative decoder resets target slots itself
                     pool.reset(slot)  # rank 0 zeroed it at admission
         try:
-            if command == STEP:
+            if command == SPEC:
+                llm.speculative.follow(flag, work)
+            elif command == STEP:
                 runner.step(work, all_positions=bool(flag))
             elif command == GREEDY:
                 runner.step_greedy(work)
