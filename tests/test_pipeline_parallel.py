@@ -127,3 +127,23 @@ def test_cli_pipeline_parallel_prints_one_output(tmp_path):
     make_llama(tmp_path / "ckpt", "gqa", num_hidden_layers=3)
     outs = cli_outputs(tmp_path / "ckpt", PROMPTS[:1], [], ["--pipeline-parallel-size", "2"])
     assert outs[1] == outs[0]
+
+
+@pytest.mark.slow
+def test_shared_dsa_layer_at_a_stage_start_is_refused(tmp_path):
+    """GLM-5: layer 2 reuses layer 1's indexer top-k through the step's metadata; a stage starting there is refused
+    (by rank 1, reported by rank 0); an indexer layer starting the stage runs and equals one process."""
+    from tests.deepseek_fixtures import make_deepseek
+
+    make_deepseek(tmp_path / "shared", "glm5_sparse", indexer_types=["full", "full", "shared"])
+    with pytest.raises(RuntimeError, match="rank 1: ValueError: pipeline stage 1 starts at layer 2, whose DSA layer 2 "
+                                           "shares the top-k"):
+        LLM(tmp_path / "shared", dtype="float32", max_model_len=64, pipeline_parallel_size=2)
+    assert not dist.is_initialized()
+    make_deepseek(tmp_path / "full", "glm5_sparse", indexer_types=["full", "shared", "full"])
+    want = _reference(tmp_path / "full")
+    llm = LLM(tmp_path / "full", dtype="float32", max_model_len=64, pipeline_parallel_size=2)
+    try:
+        _assert_same((llm.score(PROMPTS[0]), llm.generate(PROMPTS, GREEDY)), want)
+    finally:
+        llm.close()

@@ -312,11 +312,28 @@ def build_stage_model(target, module, config, hf_config: dict, engine_args: dict
     with _patched(namespace, replacements):
         model = target.build_model(module, config, hf_config, engine_args)
     split_stage(model, pp_rank, pp)
+    _check_shared_index(model, pp_rank)
     leftover = sorted({n.split(".")[0] + "..." for n, p in model.named_parameters() if p.is_meta})
     if leftover:
         raise RuntimeError(f"pipeline stage {pp_rank}: parameters left on the meta device: {', '.join(leftover)}")
     model.pp_comm = PipelineComm(model.pp_stage, tp, int(config.hidden_size), int(config.vocab_size))
     return model
+
+
+def _check_shared_index(model: nn.Module, pp_rank: int) -> None:
+    """GLM-5's shared DSA layers reuse the top-k of the nearest earlier indexer through the step's metadata, which
+    does not cross stages: a stage whose first DSA layer is a shared one is refused (choose another split)."""
+    from ..layers.mla import MLAttention
+
+    stage = model.pp_stage
+    for i in range(stage.start, stage.end):
+        mla = [m for m in _backbone(model).layers[i].modules() if isinstance(m, MLAttention)]
+        if any(getattr(m, "indexer", None) is not None for m in mla):
+            return
+        if any(m.index_shared for m in mla):
+            raise ValueError(f"pipeline stage {pp_rank} starts at layer {stage.start}, whose DSA layer {i} shares "
+                             f"the top-k of an indexer on an earlier stage; pipeline_parallel_size must split the "
+                             f"layers where an indexer layer starts each stage")
 
 
 class PipelineComm:
