@@ -48,10 +48,14 @@ def test_sizes_are_checked(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["qwen3_moe", "glm4_moe", "llama"])
+@pytest.mark.parametrize("case", ["qwen3_moe", "glm4_moe", "llama", "deepseek_v3"])
 def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
     if case == "qwen3_moe":  # 8 experts (4 per rank) and a dense layer 1 (mlp_only_layers)
         make_moe(tmp_path, "qwen3_moe_norm")
+    elif case == "deepseek_v3":  # MLA: each rank its own latent cache (ATOM's DP attention target)
+        from tests.deepseek_fixtures import make_deepseek
+
+        make_deepseek(tmp_path, "v3")
     elif case == "glm4_moe":  # 8 experts + a shared expert as extra fused-MoE slots (run once: rank 0's), dense layer 0
         make_moe(tmp_path, "glm4_moe_qknorm")
     else:
@@ -72,13 +76,14 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
     try:
         assert dist.get_world_size() == 2
         params = dict(llm.model.named_parameters())
-        qkv = next(p for n, p in params.items() if n.endswith("layers.0.self_attn.qkv_proj.weight"))
-        assert qkv.shape[0] == (4 + 2 * 2) * 16  # attention whole on each rank
-        gate_up = next(p for n, p in params.items() if n.endswith("mlp.gate_up_proj.weight"))
-        assert gate_up.shape[0] == 2 * 96 // 2  # dense MLP sharded over the 2 ranks
+        if case != "deepseek_v3":
+            qkv = next(p for n, p in params.items() if n.endswith("layers.0.self_attn.qkv_proj.weight"))
+            assert qkv.shape[0] == (4 + 2 * 2) * 16  # attention whole on each rank
+            gate_up = next(p for n, p in params.items() if n.endswith("mlp.gate_up_proj.weight"))
+            assert gate_up.shape[0] == 2 * 96 // 2  # dense MLP sharded over the 2 ranks
         if case != "llama":
             experts = next(m for m in llm.model.modules() if getattr(m, "is_fused_moe", False))
-            assert experts.num_local_experts == 4  # experts spread over the ranks
+            assert experts.num_local_experts * 2 == experts.num_experts  # experts spread over the ranks
         # one request: rank 1 idles on its scratch block but joins every MoE/MLP collective
         torch.testing.assert_close(llm.score(PROMPTS[0]), want_logits, atol=1e-4, rtol=1e-4)
         placed.clear()
