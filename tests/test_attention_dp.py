@@ -48,7 +48,7 @@ def test_sizes_are_checked(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["qwen3_moe", "glm4_moe", "llama", "deepseek_v3"])
+@pytest.mark.parametrize("case", ["qwen3_moe", "glm4_moe", "llama", "deepseek_v3", "qwen3_next"])
 def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
     if case == "qwen3_moe":  # 8 experts (4 per rank) and a dense layer 1 (mlp_only_layers)
         make_moe(tmp_path, "qwen3_moe_norm")
@@ -56,6 +56,10 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
         from tests.deepseek_fixtures import make_deepseek
 
         make_deepseek(tmp_path, "v3")
+    elif case == "qwen3_next":  # Gated DeltaNet state slots: an idle rank's dummy token borrows another rank's slot
+        from tests.qwen3_next_fixtures import make_qwen3_next
+
+        make_qwen3_next(tmp_path, "qwen3_next")
     elif case == "glm4_moe":  # 8 experts + a shared expert as extra fused-MoE slots (run once: rank 0's), dense layer 0
         make_moe(tmp_path, "glm4_moe_qknorm")
     else:
@@ -76,7 +80,7 @@ def test_attention_data_parallel_2_equals_1(tmp_path, case, monkeypatch):
     try:
         assert dist.get_world_size() == 2
         params = dict(llm.model.named_parameters())
-        if case != "deepseek_v3":
+        if case not in ("deepseek_v3", "qwen3_next"):
             qkv = next(p for n, p in params.items() if n.endswith("layers.0.self_attn.qkv_proj.weight"))
             assert qkv.shape[0] == (4 + 2 * 2) * 16  # attention whole on each rank
             gate_up = next(p for n, p in params.items() if n.endswith("mlp.gate_up_proj.weight"))

@@ -16,8 +16,8 @@ own items (a rank without any runs one dummy token into a scratch KV block, so t
 the ranks send their logits rows (float32) to rank 0, which samples -- for an all-greedy step only the argmax ids
 of each rank's rows (int64). Not optimised: the all-gather is padded, the
 reduction is an all-reduce then a slice (not a reduce-scatter; gloo has none), no overlap of ranks' attention
-with the collectives, decode CUDA graphs off. Paged K/V and MLA latent caches work alike (each rank its own);
-Gated DeltaNet models (no scratch state slot for the idle rank's dummy token) and speculative decoding are refused. ``tests/test_attention_dp.py`` checks D = 2 against one rank on CPU (gloo).
+with the collectives, decode CUDA graphs off. Paged K/V, MLA latent caches and Gated DeltaNet state slots work
+alike (each rank keeps its own requests'); speculative decoding is refused. ``tests/test_attention_dp.py`` checks D = 2 against one rank on CPU (gloo).
 """
 from __future__ import annotations
 
@@ -135,7 +135,6 @@ def _world_built(cls):
 def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -> nn.Module:
     """The generated model with its ``*SparseMoeBlock`` / ``*MLP`` classes built over the whole world and their
     outermost instances switched to gather-run-slice forwards."""
-    from ..layers.gated_deltanet import GatedDeltaNet
     from .pipeline import _patched
 
     if target.name != "rocm":
@@ -148,10 +147,6 @@ def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -
         raise ValueError(f"data_parallel_size: {name} has no *MLP or *SparseMoeBlock class to run over the ranks")
     with _patched(namespace, {k: _world_built(v) for k, v in world_classes.items()}):
         model = target.build_model(module, config, hf_config, engine_args)
-    refused = sorted({type(m).__name__ for m in model.modules() if isinstance(m, GatedDeltaNet)})
-    if refused:
-        raise ValueError(f"data_parallel_size: {', '.join(refused)} layers are not supported (their recurrent state "
-                         f"slots have no scratch slot for a rank's idle-step dummy token)")
     wrapped = 0
     types_ = tuple(world_classes.values())
     for m in model.modules():
@@ -200,14 +195,21 @@ class DataParallelRunner:
             tokens[o] += len(w.token_ids)
         _COUNTS[:] = [t or 1 for t in tokens]  # an idle rank feeds one dummy token
         dummy = not mine
+        pool = getattr(self.inner, "state_pool", None)
         if dummy:
             mine = [Work(-1, [0], 0)]
             self.blocks.tables[-1] = [self.blocks.scratch_block]
+            if pool is not None:
+                # Recurrent state (Gated DeltaNet): slots are numbered across ranks and a rank keeps only its own
+                # requests' states, so another rank's request's slot is scratch here.
+                pool.slots[-1] = pool.slot(work[0].seq_id)
         try:
             logits = self.inner.step(mine, all_positions=all_positions)
         finally:
             if dummy:
                 self.blocks.tables.pop(-1, None)
+                if pool is not None:
+                    pool.slots.pop(-1, None)
             _COUNTS.clear()
         out = logits.argmax(-1) if greedy else logits.float()
         rows = [len(w.token_ids) if all_positions else 1 for w in work]
