@@ -104,7 +104,7 @@ def _chain_kernels():
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
         (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False), 4, 3, 0),
         (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
-        (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=256, PAIR_FP32=False, PF_CHUNKS=16), 4, 3, 1),
+        (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
     ]
 
 

@@ -530,35 +530,57 @@ def _down_pairs_kernel(
 @triton.jit
 def _down_slots_kernel(
     a_ptr, w_ptr, out_ptr, ids_ptr, tw_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_tw, s_am, s_we, s_wn,
-    s_out, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PAIR_FP32: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    s_out, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
 ):
-    """Down GEMV of all of one token's slots in one program per (column block, token), the slots summed in
-    registers in slot order: no per-pair buffer, no arrival counter, no last-arrival tail. The same rounding steps
-    as ``_down_pairs_kernel`` (expert output in the model dtype, times the routing weight rounded to the pair dtype,
-    fp32 sum in slot order, rounded once), so both give bitwise the same result; which is faster is timed."""
+    """Down GEMV of all of one token's slots in one program per (column block, token): the ``BKT * BLOCK_N`` rows
+    (slot j, column n) of its experts' ``w2`` stream as one tile per K step, and the slots are summed in registers:
+    no per-pair buffer, no arrival counter, no last-arrival tail. The same rounding steps as ``_down_pairs_kernel``
+    (expert output in the model dtype, times the routing weight rounded to the pair dtype, fp32 sum in slot order,
+    rounded once), so both give bitwise the same result; which is faster is timed."""
     pid_n = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
+    R: tl.constexpr = BKT * BLOCK_N
+    if PREFETCH:  # every slot's expert rows of w2 (ids from the router, two launches back) while gate-up finishes
+        q = tl.arange(0, R * PF_CHUNKS)
+        rq = q // PF_CHUNKS
+        jq = rq // BLOCK_N
+        nq = pid_n * BLOCK_N + rq % BLOCK_N
+        eq, okq = _pair_slot(ids_ptr, s_ids, t, jq, jq < KT, K_ROUTED, expert_offset, L)
+        ESIZE: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
+        piece = (K * ESIZE // PF_CHUNKS) // 16 * 16
+        c = q % PF_CHUNKS
+        nbytes = tl.where(c == PF_CHUNKS - 1, K * ESIZE - (PF_CHUNKS - 1) * piece, piece)
+        addr = (w_ptr + eq.to(tl.int64) * s_we + nq.to(tl.int64) * s_wn).to(tl.pointer_type(tl.int8)) + c * piece
+        pdl.bulk_prefetch(addr, nbytes, (okq & (nq < N) & (nbytes > 0)).to(tl.int32))
+    pdl.wait(PDL)
+    # [slot, column, k] tiles: the weight rows of every slot's expert at once; the activations once per slot.
+    js = tl.arange(0, BKT)
+    e, ok = _pair_slot(ids_ptr, s_ids, t, js, js < KT, K_ROUTED, expert_offset, L)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
-    if PREFETCH:  # every slot's expert rows of w2 (ids from the router, two launches back) while gate-up finishes
-        for j in range(0, KT):
-            e, ok = _pair_slot(ids_ptr, s_ids, t, j, t >= 0, K_ROUTED, expert_offset, L)
-            if ok:
-                pdl.prefetch_rows(w_ptr + e.to(tl.int64) * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn,
-                                  N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
-    pdl.wait(PDL)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = (w_ptr + e.to(tl.int64)[:, None, None] * s_we + offs_n.to(tl.int64)[None, :, None] * s_wn
+              + offs_k[None, None, :])
+    a_rows = a_ptr + (t * KT + js)[:, None, None] * s_am + offs_k[None, None, :]
+    wmask = ok[:, None, None] & nmask[None, :, None]
+    acc = tl.zeros((BKT, BLOCK_N, BLOCK_K), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kmask = (k0 + offs_k < K)[None, None, :]
+        a = tl.load(a_rows, mask=ok[:, None, None] & kmask, other=0.0).to(tl.float32)
+        acc += tl.load(w_rows, mask=wmask & kmask, other=0.0, eviction_policy="evict_first").to(tl.float32) * a
+        w_rows += BLOCK_K
+        a_rows += BLOCK_K
+    y = tl.sum(acc, 2).to(a_ptr.dtype.element_ty).to(tl.float32)  # [slot, column]: each expert's output, model dtype
+    wt = tl.load(tw_ptr + t * s_tw + js, mask=ok & (js < K_ROUTED), other=1.0).to(tl.float32)
+    prod = y * wt[:, None]
+    if not PAIR_FP32:
+        prod = prod.to(a_ptr.dtype.element_ty).to(tl.float32)
+    prod = tl.where(ok[:, None], prod, 0.0)
+    slot = js[:, None]
     total = tl.zeros((BLOCK_N,), tl.float32)
-    for j in range(0, KT):
-        e, ok = _pair_slot(ids_ptr, s_ids, t, j, t >= 0, K_ROUTED, expert_offset, L)
-        if ok:
-            y = _expert_gemv(a_ptr + (t * KT + j) * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn,
-                             BLOCK_N, BLOCK_K)
-            wt = tl.load(tw_ptr + t * s_tw + j, mask=j < K_ROUTED, other=1.0).to(tl.float32)
-            if PAIR_FP32:
-                total += y * wt
-            else:
-                total += (y * wt).to(a_ptr.dtype.element_ty).to(tl.float32)
+    for jj in tl.static_range(BKT):  # slot order, one slot at a time (picking one row of prod is exact)
+        total += tl.sum(tl.where(slot == jj, prod, 0.0), 0)
     tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
 
 
@@ -594,9 +616,10 @@ _PAIRS = dict(pairs=True, up=(16, 256, 4, 3), down=(32, 256, 4, 3))  # GEMV tile
 # flight per program when I is small (768 for Qwen3-30B-A3B).
 _PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, down=(16, 512, 4, 2)),
                     # one program per (column block, token) over all its slots: no combine tail (_down_slots_kernel)
-                    dict(_PAIRS, down=(8, 256, 4, 3), down_slots=True), dict(_PAIRS, down=(16, 256, 4, 3),
+                    dict(_PAIRS, down=(8, 128, 4, 3), down_slots=True), dict(_PAIRS, down=(4, 256, 4, 3),
                                                                               down_slots=True),
-                    dict(_PAIRS, down=(4, 512, 2, 2), down_slots=True)]
+                    dict(_PAIRS, down=(16, 128, 8, 3), down_slots=True), dict(_PAIRS, down=(8, 64, 4, 4),
+                                                                               down_slots=True)]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -724,8 +747,9 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
         _down_slots_kernel[(nblk, T)](
             inter, w2, out, topk_ids, topk_weights, H, I, KT, k, expert_offset, L, topk_ids.stride(0),
             topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-            BLOCK_N=bn, BLOCK_K=bk, PAIR_FP32=pair_dtype == torch.float32, num_warps=nw, num_stages=ns,
-            PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
+            BLOCK_N=bn, BLOCK_K=bk, BKT=max(2, next_pow2(KT)), PAIR_FP32=pair_dtype == torch.float32, num_warps=nw,
+            num_stages=ns, PREFETCH=pdl.prefetch_ok(dev, w2),
+            PF_CHUNKS=max(1, 32 * nw // (bn * max(2, next_pow2(KT)))), **pdl.launch(dev),
         )
         return out
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)

@@ -119,7 +119,7 @@ def wait(PDL: tl.constexpr):
 
 
 @triton.jit
-def _bulk_prefetch(addr, nbytes, go):
+def bulk_prefetch(addr, nbytes, go):
     """``cp.async.bulk.prefetch.L2`` of ``nbytes`` (a multiple of 16) at each ``addr`` (16-byte aligned) where
     ``go`` != 0: fire and forget, the program does not wait for the data (sm_90)."""
     tl.inline_asm_elementwise(
@@ -142,7 +142,7 @@ def prefetch_rows(ptr0, stride_row, nrows, row_elems, ROWS: tl.constexpr, CHUNKS
     nbytes = tl.where(c == CHUNKS - 1, row_bytes - (CHUNKS - 1) * piece, piece)
     addr = ptr0.to(tl.pointer_type(tl.int8)) + (r.to(tl.int64) * stride_row * ESIZE + c * piece)
     go = ((r < nrows) & (nbytes > 0)).to(tl.int32)
-    _bulk_prefetch(addr, nbytes, go)
+    bulk_prefetch(addr, nbytes, go)
 
 
 @triton.jit
@@ -158,7 +158,7 @@ def prefetch_share(ptr, nbytes, p, nprog, CHUNKS: tl.constexpr):
     end = tl.minimum(tl.minimum(start + piece, (p + 1) * share), units)
     go = (end > start).to(tl.int32)
     addr = ptr.to(tl.pointer_type(tl.int8)) + start.to(tl.int64) * 16
-    _bulk_prefetch(addr, (end - start) * 16, go)
+    bulk_prefetch(addr, (end - start) * 16, go)
 
 
 refresh()
