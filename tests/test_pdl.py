@@ -180,6 +180,22 @@ def test_gemv_and_skinny_kernels_with_the_new_arguments(split_k):
     assert rel(y3, x3.double() @ w.double().T) < 1e-4  # tf32 dots on a GPU
 
 
+@pytest.mark.skipif(not INTERPRET, reason="Triton's interpreter (a GPU runs this through test_gpu.py)")
+def test_gemv_and_skinny_through_the_autotuner(monkeypatch):
+    """The public ``gemv`` / ``skinny_linear`` launches through the autotuner (its config pruning reads N and K from
+    the positional arguments), every surviving config run once in the interpreter in place of GPU timing."""
+    from modelgen.runtime.ops.gpu import linear as gl
+
+    for kern in (gl._gemv_kernel, gl._skinny_kernel):
+        monkeypatch.setattr(kern, "_do_bench", lambda call, quantiles: (call(), [1.0, 1.0, 1.0])[1])
+        monkeypatch.setattr(kern, "cache", {})
+    N, K = 64, 512
+    x, w, b = torch.randn(1, K), torch.randn(N, K), torch.randn(N)
+    assert rel(gl.gemv(x, w, b, prefetch=w), x.double() @ w.double().T + b.double()) < 1e-5
+    x3 = torch.randn(3, K)
+    assert rel(gl.skinny_linear(x3, w, None, prefetch=w), x3.double() @ w.double().T) < 1e-5
+
+
 # -------------------------------------------------------------------------------------------------------- on an H200
 def _sm90():
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9

@@ -168,9 +168,11 @@ def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         cnt = _COUNTERS[key] = torch.zeros(N // 8, dtype=torch.int32, device=x1.device)  # left at zero by every call
     ws = torch.empty((MAX_SPLIT, N), dtype=torch.float32, device=x1.device)
     grid = lambda meta: (N // meta["BLOCK_N"], meta["SPLIT_K"])  # noqa: E731
-    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, N=N, K=K, s_wn=weight.stride(0),
-                       HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight),
-                       **_ahead(x1.device, prefetch, weight), **pdl.launch(x1.device))
+    ahead_ptr, ahead_bytes, ahead_on = _ahead(x1.device, prefetch, weight)
+    # N and K positional: the autotuner's pruning reads them from the positional arguments only
+    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, ahead_ptr, ahead_bytes, N, K,
+                       weight.stride(0), HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight),
+                       AHEAD=ahead_on, **pdl.launch(x1.device))
     return y
 
 
@@ -179,11 +181,10 @@ def gemv_ok(M: int, N: int, K: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- 1 < M <= 16: dot tiles
-def _ahead(device, prefetch, placeholder) -> dict:
+def _ahead(device, prefetch, placeholder) -> tuple:
+    """(tensor, bytes, on) for a kernel's ``ahead_ptr, ahead_bytes`` and ``AHEAD`` (``placeholder`` when off)."""
     args = pdl.ahead(device, prefetch)
-    if args["ahead_ptr"] is None:
-        args["ahead_ptr"] = placeholder
-    return args
+    return (placeholder if args["ahead_ptr"] is None else args["ahead_ptr"]), args["ahead_bytes"], args["AHEAD"]
 
 
 def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -192,10 +193,11 @@ def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     N = weight.shape[0]
     y = torch.empty((M, N), dtype=x2.dtype, device=x2.device)
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, M=M, N=N, K=K,
-                         s_xm=x2.stride(0), s_wn=weight.stride(0), s_ym=y.stride(0), HAS_BIAS=bias is not None,
+    ahead_ptr, ahead_bytes, ahead_on = _ahead(x2.device, prefetch, weight)
+    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, ahead_ptr, ahead_bytes, M, N, K,
+                         x2.stride(0), weight.stride(0), y.stride(0), HAS_BIAS=bias is not None,
                          BLOCK_M=max(16, triton.next_power_of_2(M)), PREFETCH=pdl.prefetch_ok(x2.device, weight),
-                         **_ahead(x2.device, prefetch, weight), **pdl.launch(x2.device))
+                         AHEAD=ahead_on, **pdl.launch(x2.device))
     return y
 
 
