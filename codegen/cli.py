@@ -538,8 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split the decoder layers over P pipeline stages, each on its own rank(s), stage by stage "
                    "(rocm; x --tensor-parallel-size ranks in all)")
     r.add_argument("--data-parallel-size", type=int, default=None, metavar="D",
-                   help="attention data parallelism over D ranks: each rank its own requests and KV cache, MoE/MLP "
-                   "layers over all D ranks (rocm)")
+                   help="attention data parallelism: D groups (of --tensor-parallel-size ranks) each with its own "
+                   "requests and KV cache, MoE/MLP layers over all ranks (rocm)")
     r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
     r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",

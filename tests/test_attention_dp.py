@@ -40,8 +40,10 @@ def test_requests_go_to_the_least_loaded_rank():
 
 def test_sizes_are_checked(tmp_path):
     make_llama(tmp_path, "gqa")
-    with pytest.raises(ValueError, match="attention data parallelism runs one rank per DP group"):
-        LLM(tmp_path, data_parallel_size=2, tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="data_parallel_size 2 with pipeline_parallel_size 2 is not supported"):
+        LLM(tmp_path, data_parallel_size=2, pipeline_parallel_size=2)
+    with pytest.raises(ValueError, match="leave expert_parallel_size unset"):
+        LLM(tmp_path, data_parallel_size=2, expert_parallel_size=2)
     with pytest.raises(ValueError, match="implemented for the rocm target, not neuron"):
         LLM(tmp_path, target="neuron", data_parallel_size=2)
     assert not dist.is_initialized()
@@ -105,3 +107,33 @@ def test_cli_data_parallel_prints_one_output(tmp_path):
     make_moe(tmp_path / "ckpt", "qwen3_moe_norm")
     outs = cli_outputs(tmp_path / "ckpt", PROMPTS[:2], [], ["--data-parallel-size", "2"])
     assert outs[1] == outs[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["qwen3_moe", "llama"])
+def test_attention_dp_groups_with_tensor_parallel_attention(tmp_path, case):
+    """D = 2 groups x T = 2: attention TP-sharded inside each group (its o_proj all-reduce fused into the norm over
+    the group), the MoE / dense MLP over all 4 ranks (their down projection reduced over the world; Llama's model
+    fuses it into the next norm, which would sum over the group only)."""
+    if case == "llama":
+        make_llama(tmp_path, "gqa")
+    else:
+        make_moe(tmp_path, "qwen3_moe_norm")
+    one = LLM(tmp_path, dtype="float32", max_model_len=64)
+    want_logits, want = one.score(PROMPTS[0]), one.generate(PROMPTS, GREEDY)
+    llm = LLM(tmp_path, dtype="float32", max_model_len=64, data_parallel_size=2, tensor_parallel_size=2)
+    try:
+        assert dist.get_world_size() == 4
+        params = dict(llm.model.named_parameters())
+        qkv = next(p for n, p in params.items() if n.endswith("layers.0.self_attn.qkv_proj.weight"))
+        assert qkv.shape[0] == (4 + 2 * 2) * 16 // 2  # attention sharded over the group's 2 ranks
+        gate_up = next(p for n, p in params.items() if n.endswith("mlp.gate_up_proj.weight"))
+        assert gate_up.shape[0] == 2 * 96 // 4  # dense MLP over all 4 ranks
+        if case == "qwen3_moe":
+            experts = next(m for m in llm.model.modules() if getattr(m, "is_fused_moe", False))
+            assert experts.num_local_experts == 2
+        torch.testing.assert_close(llm.score(PROMPTS[0]), want_logits, atol=1e-4, rtol=1e-4)
+        assert llm.generate(PROMPTS, GREEDY) == want
+    finally:
+        llm.close()
+    assert not dist.is_initialized()

@@ -31,6 +31,7 @@ def _run(path, **kw):
     ({"pipeline_parallel_size": 2}, "llama"), ({"pipeline_parallel_size": 2}, "qwen3_moe"),
     ({"data_parallel_size": 2}, "qwen3_moe"), ({"data_parallel_size": 2}, "llama"),
     ({"pipeline_parallel_size": 2, "tensor_parallel_size": 2}, "llama"),
+    ({"data_parallel_size": 2, "tensor_parallel_size": 2}, "qwen3_moe"),
 ])
 def test_parallel_mode_on_nccl_equals_one_gpu(tmp_path, mode, case):
     if mode.get("tensor_parallel_size", 1) * 2 > torch.cuda.device_count():

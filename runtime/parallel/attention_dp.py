@@ -1,23 +1,26 @@
 """Attention data parallelism for MoE (and dense) rocm models: ``LLM(..., data_parallel_size=D)``.
 
-ATOM's / SGLang's DP attention. The engine starts D ranks (the TP launcher, ``runtime/parallel/launch.py``). Each
-rank owns a share of the requests and their KV cache: the engine's block manager is :class:`DataParallelBlocks`,
-one :class:`~modelgen.runtime.engine.block_manager.BlockManager` per rank, and a request is placed at admission on
-the rank with the most free blocks (ties: the fewest requests, then the lowest rank); it stays there until it
-finishes or is preempted. Attention, norms, the embedding and the LM head are whole on every rank (a TP group of
-one: ``distributed.set_groups(1, 0)``) and run on that rank's requests only. The MoE blocks (``*SparseMoeBlock``)
-and gated MLPs (``*MLP``) of the generated module are built over the whole world (``distributed.world_scope``:
-experts spread over the D ranks as expert parallelism, dense MLPs sharded D ways) and run on every rank's tokens:
-each rank all-gathers the step's tokens (padded to the largest rank's count, then compacted), runs the block, whose
-row-parallel / expert partial sums are all-reduced over the world, and keeps its own rows.
+ATOM's / SGLang's DP attention. The engine starts D x T ranks (``tensor_parallel_size=T``, default 1; the TP
+launcher, ``runtime/parallel/launch.py``), rank = d * T + t: D data-parallel groups of T ranks. Each group owns a
+share of the requests and their KV cache: the engine's block manager is :class:`DataParallelBlocks`, one
+:class:`~modelgen.runtime.engine.block_manager.BlockManager` per group, and a request is placed at admission on the
+group with the most free blocks (ties: the fewest requests, then the lowest group); it stays there until it
+finishes or is preempted. Attention, norms, the embedding and the LM head are tensor-parallel inside the group
+(``distributed.set_groups``: a TP group of T ranks) and run on that group's requests only. The MoE blocks
+(``*SparseMoeBlock``) and gated MLPs (``*MLP``) of the generated module are built over the whole world
+(``distributed.world_scope``: experts spread over the D x T ranks as expert parallelism, dense MLPs sharded D x T
+ways) and run on every group's tokens: each rank all-gathers the step's tokens over the DP dimension (the ranks with
+its TP rank; padded to the largest group's count, then compacted), runs the block, whose row-parallel / expert
+partial sums are all-reduced over the world, and keeps its group's rows.
 
-A step: rank 0 schedules every request and broadcasts the step with each work item's owner; every rank runs its
-own items (a rank without any runs one dummy token into a scratch KV block, so the MoE collectives pair up), and
-the ranks send their logits rows (float32) to rank 0, which samples -- for an all-greedy step only the argmax ids
-of each rank's rows (int64). Not optimised: the all-gather is padded, the
-reduction is an all-reduce then a slice (not a reduce-scatter; gloo has none), no overlap of ranks' attention
-with the collectives, decode CUDA graphs off. Paged K/V, MLA latent caches and Gated DeltaNet state slots work
-alike (each rank keeps its own requests'); speculative decoding is refused. ``tests/test_attention_dp.py`` checks D = 2 against one rank on CPU (gloo).
+A step: rank 0 schedules every request and broadcasts the step with each work item's owner group; every rank runs
+its group's items (a group without any runs one dummy token into a scratch KV block -- and, for Gated DeltaNet, the
+state slot of another group's request, scratch on this group -- so the MoE collectives pair up), and each group's
+TP rank 0 sends its logits rows (float32) to rank 0, which samples -- for an all-greedy step only the argmax ids
+(int64). Not optimised: the all-gather is padded, the reduction is an all-reduce then a slice (not a
+reduce-scatter; gloo has none), no overlap of attention with the collectives, decode CUDA graphs off. Paged K/V,
+MLA latent caches and Gated DeltaNet state slots work alike; speculative decoding and PP are refused.
+``tests/test_attention_dp.py`` checks D = 2 (and D = 2 x T = 2) against one rank on CPU (gloo).
 """
 from __future__ import annotations
 
@@ -31,11 +34,26 @@ from torch import nn
 from .. import distributed
 from ..engine.block_manager import BlockManager, CacheFullError
 
-_COUNTS: list[int] = []  # tokens each rank feeds this step (set by the runner before the forward)
+_COUNTS: list[int] = []  # tokens each DP group feeds this step (set by the runner before the forward)
+_DP: dict = {}  # "group": this rank's data-parallel-dimension group (ranks with its TP rank), "size": T, "index": d
 
 
 def data_parallel_size() -> int:
     return distributed.parallel_config().data_parallel_size
+
+
+def init_groups(dp: int) -> None:
+    """After ``init_process_group``: the world of D x T ranks (rank = d * T + t) gets one attention TP group per DP
+    group ``d`` and one DP-dimension group per TP rank ``t`` (the ranks whose tokens differ: the MoE/MLP gather runs
+    over it). Every rank creates every group in the same order (``new_group`` is collective)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % dp:
+        raise ValueError(f"data_parallel_size {dp} does not divide the world size {world}")
+    t = world // dp
+    tp_groups = [dist.new_group(list(range(d * t, (d + 1) * t))) if t > 1 else None for d in range(dp)]
+    dp_groups = [dist.new_group(list(range(i, world, t))) for i in range(t)]
+    distributed.set_groups(t, rank % t, tp_groups[rank // t])
+    _DP.update(group=dp_groups[rank % t], size=t, index=rank // t)
 
 
 # ---------------------------------------------------------------------------------------------------- placement
@@ -101,11 +119,14 @@ def make_block_manager(num_blocks: int, block_size: int):
 
 # ------------------------------------------------------------------------------------------------- model build
 def _gather_rows(x: torch.Tensor) -> torch.Tensor:
-    """Every rank's rows of this step, in rank order (all-gather of the padded rows, then compacted)."""
+    """Every DP group's rows of this step, in group order: an all-gather over the DP dimension (the ranks of one
+    group hold the same rows) of the padded rows, then compacted."""
+    from .data import _gather
+
     counts, width = _COUNTS, max(_COUNTS)
     if x.shape[0] < width:
         x = torch.cat([x, x.new_zeros(width - x.shape[0], *x.shape[1:])])
-    gathered = distributed.all_gather(x, dim=0)
+    gathered = _gather(x, _DP["group"], len(counts))
     if all(c == width for c in counts):
         return gathered
     keep = torch.cat([torch.arange(r * width, r * width + c, device=x.device) for r, c in enumerate(counts)])
@@ -115,12 +136,12 @@ def _gather_rows(x: torch.Tensor) -> torch.Tensor:
 def _world_forward(self, x: torch.Tensor, *args) -> torch.Tensor:
     if args:
         raise TypeError(f"{type(self).__name__}: attention data parallelism wraps one-tensor MLP/MoE forwards")
-    n, rank = x.shape[0], dist.get_rank()
-    if len(_COUNTS) != dist.get_world_size() or _COUNTS[rank] != n:
+    n, group = x.shape[0], _DP["index"]
+    if _COUNTS[group] != n:
         raise RuntimeError(f"attention DP: {type(self).__name__} got {n} tokens, the step announced {_COUNTS}")
     with distributed.world_scope():
         out = self._dp_inner_forward(_gather_rows(x))
-    start = sum(_COUNTS[:rank])
+    start = sum(_COUNTS[:group])
     return out[start:start + n]
 
 
@@ -147,16 +168,20 @@ def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -
         raise ValueError(f"data_parallel_size: {name} has no *MLP or *SparseMoeBlock class to run over the ranks")
     with _patched(namespace, {k: _world_built(v) for k, v in world_classes.items()}):
         model = target.build_model(module, config, hf_config, engine_args)
-    wrapped = 0
+    from ..layers.linear import RowParallelLinear
+
     types_ = tuple(world_classes.values())
     for m in model.modules():
         if isinstance(m, types_) and getattr(m, "_dp_inner_forward", None) is None:  # outermost first (pre-order)
             m._dp_inner_forward = m.forward
             m.forward = types.MethodType(_world_forward, m)
-            for inner in m.modules():  # nested world classes (a shared-expert MLP) run inside this one's forward
-                if inner is not m:
+            for inner in m.modules():
+                if inner is not m:  # nested world classes (a shared-expert MLP) run inside this one's forward
                     inner._dp_inner_forward = False
-            wrapped += 1
+                if isinstance(inner, RowParallelLinear):
+                    # Built over the world, reduced over the world inside the forward: an all-reduce the model
+                    # fused into the next norm (attention TP > 1) would sum over the attention group only.
+                    inner.reduce_results = True
     return model
 
 
@@ -170,7 +195,9 @@ class DataParallelRunner:
 
     def __init__(self, inner, blocks: DataParallelBlocks, vocab_size: int):
         self.inner, self.blocks, self.vocab_size = inner, blocks, vocab_size
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.tp, self.group = _DP["size"], _DP["index"]  # attention TP ranks per DP group; this rank's group
+        self.groups = dist.get_world_size() // self.tp
+        self.rank = dist.get_rank()
         inner.graphs = None  # the gathers' sizes change every step: no decode CUDA graphs
 
     def __getattr__(self, name: str):
@@ -188,9 +215,9 @@ class DataParallelRunner:
     def _run(self, work, all_positions: bool, greedy: bool):
         from ..engine.runners import Work
 
-        owners = [self.blocks.owner[w.seq_id] for w in work]
-        mine = [w for w, o in zip(work, owners) if o == self.rank]
-        tokens = [0] * self.world
+        owners = [self.blocks.owner[w.seq_id] for w in work]  # DP groups
+        mine = [w for w, o in zip(work, owners) if o == self.group]
+        tokens = [0] * self.groups
         for w, o in zip(work, owners):
             tokens[o] += len(w.token_ids)
         _COUNTS[:] = [t or 1 for t in tokens]  # an idle rank feeds one dummy token
@@ -214,17 +241,17 @@ class DataParallelRunner:
         out = logits.argmax(-1) if greedy else logits.float()
         rows = [len(w.token_ids) if all_positions else 1 for w in work]
         if self.rank != 0:
-            if not dummy:
+            if not dummy and self.rank == self.group * self.tp:  # the group's TP rank 0 answers for it
                 dist.send(out.contiguous(), dst=0)
             return None
         parts = {0: out}
-        for r in range(1, self.world):
-            count = sum(n for n, o in zip(rows, owners) if o == r)
+        for g in range(1, self.groups):
+            count = sum(n for n, o in zip(rows, owners) if o == g)
             if count:
                 shape = (count,) if greedy else (count, self.vocab_size)
-                parts[r] = torch.empty(shape, dtype=out.dtype, device=out.device)
-                dist.recv(parts[r], src=r)
-        ordered, taken = [], [0] * self.world
+                parts[g] = torch.empty(shape, dtype=out.dtype, device=out.device)
+                dist.recv(parts[g], src=g * self.tp)
+        ordered, taken = [], [0] * self.groups
         for n, o in zip(rows, owners):
             ordered.append(parts[o][taken[o]:taken[o] + n])
             taken[o] += n

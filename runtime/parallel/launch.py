@@ -56,19 +56,18 @@ def _positive(name: str, value) -> int:
 def world_size_for(tensor_parallel_size: int, expert_parallel_size: int | None, pipeline_parallel_size: int = 1,
                    data_parallel_size: int = 1) -> int:
     """Ranks of a run: the tensor-parallel size (attention and dense MLPs are sharded over all ranks), or the
-    expert-parallel size when only that is given (EP must divide it), times the pipeline stages; attention data
-    parallelism runs one rank per DP group (its own attention, every rank sharing the MoE/MLP layers)."""
+    expert-parallel size when only that is given (EP must divide it), times the pipeline stages; under attention
+    data parallelism D groups of TP ranks (attention TP inside a group, the MoE/MLP layers over all ranks)."""
     tp = _positive("tensor_parallel_size", tensor_parallel_size)
     pp = _positive("pipeline_parallel_size", pipeline_parallel_size)
     dp = _positive("data_parallel_size", data_parallel_size)
     if dp > 1:
-        if tp > 1 or pp > 1:
-            raise ValueError(f"data_parallel_size {dp} with tensor_parallel_size {tp} / pipeline_parallel_size {pp}: "
-                             f"attention data parallelism runs one rank per DP group (TP = PP = 1 inside it)")
-        if expert_parallel_size is not None and expert_parallel_size != dp:
+        if pp > 1:
+            raise ValueError(f"data_parallel_size {dp} with pipeline_parallel_size {pp} is not supported")
+        if expert_parallel_size is not None:
             raise ValueError(f"expert_parallel_size {expert_parallel_size} with data_parallel_size {dp}: the MoE "
-                             f"layers run over all {dp} ranks (leave expert_parallel_size unset)")
-        return dp
+                             f"layers run over all {dp * tp} ranks (leave expert_parallel_size unset)")
+        return dp * tp
     if expert_parallel_size is None:
         return tp * pp
     ep = _positive("expert_parallel_size", expert_parallel_size)
@@ -161,14 +160,16 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
 
 
 def _init_groups(pp: int, dp: int) -> None:
-    """The TP group of a pipeline stage (PP), or of one rank (attention DP); every rank calls this in the same order
-    after joining the world."""
+    """The TP group of a pipeline stage (PP) or of a data-parallel group (attention DP); every rank calls this in the
+    same order after joining the world."""
     if pp > 1:
         from .pipeline import init_groups
 
         init_groups(pp)
     elif dp > 1:
-        distributed.set_groups(1, 0, None)  # attention, embedding and LM head: this rank alone
+        from .attention_dp import init_groups
+
+        init_groups(dp)
 
 
 def abort_ranks_on_error(init):
