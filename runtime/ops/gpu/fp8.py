@@ -63,7 +63,10 @@ def _fp8_block_gemm_kernel(
 
 def table_config(M: int, N: int, K: int, block: tuple[int, int], device_index: int | None) -> tuple[int, int, int]:
     """(BM, BN, split_k) from the shape alone: tiles of 16-64 rows, 32-128 columns (a divisor of the scale block), and
-    enough K splits that the grid covers the GPU about twice when M is small."""
+    enough K splits for about four programs per SM when M is small. A decode GEMM is a weight stream: each program
+    keeps only ``num_stages`` tiles of 4-8 KB in flight, so one or two programs per SM (o_proj at M = 1: 224 tiles on
+    132 SMs) leave HBM under-used; the float32 partials of a split cost ``split * M * N * 4`` bytes, small next to
+    the weight."""
     bn_q, bk = block
     BM = 16 if M <= 16 else (32 if M <= 32 else 64)
     BN = min(bn_q, 32 if M <= 16 else 64)
@@ -71,7 +74,8 @@ def table_config(M: int, N: int, K: int, block: tuple[int, int], device_index: i
         BN //= 2
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
     k_blocks = triton.cdiv(K, bk)
-    split = max(1, min(k_blocks, (2 * num_sms(device_index)) // max(1, tiles), 16))
+    split = max(1, min(k_blocks, -(-4 * num_sms(device_index) // max(1, tiles)) if tiles < 2 * num_sms(device_index)
+                       else 1, 16))
     return BM, BN, split
 
 
