@@ -83,3 +83,19 @@ def test_fp8_keep_is_gpu_path_only(fp8_path, monkeypatch):
 def test_quantized_weights_mode_is_checked(fp8_path):
     with pytest.raises(ValueError, match="quantized_weights 'fast': expected one of auto, keep, dequantize"):
         _llm(fp8_path, "fast")
+
+
+def test_fp8_kept_qwen3_fused_qkv_and_gate_up(tmp_path):
+    """Packed layers: q/k/v -> qkv_proj and gate/up -> gate_up_proj keep FP8 with each shard's scales at its block
+    offset; logits within 1e-4 of the dequantized path (fp32)."""
+    from modelgen.runtime.layers.linear import LinearBase
+    from tests.moe_fixtures import make_moe
+
+    make_moe(tmp_path, "qwen3")
+    quantize_checkpoint(tmp_path)
+    kept = _llm(tmp_path, "keep")
+    fp8_layers = {n.rsplit(".", 1)[-1] for n, m in kept.model.named_modules()
+                  if isinstance(m, LinearBase) and m.fp8_block is not None}
+    assert {"qkv_proj", "gate_up_proj", "o_proj", "down_proj"} <= fp8_layers
+    err = (kept.score(PROMPT).float() - _llm(tmp_path, "dequantize").score(PROMPT).float()).abs().max().item()
+    assert err < 1e-4, err
