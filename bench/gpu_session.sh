@@ -43,6 +43,34 @@ elif [ "$phase" = probe ]; then  # nvidia-h200-x2: all-reduce kernels, TP=2 vs T
     tests/test_fused_allreduce_norm.py -p no:cacheprovider 2>&1 | tail -25 > "$OUT/h200-gpu-tests-a.log"
   wait
   cat "$OUT/h200-gpu-tests-a.log" "$OUT/h200-gpu-tests-b.log"
+elif [ "$phase" = call2 ]; then  # nvidia-h200-x2, ~580 s: TP variants; MoE layer A/B | GPU tests; serve | MTP
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 230 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 --variants default gloo-nccl \
+    --out "$OUT/h200x2-llama8b-tp.json" 2>&1 | grep -v Warning | tail -40 > "$L/1-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/1-tp.log"
+  (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs tests/test_gpu_speculative.py -p no:cacheprovider 2>&1 \
+    | tail -30 > "$L/2-spec-tests.log") &
+  (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs tests/test_gpu_fp8.py tests/test_fp8_keep.py \
+    tests/test_mxfp4_keep.py -p no:cacheprovider 2>&1 | grep -v Warning | tail -30 > "$L/2-quant-tests.log") &
+  (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs tests/test_pdl.py tests/test_gpu_moe.py \
+    -p no:cacheprovider 2>&1 | grep -v Warning | tail -25 > "$L/2-moe-pdl-tests.log") &
+  CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m bench.moe_layer --layers 8 --batches 1 \
+    --modes base pdl pdl_pf pdl2_pf pdl_pf_ahead --out "$OUT/h200-moe-layer.json" 2>&1 | grep -v Warning | tail -80 \
+    > "$L/2-moe-layer.log"
+  wait
+  echo "[$(( $(date +%s) - t0 ))s] moe layer + tests done" | tee -a "$L/2-moe-layer.log"
+  PYV=$(python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site --find-links ../.whl/serve \
+    -r ../.whl/serve/requirements-$PYV.txt > "$L/3-pip.log" 2>&1
+  (CUDA_VISIBLE_DEVICES=1 timeout 165 python3 bench/mtp.py --models deepseek --train-steps 200 --k 1 2 --eager-k 1 \
+    --plain-eager 0 --checks 0 --batches 1 8 --new-tokens 64 --budget-s 150 --out "$OUT/h200-mtp-deepseek.json" 2>&1 \
+    | grep -v Warning | tail -40 > "$L/3-mtp.log") &
+  CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PYTHONPATH:/tmp/site timeout 165 python3 bench/serve.py --shape llama3-8b \
+    --device cuda --target rocm --clients 1 8 32 --max-tokens 128 --budget-s 150 --out "$OUT/h200-llama8b-serve.json" \
+    2>&1 | grep -v Warning | tail -40 > "$L/3-serve.log"
+  wait
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/call2.log"; rm -rf "$L"
+  cat "$OUT/call2.log"
 elif [ "$phase" = fp8 ]; then
   timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
   timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"
