@@ -410,6 +410,9 @@ def divergence_report(hf, llm, prompt: list[int], want: list[int], got: list[int
     seq = prompt + want[:d]
     ids = torch.tensor([seq], device=next(hf.parameters()).device)
     hf_bf16 = hf(ids).logits[0, -1].float()
+    need = sum(p.numel() for p in hf.parameters()) * 4
+    if ids.is_cuda and torch.cuda.mem_get_info(ids.device)[0] < 1.2 * need:
+        return {"step": d, "skipped": f"no room for a float32 copy of transformers' model ({need / 1e9:.1f} GB)"}
     hf32 = copy.deepcopy(hf).float()
     hf_fp32 = hf32(ids).logits[0, -1].float()
     del hf32
