@@ -21,8 +21,10 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   base        MODELGEN_PDL=0: ordinary launches (the committed behaviour)
   pdl         programmatic dependent launch, no prefetch
   pdl_pf      PDL + L2 prefetch of each kernel's weight tile before its wait
-  pdl_pf_ahead  as pdl_pf, and the QKV projection prefetches o_proj's weight behind its own (streamed into L2
-              while attention, which reads little, runs; ``linear(..., prefetch=)``)
+  ahead       no PDL; MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own
+              (streamed into L2 while attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE
+              gate-up programs their experts' down weights
+  pdl_pf_ahead  as pdl_pf, and the prefetch ahead
   pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
   pdl2_*      MODELGEN_PDL=2: kernels release their dependents before their wait (deeper overlap)
 
@@ -48,6 +50,7 @@ H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
 MODES = {
     "base": dict(pdl=0, prefetch=False, fused_router=0, ahead=False),
+    "ahead": dict(pdl=0, prefetch=False, fused_router=0, ahead=True),
     "pdl": dict(pdl=1, prefetch=False, fused_router=0, ahead=False),
     "pdl_pf": dict(pdl=1, prefetch=True, fused_router=0, ahead=False),
     "pdl_pf_ahead": dict(pdl=1, prefetch=True, fused_router=0, ahead=True),
@@ -150,7 +153,7 @@ def graph_us(fn, reps: int) -> float:
 def set_mode(m: dict) -> None:
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, pdl
 
-    pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"])
+    pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=m["ahead"])
     gm.FUSED_ROUTER_T = m["fused_router"]
     AHEAD["on"] = m["ahead"]
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
@@ -256,13 +259,13 @@ def main() -> int:
     for b, ch in chains.items():
         for name in args.modes:
             m = MODES[name]
-            if not m["pdl"] or name not in choices:
+            if not (m["pdl"] or m["ahead"]) or name not in choices:
                 continue
-            want = replays(ch, dict(m, pdl=0, prefetch=False))
+            want = replays(ch, dict(m, pdl=0, prefetch=False, ahead=False))
             got = replays(ch, m)
             same = all(torch.equal(x, w) for x, w in zip(got, want))
             res["modes"][name][str(b)]["bitwise_equal_without_pdl"] = same
-            log(f"check {name:10s} bs{b}: 3 replays bitwise equal to the same kernels without PDL: {same}")
+            log(f"check {name:10s} bs{b}: 3 replays bitwise equal to the same kernels without PDL/prefetch: {same}")
             if not same:
                 failed.append(f"{name} bs{b}")
     timed = [n for n in args.modes if n in choices]

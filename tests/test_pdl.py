@@ -102,7 +102,7 @@ def _chain_kernels():
         (gm._gate_up_kernel, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, EVEN_K=True, GELU=False, IEEE=False), 4, 4, 0),
         (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False, PF_CHUNKS=2), 4, 4, 2),
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
-        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False), 4, 3, 0),
+        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False), 4, 3, 0),
         (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
         (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
     ]
@@ -134,15 +134,23 @@ def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
 
 
 @compiles
-@pytest.mark.parametrize("case", [2, 3])
+@pytest.mark.parametrize("case", [2, 3, 10])
 def test_prefetch_ahead_after_the_wait(case):
-    """``linear(..., prefetch=t)``: the GEMV / skinny programs prefetch their share of a later kernel's tensor after
-    the wait (behind their own weight stream), besides their own tile before it."""
+    """``MODELGEN_PREFETCH_AHEAD``: the GEMV / skinny programs (``linear(..., prefetch=t)``) and the MoE gate-up
+    programs (their experts' down weights) prefetch their share of a later kernel's tensor after the wait, behind
+    their own weight stream; the GEMVs also their own tile before it. Without PDL too (the prefetch alone)."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
-    lines = _ptx(kernel, dict(const, PDL=1, PREFETCH=True, AHEAD=True), 90, warps, stages)
+    const = dict(const, AHEAD=True)
+    if "PREFETCH" in _jit(kernel).arg_names:
+        const["PREFETCH"] = True
+    lines = _ptx(kernel, dict(const, PDL=1), 90, warps, stages)
     wait = min(i for i, s in enumerate(lines) if "griddepcontrol.wait" in s)
     prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
-    assert any(i < wait for i in prefetch) and any(i > wait for i in prefetch)
+    assert any(i > wait for i in prefetch)
+    assert any(i < wait for i in prefetch) == ("PREFETCH" in const)
+    plain = _ptx(kernel, dict(const, PDL=0, PREFETCH=False) if "PREFETCH" in const else dict(const, PDL=0), 90,
+                 warps, stages)
+    assert any("cp.async.bulk.prefetch.L2" in s for s in plain) and not any("griddepcontrol" in s for s in plain)
 
 
 @compiles
@@ -232,7 +240,7 @@ def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypa
         return torch.cat([h, res], dim=1)
 
     def replays(on: bool) -> list[torch.Tensor]:
-        pdl.set_mode(pdl=level if on else 0, prefetch=on)
+        pdl.set_mode(pdl=level if on else 0, prefetch=on, ahead=on)
         assert pdl.active(x.device) == on
         gl._CHOICE.clear()
         chain()

@@ -159,7 +159,7 @@ def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
          prefetch: torch.Tensor | None = None) -> torch.Tensor:
     """``x1 [1, K]`` @ ``weight [N, K]``.T (+ bias) -> ``[1, N]``; needs ``N % 8 == 0`` and ``K % 512 == 0``.
     ``prefetch``: a tensor the next kernels will read, prefetched into L2 once this one's weights are in flight
-    (with PDL prefetching on, ``runtime/ops/gpu/pdl.py``)."""
+    (``MODELGEN_PREFETCH_AHEAD=1``, ``runtime/ops/gpu/pdl.py``)."""
     N, K = weight.shape
     y = torch.empty((1, N), dtype=x1.dtype, device=x1.device)
     key = (x1.device, N)
@@ -183,8 +183,9 @@ def gemv_ok(M: int, N: int, K: int) -> bool:
 # ------------------------------------------------------------------------------------------- 1 < M <= 16: dot tiles
 def _ahead(device, prefetch, placeholder) -> tuple:
     """(tensor, bytes, on) for a kernel's ``ahead_ptr, ahead_bytes`` and ``AHEAD`` (``placeholder`` when off)."""
-    args = pdl.ahead(device, prefetch)
-    return (placeholder if args["ahead_ptr"] is None else args["ahead_ptr"]), args["ahead_bytes"], args["AHEAD"]
+    if pdl.ahead_ok(device, prefetch):
+        return prefetch, prefetch.numel() * prefetch.element_size(), True
+    return placeholder, 0, False
 
 
 def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -257,7 +258,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            prefetch: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` for CUDA tensors, with the skinny kernel where it measured faster for this shape. ``prefetch``:
     a tensor a later kernel reads (the output projection's weight, passed with the QKV projection): the Triton
-    kernels prefetch it into L2 behind their own weights when PDL prefetching is on (ignored on cuBLAS)."""
+    kernels prefetch it into L2 behind their own weights with ``MODELGEN_PREFETCH_AHEAD=1`` (ignored on cuBLAS)."""
     K = x.shape[-1]
     M = x.numel() // K if K else 0
     if not x.is_cuda or M == 0 or M > MAX_M or x.dtype not in (torch.bfloat16, torch.float16) or weight.dtype != x.dtype \

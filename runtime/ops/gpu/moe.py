@@ -440,8 +440,9 @@ def _combine_kernel(
 
 @triton.jit
 def _gate_up_pairs_kernel(
-    x_ptr, w_ptr, out_ptr, ids_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
+    x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn,
+    s_om, s_w2e, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -467,6 +468,8 @@ def _gate_up_pairs_kernel(
             u_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
         dt = out_ptr.dtype.element_ty
+        if AHEAD:  # this program's share of its expert's down weight (MODELGEN_PREFETCH_AHEAD), for the next launch
+            pdl.prefetch_share(w2_ptr + e.to(tl.int64) * s_w2e, w2_bytes, pid_n, tl.num_programs(0), 8)
         gate = tl.sum(acc_g, 1).to(dt).to(tl.float32)
         up = tl.sum(acc_u, 1).to(dt).to(tl.float32)
         tl.store(out_ptr + pair * s_om + offs_n, (_act(gate, GELU).to(dt).to(tl.float32) * up).to(dt), mask=nmask)
@@ -732,10 +735,12 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     if stages < 2:  # no align launch here
         return out
     bn, bk, nw, ns = cfg["up"]
+    ahead = pdl.ahead_ok(dev, w2[0])
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
-        hidden, w13, inter, topk_ids, I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
-        w13.stride(0), w13.stride(1), inter.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns,
+        hidden, w13, inter, topk_ids, w2, w2[0].numel() * w2.element_size() if ahead else 0,
+        I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
+        w13.stride(0), w13.stride(1), inter.stride(0), w2.stride(0),
+        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns, AHEAD=ahead,
         **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
     )
     if stages < 3:

@@ -23,6 +23,11 @@ at once). Still correct: every kernel waits before reading or writing anything t
 completes only after its predecessor has. Whether the deeper overlap pays (more prefetches in flight than L2 may
 hold) is measured by ``bench/moe_layer.py``.
 
+``MODELGEN_PREFETCH_AHEAD=1`` (sm_90, with or without PDL; default 0) lets kernels prefetch, once their own weights
+are in flight, what a *later* kernel reads: the MoE gate-up programs their experts' down weights, and a GEMV a
+tensor passed as ``linear(..., prefetch=t)`` (the QKV projection the output projection's weight, streamed while
+attention -- which reads little -- runs).
+
 Kernels launched normally (cuBLAS, torch ops, kernels without these calls) keep the ordinary full serialisation
 around them, so mixing is safe. Where PDL is off (``MODELGEN_PDL=0``, the default until measured; Triton's
 interpreter; ROCm; GPUs before sm_90; a Triton without ``gdc_wait``) the kernels compile without the calls
@@ -49,14 +54,18 @@ def refresh() -> None:
         raise ValueError(f"MODELGEN_PDL={level!r}: expected 0 (off), 1 (on) or 2 (on, early release)")
     _STATE["pdl"] = int(level)
     _STATE["prefetch"] = int(os.environ.get("MODELGEN_PDL_PREFETCH", "1") == "1")
+    _STATE["ahead"] = int(os.environ.get("MODELGEN_PREFETCH_AHEAD", "0") == "1")
 
 
-def set_mode(pdl: int | bool | None = None, prefetch: bool | None = None) -> None:
-    """Switch PDL (0/1/2, or a bool for 0/1) and the prefetch in this process (benchmarks' A/B; tests)."""
+def set_mode(pdl: int | bool | None = None, prefetch: bool | None = None, ahead: bool | None = None) -> None:
+    """Switch PDL (0/1/2, or a bool for 0/1), its weight prefetch and the prefetch ahead in this process
+    (benchmarks' A/B; tests)."""
     if pdl is not None:
         _STATE["pdl"] = int(pdl)
     if prefetch is not None:
         _STATE["prefetch"] = int(bool(prefetch))
+    if ahead is not None:
+        _STATE["ahead"] = int(bool(ahead))
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,10 +79,14 @@ def _device_ok(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
+def _sm90(device: torch.device) -> bool:
+    return device.type == "cuda" and _device_ok(device.index if device.index is not None
+                                                else torch.cuda.current_device())
+
+
 def active(device: torch.device) -> bool:
     """PDL on for kernels launched on ``device``."""
-    return _STATE["pdl"] > 0 and device.type == "cuda" and _device_ok(device.index if device.index is not None
-                                                                 else torch.cuda.current_device())
+    return _STATE["pdl"] > 0 and _sm90(device)
 
 
 def launch(device: torch.device, early: bool = True) -> dict:
@@ -88,8 +101,10 @@ def launch(device: torch.device, early: bool = True) -> dict:
 def prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
     """Whether a chain kernel should prefetch its weight tile: PDL on, prefetch on, and every weight's base and row
     starts 16-byte aligned (the bulk prefetch's rule; sizes are rounded inside :func:`prefetch_rows`)."""
-    if not (_STATE["prefetch"] and active(device)):
-        return False
+    return bool(_STATE["prefetch"]) and active(device) and _aligned(tensors)
+
+
+def _aligned(tensors) -> bool:
     for t in tensors:
         es = t.element_size()
         if t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]) or (t.shape[-1] * es) % 16:
@@ -97,13 +112,11 @@ def prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
     return True
 
 
-def ahead(device: torch.device, t: torch.Tensor | None) -> dict:
-    """Kernel arguments for prefetching a later kernel's tensor ``t`` (see :func:`prefetch_share`): the tensor, its
-    byte count and the ``AHEAD`` constexpr, False unless prefetching is on and ``t`` is contiguous and 16-byte sized
-    and aligned."""
-    ok = (t is not None and t.is_contiguous() and prefetch_ok(device, t.view(-1))
-          and t.numel() * t.element_size() < 2 ** 31)
-    return {"ahead_ptr": t if ok else None, "ahead_bytes": t.numel() * t.element_size() if ok else 0, "AHEAD": ok}
+def ahead_ok(device: torch.device, t: torch.Tensor | None) -> bool:
+    """Whether kernels on ``device`` should prefetch ``t`` for a later kernel (:func:`prefetch_share`): the switch on,
+    sm_90, ``t`` contiguous, 16-byte aligned and sized, under 2 GiB."""
+    return (t is not None and bool(_STATE["ahead"]) and _sm90(device) and t.is_contiguous()
+            and t.numel() * t.element_size() < 2 ** 31 and _aligned((t.view(-1),)))
 
 
 @triton.jit
