@@ -147,3 +147,37 @@ def test_shared_dsa_layer_at_a_stage_start_is_refused(tmp_path):
         _assert_same((llm.score(PROMPTS[0]), llm.generate(PROMPTS, GREEDY)), want)
     finally:
         llm.close()
+
+
+@pytest.mark.slow
+def test_stages_sized_from_a_memory_budget_schedule_over_the_smallest_cache(tmp_path):
+    """kv_cache_memory sizes each stage's cache for its own layers (stage 0: 2 layers, stage 1: 1): rank 0 schedules
+    over stage 0's smaller block count, valid on both stages; tokens equal one process."""
+    make_llama(tmp_path, "gqa", num_hidden_layers=3)
+    per_layer_block = 2 * 2 * 16 * 16 * 4  # K and V x 2 kv heads x 16 tokens x head_dim 16 x fp32
+    budget = 2 * per_layer_block * 20  # 20 blocks for stage 0's 2 layers, 40 for stage 1's one
+    want = _reference(tmp_path)
+    llm = LLM(tmp_path, dtype="float32", max_model_len=64, pipeline_parallel_size=2, kv_cache_memory=budget)
+    try:
+        assert llm.blocks.num_blocks == 20
+        _assert_same((llm.score(PROMPTS[0]), llm.generate(PROMPTS, GREEDY)), want)
+    finally:
+        llm.close()
+
+
+def test_rank_zero_block_manager_shrinks_to_the_smallest_rank():
+    """Another rank holding fewer blocks (a GPU with less free memory): rank 0's empty manager is re-initialised to
+    that count (a DP manager keeps a scratch block past it); once requests hold blocks it refuses."""
+    from modelgen.runtime.engine.block_manager import BlockManager
+    from modelgen.runtime.parallel.attention_dp import DataParallelBlocks
+    from modelgen.runtime.parallel.launch import _use_fewer_blocks
+
+    blocks = BlockManager(12, 16)
+    _use_fewer_blocks(blocks, 7)
+    assert blocks.num_blocks == 7 and sorted(blocks.free) == list(range(7))
+    dp = DataParallelBlocks(12, 16, 2)
+    _use_fewer_blocks(dp, 7)
+    assert dp.num_blocks == 7 and dp.scratch_block == 7 and all(m.num_blocks == 7 for m in dp.managers)
+    blocks.ensure(0, 20)
+    with pytest.raises(RuntimeError, match="only before any request is admitted"):
+        _use_fewer_blocks(blocks, 5)

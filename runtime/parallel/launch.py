@@ -228,12 +228,13 @@ class Ranks:
 
     # ------------------------------------------------------------------------------------------------- handshake
     def ready(self, llm) -> None:
-        """After rank 0 built its engine: every rank reports whether it built one, with its KV block count (block
-        ids are rank 0's, so every rank needs the same count); a failure stops all ranks and raises naming it."""
+        """After rank 0 built its engine: every rank reports whether it built one, with its KV block count; a
+        failure stops all ranks and raises naming it. Block ids are rank 0's, so rank 0 schedules over the smallest
+        count (pipeline stages sized from a memory budget hold different numbers of layers, hence of blocks)."""
         self._header(READY, llm.blocks.num_blocks, 0, 0)
         status = torch.tensor([1, llm.blocks.num_blocks, -llm.blocks.num_blocks], dtype=torch.int64)
         dist.all_reduce(status, op=dist.ReduceOp.MIN, group=self.control)
-        ok, lo, hi = int(status[0]), int(status[1]), -int(status[2])
+        ok, lo = int(status[0]), int(status[1])
         if not ok:
             messages = []
             for rank, pipe in enumerate(self.pipes, start=1):
@@ -244,9 +245,8 @@ class Ranks:
                         pass
             self.shutdown()
             raise RuntimeError("; ".join(messages) or "a follower rank failed to build its engine")
-        if lo != hi:
-            self.shutdown()
-            raise RuntimeError(f"the ranks sized their KV caches differently ({lo}..{hi} blocks); pass num_blocks")
+        if lo != llm.blocks.num_blocks:
+            _use_fewer_blocks(llm.blocks, lo)
         if self.backend == "nccl":  # creates the NCCL communicator now, never inside a CUDA-graph capture
             dist.all_reduce(torch.zeros(1, device=llm.device))
             torch.cuda.synchronize(llm.device)
@@ -354,6 +354,19 @@ class DriverRunner:
             warm()
 
 
+def _use_fewer_blocks(blocks, usable: int) -> None:
+    """Re-initialise rank 0's (still empty) block manager with ``usable`` blocks: ids every rank's cache holds (the
+    blocks past them stay allocated, unused)."""
+    from .attention_dp import DataParallelBlocks
+
+    if any(blocks.tables.values()):
+        raise RuntimeError("the KV block manager is resized only before any request is admitted")
+    if isinstance(blocks, DataParallelBlocks):
+        blocks.__init__(usable + 1, blocks.block_size, len(blocks.managers))  # + this rank's scratch block
+    else:
+        blocks.__init__(usable, blocks.block_size)
+
+
 # ------------------------------------------------------------------------------------------------------ followers
 def _channel_path(init: str) -> Path:
     """The shared-memory control file beside the group's file rendezvous (``file://<tmp>/rendezvous``)."""
@@ -454,7 +467,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         mine = llm.blocks.num_blocks if llm is not None else num_blocks
         status = torch.tensor([0 if failed else 1, mine, -mine], dtype=torch.int64)
         dist.all_reduce(status, op=dist.ReduceOp.MIN, group=control)
-        if failed or not int(status[0]) or int(status[1]) != -int(status[2]):
+        if failed or not int(status[0]):
             return
         if backend == "nccl":
             dist.all_reduce(torch.zeros(1, device=llm.device))
