@@ -22,8 +22,8 @@ def _rms_norm_kernel(
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < N
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # a weight: may be read before the wait
-    pdl.wait(PDL)
+    pdl.wait(PDL)  # x and residual come from the kernels before (runtime/ops/gpu/pdl.py)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + row * s_x + offs, mask=mask, other=0.0)
     if ADD:
         r = tl.load(r_ptr + row * s_r + offs, mask=mask, other=0.0)
