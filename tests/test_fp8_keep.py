@@ -39,14 +39,14 @@ def _llm(path, mode, dtype=torch.float32, **kw):
 
 def test_fp8_kept_equals_dequantized_deepseek(fp8_path, monkeypatch):
     from modelgen.runtime.layers.linear import LinearBase
-    from modelgen.runtime.ops.gpu import fp8 as gpu_fp8
+    from modelgen.runtime.ops.gpu import fp8 as gpu_fp8, moe_fp8
 
-    calls = []
-    real = gpu_fp8.block_fp8_linear
+    calls, moe_calls = [], []
+    real, real_moe = gpu_fp8.block_fp8_linear, moe_fp8.fused_moe_fp8
     monkeypatch.setattr(gpu_fp8, "block_fp8_linear", lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    monkeypatch.setattr(moe_fp8, "fused_moe_fp8", lambda *a, **k: moe_calls.append(1) or real_moe(*a, **k))
     kept = _llm(fp8_path, "keep")
-    # every attention / dense-MLP projection but MLA's kv_b_proj (read as a matrix for the absorbed decode); the
-    # experts stay dequantized (the fused MoE kernels take bf16/fp32 experts)
+    # every attention / dense-MLP projection but MLA's kv_b_proj (read as a matrix for the absorbed decode)
     fp8_layers = {n for n, m in kept.model.named_modules() if isinstance(m, LinearBase) and m.fp8_block is not None}
     assert kept.quantized_weights["kept"] > 0 and kept.quantized_weights["dequantized"] > 0
     assert any(n.endswith("o_proj") for n in fp8_layers) and any(n.endswith("gate_up_proj") for n in fp8_layers)
@@ -54,8 +54,26 @@ def test_fp8_kept_equals_dequantized_deepseek(fp8_path, monkeypatch):
     for n in fp8_layers:
         m = kept.model.get_submodule(n)
         assert m.weight.dtype == torch.float8_e4m3fn and m.weight_scale_inv.dtype == torch.float32
+    # MoE experts (routed + the shared expert's slot) re-encoded after loading: the checkpoint's FP8 codes exactly
+    from safetensors.torch import load_file
+
+    from modelgen.runtime.layers.moe import FusedMoE
+
+    raw = load_file(fp8_path / "model.safetensors")
+    moe = [m for m in kept.model.modules() if isinstance(m, FusedMoE)]
+    assert moe and kept.quantized_weights["moe_layers_fp8"] == len(moe)
+    layer = kept.model.model.layers[1].mlp.experts
+    assert layer.w13_weight.dtype == torch.float8_e4m3fn and layer.quant_method is not None
+    I = layer.intermediate_size
+    for e in range(layer.num_local_experts):
+        for rows, name in ((slice(0, I), "gate_proj"), (slice(I, 2 * I), "up_proj")):
+            want_q = raw[f"model.layers.1.mlp.experts.{e}.{name}.weight"]
+            assert torch.equal(layer.w13_weight[e, rows].cpu().view(torch.uint8), want_q.view(torch.uint8)), (e, name)
+        assert torch.equal(layer.w2_weight[e].cpu().view(torch.uint8),
+                           raw[f"model.layers.1.mlp.experts.{e}.down_proj.weight"].view(torch.uint8))
     got = kept.score(PROMPT).float()
     assert calls, "the FP8 GEMM never ran"
+    assert len(moe_calls) == len(moe), "the FP8 MoE kernel did not run once per MoE layer"
     deq = _llm(fp8_path, "dequantize")
     assert deq.quantized_weights["kept"] == 0
     assert all(m.fp8_block is None for m in deq.model.modules() if isinstance(m, LinearBase))
@@ -99,3 +117,37 @@ def test_fp8_kept_qwen3_fused_qkv_and_gate_up(tmp_path):
     assert {"qkv_proj", "gate_up_proj", "o_proj", "down_proj"} <= fp8_layers
     err = (kept.score(PROMPT).float() - _llm(tmp_path, "dequantize").score(PROMPT).float()).abs().max().item()
     assert err < 1e-4, err
+
+
+@pytest.mark.parametrize("T,E,k,S,ep", [(1, 8, 2, 1, False), (6, 8, 3, 0, True), (33, 4, 2, 2, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, "low"])
+def test_fused_moe_fp8_matches_bf16_kernel_on_dequantized_experts(T, E, k, S, ep, dtype):
+    """The FP8 MoE kernel against moe.py's kernel run on the dequantized experts (same align / combine / rounding
+    steps): shared-expert slots, expert ranges, partial tiles (H = 96, I = 64 in 32 x 32 blocks)."""
+    from modelgen.runtime.layers.fp8 import dequantize_block_fp8, quantize_block_fp8
+    from modelgen.runtime.ops.gpu.moe import fused_moe
+    from modelgen.runtime.ops.gpu.moe_fp8 import fused_moe_fp8
+    from tests.gpu_helpers import LOW, rel
+
+    dtype = LOW if dtype == "low" else dtype
+    H, I, blk = 96, 64, (32, 32)
+    g = torch.Generator().manual_seed(T + E)
+    L = E // 2 if ep else E
+    w13 = torch.randn(L + S, 2 * I, H, generator=g) * H ** -0.5
+    w13[:, :5] *= 20  # blocks of very different ranges: a scale from the wrong block shows
+    w2 = torch.randn(L + S, H, I, generator=g) * I ** -0.5
+    q13, s13 = zip(*(quantize_block_fp8(w, blk) for w in w13))
+    q2, s2 = zip(*(quantize_block_fp8(w, blk) for w in w2))
+    q13, s13, q2, s2 = (torch.stack(t) for t in (q13, s13, q2, s2))
+    d13 = torch.stack([dequantize_block_fp8(q, s, blk) for q, s in zip(q13, s13)])
+    d2 = torch.stack([dequantize_block_fp8(q, s, blk) for q, s in zip(q2, s2)])
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).to(torch.int32).to(DEV)
+    w = torch.softmax(torch.randn(T, k, generator=g), -1).to(DEV)
+    offset = E // 2 if ep else 0
+    got = fused_moe_fp8(x, q13.to(DEV), s13.to(DEV), q2.to(DEV), s2.to(DEV), w, ids, blk, expert_offset=offset,
+                        num_local_experts=L, num_shared=S)
+    want = fused_moe(x, d13.to(dtype).to(DEV), d2.to(dtype).to(DEV), w, ids, expert_offset=offset,
+                     num_local_experts=L, num_shared=S)
+    assert got.shape == (T, H) and got.dtype == dtype
+    assert rel(got, want.float()) < (1e-5 if dtype == torch.float32 else 1e-2)

@@ -39,7 +39,7 @@ def quantize_block_fp8(
     ``W / scale_inv`` rounded to FP8. Returns ``(W_fp8, scale_inv float32)``; used to build test checkpoints."""
     out, inp = weight.shape
     rows, cols = scale_shape((out, inp), block)
-    padded = torch.zeros(rows * block[0], cols * block[1], dtype=torch.float32)
+    padded = torch.zeros(rows * block[0], cols * block[1], dtype=torch.float32, device=weight.device)
     padded[:out, :inp] = weight.float()
     tiles = padded.view(rows, block[0], cols, block[1])
     amax = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12)

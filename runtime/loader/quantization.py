@@ -242,8 +242,9 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
     make ``checkpoint`` (the view ``wrap_checkpoint`` made) hand them the stored tensors instead of dequantized ones.
 
     * FP8 block scales: linear layers whose every checkpoint weight is FP8 keep ``weight`` in float8 +
-      ``weight_scale_inv`` (``LinearBase.keep_fp8``) and run ``runtime/ops/gpu/fp8.py``'s GEMM. MoE experts stay
-      dequantized (the fused MoE kernels take bf16 experts).
+      ``weight_scale_inv`` (``LinearBase.keep_fp8``) and run ``runtime/ops/gpu/fp8.py``'s GEMM; MoE layers whose
+      experts are FP8 re-encode them to the checkpoint's FP8 codes after loading and run
+      ``runtime/ops/gpu/moe_fp8.py`` (``runtime/layers/moe_fp8.py``).
     * MXFP4: the fused MoE experts keep ``*_blocks`` / ``*_scales`` (``runtime/layers/moe_mxfp4.py``) and run the
       MXFP4 MoE kernels of ``runtime/ops/gpu/moe_mxfp4.py``.
 
@@ -274,7 +275,10 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
             if all(k in fp8 for k in keys) and modules[name].keep_fp8(checkpoint.block, checkpoint._inner.dtype(keys[0])):
                 kept |= set(keys)
         checkpoint.keep(kept)
-        report.update(kept=len(kept), dequantized=len(fp8 - kept))
+        from ..layers.moe_fp8 import keep_fp8_experts
+
+        # experts load dequantized and are re-encoded in FP8 after loading (runtime/layers/moe_fp8.py)
+        report.update(kept=len(kept), dequantized=len(fp8 - kept), moe_layers_fp8=keep_fp8_experts(model, checkpoint))
     else:
         from ..layers.moe_mxfp4 import keep_mxfp4_experts
 

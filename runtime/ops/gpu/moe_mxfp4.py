@@ -11,7 +11,7 @@ byte's low and high codes multiply the even and odd input elements, so a tile's 
 bits (sign, exponent ``e + 126``, one mantissa bit; code 1 = 0.5, code 0 = 0) and scaled by ``2^(s - 127)``: FP4
 values times powers of two are exact in bf16/fp16/fp32 alike, so the widened tile equals the dequantized weight.
 
-Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (imported, not copied:
+Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (via ``moe_quant.py``, not copied:
 tokens sorted and padded by expert so every ``BLOCK_M`` rows belong to one expert; the combine sums each token's k
 weighted expert outputs in fp32), and here a gate-up kernel (bias, gpt-oss's clamped SwiGLU or SiLU fused) and a
 down kernel (bias, routing weight). No host synchronisation and shapes fixed by ``(T, k, E)``: CUDA-graph capturable.
@@ -26,16 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2
-from .moe import _align_kernel, _combine_kernel, _tile, default_config, padded_rows
+from .moe import _tile, default_config
+from .moe_quant import align, combine
 
 GROUP = 32  # inputs per E8M0 scale (16 bytes of codes)
-
-
-def _plain_launch(kernel) -> dict:
-    """Keyword arguments that launch one of moe.py's kernels on its own: launch-chaining switches it may grow
-    (programmatic dependent launch, ``PDL``) off, since the kernels launched around it here do not chain."""
-    return {"PDL": False} if "PDL" in getattr(kernel, "arg_names", ()) else {}
 
 
 @triton.jit
@@ -205,19 +199,8 @@ def fused_moe_mxfp4(
                          f"{tuple(w2_blocks.shape)} do not describe [L, 2I, H] and [L, H, I] experts")
     cfg = config or _config(T, k, L, hidden.dtype)
     BM = cfg["BLOCK_M"]
-    max_padded = padded_rows(P, L, BM)
-    max_blocks = max_padded // BM
     dev = hidden.device
-    nb = next_pow2(L + 1)
-    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
-    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=dev)
-    scratch = torch.empty(1 + nb, dtype=torch.int32, device=dev)  # [padded row count | per-expert cursors]
-    npost, cursor = scratch[:1], scratch[1:]
-    _align_kernel[(1,)](
-        topk_ids, sorted_ids, expert_ids, npost, cursor,
-        topk_ids.stride(0), P, k, k, int(expert_offset), L, L, max_padded, max_blocks,
-        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4, **_plain_launch(_align_kernel),
-    )
+    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, k, k, expert_offset, L, 0, BM)
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
     bn, bk, nw, ns = cfg["up"]
@@ -238,9 +221,4 @@ def fused_moe_mxfp4(
         b2.stride(0) if w2_bias is not None else 0, pair_out.stride(0), topk_weights.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, HAS_BIAS=w2_bias is not None, IEEE=ieee, num_warps=nw, num_stages=ns,
     )
-    block_h = min(1024, next_pow2(H))
-    _combine_kernel[(T, triton.cdiv(H, block_h))](
-        pair_out, topk_ids, out, H, k, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
-        out.stride(0), BKT=max(2, next_pow2(k)), BLOCK_H=block_h, num_warps=4, **_plain_launch(_combine_kernel),
-    )
-    return out
+    return combine(pair_out, topk_ids, out, k, k, expert_offset, L)
