@@ -20,8 +20,9 @@ layers and sends to stage s + 1; the last stage computes the logits and its TP r
 back. Under TP a stage hands over the partial sums of its last down projection when that
 projection's all-reduce is fused into the next layer's input norm, which then reduces them on the next stage.
 
-Schedule: stage by stage, one step at a time -- no micro-batches in flight, so a stage idles while the others
-run (throughput of one stage's worth of weights per device, not N times); decode CUDA graphs are off under PP.
+Schedule: stage by stage, one step at a time -- no micro-batches in flight, so a stage idles while the others run:
+PP spreads the weights and KV cache over the stages' devices, it does not make a step faster; decode CUDA graphs are
+off under PP.
 ``LocalPipeline`` chains stages built from one model in one process (``tests/test_pipeline_split.py``).
 """
 from __future__ import annotations
@@ -313,7 +314,7 @@ def build_stage_model(target, module, config, hf_config: dict, engine_args: dict
         model = target.build_model(module, config, hf_config, engine_args)
     split_stage(model, pp_rank, pp)
     _check_shared_index(model, pp_rank)
-    leftover = sorted({n.split(".")[0] + "..." for n, p in model.named_parameters() if p.is_meta})
+    leftover = sorted({n.rsplit(".", 1)[0] for n, p in model.named_parameters() if p.is_meta})
     if leftover:
         raise RuntimeError(f"pipeline stage {pp_rank}: parameters left on the meta device: {', '.join(leftover)}")
     model.pp_comm = PipelineComm(model.pp_stage, tp, int(config.hidden_size), int(config.vocab_size))
