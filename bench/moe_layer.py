@@ -27,6 +27,8 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   pdl_pf_ahead  as pdl_pf, and the prefetch ahead
   pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
   pdl2_*      MODELGEN_PDL=2: kernels release their dependents before their wait (deeper overlap)
+  *nf         the two add+RMSNorms fused into the GEMVs after them (norm1 into QKV, norm2 into the router GEMM:
+              runtime/ops/gpu/norm_linear.py): the norm stages read 0, their time is in qkv / router_gemm
 
 Then it checks that every setting computes bitwise the same layer outputs (graph replays on new inputs, with the
 first setting's kernel choices) and prints the byte-time of each kernel's weights at ``--copy-tb-s``. At bs 8 the
@@ -48,17 +50,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
+_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
 MODES = {
-    "base": dict(pdl=0, prefetch=False, fused_router=0, ahead=False),
-    "ahead": dict(pdl=0, prefetch=False, fused_router=0, ahead=True),
-    "pdl": dict(pdl=1, prefetch=False, fused_router=0, ahead=False),
-    "pdl_pf": dict(pdl=1, prefetch=True, fused_router=0, ahead=False),
-    "pdl_pf_ahead": dict(pdl=1, prefetch=True, fused_router=0, ahead=True),
-    "pdl_pf_fr": dict(pdl=1, prefetch=True, fused_router=2, ahead=False),
-    "pdl2_pf": dict(pdl=2, prefetch=True, fused_router=0, ahead=False),
-    "pdl2_pf_ahead": dict(pdl=2, prefetch=True, fused_router=0, ahead=True),
+    "base": _OFF,
+    "ahead": dict(_OFF, ahead=True),
+    "nf": dict(_OFF, nf=True),
+    "pdl": dict(_OFF, pdl=1),
+    "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
+    "pdl_pf_ahead": dict(_OFF, pdl=1, prefetch=True, ahead=True),
+    "pdl_pf_fr": dict(_OFF, pdl=1, prefetch=True, fused_router=2),
+    "pdl2_pf": dict(_OFF, pdl=2, prefetch=True),
+    "pdl2_pf_ahead": dict(_OFF, pdl=2, prefetch=True, ahead=True),
+    "pdl2_pf_nf": dict(_OFF, pdl=2, prefetch=True, nf=True),
 }
-AHEAD = {"on": False}
+AHEAD = {"on": False, "nf": False}
 
 
 def log(*a) -> None:
@@ -107,16 +112,21 @@ class Chain:
         self.out = None
 
     def run(self, upto: str) -> None:
-        from modelgen.runtime.ops.gpu import attention as ga, moe as gm, norm as gn
+        from modelgen.runtime.ops.gpu import attention as ga, moe as gm, norm as gn, norm_linear as nl
         from modelgen.runtime.ops.gpu.linear import linear
 
         stop = STAGES.index(upto)
         x, res = self.x, self.res
         for i, L in enumerate(self.layers):
-            h, res = gn.add_rms_norm(x, res, L.ln1, EPS)
-            if stop < 1:
-                continue
-            qkv = linear(h, L.wqkv, prefetch=L.wo if AHEAD["on"] else None)
+            if AHEAD["nf"]:  # norm1 inside the QKV GEMV
+                if stop < 1:
+                    continue
+                qkv, _, res = nl.add_rms_norm_linear(x, res, L.ln1, EPS, L.wqkv, want_normed=False)
+            else:
+                h, res = gn.add_rms_norm(x, res, L.ln1, EPS)
+                if stop < 1:
+                    continue
+                qkv = linear(h, L.wqkv, prefetch=L.wo if AHEAD["on"] else None)
             if stop < 2:
                 continue
             q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=-1)
@@ -128,14 +138,22 @@ class Chain:
             o = linear(a.view(self.B, NH * D), L.wo)
             if stop < 4:
                 continue
-            h2, res = gn.add_rms_norm(o, res, L.ln2, EPS)
-            if stop < 5:
-                continue
             route_kw = dict(scoring="softmax", renormalize=True, out_dtype=torch.bfloat16)
-            if stop < 6:
-                linear(h2, L.wr)
-                continue
-            w, ids = gm.router(h2, L.wr, K, gemm=linear, **route_kw)
+            if AHEAD["nf"]:  # norm2 inside the router GEMV
+                if stop < 5:
+                    continue
+                logits, h2, res = nl.add_rms_norm_linear(o, res, L.ln2, EPS, L.wr)
+                if stop < 6:
+                    continue
+                w, ids = gm.route(logits, K, **route_kw)
+            else:
+                h2, res = gn.add_rms_norm(o, res, L.ln2, EPS)
+                if stop < 5:
+                    continue
+                if stop < 6:
+                    linear(h2, L.wr)
+                    continue
+                w, ids = gm.router(h2, L.wr, K, gemm=linear, **route_kw)
             if stop < 7:
                 continue
             # stages=2: the pair path's gate-up launch (bs 8's sorted path: align + gate-up); 4: the whole op
@@ -155,7 +173,7 @@ def set_mode(m: dict) -> None:
 
     pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=m["ahead"])
     gm.FUSED_ROUTER_T = m["fused_router"]
-    AHEAD["on"] = m["ahead"]
+    AHEAD["on"], AHEAD["nf"] = m["ahead"], m["nf"]
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
     gm._CHOICE.clear()
 
@@ -274,7 +292,7 @@ def main() -> int:
             if not (m["pdl"] or m["ahead"]) or name not in choices:
                 continue
             try:
-                want = replays(ch, dict(m, pdl=0, prefetch=False, ahead=False))
+                want = replays(ch, dict(m, pdl=0, prefetch=False, ahead=False))  # nf / fused router kept
                 got = replays(ch, m)
             except Exception as e:  # recorded as a failed check, the table still prints
                 res["modes"][name][str(b)]["check_error"] = f"{type(e).__name__}: {e}"[:500]

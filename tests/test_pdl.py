@@ -86,7 +86,7 @@ def _ptx(kernel, const: dict, capability: int, warps: int = 4, stages: int = 3) 
 
 
 def _chain_kernels():
-    from modelgen.runtime.ops.gpu import activation as ga, linear as gl, moe as gm, norm as gn
+    from modelgen.runtime.ops.gpu import activation as ga, linear as gl, moe as gm, norm as gn, norm_linear as nl
 
     route = dict(NG=1, PG=128, BG=1, BP=128, TOPK=8, BK=8, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=True)
     # (kernel, constexprs, warps, stages, global loads allowed before the wait: what two-back kernels wrote)
@@ -105,11 +105,13 @@ def _chain_kernels():
         (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False), 4, 3, 0),
         (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
         (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
+        (nl._norm_gemv_kernel, dict(BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, BLOCK_ROW=2048, ADD=True, ZERO_CENTRED=False,
+                                    H_OUT=True, PF_CHUNKS=8), 4, 1, 0),
     ]
 
 
 @compiles
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(14))
 def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
     kernel, const, warps, stages, allowed = _chain_kernels()[case]
     const = dict(const, PDL=1)
