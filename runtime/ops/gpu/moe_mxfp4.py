@@ -8,7 +8,8 @@ its 2I output rows interleaved (row 2j = gate j, row 2j + 1 = up j) and ``down_p
 Rows along the output and bytes along the input make each weight tile a plain ``[BLOCK_N, BLOCK_K / 2]`` load; a
 byte's low and high codes multiply the even and odd input elements, so a tile's product is two tensor-core dots
 ``x[:, 0::2] @ lo.T + x[:, 1::2] @ hi.T`` with no interleaving in registers. A code is widened by building its float32
-bits (sign, exponent ``e + 126``, one mantissa bit; code 1 = 0.5, code 0 = 0) and scaled by ``2^(s - 127)``: FP4
+bits (sign, exponent ``e + 126``, one mantissa bit; code 1 = 0.5, code 0 = 0) and scaled by ``2^(s - 127)`` (also
+built as float32 bits: no transcendental per element): FP4
 values times powers of two are exact in bf16/fp16/fp32 alike, so the widened tile equals the dequantized weight.
 
 Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (via ``moe_quant.py``, not copied:
@@ -40,7 +41,10 @@ def _fp4_values(codes, scale_exp):
     e = m >> 1
     f = m & 1
     bits = tl.where(e == 0, f * (126 << 23), ((e + 126) << 23) | (f << 22)) | ((c & 8) << 28)
-    return bits.to(tl.float32, bitcast=True) * tl.exp2(scale_exp.to(tl.float32) - 127.0)
+    # 2^(s - 127) as float32 bits (exponent field s), no transcendental per element; s = 0 is the subnormal 2^-127
+    sv = scale_exp.to(tl.int32)
+    scale = tl.where(sv == 0, 5.877471754111438e-39, (sv << 23).to(tl.float32, bitcast=True))
+    return bits.to(tl.float32, bitcast=True) * scale
 
 
 @triton.jit
