@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS
+from tests.gpu_helpers import DEV, KERNEL_MARKS, cuda_only
 from tests.test_fp8_block import PROMPT, quantize_checkpoint
 
 pytestmark = KERNEL_MARKS
@@ -151,3 +151,45 @@ def test_fused_moe_fp8_matches_bf16_kernel_on_dequantized_experts(T, E, k, S, ep
                      num_local_experts=L, num_shared=S)
     assert got.shape == (T, H) and got.dtype == dtype
     assert rel(got, want.float()) < (1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@cuda_only
+def test_fp8_gemm_and_moe_replay_in_a_cuda_graph():
+    """Decode steps replay captured graphs: the FP8 GEMM (split-K at M = 1) and the FP8 MoE capture (no host sync)
+    and a replay on new inputs equals an eager call on them (DeepSeek-V3's o_proj and expert shapes, 128 blocks)."""
+    from modelgen.runtime.layers.fp8 import quantize_block_fp8
+    from modelgen.runtime.ops.gpu.fp8 import block_fp8_linear
+    from modelgen.runtime.ops.gpu.moe_fp8 import fused_moe_fp8
+
+    blk = (128, 128)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    wq, ws = quantize_block_fp8(torch.randn(7168, 16384, device="cuda", generator=g) * 0.01, blk)
+    E, H, I = 16, 7168, 2048
+    q13, s13 = zip(*(quantize_block_fp8(torch.randn(2 * I, H, device="cuda", generator=g) * 0.01, blk)
+                     for _ in range(E + 1)))
+    q2, s2 = zip(*(quantize_block_fp8(torch.randn(H, I, device="cuda", generator=g) * 0.02, blk) for _ in range(E + 1)))
+    q13, s13, q2, s2 = (torch.stack(t) for t in (q13, s13, q2, s2))
+
+    def inputs():
+        return (torch.randn(1, 16384, device="cuda", generator=g).bfloat16(),
+                torch.randn(2, H, device="cuda", generator=g).bfloat16(),
+                torch.stack([torch.randperm(E, device="cuda", generator=g)[:8] for _ in range(2)]).int(),
+                torch.rand(2, 8, device="cuda", generator=g))
+
+    x, h, ids, w = inputs()
+    run = lambda: (block_fp8_linear(x, wq, ws),  # noqa: E731
+                   fused_moe_fp8(h, q13, s13, q2, s2, w, ids, blk, num_local_experts=E, num_shared=1))
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    for _ in range(2):
+        new = inputs()
+        for t, n in zip((x, h, ids, w), new):
+            t.copy_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out[0], block_fp8_linear(new[0], wq, ws))
+        assert torch.equal(out[1], fused_moe_fp8(new[1], q13, s13, q2, s2, new[3], new[2], blk, num_local_experts=E,
+                                                 num_shared=1))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, rel
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
 
 pytestmark = KERNEL_MARKS
 
@@ -168,3 +168,35 @@ def test_mxfp4_keep_torch_backend_after_loading(mxfp4_path, monkeypatch):
         monkeypatch.delenv("MODELGEN_BACKEND")
         gpu.refresh()
     assert (got - ref).abs().max().item() < 1e-4
+
+
+@cuda_only
+def test_mxfp4_moe_replays_in_a_cuda_graph():
+    """Decode steps replay captured graphs: the kernel captures (no host sync) and a replay on new tokens and routing
+    equals an eager call on them, at gpt-oss-20b's widths (H = I = 2880: partial K tiles)."""
+    from modelgen.runtime.ops.gpu.moe_mxfp4 import fused_moe_mxfp4
+
+    (b13, s13, b2, s2), _, (bias13, bias2) = _experts(8, 2880, 2880, seed=3)
+    on = lambda t: t.cuda()  # noqa: E731
+    b13, s13, b2, s2 = on(b13), on(s13), on(b2), on(s2)
+    bias13, bias2 = on(bias13).bfloat16(), on(bias2).bfloat16()
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def inputs():
+        x = torch.randn(2, 2880, device="cuda", generator=g).bfloat16()
+        ids = torch.stack([torch.randperm(8, device="cuda", generator=g)[:4] for _ in range(2)]).int()
+        return x, ids, torch.rand(2, 4, device="cuda", generator=g).softmax(-1)
+
+    x, ids, w = inputs()
+    run = lambda: fused_moe_mxfp4(x, b13, s13, b2, s2, w, ids, w13_bias=bias13, w2_bias=bias2)  # noqa: E731
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    for _ in range(2):
+        nx, nids, nw = inputs()
+        x.copy_(nx), ids.copy_(nids), w.copy_(nw)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fused_moe_mxfp4(nx, b13, s13, b2, s2, nw, nids, w13_bias=bias13, w2_bias=bias2))
