@@ -16,6 +16,7 @@ from tests.parallel_helpers import cli_outputs, record_receives
 
 PROMPTS = [[1, 17, 42, 99, 3, 150, 64, 8], [5, 6, 7, 120, 33], [9, 10]]
 GREEDY = SamplingParams(max_new_tokens=6, ignore_eos=True)
+SAMPLED = [SamplingParams(max_new_tokens=6, ignore_eos=True, temperature=0.8, top_k=20, seed=s) for s in range(3)]
 
 
 def _reference(path, **kw):
@@ -63,6 +64,8 @@ def test_pipeline_parallel_2_equals_1(tmp_path, case, monkeypatch):
     else:
         make_llama(tmp_path, "tied" if case == "llama_tied" else "gqa", num_hidden_layers=3)
     want = _reference(tmp_path)
+    want_sampled = LLM(tmp_path, dtype="float32", max_model_len=64).generate(PROMPTS, SAMPLED)
+    assert want_sampled != want[1]  # the sampled run is not the greedy one
     llm = LLM(tmp_path, dtype="float32", max_model_len=64, pipeline_parallel_size=2)
     try:
         assert dist.get_world_size() == 2
@@ -81,6 +84,8 @@ def test_pipeline_parallel_2_equals_1(tmp_path, case, monkeypatch):
         received.clear()
         _assert_same((got_logits, llm.generate(PROMPTS, GREEDY)), want)
         assert received and all(dtype == torch.int64 and len(shape) == 1 for dtype, shape in received)  # ids only
+        # seeded sampling: rank 0 samples the last stage's float32 logits with its own per-request generators
+        assert llm.generate(PROMPTS, SAMPLED) == want_sampled
     finally:
         llm.close()
     assert not dist.is_initialized()
