@@ -129,7 +129,11 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
             log(f"{label} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
     finally:
         log(f"{label}: close")
+        import faulthandler
+
+        faulthandler.dump_traceback_later(60, exit=False)  # where a hung close waits, in the log
         llm.close()
+        faulthandler.cancel_dump_traceback_later()
         log(f"{label}: closed")
         del llm
         if args.device.startswith("cuda"):

@@ -286,13 +286,14 @@ class Ranks:
                 self._header(STOP, 0, 0, 0)
         except Exception:  # a follower died: nothing to tell it
             pass
-        for p in self.procs:
-            p.join(timeout=30)
-        self._kill()
         try:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            # Tear down beside the followers, which do the same on STOP, and before waiting for them: a group
+            # torn down after its peers exited hung rank 0 on two H200s (bench/tp.py's close, twice).
+            _teardown(self.backend)
         finally:
+            for p in self.procs:
+                p.join(timeout=30)
+            self._kill()
             distributed.set_parallel_config(distributed.ParallelConfig())
             distributed.set_groups()
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -368,6 +369,33 @@ def _use_fewer_blocks(blocks, usable: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ followers
+def _teardown(backend: str) -> None:
+    """Leave the group without waiting on peers: drop the one-shot all-reduce's symmetric buffers, then abort the
+    NCCL communicators (``_abort_process_group``: no wait for outstanding work or for peers that already left, and
+    it clears torch's group registry like ``destroy_process_group``); gloo groups are destroyed as before."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if backend == "nccl":
+        from ..ops.gpu import allreduce
+
+        allreduce.reset()
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError:
+            pass
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+        if abort is not None:
+            try:
+                abort()
+                return
+            except Exception:  # an older torch, or a backend without abort(): destroy below
+                pass
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
 def _channel_path(init: str) -> Path:
     """The shared-memory control file beside the group's file rendezvous (``file://<tmp>/rendezvous``)."""
     return Path(init.removeprefix("file://")).parent / "control"
@@ -474,7 +502,4 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
             torch.cuda.synchronize(llm.device)
         follow(llm, control, channel)
     finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:
-            pass
+        _teardown(backend)
