@@ -102,6 +102,10 @@ def _aiter_all_reduce_rms_norm(x, residual, weight, eps, zero_centred, weight_fl
     """aiter's one-launch all-reduce + add + RMSNorm, or None where it does not apply (see the caller)."""
     if not x.is_cuda or residual is None or weight is None or zero_centred or weight_float32:
         return None
+    from .. import distributed
+
+    if distributed.tp_group() is not None:  # PP x TP / DP x TP: our TP group is a sub-group, aiter's is the world
+        return None
     from . import gpu
 
     if gpu._mode() in ("torch", "triton"):  # MODELGEN_BACKEND names another backend
