@@ -74,7 +74,11 @@ class LinearBase(nn.Module):
     def keep_fp8(self, block: tuple[int, int], fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> bool:
         """Switch to an FP8 ``weight`` + ``weight_scale_inv [ceil(out / bo), ceil(in / bi)]`` (before loading);
         False (nothing changed) when a shard boundary splits a block."""
-        if not self.fp8_shard_blocks_aligned(block):
+        if (not self.fp8_shard_blocks_aligned(block) or "forward" in self.__dict__
+                or getattr(self.weight, "weight_loader", None) != self.weight_loader):
+            # a parallel mode (runtime/parallel: sequence parallel, MLP data parallel) replaced this layer's forward
+            # (one that multiplies ``self.weight`` itself) or its weight's loader (its own slicing): both expect the
+            # dequantized weight
             return False
         out, inp = self.weight.shape
         self.weight = nn.Parameter(torch.empty(out, inp, dtype=fp8_dtype, device=self.weight.device),
