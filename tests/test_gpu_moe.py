@@ -169,9 +169,11 @@ def test_all_tokens_on_one_expert_and_block_configs(T):
 
 @pytest.mark.parametrize("T", [1, 3])
 @pytest.mark.parametrize("wdtype", [torch.float32, "low"])
-def test_down_over_slots_is_bitwise_the_per_pair_down(T, wdtype):
+def test_down_over_slots_matches_the_per_pair_down(T, wdtype):
     """The pair path's two down kernels (one program per pair + last-arrival combine, or one per token over its
-    slots) round the same steps in the same order: bitwise equal, also with expert parallelism and shared slots."""
+    slots) round the same steps in the same order; only their fp32 dot products may associate differently (tile
+    shapes), so they agree within a few 16-bit ulps, and both match the float64 reference -- also with expert
+    parallelism and shared slots, whose slots the slot kernel must skip or weigh 1 exactly as the pair kernel."""
     from modelgen.runtime.ops.gpu import moe as gm
 
     wdtype = LOW if wdtype == "low" else wdtype
@@ -181,10 +183,19 @@ def test_down_over_slots_is_bitwise_the_per_pair_down(T, wdtype):
     w, ids = routing(T, E, k, seed=22, dtype=wdtype)
     slots = [c for c in gm._PAIR_CANDIDATES if c.get("down_slots")]
     assert slots
-    for kw in (dict(num_local_experts=L), dict(expert_offset=L, num_local_experts=L, num_shared=S)):
+    local = ids.long() - L
+    local = torch.where((local >= 0) & (local < L), local, torch.full_like(local, L + S))
+    all_ids = torch.cat([local, torch.full((T, S), L, device=DEV)], dim=1)
+    all_w = torch.cat([w.float(), torch.ones(T, S, device=DEV)], dim=1)
+    cases = [(dict(num_local_experts=L), reference(hidden, w13[:L], w2[:L], w, ids, num_local_experts=L)),
+             (dict(expert_offset=L, num_local_experts=L, num_shared=S),
+              reference(hidden, w13, w2, all_w, all_ids, num_local_experts=L + S))]
+    for kw, truth in cases:
         want = gm.fused_moe(hidden, w13, w2, w, ids, config=dict(gm._PAIRS), **kw)
+        assert rel(want, truth) < tol(LOW)
         for cfg in slots:
-            assert torch.equal(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg, **kw), want), (cfg, kw)
+            got = gm.fused_moe(hidden, w13, w2, w, ids, config=cfg, **kw)
+            assert rel(got, want) < 2e-3 and rel(got, truth) < tol(LOW), (cfg, kw)
 
 
 @pytest.mark.parametrize("T", sizes(1, 3, 7, 64, interpreter_max=7))  # 1 and 3: the small-batch pair path

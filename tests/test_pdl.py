@@ -102,7 +102,7 @@ def _chain_kernels():
         (gm._gate_up_kernel, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, EVEN_K=True, GELU=False, IEEE=False), 4, 4, 0),
         (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False, PF_CHUNKS=2), 4, 4, 2),
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
-        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False), 4, 3, 0),
+        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False, PF_DIST=0), 4, 3, 0),
         (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
         (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
         (nl._norm_gemv_kernel, dict(BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, BLOCK_ROW=2048, ADD=True, ZERO_CENTRED=False,
@@ -152,6 +152,22 @@ def test_prefetch_ahead_after_the_wait(case):
     plain = _ptx(kernel, dict(const, PDL=0, PREFETCH=False) if "PREFETCH" in const else dict(const, PDL=0), 90,
                  warps, stages)
     assert any("cp.async.bulk.prefetch.L2" in s for s in plain) and not any("griddepcontrol" in s for s in plain)
+
+
+@compiles
+def test_gate_up_prefetch_distance():
+    """The pair gate-up's ``up_prefetch`` candidates: bulk L2 prefetches inside the K loop (after the wait, as the
+    loads), with or without PDL."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    const = dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False, PF_DIST=2)
+    for level in (0, 1):
+        lines = _ptx(gm._gate_up_pairs_kernel, dict(const, PDL=level), 90)
+        prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
+        assert len(prefetch) >= 2  # gate rows and up rows
+        if level:
+            assert min(prefetch) > min(i for i, s in enumerate(lines) if "griddepcontrol.wait" in s)
+    assert not any("cp.async.bulk" in s for s in _ptx(gm._gate_up_pairs_kernel, dict(const, PF_DIST=0, PDL=0), 80))
 
 
 @compiles

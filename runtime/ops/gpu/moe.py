@@ -442,7 +442,7 @@ def _combine_kernel(
 def _gate_up_pairs_kernel(
     x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn,
     s_om, s_w2e, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
-    AHEAD: tl.constexpr,
+    AHEAD: tl.constexpr, PF_DIST: tl.constexpr = 0,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -458,7 +458,13 @@ def _gate_up_pairs_kernel(
         x_ptrs = x_ptr + t * s_xm + offs_k
         acc_g = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
         acc_u = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+        row0 = w_ptr + e.to(tl.int64) * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn
         for k0 in range(0, K, BLOCK_K):
+            if PF_DIST > 0:  # L2 prefetch of the tile PF_DIST steps ahead: more bytes in flight than registers hold
+                kn = k0 + PF_DIST * BLOCK_K
+                if kn < K:
+                    pdl.prefetch_rows(row0 + kn, s_wn, N - pid_n * BLOCK_N, BLOCK_K, BLOCK_N, 1)
+                    pdl.prefetch_rows(row0 + N * s_wn + kn, s_wn, N - pid_n * BLOCK_N, BLOCK_K, BLOCK_N, 1)
             kmask = (k0 + offs_k) < K
             x = tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :]
             m = nmask[:, None] & kmask[None, :]
@@ -540,7 +546,8 @@ def _down_slots_kernel(
     (slot j, column n) of its experts' ``w2`` stream as one tile per K step, and the slots are summed in registers:
     no per-pair buffer, no arrival counter, no last-arrival tail. The same rounding steps as ``_down_pairs_kernel``
     (expert output in the model dtype, times the routing weight rounded to the pair dtype, fp32 sum in slot order,
-    rounded once), so both give bitwise the same result; which is faster is timed."""
+    rounded once); only the fp32 dot products may associate differently (another tile shape), so the two agree to
+    the last bit of the model dtype at most; which is faster is timed."""
     pid_n = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
     R: tl.constexpr = BKT * BLOCK_N
@@ -622,7 +629,10 @@ _PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, dow
                     dict(_PAIRS, down=(8, 128, 4, 3), down_slots=True), dict(_PAIRS, down=(4, 256, 4, 3),
                                                                               down_slots=True),
                     dict(_PAIRS, down=(16, 128, 8, 3), down_slots=True), dict(_PAIRS, down=(8, 64, 4, 4),
-                                                                               down_slots=True)]
+                                                                               down_slots=True),
+                    # gate-up with an L2 prefetch 2 / 4 tiles ahead in its K loop (sm_90)
+                    dict(_PAIRS, up_prefetch=2), dict(_PAIRS, up_prefetch=4),
+                    dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True)]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -736,12 +746,15 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
         return out
     bn, bk, nw, ns = cfg["up"]
     ahead = pdl.ahead_ok(dev, w2[0])
+    # in-loop prefetch distance (sm_90, 16-byte aligned rows and tiles); the candidates that set it are timed
+    pf_dist = int(cfg.get("up_prefetch", 0)) if pdl.bulk_prefetch_ok(dev, w13) and (bk * w13.element_size()) % 16 == 0 \
+        else 0
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
         hidden, w13, inter, topk_ids, w2, w2[0].numel() * w2.element_size() if ahead else 0,
         I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
         w13.stride(0), w13.stride(1), inter.stride(0), w2.stride(0),
         BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns, AHEAD=ahead,
-        **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
+        PF_DIST=pf_dist, **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
     )
     if stages < 3:
         return out
@@ -793,7 +806,8 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
     times, configs = {}, {"sorted": sorted_cfg}
     for c in _PAIR_CANDIDATES:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
-            configs[f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"] = dict(c)
+            name = f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"
+            configs[name + (f"-up-prefetch{c['up_prefetch']}" if c.get("up_prefetch") else "")] = dict(c)
     for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
                                        num_shared=S, config=c)

@@ -112,6 +112,12 @@ def _aligned(tensors) -> bool:
     return True
 
 
+def bulk_prefetch_ok(device: torch.device, *tensors: torch.Tensor) -> bool:
+    """Whether kernels on ``device`` may issue bulk L2 prefetches of rows of ``tensors`` (sm_90, 16-byte aligned
+    base and row starts); independent of the PDL / prefetch switches (a kernel config asks for it)."""
+    return _sm90(device) and _aligned(tensors)
+
+
 def ahead_ok(device: torch.device, t: torch.Tensor | None) -> bool:
     """Whether kernels on ``device`` should prefetch ``t`` for a later kernel (:func:`prefetch_share`): the switch on,
     sm_90, ``t`` contiguous, 16-byte aligned and sized, under 2 GiB."""
