@@ -315,6 +315,16 @@ def main() -> int:
             print(f"bs{b} {s:12s}" + " | ".join(f"{v:9.1f}" for v in vals))
     print("byte-time us/layer:", json.dumps({b: {k: round(v, 1) for k, v in d.items()}
                                              for b, d in res["byte_time_us_per_layer"].items()}))
+    if 1 in args.batches and timed:
+        # What a 24-layer bs-1 step would take (bench/moe.py's model: 24 of the 48 layers + lm_head at its measured
+        # 140 us; the embedding / sampling / host share is not in it) against the active-weight roofline there
+        # (3.353 GB per step at --copy-tb-s).
+        roof_ms = 3.353e9 / (args.copy_tb_s * 1e12) * 1e3
+        for n in timed:
+            step = (24 * res["modes"][n]["1"]["total_us_per_layer"] + 140) / 1e3
+            res["modes"][n]["1"]["projected_24_layer_step_ms"] = step
+            print(f"bs1 {n:14s} projected step {step:.3f} ms = {roof_ms / step:.1%} of the roofline "
+                  f"({roof_ms:.2f} ms; goal 60%: <= {roof_ms / 0.6:.2f} ms)")
     res["wall_s"] = time.perf_counter() - t0
     log(f"done in {res['wall_s']:.0f}s")
     save()
