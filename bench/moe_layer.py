@@ -23,7 +23,7 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   pdl_pf      PDL + L2 prefetch of each kernel's weight tile before its wait
   ahead       no PDL; MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own
               (streamed into L2 while attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE
-              gate-up programs their experts' down weights
+              gate-up programs their experts' down weights (ahead_moe: the latter only, no plumbing needed)
   pdl_pf_ahead  as pdl_pf, and the prefetch ahead
   pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
   pdl2_*      MODELGEN_PDL=2: kernels release their dependents before their wait (deeper overlap)
@@ -54,6 +54,7 @@ _OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
 MODES = {
     "base": _OFF,
     "ahead": dict(_OFF, ahead=True),
+    "ahead_moe": dict(_OFF, ahead="moe"),
     "nf": dict(_OFF, nf=True),
     "pdl": dict(_OFF, pdl=1),
     "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
@@ -171,9 +172,9 @@ def graph_us(fn, reps: int) -> float:
 def set_mode(m: dict) -> None:
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, pdl
 
-    pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=m["ahead"])
+    pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=bool(m["ahead"]))
     gm.FUSED_ROUTER_T = m["fused_router"]
-    AHEAD["on"], AHEAD["nf"] = m["ahead"], m["nf"]
+    AHEAD["on"], AHEAD["nf"] = m["ahead"] is True, m["nf"]  # "moe": only the gate-up -> down prefetch
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
     gm._CHOICE.clear()
 
