@@ -51,18 +51,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
 _OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
-MODES = {
+MODES = {  # most informative first: --budget-s drops the last ones
     "base": _OFF,
+    "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
+    "pdl2_pf": dict(_OFF, pdl=2, prefetch=True),
+    "pdl2_pf_ahead": dict(_OFF, pdl=2, prefetch=True, ahead=True),
+    "pdl2_pf_nf": dict(_OFF, pdl=2, prefetch=True, nf=True),
     "ahead": dict(_OFF, ahead=True),
     "ahead_moe": dict(_OFF, ahead="moe"),
     "nf": dict(_OFF, nf=True),
     "pdl": dict(_OFF, pdl=1),
-    "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
     "pdl_pf_ahead": dict(_OFF, pdl=1, prefetch=True, ahead=True),
     "pdl_pf_fr": dict(_OFF, pdl=1, prefetch=True, fused_router=2),
-    "pdl2_pf": dict(_OFF, pdl=2, prefetch=True),
-    "pdl2_pf_ahead": dict(_OFF, pdl=2, prefetch=True, ahead=True),
-    "pdl2_pf_nf": dict(_OFF, pdl=2, prefetch=True, nf=True),
 }
 AHEAD = {"on": False, "nf": False}
 
