@@ -14,7 +14,8 @@ dependents (``griddepcontrol.launch_dependents``) right after that wait. So:
   predecessor;
 * what a kernel does before its wait is a bulk L2 prefetch of its own weight tile (``cp.async.bulk.prefetch.L2``,
   sm_90): weights are never written by the chain, so the next kernel's weight stream overlaps the previous
-  kernel's tail and its own launch instead of starting after them.
+  kernel's tail and its own launch instead of starting after them. (A prefetch only moves lines into L2, the
+  device's point of coherence: it can never serve stale data, at worst it wastes bandwidth.)
 
 ``MODELGEN_PDL=2`` releases dependents *before* the wait in every kernel whose successor reads nothing early (all
 but the MoE gate-up kernels, whose successor -- the down kernel -- reads the router's ids before its own wait), so
