@@ -5,40 +5,52 @@ For each model:
   1. transformers builds a random model of the shape (its own initialisation) and writes it with ``save_pretrained``;
      the MTP block (one decoder layer of the model's MTP kind: MoE for DeepSeek, full-attention MoE for Qwen3-Next)
      is built beside it with the library's layer class and initialisation;
-  2. modelgen generates greedy continuations of random prompts with that checkpoint (the training data: the model's
-     own outputs, so acceptance is what a trained head gets rather than the ~1/vocab of a random one);
+  2. training data is what the measured runs emit. The training prompt sets that are timed later (one per batch
+     size, disjoint) are decoded by every timed row's own configuration (:func:`path_data`: the same engine,
+     ``--dtype``, CUDA graphs, batch composition, max_model_len and warm-up as the timed call, speculative rows with
+     the untrained head -- on attention targets a greedy trajectory does not depend on which drafts are accepted);
+     the rest of ``--train-seqs`` random prompts are filler continuations. In bf16 a random model's greedy text is
+     full of near-ties, so a continuation produced at another batch size or by another kernel path leaves the
+     measured one after a few tokens (the first H200 run trained on batch-64 continuations: acceptance 0.09 at
+     batch 1). The head is fed the engine's own bf16 hidden states (one prefill per sequence), as it is when it
+     drafts;
   3. the MTP head (input norms, projection, block, output norm) is trained for ``--train-steps`` Adam steps on those
-     sequences with transformers' modules (the target's final hidden state h[i] and token t[i+1] -> t[i+2], the
+     sequences with transformers' modules (token t[i+1] and the target's final hidden state h[i] -> t[i+2], the
      DeepSeek-V3 MTP objective), then written into the checkpoint as released checkpoints lay it out
      (``model.layers.{num_hidden_layers}.*`` / ``mtp.*``) with ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``;
-  4. modelgen decodes training and held-out prompts at each batch size without speculation (CUDA graphs on, and
+  4. modelgen decodes the training and held-out prompts at each batch size without speculation (CUDA graphs on, and
      eager: ``--plain-eager``) and with K = 1..3 draft tokens, on a GPU both with the verify / draft steps replaying
      CUDA graphs (``kK``) and eager (``kK_eager``, ``--eager-k``; ``spec_graph_replays`` counts the replays):
-     tokens/s = generated tokens / wall time of the generate call
-     (prefill included, the same for every row), the acceptance rate, mean accepted drafts per verify step, and
-     whether the greedy tokens equal the non-speculative ones (and how many leading tokens they share: bf16 verify
-     windows and graph decode steps round differently, so a late parting after a near-tie is rounding, an early one
-     a bug);
-  5. diagnostics for a run that goes wrong: teacher-forced top-1 agreement of the target (one prefill, and
-     speculation's verify windows continuing the cache), of modelgen's MTP head and of the trained transformers
-     head on training sequences (``--checks``), and on a GPU one speculative row with the torch reference ops
-     instead of the Triton kernels (``--controls 1``).
+     tokens/s = generated tokens / wall time of the generate call (prefill included, the same for every row), the
+     acceptance rate, mean accepted drafts per verify step, ``on_data_prefix`` (training prompts: generated tokens
+     shared with the trajectory the row's configuration traced for the data -- all of them unless the engine is
+     nondeterministic or, for Gated DeltaNet targets, a rollback's re-advance rounds differently), whether the greedy
+     tokens equal the plain row's and how many leading tokens they share, and where they part (``divergence``): the
+     target's top-2 logit margin there (bf16 verify windows and one-token decode steps round differently, so a near-
+     tie may flip; an early parting with a wide margin would be a bug);
+  5. diagnostics (``--checks N``): teacher-forced top-1 agreement of the target over one prefill, over verify
+     windows and over one-token decode steps, the logit difference and argmax flips between windows and decode steps
+     with the margins at the flips, and the top-1 agreement of modelgen's MTP head and of the trained transformers
+     head; on a GPU one speculative row with the torch reference ops instead of the Triton kernels (``--controls 1``).
 
-Rows are reported for two prompt sets at each batch size (``--batches``, default 1 and 8): ``batchN`` decodes
-held-out prompts (acceptance ~0 by construction: a few hundred steps memorise the training continuations),
-``batchN_train_prompts`` the training prompts (the acceptance a well-trained head reaches, and its speed-up).
+What the rows mean (also written into the JSON as ``rows``): ``batchN_train_prompts`` decodes N training prompts
+along the exact trajectory the head was trained on, so its acceptance is that of a head that has learned what this
+model emits -- a ceiling, reachable on a random model only by memorising; ``batchN`` decodes N held-out prompts,
+whose continuations a random model makes unpredictable (no structure to learn from a few hundred sequences), so
+acceptance ~0 is expected there and those rows show the cost of speculation's extra steps. A real checkpoint's text
+lies between the two.
 
 Writes ``--out`` (JSON, rewritten after every set of rows). CPU smoke test (tiny shapes, a few steps):
 
   python bench/mtp.py --size tiny --device cpu --train-steps 20 --new-tokens 16 --out /tmp/mtp-tiny.json
-  python bench/mtp.py --models deepseek --out bench/results/h200-mtp-deepseek.json      # on the GPU, one model per
-  python bench/mtp.py --models qwen3_next --out bench/results/h200-mtp-qwen3-next.json  # command (~5 min each)
+  bash bench/mtp_gpu.sh acceptance    # on the H200: the DeepSeek-V3 shape, < 240 s (bench/mtp_gpu.sh)
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import math
 import platform
 import sys
 import tempfile
@@ -183,23 +195,59 @@ def write_head(path: Path, kind: str, head: MtpHead, num_layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ the phases
-def greedy_data(path: Path, args, vocab: int, count: int, seed: int) -> list[list[int]]:
-    """Prompt + greedy continuation of ``count`` random prompts, generated by modelgen (the model's own outputs)."""
-    gen = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(count)]
-    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=min(count, 64),
-              max_model_len=args.prompt_len + args.train_len + 8)
-    outs = llm.generate(prompts, SamplingParams(max_new_tokens=args.train_len, ignore_eos=True))
+def prefill_hidden(llm, sid: int, tokens: list[int]) -> torch.Tensor:
+    """The target's final hidden states ``[len(tokens), H]`` from one engine prefill (the sequence's KV blocks and
+    recurrent state stay held under ``sid`` until the caller releases them)."""
+    from modelgen.runtime.engine.runners import Work
+
+    llm.blocks.ensure(sid, len(tokens))
+    if llm.state_pool is not None:
+        llm.state_pool.allocate(sid)
+    return llm.runner.step([Work(sid, tokens, 0)], return_hidden=True)[1]
+
+
+def greedy_data(path: Path, args, prompts: list[list[int]], extra: list[list[int]]) -> tuple[list[list[int]], torch.Tensor]:
+    """Filler training data and the hidden states the head trains on. ``prompts``' greedy continuations
+    (``--train-len`` tokens, one batch of up to 64, graphs) by modelgen in ``--dtype``; then the target's final
+    hidden states of every training sequence (those and ``extra``, the measured paths' sequences) from one engine
+    prefill each, in ``--dtype``: the draft is fed the engine's bf16 hidden states when it runs, not transformers'
+    fp32 ones, so it learns on what it will see. Returns (prompt + continuation of each prompt, hidden
+    ``[len(extra) + len(prompts), T, H]`` float32, extra first)."""
+    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=min(max(len(prompts), 1), 64),
+              max_model_len=model_len(args))
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=args.train_len, ignore_eos=True)) if prompts else []
+    seqs = [p + o for p, o in zip(prompts, outs)]
+    states = []
+    for n, seq in enumerate(extra + seqs):
+        try:
+            states.append(prefill_hidden(llm, 10**6 + n, seq).float())
+        finally:
+            llm._release_all([10**6 + n])
     del llm
-    return [p + o for p, o in zip(prompts, outs)]
+    return seqs, torch.stack(states)
 
 
-def train(hf, head: MtpHead, seqs: list[list[int]], args) -> list[float]:
+def path_data(path: Path, args, sets: dict[int, list[list[int]]]) -> dict[int, dict[str, list[list[int]]]]:
+    """The measured rows' own trajectories: for each training prompt set (one per batch size) and each row of
+    :func:`row_configs`, the ``--train-len`` greedy tokens that row's configuration emits -- the same engine, dtype,
+    graphs, batch composition, max_model_len and warm-up as the timed call (:func:`decode` itself), with the MTP
+    head still untrained. A greedy trajectory does not depend on which drafts are accepted: every verify step feeds
+    K + 1 tokens per sequence whatever the draft proposed (graphed: fixed slots), and the kernels compute each row
+    on its own, so the trained head's run retraces it (``on_data_prefix`` of each row checks this on the device)."""
+    out = {}
+    for batch, prompts in sets.items():
+        out[batch] = {}
+        for name, cfg in row_configs(args).items():
+            out[batch][name] = decode(path, args, prompts, new_tokens=args.train_len, **cfg)["tokens"]
+            log(f"  batch {batch} {name}: {len(prompts)} x {args.train_len} tokens")
+    return out
+
+
+def train(head: MtpHead, seqs: list[list[int]], states: torch.Tensor, args) -> list[float]:
+    """AdamW on the MTP objective: position i of (token t[i+1], target hidden h[i]) predicts t[i+2], continuation
+    targets only (the prompt is random noise); ``states``: the engine's hidden states of ``seqs``."""
     data = torch.tensor(seqs, device=args.device)
-    # The frozen target's final hidden states, once (the target is the expensive part of a training step).
-    with torch.no_grad():
-        states = torch.cat([hf.model(data[i : i + args.train_batch]).last_hidden_state
-                            for i in range(0, data.shape[0], args.train_batch)])
+    states = states.to(args.device)
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(0)
     losses = []
@@ -208,7 +256,6 @@ def train(hf, head: MtpHead, seqs: list[list[int]], args) -> list[float]:
         ids, hidden = data[idx], states[idx]
         with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16, enabled=ids.device.type == "cuda"):
             logits = head(ids, hidden)[:, :-1]  # position i predicts t[i+2]: the last position has no target
-        # only continuation targets (the prompt is random noise)
         target = ids[:, 2:]
         keep = torch.arange(2, ids.shape[1], device=ids.device) >= args.prompt_len
         loss = torch.nn.functional.cross_entropy(logits[:, keep].float().flatten(0, 1), target[:, keep].flatten())
@@ -221,23 +268,47 @@ def train(hf, head: MtpHead, seqs: list[list[int]], args) -> list[float]:
     return losses
 
 
+def model_len(args) -> int:
+    """One max_model_len for every engine of a run: the block-table width of the decode / verify graphs (and the
+    attention kernels' split over it) follows it, so data generation and timed rows must share it."""
+    return args.prompt_len + max(args.train_len, args.new_tokens) + 8
+
+
+def row_configs(args) -> dict[str, dict]:
+    """The rows :func:`decode_rows` times, in order, as :func:`decode` arguments: plain decoding (CUDA graphs; eager
+    too with ``--plain-eager``), and K = 1..3 draft tokens with the verify / draft steps replaying CUDA graphs
+    (``kK``) and eager (``kK_eager``, ``--eager-k``); the eager variants on a GPU only."""
+    gpu = args.device.startswith("cuda")
+    rows = {"plain": dict(k=None, cuda_graphs=True)}
+    if gpu and args.plain_eager:
+        rows["plain_eager"] = dict(k=None, cuda_graphs=False)
+    for k in args.k:
+        rows[f"k{k}"] = dict(k=k, cuda_graphs=True)
+        if gpu and k in args.eager_k:
+            rows[f"k{k}_eager"] = dict(k=k, cuda_graphs=True, spec_graphs=False)
+    return rows
+
+
 def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graphs: bool,
-           spec_graphs: bool = True) -> dict:
-    """One timed generate call. ``spec_graphs=False``: speculative steps eager (``MODELGEN_SPEC_GRAPHS=0``) while
-    draft-free decode steps keep the runner's graphs -- the speculative rows before the verify/draft graphs."""
+           spec_graphs: bool = True, new_tokens: int | None = None,
+           reference: list[list[int]] | None = None) -> dict:
+    """One timed generate call (``new_tokens``, default ``--new-tokens``, greedy, EOS ignored) after a 4-token
+    warm-up. ``spec_graphs=False``: speculative steps eager (``MODELGEN_SPEC_GRAPHS=0``) while draft-free decode
+    steps keep the runner's graphs -- the speculative rows before the verify/draft graphs. ``reference``: the plain
+    row's tokens; where this row's tokens part from them, :func:`divergence` records the target's top-2 margin."""
     import os
 
     old = os.environ.get("MODELGEN_SPEC_GRAPHS")
     os.environ["MODELGEN_SPEC_GRAPHS"] = "1" if spec_graphs else "0"
     try:
         llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=len(prompts), cuda_graphs=cuda_graphs,
-                  max_model_len=args.prompt_len + args.new_tokens + 8, speculative_tokens=k)
+                  max_model_len=model_len(args), speculative_tokens=k)
     finally:
         if old is None:
             os.environ.pop("MODELGEN_SPEC_GRAPHS", None)
         else:
             os.environ["MODELGEN_SPEC_GRAPHS"] = old
-    params = SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True)
+    params = SamplingParams(max_new_tokens=new_tokens or args.new_tokens, ignore_eos=True)
     llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up (graphs, kernels, caches)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -249,10 +320,34 @@ def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graph
     stats = llm.stats.as_dict()
     # replays of the verify / draft / chained-draft graphs over both calls (None: that step ran eagerly)
     replays = llm.speculative.graph_replays() if llm.speculative is not None else None
+    parted = divergence(llm, prompts, reference, outs) if reference is not None and outs != reference else None
     del llm
     return {"tokens": outs, "seconds": dt, "tokens_per_s": sum(map(len, outs)) / dt,
             "acceptance_rate": stats.get("acceptance_rate"), "mean_accepted_tokens": stats.get("mean_accepted_tokens"),
-            "speculative": stats.get("speculative"), "spec_graph_replays": replays}
+            "speculative": stats.get("speculative"), "spec_graph_replays": replays, "divergence": parted}
+
+
+def divergence(llm, prompts: list[list[int]], reference: list[list[int]], outs: list[list[int]]) -> list[dict]:
+    """For each prompt whose tokens part from the reference (plain) row's: where (``position``, generated tokens
+    shared), the two tokens, and the target's logits at that context from one prefill of it (``LLM.score``: a third
+    numeric path, so it shows how close the tie is, not which side each path fell on): the top-2 ``margin``, the
+    ``plain - row`` logit gap, the spacing of the dtype at the top-1 logit (``ulp``) and the spread of the logits
+    (``logit_std``): a margin of a few ulps, a small fraction of the spread, is a rounding tie; a wide one a bug."""
+    found = []
+    for i, (p, ref, out) in enumerate(zip(prompts, reference, outs)):
+        d = prefix_len(ref, out)
+        if d == min(len(ref), len(out)):
+            continue
+        logits = llm.score(p + ref[:d])[-1].float()
+        top = torch.topk(logits, 2)
+        v1 = float(top.values[0])
+        ulp = torch.finfo(llm.dtype).eps * 2.0 ** (math.frexp(v1 or 1.0)[1] - 1)  # spacing in [2^e, 2^(e+1))
+        found.append({"prompt": i, "position": d, "plain_token": ref[d], "row_token": out[d],
+                      "top1_token": int(top.indices[0]), "top2_token": int(top.indices[1]),
+                      "top1_logit": v1, "margin": v1 - float(top.values[1]),
+                      "plain_minus_row_logit": float(logits[ref[d]] - logits[out[d]]), "ulp": ulp,
+                      "logit_std": float(logits.std())})
+    return found
 
 
 def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k: int) -> dict:
@@ -263,8 +358,14 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
       hidden states speculation reads) equals t[i+1];
     * ``target_window_top1``: the same, fed as speculation's verify steps feed it -- the prompt, then windows of
       ``k + 1`` tokens that each continue the cached sequence (prefill-with-context);
+    * ``target_decode_top1``: the same, one token per step as plain decoding feeds it (eager steps);
+    * ``window_vs_decode``: the two paths' logits at the same positions -- ``max_abs_diff`` / ``mean_abs_diff``
+      (0 in float32 up to summation order), ``argmax_flips`` (positions whose argmax differs: a greedy speculative
+      run parts from the plain one at the first flip it reaches) and the decode path's top-2 margin at each flip
+      (``flip_margins``), beside the median top-2 margin over all positions (``median_margin``);
     * ``draft_top1``: modelgen's MTP head (token t[i+1], the target's h[i]) predicts t[i+2];
-    * ``reference_head_top1``: the trained transformers head on the same inputs (what ``draft_top1`` should be).
+    * ``reference_head_top1``: the trained transformers head on the same inputs, with transformers' float32 hidden
+      states (the head was trained on the engine's ones).
 
     A run with zero acceptance shows here which of the target's verify path, the draft's loading or its forward
     disagrees (continuation positions only: the prompts are random)."""
@@ -273,25 +374,37 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
     llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=4, cuda_graphs=False, speculative_tokens=1,
               max_model_len=max(map(len, seqs)) + 8)
     spec = llm.speculative
-    hits = {"target_prefill_top1": [], "target_window_top1": [], "draft_top1": [], "reference_head_top1": []}
+    hits = {"target_prefill_top1": [], "target_window_top1": [], "target_decode_top1": [], "draft_top1": [],
+            "reference_head_top1": []}
+    diffs, flips, flip_margins, margins = [], 0, [], []
     P = args.prompt_len
     for n, seq in enumerate(seqs):
         sid = 10**6 + n
-        llm.blocks.ensure(sid, len(seq))
         try:
-            _, hidden = llm.runner.step([Work(sid, seq, 0)], return_hidden=True)
+            hidden = prefill_hidden(llm, sid, seq)
             top = spec.draft.compute_logits(hidden).argmax(-1).cpu()
             want = torch.tensor(seq[1:])
             hits["target_prefill_top1"].append((top[P - 1 : -1] == want[P - 1 :]).float().mean().item())
-            rows, at = [], P
-            llm.runner.step([Work(sid, seq[:P], 0)], return_hidden=True)
-            while at < len(seq):
-                w = seq[at : at + k + 1]
-                _, h = llm.runner.step([Work(sid, w, at)], return_hidden=True)
-                rows.append(spec.draft.compute_logits(h).argmax(-1).cpu())
-                at += len(w)
-            win = torch.cat(rows)[:-1]
-            hits["target_window_top1"].append((win == want[P:]).float().mean().item())
+            # positions P .. len-2 (each predicts the next token of the sequence) by verify windows, then one by one
+            paths = {}
+            for name, width in (("window", k + 1), ("decode", 1)):
+                rows, at = [], P
+                llm.runner.step([Work(sid, seq[:P], 0)], return_hidden=True)  # a fresh prefill resets GDN state too
+                while at < len(seq):
+                    w = seq[at : at + width]
+                    _, h = llm.runner.step([Work(sid, w, at)], return_hidden=True)
+                    rows.append(spec.draft.compute_logits(h).float())
+                    at += len(w)
+                paths[name] = torch.cat(rows)[:-1]
+                hits[f"target_{name}_top1"].append((paths[name].argmax(-1).cpu() == want[P:]).float().mean().item())
+            win, dec = paths["window"], paths["decode"]
+            diffs.append((win - dec).abs())
+            top2 = torch.topk(dec, 2).values
+            margin = (top2[:, 0] - top2[:, 1]).cpu()
+            flipped = (win.argmax(-1) != dec.argmax(-1)).cpu()
+            flips += int(flipped.sum())
+            flip_margins += margin[flipped].tolist()
+            margins.append(margin)
             spec.draft.bind_hidden_states(hidden[:-1])
             draft = spec.runner.step([Work(sid, seq[1:], 0)], all_positions=True).argmax(-1).cpu()
             hits["draft_top1"].append((draft[P - 2 : -1] == torch.tensor(seq[P:])).float().mean().item())
@@ -303,7 +416,12 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
             ref = head(ids, hf.model(ids).last_hidden_state)[0].argmax(-1).cpu()
         hits["reference_head_top1"].append((ref[P - 2 : -1] == torch.tensor(seq[P:])).float().mean().item())
     del llm
-    return {name: sum(v) / len(v) for name, v in hits.items()}
+    out = {name: sum(v) / len(v) for name, v in hits.items()}
+    d = torch.cat(diffs)
+    out["window_vs_decode"] = {"positions": d.shape[0], "max_abs_diff": float(d.max()),
+                               "mean_abs_diff": float(d.mean()), "argmax_flips": flips,
+                               "flip_margins": flip_margins, "median_margin": float(torch.cat(margins).median())}
+    return out
 
 
 def prefix_len(a: list[int], b: list[int]) -> int:
@@ -334,43 +452,43 @@ def control(path: Path, args, prompts: list[list[int]], k: int, backend: str) ->
         gpu.refresh()
 
 
-def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
-    """Plain (graphs; eager on a GPU) and speculative rows for one prompt set."""
+def decode_rows(path: Path, args, prompts: list[list[int]], what: str,
+                data: dict[str, list[list[int]]] | None = None) -> dict:
+    """The :func:`row_configs` rows for one prompt set. ``data``: each row's own trajectory from
+    :func:`path_data` (the training prompt sets), for ``on_data_prefix``."""
     rows, skipped = {}, []
-    base = decode(path, args, prompts, None, cuda_graphs=True)
+    configs = row_configs(args)
+    base = decode(path, args, prompts, **configs.pop("plain"))
     rows["plain"] = base
-    gpu = args.device.startswith("cuda")
-
-    def timed(name: str, *a, **kw) -> None:
+    for name, cfg in configs.items():
         if time.monotonic() > args.deadline:  # --budget-s: rows that would start after it are listed, not run
             skipped.append(name)
-            return
-        rows[name] = decode(path, args, prompts, *a, **kw)
-
-    if gpu and args.plain_eager:  # graphs vs eager decode: bf16 rounding alone may part them
-        timed("plain_eager", None, cuda_graphs=False)
-        if "plain_eager" in rows:
-            rows["plain_eager"]["greedy_equal"] = rows["plain_eager"]["tokens"] == base["tokens"]
-    for k in args.k:
-        timed(f"k{k}", k, cuda_graphs=True)  # verify + draft steps replay CUDA graphs on a GPU
-        if gpu and k in args.eager_k:
-            timed(f"k{k}_eager", k, cuda_graphs=True, spec_graphs=False)
+            continue
+        rows[name] = decode(path, args, prompts, reference=base["tokens"], **cfg)
     if args.device.startswith("cuda") and args.controls:
         rows[f"k{args.k[0]}_torch_ops"] = control(path, args, prompts, args.k[0], "torch")
     for name, r in rows.items():
+        if data is not None and name in data:
+            # generated tokens this timed row shares with the trajectory its configuration traced for the training
+            # data (all of them: the head was trained on exactly what this row emits)
+            r["on_data_prefix"] = sum(map(prefix_len, r["tokens"], data[name])) / len(prompts)
+        if name == "plain":
+            continue
+        # bf16: a verify window, an eager step and a graph decode step round differently, so outputs may part after
+        # a near-tie; the shared prefix says how soon, ``divergence`` how close the tie was (a bug parts them at once)
+        r["greedy_equal"] = r["tokens"] == base["tokens"]
+        r["mean_shared_prefix"] = sum(map(prefix_len, r["tokens"], base["tokens"])) / len(prompts)
         if r.get("speculative") is None:
             continue
-        r["greedy_equal"] = r["tokens"] == base["tokens"]
-        # bf16: a verify window and a graph decode step round differently, so outputs may part after a near-tie;
-        # the shared prefix says how soon (a broken verify path parts them at once)
-        r["mean_shared_prefix"] = sum(map(prefix_len, r["tokens"], base["tokens"])) / len(prompts)
         r["speedup_vs_plain"] = r["tokens_per_s"] / base["tokens_per_s"]
         eager = rows.get(f"{name}_eager")
         if eager is not None:
             r["speedup_vs_eager_speculative"] = r["tokens_per_s"] / eager["tokens_per_s"]
+        margins = [f"{d['margin']:.4f}" for d in r.get("divergence") or []]
         log(f"{what} {name}: {r['tokens_per_s']:.1f} tok/s (plain {base['tokens_per_s']:.1f}), acceptance "
             f"{r['acceptance_rate']:.3f}, mean accepted {r['mean_accepted_tokens']:.2f}, greedy equal "
-            f"{r['greedy_equal']}, shared prefix {r['mean_shared_prefix']:.1f}, graph replays "
+            f"{r['greedy_equal']}, shared prefix {r['mean_shared_prefix']:.1f}, on data "
+            f"{r.get('on_data_prefix')}, top-2 margins where it parts {margins}, graph replays "
             f"{r['spec_graph_replays']}")
     for r in rows.values():
         r.pop("tokens")
@@ -380,19 +498,59 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str) -> dict:
     return rows
 
 
+ROWS_MEANING = {
+    "batchN_train_prompts": (
+        "N training prompts (disjoint per batch size), decoded with the exact configuration that traced the head's "
+        "training data for them: the timed row emits the trajectory the head was trained on (on_data_prefix = "
+        "generated tokens shared with it; equal to new_tokens when the engine is deterministic). Acceptance here is "
+        "that of a head that has learned what this model emits on this path -- a ceiling: a random model's text is "
+        "unpredictable, so only memorisation can reach it"),
+    "batchN": (
+        "N held-out prompts: the head never saw their continuations; a random model's greedy continuation of a new "
+        "random prompt is not predictable from a few hundred sequences, so acceptance ~0 (about 1/vocab) is "
+        "expected and only the step costs of speculation show"),
+    "plain": "no speculation, CUDA graphs on a GPU (plain_eager: without)",
+    "kK / kK_eager": "K draft tokens; verify and draft steps replaying CUDA graphs / eager",
+    "greedy_equal / mean_shared_prefix": (
+        "tokens equal to the plain row's / generated tokens shared before they part; fp32 is exact "
+        "(tests/test_speculative*.py), bf16 rounds the K+1-token verify forward and the one-token decode step "
+        "differently so a near-tie may flip"),
+    "divergence": (
+        "where a row parts from the plain row: position, both tokens, and the target's top-2 logit margin there "
+        "from one bf16 prefill (ulp: the dtype's spacing at the top-1 logit)"),
+}
+
+
 def run_model(kind: str, args, results: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         log(f"{kind}: building the {args.size} model")
         hf, head = build(kind, args.size, path, args.device)
         vocab = hf.config.vocab_size
-        log(f"{kind}: greedy training data ({args.train_seqs} x {args.train_len} tokens)")
+        gen = torch.Generator().manual_seed(1)
+        prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.train_seqs)]
+        # The measured training prompt sets, one per batch size and disjoint: a prompt decoded at batch 1 and in a
+        # batch of 8 follows two bf16 trajectories, and each set's head data must be its own.
+        sets, at = {}, 0
+        for batch in args.batches:
+            sets[batch], at = prompts[at : at + batch], at + batch
+        if at > len(prompts):
+            raise SystemExit(f"--train-seqs {args.train_seqs}: fewer than the {at} measured training prompts")
+        log(f"{kind}: the measured rows' own trajectories ({args.train_len} tokens; head untrained)")
+        write_head(path, kind, head, hf.config.num_hidden_layers)  # speculative rows need a head to trace their path
         t0 = time.perf_counter()
-        seqs = greedy_data(path, args, vocab, args.train_seqs, seed=1)
+        paths = path_data(path, args, sets)
+        path_s = time.perf_counter() - t0
+        measured = [p + o for batch, rows in paths.items() for toks in rows.values() for p, o in zip(sets[batch], toks)]
+        log(f"{kind}: filler training data ({len(prompts) - at} x {args.train_len} tokens) and engine hidden states")
+        t0 = time.perf_counter()
+        filler, states = greedy_data(path, args, prompts[at:], measured)
+        seqs = measured + filler
         data_s = time.perf_counter() - t0
-        log(f"{kind}: training the MTP head for {args.train_steps} steps")
+        log(f"{kind}: training the MTP head for {args.train_steps} steps on {len(seqs)} sequences")
         t0 = time.perf_counter()
-        losses = train(hf, head, seqs, args)
+        losses = train(head, seqs, states, args)
+        del states
         train_s = time.perf_counter() - t0
         write_head(path, kind, head, hf.config.num_hidden_layers)
         checks = None
@@ -400,32 +558,30 @@ def run_model(kind: str, args, results: dict) -> None:
             log(f"{kind}: teacher-forced checks of the target's verify path and the draft head")
             # training sequences, then held-out ones (greedy continuations of new prompts): a head that memorised its
             # training continuations instead of learning to predict the model agrees on the first only
-            held = greedy_data(path, args, vocab, args.checks, seed=3)
+            gen3 = torch.Generator().manual_seed(3)
+            new = [torch.randint(3, vocab, (args.prompt_len,), generator=gen3).tolist() for _ in range(args.checks)]
+            held = greedy_data(path, args, new, [])[0]
             checks = {"train": teacher_forced(path, args, hf, head, seqs[: args.checks], max(args.k)),
                       "held_out": teacher_forced(path, args, hf, head, held, max(args.k))}
             log(f"  {checks}")
         del hf, head
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        entry = {"shape": SHAPES[kind][args.size], "train": {"steps": args.train_steps, "sequences": args.train_seqs,
-                 "data_seconds": data_s, "train_seconds": train_s, "loss_first": losses[0] if losses else None,
-                 "loss_last": losses[-1] if losses else None}, "teacher_forced": checks, "decode": {}}
+        entry = {"shape": SHAPES[kind][args.size],
+                 "train": {"steps": args.train_steps, "sequences": len(seqs), "measured_path_sequences": len(measured),
+                           "filler_sequences": len(filler), "path_data_seconds": path_s, "data_seconds": data_s,
+                           "train_seconds": train_s, "loss_first": losses[0] if losses else None,
+                           "loss_last": losses[-1] if losses else None},
+                 "teacher_forced": checks, "decode": {}}
         gen = torch.Generator().manual_seed(2)  # held-out prompts
         for batch in args.batches:
             held = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(batch)]
-            # Two prompt sets. Held-out prompts: a random model's greedy continuation of a new random prompt is a
-            # prompt-specific sequence a few hundred training steps cannot learn to predict (the head memorises its
-            # training continuations: teacher-forced top-1 ~0 on held-out sequences, for the trained transformers
-            # head as for modelgen's), so acceptance there is ~0 by construction. Training prompts: the head predicts
-            # the continuation it was trained on -- the acceptance a well-trained head reaches, and the speed-up
-            # speculation then gives.
             # training prompts first: under --budget-s they are the rows that show the speed-up
-            sets = {"train": [q[: args.prompt_len] for q in seqs[:batch]], "held_out": held}
-            for label, prompts in sets.items():
+            for label, prompts_, data in (("train", sets[batch], paths[batch]), ("held_out", held, None)):
                 if label == "train" and args.new_tokens > args.train_len:
                     log(f"  --new-tokens {args.new_tokens} > --train-len {args.train_len}: the training prompts' "
                         f"rows predict only the first {args.train_len} tokens")
-                rows = decode_rows(path, args, prompts, f"{kind} batch {batch} {label}")
+                rows = decode_rows(path, args, prompts_, f"{kind} batch {batch} {label}", data)
                 key = f"batch{batch}" if label == "held_out" else f"batch{batch}_train_prompts"
                 entry["decode"][key] = rows
                 results["models"][kind] = entry
@@ -465,7 +621,7 @@ def main() -> int:
     warnings.simplefilter("ignore")  # config keys of the HF configs the specs do not read
     results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
                "torch": torch.__version__, "args": {k: v for k, v in vars(args).items() if k != "deadline"},
-               "models": {}}
+               "rows": ROWS_MEANING, "models": {}}
     for kind in args.models:
         run_model(kind, args, results)
     Path(args.out).write_text(json.dumps(results, indent=2))
