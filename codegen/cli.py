@@ -256,7 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     extra = {"on_device_sampling": True} if args.on_device_sampling else {}
     extra.update(_parallel_options(args))
-    for name in ("block_size", "num_blocks", "max_model_len", "speculative_tokens"):
+    for name in ("block_size", "num_blocks", "max_model_len", "speculative_tokens", "quantized_weights"):
         if getattr(args, name) is not None:
             extra[name] = getattr(args, name)
     max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else max(len(prompts), 1)
@@ -549,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--strict-config", action="store_true",
                    help="config.json keys the spec neither reads nor lists under config_ignore are an error "
                    "(default: a warning naming them)")
+    r.add_argument("--quantized-weights", choices=["auto", "keep", "dequantize"], default=None,
+                   help="FP8 / MXFP4 checkpoints on the GPU path: keep the stored format (FP8 GEMMs, MXFP4 MoE "
+                   "kernels) or dequantize at load (default: MODELGEN_QUANTIZED_WEIGHTS, else auto)")
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     r.add_argument("--verbose", action="store_true", help="report spec, module and op backend on stderr")
     r.set_defaults(func=cmd_run)
