@@ -13,21 +13,21 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-bench() {  # model, budget seconds, extra arguments
-  local model=$1 budget=$2; shift 2
+bench() {  # model, output name, budget seconds, extra arguments
+  local model=$1 name=$2 budget=$3; shift 3
   timeout $(( budget + 40 )) python3 bench/mtp.py --models "$model" --train-steps 200 --k 1 2 --plain-eager 0 \
-    --batches 1 8 --new-tokens 64 --budget-s "$budget" --out "$OUT/h200-mtp-$model.json" "$@" 2>&1 \
-    | grep -v Warning | tee "$OUT/h200-mtp-$model.log"
+    --batches 1 8 --new-tokens 64 --budget-s "$budget" --out "$OUT/$name.json" "$@" 2>&1 \
+    | grep -v Warning | tee "$OUT/$name.log"
 }
 case "${1:-deepseek}" in
-  qwen3_next) bench qwen3_next 420 --eager-k 1 2 --checks 0 ;;
+  qwen3_next) bench qwen3_next h200-mtp-qwen3_next 420 --eager-k 1 2 --checks 0 ;;
   # <= 240 s in all: rows that would start after 190 s are skipped and listed; the JSON is rewritten per row set
-  acceptance) bench deepseek 190 --eager-k --checks 1 --train-len 64 ;;
+  acceptance) bench deepseek h200-mtp-deepseek-acceptance 190 --eager-k --checks 1 --train-len 64 ;;
   *)
     timeout 200 python3 -m pytest -q -rs tests/test_gpu_speculative.py -p no:cacheprovider 2>&1 | tail -40 \
       | tee "$OUT/h200-gpu-speculative-tests.log"
     echo "[$(( $(date +%s) - t0 ))s] tests done"
     left=$(( 540 - ($(date +%s) - t0) ))
-    bench deepseek $(( left > 120 ? left - 40 : 80 )) --eager-k 1 2 --checks 0 ;;
+    bench deepseek h200-mtp-deepseek $(( left > 120 ? left - 40 : 80 )) --eager-k 1 2 --checks 0 ;;
 esac
 echo "[$(( $(date +%s) - t0 ))s] done"
