@@ -93,14 +93,17 @@ def keep_fp8_experts(model: nn.Module, checkpoint: Any) -> int:
     """Mark every FusedMoE whose MoE block's checkpoint weights (routed and shared experts: every ``*proj.weight`` or
     fused expert tensor under the block, the router excluded) are all FP8; returns how many layers."""
     fp8 = set(checkpoint.fp8_keys())
-    keys = list(checkpoint.keys())
+    by_block: dict[str, list[str]] = {}  # "model.layers.N.mlp." -> its experts' / shared experts' weight keys
+    for k in checkpoint.keys():
+        parts = k.split(".")
+        i = next((i for i, p in enumerate(parts) if "experts" in p), None)
+        if i is not None and not k.endswith(("_scale_inv", "bias")):
+            by_block.setdefault(".".join(parts[:i]) + ".", []).append(k)
     n = 0
     for name, module in model.named_modules():
         if not isinstance(module, FusedMoE):
             continue
-        block_prefix = name.rsplit(".", 1)[0] + "."  # model.layers.N.mlp.
-        expert_keys = [k for k in keys if k.startswith(block_prefix) and "experts" in k[len(block_prefix):]
-                       and not k.endswith(("_scale_inv", "bias"))]
+        expert_keys = by_block.get(name.rsplit(".", 1)[0] + ".", [])
         if expert_keys and all(k in fp8 for k in expert_keys) and keep_fp8(module, checkpoint.block):
             n += 1
     return n
