@@ -125,14 +125,22 @@ def _check_kv_cache_size(bytes_per_block: int, num_blocks: int, block_size: int,
         )
 
 
+def _aminmax(p: torch.Tensor) -> torch.Tensor:
+    """``[min, max]`` of a parameter in float32; 1-byte floats (FP8 weights kept on the GPU) widened a chunk at a
+    time: a whole-tensor ``float()`` of DeepSeek-V3's stacked FP8 experts would be a 30 GB temporary."""
+    if p.dtype.itemsize > 1:
+        return torch.stack(torch.aminmax(p)).float()
+    parts = torch.stack([torch.stack(torch.aminmax(c.float())) for c in p.reshape(-1).split(1 << 26)])
+    return torch.stack([parts[:, 0].min(), parts[:, 1].max()])
+
+
 def _check_parameters_finite(model: torch.nn.Module, checkpoint_dir: Path, device: torch.device) -> None:
     """Every floating parameter checked on its device: one min/max reduction each, one host sync for all of them;
     only when something is non-finite is the culprit searched for, to name it."""
     params = [(n, p.detach()) for n, p in model.named_parameters() if p.is_floating_point() and p.numel()]
     if not params:
         return
-    stats = torch.stack([torch.stack(torch.aminmax(p if p.dtype.itemsize > 1 else p.float())).float()
-                         for _, p in params])
+    stats = torch.stack([_aminmax(p) for _, p in params])
     if bool(torch.isfinite(stats).all()):
         return
     for name, p in params:
