@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..ops import gpu
-from .fp8 import dequantize_block_fp8, quantize_block_fp8
+from .fp8 import dequantize_block_fp8, quantize_block_fp8, scale_shape
 from .moe import FusedMoE
 
 
@@ -64,9 +64,12 @@ def _dequantize_stacked(w: torch.Tensor, s: torch.Tensor, block: tuple[int, int]
 
 
 def _quantize_stacked(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """One expert matrix at a time (the float32 intermediate of one, not of all)."""
-    parts = [quantize_block_fp8(w[e], block) for e in range(w.shape[0])]
-    return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    """One expert matrix at a time into preallocated outputs (the float32 intermediate of one expert, no list)."""
+    q = torch.empty(w.shape, dtype=torch.float8_e4m3fn, device=w.device)
+    s = torch.empty(scale_shape(tuple(w.shape), block), dtype=torch.float32, device=w.device)
+    for e in range(w.shape[0]):
+        q[e], s[e] = quantize_block_fp8(w[e], block)
+    return q, s
 
 
 def _requantize(layer: FusedMoE, block: tuple[int, int]) -> None:
