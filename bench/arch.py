@@ -471,8 +471,10 @@ def main(argv: list[str] | None = None) -> int:
                          "quantized checkpoint, once per --quant-modes")
     ap.add_argument("--quant-modes", nargs="+", choices=["keep", "dequantize"], default=["keep", "dequantize"],
                     help="LLM(quantized_weights=...) legs on the quantized checkpoint")
-    ap.add_argument("--systems", nargs="+", default=["modelgen", "hf_eager"],
-                    help="modelgen: the bf16 checkpoint (save_pretrained); hf_eager: transformers' eager timing")
+    ap.add_argument("--systems", nargs="+", default=None,
+                    help="modelgen: the bf16 checkpoint (save_pretrained); hf_eager: transformers' eager timing "
+                         "(default: both; with --quant only hf_eager: the dequantize leg runs the bf16 kernels on "
+                         "the same weights, and the budget goes to the quantized legs)")
     ap.add_argument("--diagnose", action="store_true",
                     help="per-component logit comparison (see diagnose()) instead of modelgen's greedy check and timing")
     ap.add_argument("--no-graphs", action="store_true", help="modelgen decodes eagerly (no CUDA graphs)")
@@ -482,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="at a greedy mismatch with transformers: float32 margins at the first divergence "
                          "(divergence_report; a float32 copy of transformers' model on the GPU for a moment)")
     args = ap.parse_args(argv)
+    if args.systems is None:
+        args.systems = ["hf_eager"] if args.quant != "none" else ["modelgen", "hf_eager"]
     shape = SHAPES[args.model]
     layers = args.layers or shape["layers"]
     out_path = Path(args.out or f"bench/results/h200-{args.model}.json")
