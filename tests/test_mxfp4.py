@@ -131,3 +131,44 @@ def test_engine_loads_mxfp4_directly(mxfp4_checkpoint):
     hf = transformers.GptOssForCausalLM.from_pretrained(root / "mxfp4", dtype=torch.float32).eval()
     llm = LLM(root / "mxfp4", target="rocm", dtype="float32", max_model_len=128)
     assert (llm.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("tp_rank,tp_size,offset,local", [(0, 1, 0, 4), (1, 2, 0, 4), (0, 1, 2, 2), (1, 2, 2, 2)])
+def test_kept_mxfp4_experts_slice_like_the_bf16_loader(tp_rank, tp_size, offset, local):
+    """MXFP4 experts kept packed (runtime/layers/moe_mxfp4.py) load this rank's experts and intermediate slice: the
+    kept blocks, dequantized and put in the stacked layout, equal what the bf16 FusedMoE loader keeps from the
+    dequantized checkpoint (expert ranges and TP-sharded experts, simulated rank by rank)."""
+    from modelgen.runtime import distributed as dist
+    from modelgen.runtime.layers.moe import FusedMoE
+    from modelgen.runtime.layers.moe_mxfp4 import keep_mxfp4
+    from modelgen.runtime.ops.moe import stacked_from_fused
+
+    E, H, I = 4, 64, 64
+    g = torch.Generator().manual_seed(tp_rank + offset)
+    gate_up, down = torch.randn(E, H, 2 * I, generator=g), torch.randn(E, I, H, generator=g)
+    (b13, s13), (b2, s2) = quantize_mxfp4(gate_up), quantize_mxfp4(down)
+
+    def layer():
+        m = FusedMoE(E, H, I, activation="clamped_swiglu", activation_params={"alpha": 1.702, "limit": 7.0},
+                     bias=True, fused_layout="interleaved_transposed")
+        m.expert_offset, m.num_local_experts = offset, local  # this rank's experts, as moe_layout would give
+        m.moe_tp_rank, m.moe_tp_size, m.intermediate_size = tp_rank, tp_size, I // tp_size
+        m.w13_weight.data = m.w13_weight.data[:local, : 2 * I // tp_size]
+        m.w2_weight.data = m.w2_weight.data[:local, :, : I // tp_size]
+        return m
+
+    bf16 = layer()
+    bf16.weight_loader(bf16.w13_weight, dequantize_mxfp4(b13, s13, torch.float32), "w13")
+    bf16.weight_loader(bf16.w2_weight, dequantize_mxfp4(b2, s2, torch.float32), "w2")
+    kept = layer()
+    assert keep_mxfp4(kept)
+    for name, t in (("gate_up_proj_blocks", b13), ("gate_up_proj_scales", s13), ("down_proj_blocks", b2),
+                    ("down_proj_scales", s2)):
+        p = getattr(kept, name)
+        p.weight_loader(p, t)
+    w13 = stacked_from_fused(dequantize_mxfp4(kept.gate_up_proj_blocks, kept.gate_up_proj_scales, torch.float32),
+                             "w13", "interleaved_transposed")
+    w2 = stacked_from_fused(dequantize_mxfp4(kept.down_proj_blocks, kept.down_proj_scales, torch.float32), "w2",
+                            "interleaved_transposed")
+    assert torch.equal(w13, bf16.w13_weight.data) and torch.equal(w2, bf16.w2_weight.data)
+    assert dist.tp_size() == 1  # nothing global was touched
