@@ -34,8 +34,11 @@ scheduler and the targets' runners, unchanged:
   the slots), and so are the draft's settling step (K+1 slots) and its chained step (1), the target's hidden
   states being a static input of the draft's graphs. MLA models lay the K+1 tokens out as decode rows (context =
   position + 1, the latents written before the kernel reads them), GQA models as a fixed-shape varlen prefill.
-  Targets with Gated DeltaNet layers verify eagerly (their multi-token recurrence reads offsets on the host); their
-  draft (full attention) is graphed. Steps with a longer run (a prompt chunk) stay eager.
+  Targets with Gated DeltaNet layers (Qwen3-Next, Qwen3.5) graph their verify step too: varlen attention, and the
+  recurrent layers run their one-token decode op once per token slot with each sequence's state slot, fresh flag
+  and real token count in the bucket (``StateMetadata.tokens_per_seq``: no host reads); the snapshot before a
+  verify step and the restore + re-advance after a rejection stay eager tensor copies / steps around the replay.
+  Steps with a longer run (a prompt chunk) stay eager.
 * **Tensor parallelism.** Under torchrun every rank runs this loop itself. With engine-started ranks
   (``LLM(tensor_parallel_size=N)``) rank 0 announces each model call (target, re-advance, draft, chained draft)
   with launch.py's SPEC message and the followers mirror it (:meth:`SpeculativeDecoder.follow`) on their own
@@ -217,11 +220,10 @@ class SpeculativeDecoder:
 
     def enable_graphs(self, buckets: list[int] | None = None, capture=None) -> None:
         """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
-        verify step (K + 1 tokens per sequence) unless the target has recurrent layers (Gated DeltaNet: Qwen3-Next,
-        Qwen3.5 -- their multi-token step reads sequence offsets on the host, so those verify steps stay eager, and
-        the state snapshot / restore around them are plain tensor copies between steps); the draft's settling step
-        (K + 1) and chained step (1), with the target's hidden states as a static input. ``capture``: the
-        graphs' capture seam (None: CUDA graphs); lazily captured per batch bucket on first use."""
+        verify step (K + 1 tokens per sequence; Gated DeltaNet targets with their state slots, the state snapshot /
+        restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
+        chained step (1), with the target's hidden states as a static input. ``capture``: the graphs' capture seam
+        (None: CUDA graphs); lazily captured per batch bucket on first use."""
         from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
 
         llm = self.llm
@@ -282,8 +284,9 @@ class SpeculativeDecoder:
         a runner returning fewer rows is a bug named here, not a silent misalignment of drafts and positions."""
         graphs = self.verify_graphs
         if graphs is not None and any(len(w.token_ids) > 1 for w in work) and graphs.accepts(work):
-            tables = self.llm.blocks.tables
-            hidden = graphs.run(work, [tables[w.seq_id] for w in work])
+            tables, pool = self.llm.blocks.tables, self.llm.state_pool
+            slots = [pool.slot(w.seq_id) for w in work] if graphs.with_state else None
+            hidden = graphs.run(work, [tables[w.seq_id] for w in work], state_slots=slots)
         else:  # one token per sequence: the runner's own decode graphs; longer steps (prompts): eager
             self._send(_TARGET, work)
             runner = self.llm.runner

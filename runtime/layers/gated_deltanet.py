@@ -9,7 +9,8 @@ flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing i
     out = out_proj(rmsnorm(o) * w * silu(z))
 
 Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
-recurrent op, batched; both from ``runtime/ops/gated_delta.py``. Sequences whose slot is ``PAD_SLOT`` and tokens past
+recurrent op, batched; both from ``runtime/ops/gated_delta.py``. A fixed-shape multi-token step (``tokens_per_seq``:
+a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads. Sequences whose slot is ``PAD_SLOT`` and tokens past
 ``cu_seqlens[-1]`` (padding) produce zeros and never read or write any state.
 
 Checkpoint layouts (``layout``):
@@ -58,12 +59,19 @@ class StateMetadata:
                   i. Runs the sync-free static path (no host reads: capturable in a CUDA graph, traceable fullgraph);
                   rows past the real batch are padding sequences with slot -1; slots are trusted to be distinct
                   (the host path checks it)
+    tokens_per_seq : q > 0 for a fixed-shape multi-token step (a speculative verify window: the last token and the
+                  drafts): sequence i owns token slots ``[i*q, (i+1)*q)``, the first ``seq_lens[i]`` of them real,
+                  the rest padding (1 <= seq_lens[i] <= q; a padding sequence has slot -1). Also sync-free: the
+                  layer runs the decode path once per slot column (:meth:`GatedDeltaNet._window_rows`)
+    seq_lens    : [num_seqs] int64 real tokens of each sequence, with ``tokens_per_seq``
     """
 
     cu_seqlens: torch.Tensor
     state_slots: torch.Tensor
     fresh: torch.Tensor
     decode_only: bool = False
+    tokens_per_seq: int = 0
+    seq_lens: torch.Tensor | None = None
     _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -268,6 +276,8 @@ class GatedDeltaNet(nn.Module):
             core = self._decode_rows(mixed[:n], g[:n], beta[:n], weight, meta.state_slots, meta.fresh)
             if n < T:  # padding tokens past the batch
                 core = torch.cat([core, core.new_zeros(T - n, *core.shape[1:])])
+        elif meta.tokens_per_seq:
+            core = self._window_rows(mixed, g, beta, weight, meta)
         else:
             core = self._mixed_eager(mixed, g, beta, weight, meta)
         o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
@@ -281,6 +291,28 @@ class GatedDeltaNet(nn.Module):
             slots, fresh, num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim,
             decode=True,
         )
+
+    def _window_rows(self, mixed, g, beta, weight, meta: StateMetadata) -> torch.Tensor:
+        """A fixed-shape step of ``q = meta.tokens_per_seq`` token slots per sequence without host reads (a graphed
+        speculative verify step): the one-token decode path once per slot column j, token j of every sequence, in
+        order -- each call advances the conv and recurrent states in place and the next one reads them. Column j
+        of a sequence with fewer real tokens runs as a padding row (slot -1: zeros out, no state write); ``fresh``
+        holds for a sequence's first token only (its state is written from then on). For K + 1 <= 4 slots, q
+        launches of the decode kernels cost little, and every token gets the decode step's own arithmetic (plain
+        decoding's rounding, not the chunked op's)."""
+        q = meta.tokens_per_seq
+        R = meta.state_slots.shape[0]
+        if mixed.shape[0] != R * q:
+            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: {mixed.shape[0]} tokens for {R} sequences of "
+                             f"{q} slots (tokens_per_seq)")
+        x, gr, br = mixed.view(R, q, -1), g.view(R, q, -1), beta.view(R, q, -1)
+        outs = []
+        for j in range(q):
+            slots = torch.where(meta.seq_lens > j, meta.state_slots, torch.full_like(meta.state_slots, PAD_SLOT))
+            fresh = meta.fresh if j == 0 else torch.zeros_like(meta.fresh)
+            outs.append(self._decode_rows(x[:, j].contiguous(), gr[:, j].contiguous(), br[:, j].contiguous(), weight,
+                                          slots, fresh))
+        return torch.stack(outs, 1).reshape(R * q, *outs[0].shape[1:])
 
     def _mixed_eager(self, mixed, g, beta, weight, meta: StateMetadata) -> torch.Tensor:
         """Any mix of prefill segments and decode tokens (host-side routing: the CPU reference path)."""

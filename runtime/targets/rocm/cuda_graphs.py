@@ -175,23 +175,30 @@ def multi_token_layout(model: torch.nn.Module, tokens_per_seq: int) -> str | Non
     * ``"varlen"``: the prefill metadata with a fixed ``cu_seqlens_q`` (``tokens_per_seq`` per sequence) and
       ``max_seqlen_q = tokens_per_seq``: the Triton cache write then the varlen paged kernel, whose grid depends only
       on those (no host reads).
-    * None: a Gated DeltaNet layer (its multi-token recurrence reads the sequence offsets on the host), or a model
-      mixing MLA and GQA attention (none exists)."""
+    Gated DeltaNet layers (Qwen3-Next, Qwen3.5: GQA full attention beside them) take ``"varlen"``: the bucket then
+    also carries each sequence's state slot, fresh flag and real token count (``StateMetadata.tokens_per_seq``), and
+    the layer runs its one-token decode op once per token slot (no host reads; :func:`has_recurrent_state`).
+    * None: a model mixing MLA and GQA attention (none exists), or Gated DeltaNet beside MLA (none exists)."""
     from ...layers.attention import PagedAttention
-    from ...layers.gated_deltanet import GatedDeltaNet
     from ...layers.mla import MLAttention
 
     mla = gqa = False
     for m in model.modules():
-        if isinstance(m, GatedDeltaNet):
-            return None
         mla |= isinstance(m, MLAttention)
         gqa |= isinstance(m, PagedAttention)
-    if tokens_per_seq == 1:
+    recurrent = has_recurrent_state(model)
+    if tokens_per_seq == 1 and not recurrent:
         return "rows"
-    if mla and gqa:
+    if mla and (gqa or recurrent):
         return None
-    return "rows" if mla else ("varlen" if gqa else None)
+    return "rows" if mla else ("varlen" if gqa or recurrent else None)
+
+
+def has_recurrent_state(model: torch.nn.Module) -> bool:
+    """Whether the model has Gated DeltaNet layers (a step's buckets then carry state slots)."""
+    from ...layers.gated_deltanet import GatedDeltaNet
+
+    return any(isinstance(m, GatedDeltaNet) for m in model.modules())
 
 
 def _cuda_capture(pool, fn):
@@ -207,26 +214,38 @@ class _StepBucket:
     """Static buffers of one batch bucket: ``batch`` sequences of ``q`` token slots each (``T = batch * q`` rows)."""
 
     def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
-                 hidden: tuple[int, torch.dtype] | None):
+                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False):
         self.batch, self.q, self.width = batch, q, width
+        self.with_state = with_state
         T = batch * q
         R = T if layout == "rows" else batch  # rows of context lengths / block tables
-        n = 4 * T + R + R * width
+        B = batch if with_state else 0  # recurrent layers: each sequence's state slot, fresh flag (0/1), real tokens
+        tab0 = 4 * T + R
+        n = tab0 + R * width + 3 * B
         cuda = torch.device(device).type == "cuda"
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
         self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
         h, d = self.host_buf.numpy(), self.device_buf
         self.h_ids, self.h_pos, self.h_slot, self.h_dst = (h[i * T:(i + 1) * T] for i in range(4))
-        self.h_ctx = h[4 * T:4 * T + R]
-        self.h_tab = h[4 * T + R:].reshape(R, width)
+        self.h_ctx = h[4 * T:tab0]
+        self.h_tab = h[tab0:tab0 + R * width].reshape(R, width)
         self.ids, self.pos, self.slot, self.dst = (d[i * T:(i + 1) * T] for i in range(4))
-        self.ctx = d[4 * T:4 * T + R]
-        self.tab = d[4 * T + R:].view(R, width)
+        self.ctx = d[4 * T:tab0]
+        self.tab = d[tab0:tab0 + R * width].view(R, width)
         step = 1 if layout == "rows" else q
         cu = torch.arange(0, R * step + 1, step, dtype=torch.int32, device=device)
+        state = None
+        if with_state:  # Gated DeltaNet: the fixed-shape multi-token path (StateMetadata.tokens_per_seq), varlen only
+            from ...layers.gated_deltanet import StateMetadata
+
+            st = tab0 + R * width
+            self.h_state, self.h_fresh, self.h_lens = (h[st + i * B:st + (i + 1) * B] for i in range(3))
+            self.state_slot, self.fresh_i64, self.lens = (d[st + i * B:st + (i + 1) * B] for i in range(3))
+            self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
+            state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens)
         self.meta = AttentionMetadata(
             is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
-            block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1,
+            block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1, state=state,
         )
         # A draft head's static input: the target's hidden states of the fed tokens, one row per token slot.
         self.hidden_in = torch.zeros(T, hidden[0], dtype=hidden[1], device=device) if hidden else None
@@ -245,7 +264,9 @@ class StepGraphs:
     1); ``"varlen"`` padding tokens sit after the sequence's real ones (causal: no real token sees them) with the
     last real position for RoPE and a context of ``start + tokens_per_seq`` (the block-table width covers
     ``max_model_len + tokens_per_seq``; the columns past a sequence's blocks are read by padding rows only). Padding
-    sequences: context ``tokens_per_seq`` (varlen) or 1 (rows), block 0, never written.
+    sequences: context ``tokens_per_seq`` (varlen) or 1 (rows), block 0, never written. A model with Gated DeltaNet
+    layers (varlen only) also gets each sequence's state slot (``run``'s ``state_slots``; -1 for padding sequences),
+    fresh flag (``start_pos == 0``) and real token count: its states advance in place over the real tokens only.
 
     ``hidden``: ``(hidden_size, dtype)`` for a draft head whose forward also reads the target's hidden states
     (``bind_hidden_states``): a static input buffer, bound before capture, filled before each replay.
@@ -259,6 +280,9 @@ class StepGraphs:
                  hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
+        self.with_state = has_recurrent_state(model)
+        if self.with_state and layout != "varlen":
+            raise ValueError(f"StepGraphs: a model with Gated DeltaNet layers needs the 'varlen' layout, not {layout!r}")
         self.model, self.device = model, torch.device(device)
         self.q, self.layout, self.width, self.block_size = tokens_per_seq, layout, width, block_size
         self.hidden = hidden
@@ -277,10 +301,12 @@ class StepGraphs:
     def _forward(self, bk: _StepBucket) -> torch.Tensor:
         if bk.hidden_in is not None:
             self.model.bind_hidden_states(bk.hidden_in)
+        if bk.with_state:  # bool view of the copied 0/1 flags, computed inside the graph
+            torch.ne(bk.fresh_i64, 0, out=bk.fresh)
         return self.model(bk.ids, bk.pos, bk.meta)
 
     def _capture(self, batch: int) -> _StepBucket:
-        bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden)
+        bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state)
         self._fill(bk, [], [])
         bk.device_buf.copy_(bk.host_buf)
         capture = self._capture_fn
@@ -299,9 +325,19 @@ class StepGraphs:
         self.captures += 1
         return bk
 
-    def _fill(self, bk: _StepBucket, work, tables) -> int:
+    def _fill(self, bk: _StepBucket, work, tables, state_slots=None) -> int:
         """Host buffers of one step (padding everywhere else); returns the number of real tokens. Python lists and
-        one numpy assignment per buffer (per-item numpy calls cost more than the step's few dozen tokens)."""
+        one numpy assignment per buffer (per-item numpy calls cost more than the step's few dozen tokens).
+        ``state_slots``: each work item's state-pool slot (models with recurrent layers)."""
+        if bk.with_state:
+            n = len(work)
+            bk.h_state[:] = -1  # padding sequences: no state read or written
+            bk.h_fresh[:] = 0
+            bk.h_lens[:] = 0
+            if n:
+                bk.h_state[:n] = state_slots
+                bk.h_fresh[:n] = [int(w.start_pos == 0) for w in work]
+                bk.h_lens[:n] = [len(w.token_ids) for w in work]
         Q, bs, rows = bk.q, self.block_size, self.layout == "rows"
         dst, ids, pos, slot, ctx = [], [], [], [], []
         pad_at, pad_pos = [], []  # varlen: padding slots of real sequences (RoPE at the last real position)
@@ -339,15 +375,20 @@ class StepGraphs:
                     bk.h_pos[pad_at] = pad_pos
         return m
 
-    def run(self, work, tables: list[list[int]], hidden: torch.Tensor | None = None) -> torch.Tensor:
+    def run(self, work, tables: list[list[int]], hidden: torch.Tensor | None = None,
+            state_slots: list[int] | None = None) -> torch.Tensor:
         """Final hidden states ``[sum of tokens, hidden_size]`` of ``work`` (its sequences' ``tables``; ``hidden``:
-        the draft head's input rows, one per fed token in work order)."""
+        the draft head's input rows, one per fed token in work order; ``state_slots``: each sequence's state-pool
+        slot, for a model with recurrent layers, whose states the replay advances in place)."""
+        if self.with_state and (state_slots is None or len(state_slots) != len(work)):
+            raise ValueError(f"StepGraphs.run: a model with recurrent layers needs one state slot per work item "
+                             f"({len(work)}), got {state_slots!r}")
         n = len(work)
         batch = next(b for b in self.buckets if n <= b)
         bk = self._buckets.get(batch) or self._capture(batch)
         if bk.copied is not None:
             bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
-        m = self._fill(bk, work, tables)
+        m = self._fill(bk, work, tables, state_slots)
         bk.device_buf.copy_(bk.host_buf, non_blocking=True)
         if bk.copied is not None:
             bk.copied.record()
