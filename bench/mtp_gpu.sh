@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 11 on the H200: graphed speculative decoding tests and the MTP benchmark, logs and JSON under $OUT.
 #   bash bench/mtp_gpu.sh            # tests/test_gpu_speculative.py, then bench/mtp.py on the DeepSeek-V3 shape (~9 min)
-#   bash bench/mtp_gpu.sh acceptance # bench/mtp.py on the DeepSeek-V3 shape only, < 240 s: head trained on the timed
-#                                    # rows' own trajectories, plain / K=1 / K=2 graphed, teacher-forced diagnostics
+#   bash bench/mtp_gpu.sh acceptance # < 240 s: bench/mtp.py on the DeepSeek-V3 shape (head trained on the timed rows'
+#                                    # own trajectories, plain / K=1 / K=2 graphed, teacher-forced diagnostics), then
+#                                    # test_gpu_speculative.py's Qwen3-Next cases (graphed GDN verify) in the time left
 #   bash bench/mtp_gpu.sh qwen3_next # bench/mtp.py on the Qwen3-Next shape (GDN: eager verify, graphed draft) (~8 min)
 # Each bench row: tokens/s of plain decoding (graphs) and of K = 1, 2 with the verify/draft steps replaying CUDA
 # graphs (kK) and eager (kK_eager), acceptance, greedy equality and where outputs part (top-2 margin), graph replay
@@ -21,8 +22,14 @@ bench() {  # model, output name, budget seconds, extra arguments
 }
 case "${1:-deepseek}" in
   qwen3_next) bench qwen3_next h200-mtp-qwen3_next 420 --eager-k 1 2 --checks 0 ;;
-  # <= 240 s in all: rows that would start after 190 s are skipped and listed; the JSON is rewritten per row set
-  acceptance) bench deepseek h200-mtp-deepseek-acceptance 190 --eager-k --checks 1 --train-len 64 ;;
+  # <= 240 s in all: rows that would start after 150 s are skipped and listed (the JSON is rewritten per row set),
+  # then the Gated DeltaNet graphed-verify GPU tests (Qwen3-Next, K = 1, 2, 3) in the time left
+  acceptance)
+    bench deepseek h200-mtp-deepseek-acceptance 150 --eager-k --checks 1 --train-len 64
+    left=$(( 232 - ($(date +%s) - t0) ))
+    echo "[$(( $(date +%s) - t0 ))s] bench done; GDN graph tests for ${left}s"
+    timeout $(( left > 10 ? left : 10 )) python3 -m pytest -v -rs tests/test_gpu_speculative.py -k qwen3_next \
+      -p no:cacheprovider 2>&1 | grep -v Warning | tee "$OUT/h200-gpu-speculative-gdn-tests.log" ;;
   *)
     timeout 200 python3 -m pytest -q -rs tests/test_gpu_speculative.py -p no:cacheprovider 2>&1 | tail -40 \
       | tee "$OUT/h200-gpu-speculative-tests.log"
