@@ -358,7 +358,7 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
       hidden states speculation reads) equals t[i+1];
     * ``target_window_top1``: the same, fed as speculation's verify steps feed it -- the prompt, then windows of
       ``k + 1`` tokens that each continue the cached sequence (prefill-with-context);
-    * ``target_decode_top1``: the same, one token per step as plain decoding feeds it (eager steps);
+    * ``target_decode_top1``: the same, one token per step as plain decoding feeds it;
     * ``window_vs_decode``: the two paths' logits at the same positions -- ``max_abs_diff`` / ``mean_abs_diff``
       (0 in float32 up to summation order), ``argmax_flips`` (positions whose argmax differs: a greedy speculative
       run parts from the plain one at the first flip it reaches) and the decode path's top-2 margin at each flip
@@ -367,11 +367,15 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
     * ``reference_head_top1``: the trained transformers head on the same inputs, with transformers' float32 hidden
       states (the head was trained on the engine's ones).
 
+    On a GPU the windows and the one-token steps replay the CUDA graphs a timed batch-1 row replays (the verify
+    ``StepGraphs`` through the decoder's own ``_target_step``; the runner's decode graphs), so ``window_vs_decode``
+    is the rounding gap between a batch-1 speculative run and plain decoding; on the CPU both run eagerly.
+
     A run with zero acceptance shows here which of the target's verify path, the draft's loading or its forward
     disagrees (continuation positions only: the prompts are random)."""
     from modelgen.runtime.engine.runners import Work
 
-    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=4, cuda_graphs=False, speculative_tokens=1,
+    llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=4, cuda_graphs=True, speculative_tokens=k,
               max_model_len=max(map(len, seqs)) + 8)
     spec = llm.speculative
     hits = {"target_prefill_top1": [], "target_window_top1": [], "target_decode_top1": [], "draft_top1": [],
@@ -392,7 +396,10 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
                 llm.runner.step([Work(sid, seq[:P], 0)], return_hidden=True)  # a fresh prefill resets GDN state too
                 while at < len(seq):
                     w = seq[at : at + width]
-                    _, h = llm.runner.step([Work(sid, w, at)], return_hidden=True)
+                    if len(w) > 1:  # a verify window: the speculative step's own target call (graphed on a GPU)
+                        h = spec._target_step([Work(sid, w, at)])
+                    else:  # one token: a plain decode step (the runner's decode graph on a GPU)
+                        _, h = llm.runner.step([Work(sid, w, at)], return_hidden=True)
                     rows.append(spec.draft.compute_logits(h).float())
                     at += len(w)
                 paths[name] = torch.cat(rows)[:-1]

@@ -25,7 +25,11 @@ scheduler and the targets' runners, unchanged:
   drafts, never moves past a run of rejections: each rejected step re-fed one token more than the last.
 * **Exactness.** Greedy: a draft is accepted iff it equals the target's argmax at its position, so the output is
   plain greedy decoding's token for token (up to the floating-point differences of computing K+1 positions in one
-  call rather than one at a time). Sampling: the rejection rule of Leviathan et al. 2023 / Chen et al. 2023 —
+  call rather than one at a time: exact in float32, as the tests check; in bf16 on a GPU the linear layers pick
+  their kernel per row count -- runtime/ops/gpu/linear.py's split-K GEMV at one row, tensor-core tiles above --
+  and the MoE has batch-1 kernels, so a verify row and a one-token decode step round differently and a near-tie
+  of the top two logits may flip, after which the two outputs are different greedy continuations. Bitwise
+  equality would need batch-invariant kernels; bench/mtp.py records where bf16 outputs part and the margin there). Sampling: the rejection rule of Leviathan et al. 2023 / Chen et al. 2023 —
   accept draft ``x ~ q`` with probability ``min(1, p(x)/q(x))``, else sample ``norm(max(p - q, 0))``; all accepted:
   sample the bonus token from ``p`` — with ``p`` and ``q`` the temperature / top-k / top-p distributions the
   non-speculative sampler uses, so each token's distribution is unchanged.
