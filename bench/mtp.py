@@ -459,6 +459,45 @@ def control(path: Path, args, prompts: list[list[int]], k: int, backend: str) ->
         gpu.refresh()
 
 
+def fixed_kernels(path: Path, args, prompts: list[list[int]], k: int) -> dict:
+    """Batch 1 with one kernel per op whatever the row count: ``MODELGEN_GEMV=triton`` (every bf16 linear of up to 16
+    rows runs linear.py's skinny kernel with its 16-row tile and one autotuned config, instead of the split-K GEMV
+    timing may pick at one row) and ``MODELGEN_MOE=pairs`` (the MoE's per-pair path at any small token count). If
+    the plain and the K-draft rows then agree (``greedy_equal``), the per-row-count kernel choice alone parted the
+    default batch-1 rows; if not, another op rounds by row count. Rows ``plain_fixed_kernels`` and
+    ``kK_fixed_kernels`` (their trajectories are not the trained ones: acceptance is not the point here). The
+    per-shape choices of linear.py / moe.py are cached per process, so they are set aside and restored."""
+    import os
+
+    from modelgen.runtime.ops.gpu import linear as glinear
+    from modelgen.runtime.ops.gpu import moe as gmoe
+
+    saved = {m: dict(m._CHOICE) for m in (glinear, gmoe)}
+    env = {"MODELGEN_GEMV": "triton", "MODELGEN_MOE": "pairs"}
+    old = {n: os.environ.get(n) for n in env}
+    try:
+        for m in saved:
+            m._CHOICE.clear()
+        os.environ.update(env)
+        base = decode(path, args, prompts, None, cuda_graphs=True)
+        spec = decode(path, args, prompts, k, cuda_graphs=True, reference=base["tokens"])
+    finally:
+        for n, v in old.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+        for m, choice in saved.items():
+            m._CHOICE.clear()
+            m._CHOICE.update(choice)
+    spec["greedy_equal"] = spec["tokens"] == base["tokens"]
+    spec["mean_shared_prefix"] = sum(map(prefix_len, spec["tokens"], base["tokens"])) / len(prompts)
+    spec["speedup_vs_plain"] = spec["tokens_per_s"] / base["tokens_per_s"]
+    log(f"  batch 1 fixed kernels: plain {base['tokens_per_s']:.1f} tok/s, k{k} {spec['tokens_per_s']:.1f} tok/s, "
+        f"greedy equal {spec['greedy_equal']}, shared prefix {spec['mean_shared_prefix']:.1f}")
+    return {"plain_fixed_kernels": base, f"k{k}_fixed_kernels": spec}
+
+
 def decode_rows(path: Path, args, prompts: list[list[int]], what: str,
                 data: dict[str, list[list[int]]] | None = None) -> dict:
     """The :func:`row_configs` rows for one prompt set. ``data``: each row's own trajectory from
@@ -474,6 +513,11 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str,
         rows[name] = decode(path, args, prompts, reference=base["tokens"], **cfg)
     if args.device.startswith("cuda") and args.controls:
         rows[f"k{args.k[0]}_torch_ops"] = control(path, args, prompts, args.k[0], "torch")
+    if args.device.startswith("cuda") and args.fixed_kernel_rows and len(prompts) == 1 and data is not None:
+        if time.monotonic() > args.deadline:
+            skipped.append("fixed_kernels")
+        else:
+            rows.update(fixed_kernels(path, args, prompts, args.k[0]))
     for name, r in rows.items():
         if data is not None and name in data:
             # generated tokens this timed row shares with the trajectory its configuration traced for the training
@@ -481,6 +525,8 @@ def decode_rows(path: Path, args, prompts: list[list[int]], what: str,
             r["on_data_prefix"] = sum(map(prefix_len, r["tokens"], data[name])) / len(prompts)
         if name == "plain":
             continue
+        if name.endswith("_fixed_kernels"):
+            continue  # compared with plain_fixed_kernels in fixed_kernels()
         # bf16: a verify window, an eager step and a graph decode step round differently, so outputs may part after
         # a near-tie; the shared prefix says how soon, ``divergence`` how close the tie was (a bug parts them at once)
         r["greedy_equal"] = r["tokens"] == base["tokens"]
@@ -522,6 +568,9 @@ ROWS_MEANING = {
         "tokens equal to the plain row's / generated tokens shared before they part; fp32 is exact "
         "(tests/test_speculative*.py), bf16 rounds the K+1-token verify forward and the one-token decode step "
         "differently so a near-tie may flip"),
+    "plain_fixed_kernels / kK_fixed_kernels": (
+        "batch 1 with MODELGEN_GEMV=triton MODELGEN_MOE=pairs: one kernel per op at 1 and K+1 rows; greedy_equal "
+        "compares the two (does the per-row-count kernel choice alone part the default rows?)"),
     "divergence": (
         "where a row parts from the plain row: position, both tokens, and the target's top-2 logit margin there "
         "from one bf16 prefill (ulp: the dtype's spacing at the top-1 logit)"),
@@ -618,6 +667,9 @@ def main() -> int:
                     help="on a GPU, also run the first K with MODELGEN_BACKEND=torch (no Triton kernels)")
     ap.add_argument("--eager-k", type=int, nargs="*", default=[1, 2, 3], metavar="K",
                     help="on a GPU, also time these K with the speculative steps eager (MODELGEN_SPEC_GRAPHS=0)")
+    ap.add_argument("--fixed-kernel-rows", type=int, default=0, choices=[0, 1],
+                    help="on a GPU, also decode the batch-1 training prompt plain and with the first K with one "
+                         "kernel per op whatever the row count (see fixed_kernels())")
     ap.add_argument("--plain-eager", type=int, default=1, choices=[0, 1],
                     help="on a GPU, also time plain decoding without CUDA graphs")
     ap.add_argument("--budget-s", type=float, default=None,

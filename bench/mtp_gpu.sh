@@ -25,7 +25,7 @@ case "${1:-deepseek}" in
   # <= 240 s in all: rows that would start after 150 s are skipped and listed (the JSON is rewritten per row set),
   # then the Gated DeltaNet graphed-verify GPU tests (Qwen3-Next, K = 1, 2, 3) in the time left
   acceptance)
-    bench deepseek h200-mtp-deepseek-acceptance 150 --eager-k --checks 1 --train-len 64
+    bench deepseek h200-mtp-deepseek-acceptance 150 --eager-k --checks 1 --train-len 64 --fixed-kernel-rows 1
     left=$(( 232 - ($(date +%s) - t0) ))
     echo "[$(( $(date +%s) - t0 ))s] bench done; GDN graph tests for ${left}s"
     timeout $(( left > 10 ? left : 10 )) python3 -m pytest -v -rs tests/test_gpu_speculative.py -k qwen3_next \
