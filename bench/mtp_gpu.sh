@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 11 on the H200: graphed speculative decoding tests and the MTP benchmark, logs and JSON under $OUT.
 #   bash bench/mtp_gpu.sh            # tests/test_gpu_speculative.py, then bench/mtp.py on the DeepSeek-V3 shape (~9 min)
-#   bash bench/mtp_gpu.sh acceptance # < 240 s: bench/mtp.py on the DeepSeek-V3 shape (head trained on the timed rows'
-#                                    # own trajectories, plain / K=1 / K=2 graphed, teacher-forced diagnostics), then
-#                                    # test_gpu_speculative.py's Qwen3-Next cases (graphed GDN verify) in the time left
-#   bash bench/mtp_gpu.sh qwen3_next # bench/mtp.py on the Qwen3-Next shape (GDN: eager verify, graphed draft) (~8 min)
+#   bash bench/mtp_gpu.sh acceptance [qwen3_next]  # < 240 s: bench/mtp.py on the DeepSeek-V3 (or Qwen3-Next) shape
+#       (head trained on the timed rows' own trajectories, plain / K=1 / K=2 graphed, teacher-forced diagnostics),
+#       then test_gpu_speculative.py's Qwen3-Next cases (graphed GDN verify) in the time left
+#   bash bench/mtp_gpu.sh qwen3_next # bench/mtp.py on the Qwen3-Next shape, graphed and eager speculative rows (~8 min)
 # Each bench row: tokens/s of plain decoding (graphs) and of K = 1, 2 with the verify/draft steps replaying CUDA
 # graphs (kK) and eager (kK_eager), acceptance, greedy equality and where outputs part (top-2 margin), graph replay
 # counts; training prompts (acceptance of a head trained on exactly what the row emits) and held-out prompts, batch
@@ -25,7 +25,8 @@ case "${1:-deepseek}" in
   # <= 240 s in all: rows that would start after 150 s are skipped and listed (the JSON is rewritten per row set),
   # then the Gated DeltaNet graphed-verify GPU tests (Qwen3-Next, K = 1, 2, 3) in the time left
   acceptance)
-    bench deepseek h200-mtp-deepseek-acceptance 150 --eager-k --checks 1 --train-len 64 --fixed-kernel-rows 1
+    bench "${2:-deepseek}" "h200-mtp-${2:-deepseek}-acceptance" 150 --eager-k --checks 1 --train-len 64 \
+      --fixed-kernel-rows 1
     left=$(( 232 - ($(date +%s) - t0) ))
     echo "[$(( $(date +%s) - t0 ))s] bench done; GDN graph tests for ${left}s"
     timeout $(( left > 10 ? left : 10 )) python3 -m pytest -v -rs tests/test_gpu_speculative.py -k qwen3_next \
