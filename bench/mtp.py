@@ -195,6 +195,17 @@ def write_head(path: Path, kind: str, head: MtpHead, num_layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ the phases
+def free_memory() -> None:
+    """After an engine is dropped: free its GPU memory before the next one is built (a run builds ~25 engines; each
+    sizes its KV cache from the memory it finds free, so a dropped one's cache, weights or graph pool must not linger
+    in a reference cycle)."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def prefill_hidden(llm, sid: int, tokens: list[int]) -> torch.Tensor:
     """The target's final hidden states ``[len(tokens), H]`` from one engine prefill (the sequence's KV blocks and
     recurrent state stay held under ``sid`` until the caller releases them)."""
@@ -224,6 +235,7 @@ def greedy_data(path: Path, args, prompts: list[list[int]], extra: list[list[int
         finally:
             llm._release_all([10**6 + n])
     del llm
+    free_memory()
     return seqs, torch.stack(states)
 
 
@@ -322,6 +334,7 @@ def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graph
     replays = llm.speculative.graph_replays() if llm.speculative is not None else None
     parted = divergence(llm, prompts, reference, outs) if reference is not None and outs != reference else None
     del llm
+    free_memory()
     return {"tokens": outs, "seconds": dt, "tokens_per_s": sum(map(len, outs)) / dt,
             "acceptance_rate": stats.get("acceptance_rate"), "mean_accepted_tokens": stats.get("mean_accepted_tokens"),
             "speculative": stats.get("speculative"), "spec_graph_replays": replays, "divergence": parted}
@@ -423,6 +436,7 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
             ref = head(ids, hf.model(ids).last_hidden_state)[0].argmax(-1).cpu()
         hits["reference_head_top1"].append((ref[P - 2 : -1] == torch.tensor(seq[P:])).float().mean().item())
     del llm
+    free_memory()
     out = {name: sum(v) / len(v) for name, v in hits.items()}
     d = torch.cat(diffs)
     out["window_vs_decode"] = {"positions": d.shape[0], "max_abs_diff": float(d.max()),
