@@ -41,8 +41,11 @@ def test_fused_norm_gemv_equals_norm_then_linear(add, zero_centred, N, K):
     h0, r0 = gn.add_rms_norm(x, r, nw, 1e-6, zero_centred)
     assert torch.equal(h, h0) and torch.equal(res, r0)
     assert rel(y, h0.double() @ W.double().T) < 1e-2
-    y2, none, res2 = nl.add_rms_norm_linear(x, r, nw, 1e-6, W, zero_centred=zero_centred, want_normed=False)
+    buf = torch.full_like(x, float("nan"))
+    y2, none, res2 = nl.add_rms_norm_linear(x, r, nw, 1e-6, W, zero_centred=zero_centred, want_normed=False,
+                                           residual_out=buf)
     assert none is None and torch.equal(y2, y) and torch.equal(res2, r0)
+    assert not add or res2 is buf  # the caller's buffer holds the new residual
 
 
 def test_other_shapes_take_the_two_launches():

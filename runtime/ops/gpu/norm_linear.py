@@ -99,22 +99,26 @@ def supported(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor) 
 
 def add_rms_norm_linear(
     x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    zero_centred: bool = False, want_normed: bool = True,
+    zero_centred: bool = False, want_normed: bool = True, residual_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(h @ weight.T, h or None, x + residual)`` with ``h = rms_norm(x + residual)`` (``residual=None``: no add,
     ``x`` is the residual) -- ``norm.add_rms_norm`` then ``F.linear`` in one launch for one token. Other shapes and
-    dtypes: the two launches."""
+    dtypes: the two launches. ``residual_out``: where to write ``x + residual`` (a buffer a caller handed out before
+    this runs, e.g. a norm module deferring its work to the projection after it)."""
     if not supported(x, norm_weight, weight):
         from . import norm as gpu_norm
         from .linear import linear
 
         h, res = gpu_norm.add_rms_norm(x, residual, norm_weight, eps, zero_centred)
+        if residual_out is not None and residual is not None:
+            residual_out.copy_(res)
+            res = residual_out
         return linear(h, weight), (h if want_normed else None), res
     N, K = weight.shape
     x = x.contiguous()
     r = x if residual is None else residual.contiguous()
     y = torch.empty((1, N), dtype=x.dtype, device=x.device)
-    res = x if residual is None else torch.empty_like(x)
+    res = x if residual is None else (torch.empty_like(x) if residual_out is None else residual_out)
     h = torch.empty_like(x) if want_normed else res
     key = (x.device, N)
     cnt = _COUNTERS.get(key)
