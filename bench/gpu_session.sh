@@ -71,6 +71,28 @@ elif [ "$phase" = call2 ]; then  # nvidia-h200-x2, ~580 s: TP variants; MoE laye
   wait
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/call2.log"; rm -rf "$L"
   cat "$OUT/call2.log"
+elif [ "$phase" = call3 ]; then  # nvidia-h200-x2, ~560 s: TP A/B + close; quant benches | MTP acceptance; tests
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 200 python3 bench/tp.py --batches 1 8 --new 64 --reps 2 --check-prompts 2 --variants default gloo-nccl \
+    --out "$OUT/h200x2-llama8b-tp.json" 2>&1 | grep -v Warning | tail -60 > "$L/1-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/1-tp.log"
+  (CUDA_VISIBLE_DEVICES=1 OUT="$L" timeout 240 bash bench/mtp_gpu.sh acceptance > "$L/2-mtp-acceptance.log" 2>&1) &
+  CUDA_VISIBLE_DEVICES=0 timeout 125 python3 -m bench.gpt_oss --layers 4 --batches 1 32 --quant mxfp4 \
+    --systems modelgen hf_eager --divergence --budget-s 110 --out "$OUT/h200-gpt-oss-20b-mxfp4.json" 2>&1 \
+    | grep -v Warning | tail -50 > "$L/2-gpt-oss.log"
+  CUDA_VISIBLE_DEVICES=0 timeout 115 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 \
+    --quant-modes keep dequantize --systems hf_eager --divergence --budget-s 100 \
+    --out "$OUT/h200-deepseek-v3-fp8.json" 2>&1 | grep -v Warning | tail -50 > "$L/2-deepseek.log"
+  wait
+  echo "[$(( $(date +%s) - t0 ))s] benches done" | tee -a "$L/2-deepseek.log"
+  (CUDA_VISIBLE_DEVICES=1 timeout 115 python3 -m pytest -q -rs -p no:cacheprovider tests/test_pdl.py \
+    tests/test_gpu_moe.py tests/test_gpu_norm_linear.py 2>&1 | grep -v Warning | tail -25 > "$L/3-moe-pdl-tests.log") &
+  timeout 115 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py 2>&1 | tail -25 \
+    > "$L/3-parallel-modes-tests.log"
+  wait
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/call3.log"
+  mv "$L"/*.json "$OUT"/ 2>/dev/null; rm -rf "$L"
+  cat "$OUT/call3.log"
 elif [ "$phase" = fp8 ]; then
   timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
   timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"
