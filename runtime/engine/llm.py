@@ -29,7 +29,7 @@ from ..kv_cache import KVSpec, allocate_kv_cache, num_blocks_for_budget
 from ..state_cache import StatePool
 from ..checkpoint_dir import CheckpointDir
 from ..dummy_weights import check_load_format, dummy_checkpoint
-from ..parallel.launch import DriverRunner, abort_ranks_on_error, start_ranks
+from ..parallel.launch import DriverRunner, abort_ranks_on_error, release_graphs, start_ranks
 from ..parallel.attention_dp import make_block_manager, wrap_runner as wrap_data_parallel_runner
 from ..parallel.pipeline import build_stage_model
 from ..loader.checkpoint import check_finite_tensor, finite_mode
@@ -414,6 +414,7 @@ class LLM:
         """Stop the ranks this engine started (``tensor_parallel_size`` > 1) and destroy their group; a no-op
         otherwise. The engine is unusable afterwards."""
         if self._ranks is not None:
+            release_graphs(self)  # before the NCCL group goes (launch.release_graphs says why)
             self._ranks.shutdown()
 
     # ------------------------------------------------------------------------------------------------------ scoring

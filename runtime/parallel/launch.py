@@ -369,6 +369,24 @@ def _use_fewer_blocks(blocks, usable: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ followers
+def release_graphs(llm) -> None:
+    """Destroy the engine's CUDA graphs (decode and speculative) before its NCCL group goes: a graph that captured
+    NCCL kernels holds a reference on the communicator, and NCCL's destroy/abort waits for those references -- with
+    the graphs still alive, tearing down a TP=2 group on two H200s hung (faulthandler: in _abort_process_group)."""
+    import gc
+
+    runner = getattr(llm, "runner", None)
+    for owner in (runner, getattr(runner, "inner", None), getattr(llm, "speculative", None)):
+        if owner is None:
+            continue
+        for name in ("graphs", "verify_graphs", "draft_graphs", "chain_graphs"):
+            if getattr(owner, name, None) is not None:
+                setattr(owner, name, None)
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _teardown(backend: str) -> None:
     """Leave the group without waiting on peers: drop the one-shot all-reduce's symmetric buffers, then abort the
     NCCL communicators (``_abort_process_group``: no wait for outstanding work or for peers that already left, and
@@ -502,4 +520,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
             torch.cuda.synchronize(llm.device)
         follow(llm, control, channel)
     finally:
+        if llm is not None:
+            release_graphs(llm)
+        del llm
         _teardown(backend)
