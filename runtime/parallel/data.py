@@ -76,9 +76,8 @@ def _reshard(linear: nn.Module, t: int, rank: int) -> None:
 
 
 def _row_forward(self, x: torch.Tensor) -> torch.Tensor:
-    from ..layers.linear import linear
-
-    y = linear(x, self.weight)
+    # the layer's own matmul (bf16, or its FP8 block-scaled GEMM when the weights were kept in FP8), bias added after
+    y = self._mm(x, None)
     if self.tp_size > 1:
         dist.all_reduce(y, group=self._dp_tp_group)
     return y + self.bias if self.bias is not None else y

@@ -77,9 +77,8 @@ def _column_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _row_forward(self, x: torch.Tensor) -> torch.Tensor:
-    from ..layers.linear import linear
-
-    y = reduce_scatter_tokens(linear(x, self.weight))
+    # the layer's own matmul (bf16, or its FP8 block-scaled GEMM when the weights were kept in FP8), bias added after
+    y = reduce_scatter_tokens(self._mm(x, None))
     return y + self.bias if self.bias is not None else y
 
 
