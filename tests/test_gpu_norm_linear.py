@@ -1,6 +1,7 @@
 """Residual add + RMSNorm fused into the one-token GEMV (``runtime/ops/gpu/norm_linear.py``) against the two
-launches it replaces (``norm.add_rms_norm`` then the projection): the normalised row and the new residual are
-bitwise the norm kernel's, the product within 16-bit rounding of a float64 product of that row. GPU, or Triton's
+launches it replaces (``norm.add_rms_norm`` then the projection): the new residual is bitwise the norm kernel's, the
+normalised row too in the interpreter (within an ulp compiled), the product within 16-bit rounding of a float64
+product of that row. GPU, or Triton's
 interpreter (each autotuner config run once instead of timed)."""
 from __future__ import annotations
 
@@ -39,7 +40,10 @@ def test_fused_norm_gemv_equals_norm_then_linear(add, zero_centred, N, K):
     for _ in range(2):  # the second call reuses the arrival counters the first one reset
         y, h, res = nl.add_rms_norm_linear(x, r, nw, 1e-6, W, zero_centred=zero_centred)
     h0, r0 = gn.add_rms_norm(x, r, nw, 1e-6, zero_centred)
-    assert torch.equal(h, h0) and torch.equal(res, r0)
+    assert torch.equal(res, r0)  # an elementwise sum: exact
+    # The mean of squares is one reduction over the row in both kernels; compiled, its order follows each kernel's
+    # layout, so the normalised row may differ by one 16-bit ulp in rare elements (bitwise in the interpreter).
+    assert torch.equal(h, h0) if INTERPRET and not torch.cuda.is_available() else rel(h, h0) < 4e-3
     assert rel(y, h0.double() @ W.double().T) < 1e-2
     buf = torch.full_like(x, float("nan"))
     y2, none, res2 = nl.add_rms_norm_linear(x, r, nw, 1e-6, W, zero_centred=zero_centred, want_normed=False,
