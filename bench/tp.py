@@ -131,7 +131,10 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         log(f"{label}: close")
         import faulthandler
 
-        faulthandler.dump_traceback_later(60, exit=False)  # where a hung close waits, in the log
+        try:  # where a hung close waits, in the log (needs a real stderr: not under pytest's capture)
+            faulthandler.dump_traceback_later(60, exit=False, file=sys.__stderr__)
+        except (ValueError, OSError, AttributeError):
+            pass
         llm.close()
         faulthandler.cancel_dump_traceback_later()
         log(f"{label}: closed")
