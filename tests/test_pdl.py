@@ -202,7 +202,9 @@ def test_gemv_and_skinny_kernels_with_the_new_arguments(split_k):
     x3, y3 = torch.randn(3, K, **f), torch.empty(3, N, **f)
     gl._skinny_kernel.fn[(N // 32,)](x3, w, w, y3, w, 0, M=3, N=N, K=K, s_xm=K, s_wn=K, s_ym=N, HAS_BIAS=False,
                                      BLOCK_M=16, BLOCK_N=32, BLOCK_K=128 * split_k, **off)
-    assert rel(y3, x3.double() @ w.double().T) < 1e-4  # tf32 dots on a GPU
+    # tl.dot on fp32 inputs runs TF32 on a GPU (10-bit mantissa: ~1e-3 relative over this K; measured 7.7e-4 on the
+    # H200), exact fp32 in the interpreter
+    assert rel(y3, x3.double() @ w.double().T) < (1e-4 if INTERPRET else 3e-3)
 
 
 @pytest.mark.skipif(not INTERPRET, reason="Triton's interpreter (a GPU runs this through test_gpu.py)")
