@@ -32,8 +32,8 @@ attention -- which reads little -- runs).
 Kernels launched normally (cuBLAS, torch ops, kernels without these calls) keep the ordinary full serialisation
 around them, so mixing is safe. Where PDL is off (``MODELGEN_PDL=0``, the default until measured; Triton's
 interpreter; ROCm; GPUs before sm_90; a Triton without ``gdc_wait``) the kernels compile without the calls
-(``PDL`` constexpr 0) and launch as before. ``MODELGEN_PDL_PREFETCH=0`` keeps PDL but drops the prefetch (an A/B
-switch for ``bench/moe_layer.py``).
+(``PDL`` constexpr 0) and launch as before. ``MODELGEN_PDL_PREFETCH=1`` adds the pre-wait prefetch (off by default:
+slower in the H200 measurement, see :func:`refresh`).
 """
 from __future__ import annotations
 
@@ -49,12 +49,15 @@ _STATE: dict[str, int] = {}
 
 def refresh() -> None:
     """Re-read ``MODELGEN_PDL`` (0 off, 1 release after the wait, 2 release early where allowed) and
-    ``MODELGEN_PDL_PREFETCH`` (0/1, default 1). Graphs captured before keep what they captured."""
+    ``MODELGEN_PDL_PREFETCH`` (0/1, default 0). Graphs captured before keep what they captured."""
     level = os.environ.get("MODELGEN_PDL", "0")
     if level not in ("0", "1", "2"):
         raise ValueError(f"MODELGEN_PDL={level!r}: expected 0 (off), 1 (on) or 2 (on, early release)")
     _STATE["pdl"] = int(level)
-    _STATE["prefetch"] = int(os.environ.get("MODELGEN_PDL_PREFETCH", "1") == "1")
+    # Off by default: measured on the H200 (bench/moe_layer.py, Qwen3-30B-A3B layer, bs 1) PDL alone took 55.8 us
+    # per layer against 61.7 without, PDL + this prefetch 59.1 (o_proj 5.7 -> 8.4 us, down 13.9 -> 15.5): issued
+    # just before the same kernel's own loads it duplicates their requests instead of hiding latency.
+    _STATE["prefetch"] = int(os.environ.get("MODELGEN_PDL_PREFETCH", "0") == "1")
     _STATE["ahead"] = int(os.environ.get("MODELGEN_PREFETCH_AHEAD", "0") == "1")
 
 
