@@ -51,18 +51,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
 _OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
-MODES = {  # most informative first: --budget-s drops the last ones
+MODES = {  # most informative first: --budget-s drops the last ones (first H200 run: pdl best, the prefetch hurt)
     "base": _OFF,
+    "pdl": dict(_OFF, pdl=1),
+    "pdl2": dict(_OFF, pdl=2),
+    "pdl_nf": dict(_OFF, pdl=1, nf=True),
+    "pdl2_nf": dict(_OFF, pdl=2, nf=True),
+    "pdl_ahead_moe": dict(_OFF, pdl=1, ahead="moe"),
+    "pdl_ahead": dict(_OFF, pdl=1, ahead=True),
+    "pdl_fr": dict(_OFF, pdl=1, fused_router=2),
+    "nf": dict(_OFF, nf=True),
+    "ahead": dict(_OFF, ahead=True),
     "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
     "pdl2_pf": dict(_OFF, pdl=2, prefetch=True),
-    "pdl2_pf_ahead": dict(_OFF, pdl=2, prefetch=True, ahead=True),
-    "pdl2_pf_nf": dict(_OFF, pdl=2, prefetch=True, nf=True),
-    "ahead": dict(_OFF, ahead=True),
-    "ahead_moe": dict(_OFF, ahead="moe"),
-    "nf": dict(_OFF, nf=True),
-    "pdl": dict(_OFF, pdl=1),
-    "pdl_pf_ahead": dict(_OFF, pdl=1, prefetch=True, ahead=True),
-    "pdl_pf_fr": dict(_OFF, pdl=1, prefetch=True, fused_router=2),
 }
 AHEAD = {"on": False, "nf": False}
 
