@@ -18,17 +18,16 @@ rocm module runs a decode step on the GPU path --
 chain up to each kernel (with PDL they overlap, so they are shares, not isolated times); ``total`` is the whole
 layer. Each setting (``--modes``) is measured in the same process on the same weights:
 
-  base        MODELGEN_PDL=0: ordinary launches (the committed behaviour)
-  pdl         programmatic dependent launch, no prefetch
-  pdl_pf      PDL + L2 prefetch of each kernel's weight tile before its wait
-  ahead       no PDL; MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own
-              (streamed into L2 while attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE
-              gate-up programs their experts' down weights (ahead_moe: the latter only, no plumbing needed)
-  pdl_pf_ahead  as pdl_pf, and the prefetch ahead
-  pdl_pf_fr   as pdl_pf, router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
-  pdl2_*      MODELGEN_PDL=2: kernels release their dependents before their wait (deeper overlap)
-  *nf         the two add+RMSNorms fused into the GEMVs after them (norm1 into QKV, norm2 into the router GEMM:
+  base        MODELGEN_PDL=0: ordinary launches (the committed default)
+  pdl / pdl2  programmatic dependent launch, release after / before the wait (MODELGEN_PDL=1 / 2)
+  *_nf        the two add+RMSNorms fused into the GEMVs after them (norm1 into QKV, norm2 into the router GEMM:
               runtime/ops/gpu/norm_linear.py): the norm stages read 0, their time is in qkv / router_gemm
+  *ahead      MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own (streamed while
+              attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE gate-up programs their
+              experts' down weights (*ahead_moe: the latter only, no plumbing needed)
+  pdl_fr      the router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
+  *_pf        MODELGEN_PDL_PREFETCH=1: each GEMV / down program prefetches its own weight tile before its wait
+              (slower in the first H200 run: 59.1 vs 55.8 us/layer with PDL alone)
 
 Then it checks that every setting computes bitwise the same layer outputs (graph replays on new inputs, with the
 first setting's kernel choices) and prints the byte-time of each kernel's weights at ``--copy-tb-s``. At bs 8 the
