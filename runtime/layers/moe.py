@@ -239,8 +239,9 @@ class FusedMoE(nn.Module):
         if self.quant_method is not None:
             out = self.quant_method.apply(self, hidden_states, topk_weights, topk_ids)
             return dist.all_reduce(out) if self.expert_parallel else out
-        # Expert biases (GPT-OSS) are not in the kernels: those layers take the torch reference below.
-        if self.backend != "aiter" and self.w13_bias is None and gpu.enabled(hidden_states):
+        # GPT-OSS's bf16 experts (biases, clamped SwiGLU) take the kernels too: the torch reference under a CUDA graph
+        # would run every expert (fused_moe_static).
+        if self.backend != "aiter" and gpu.enabled(hidden_states):
             from ..ops.gpu import moe as gpu_moe
 
             if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
@@ -249,6 +250,7 @@ class FusedMoE(nn.Module):
                     hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.activation,
                     expert_offset=self.expert_offset, num_local_experts=self.num_local_experts,
                     num_shared=self.num_shared_experts if self.shared_active else 0,
+                    w13_bias=self.w13_bias, w2_bias=self.w2_bias, **(self.activation_params or {}),
                 )
                 return dist.all_reduce(out) if self.expert_parallel else out
         if self.num_shared_experts:

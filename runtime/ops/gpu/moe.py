@@ -308,6 +308,25 @@ def _act(gate, GELU: tl.constexpr):
 
 
 @triton.jit
+def _gated(gate, up, dt: tl.constexpr, alpha, limit, GELU: tl.constexpr, SWIGLU: tl.constexpr):
+    """The gated activation of fp32 ``gate`` / ``up`` (already rounded to ``dt`` as ``F.linear``'s outputs) -> ``dt``.
+    ``SWIGLU``: GPT-OSS's clamped SwiGLU (``runtime/ops/activation.py`` ``clamped_swiglu``), ``(clamp(up, -l, l) + 1)
+    * g * sigmoid(alpha g)`` with ``g = min(gate, l)``, rounded to ``dt`` at each of the torch expression's steps
+    (``gate * alpha``, the sigmoid, ``gate * sigmoid``, ``up + 1``, the product); otherwise ``act(gate) * up``
+    (silu or gelu_tanh). Shared by the bf16 kernels here and the MXFP4 ones (``moe_mxfp4.py``)."""
+    if SWIGLU:
+        g = tl.minimum(gate, limit)
+        u = tl.minimum(tl.maximum(up, -limit), limit)
+        ga = (g * alpha).to(dt).to(tl.float32)
+        sig = (1.0 / (1.0 + tl.exp(-ga))).to(dt).to(tl.float32)
+        glu = (g * sig).to(dt).to(tl.float32)
+        h = ((u + 1.0).to(dt).to(tl.float32) * glu).to(dt)
+    else:
+        h = (_act(gate, GELU).to(dt).to(tl.float32) * up).to(dt)
+    return h
+
+
+@triton.jit
 def _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Expert, pair ids (int64) and masks of row block ``pid_m`` / column block ``pid_n`` of the sorted list."""
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
@@ -318,10 +337,11 @@ def _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M: tl.constexpr,
 
 @triton.jit
 def _gate_up_kernel(
-    x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr,
-    N, K, KT, P, s_xm, s_we, s_wn, s_om,
+    x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, b_ptr,
+    N, K, KT, P, s_xm, s_we, s_wn, s_om, s_be, alpha, limit,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    GELU: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+    GELU: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+    SWIGLU: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -356,19 +376,22 @@ def _gate_up_kernel(
         g_ptrs += BLOCK_K
         u_ptrs += BLOCK_K
     dt = out_ptr.dtype.element_ty
+    if HAS_BIAS:  # stacked bias [E, 2I] (FusedMoE.w13_bias): gate columns then up columns, before F.linear's rounding
+        acc_g += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
     up = acc_u.to(dt).to(tl.float32)
-    act = _act(gate, GELU).to(dt).to(tl.float32)
-    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], (act * up).to(dt),
-             mask=rmask[:, None] & nmask[None, :])
+    h = _gated(gate, up, dt, alpha, limit, GELU, SWIGLU)
+    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], h, mask=rmask[:, None] & nmask[None, :])
 
 
 @triton.jit
 def _down_kernel(
-    a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, tw_ptr,
-    N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_om, s_tw,
+    a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, tw_ptr, b_ptr,
+    N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_om, s_tw, s_be,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     IEEE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    HAS_BIAS: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -400,6 +423,8 @@ def _down_kernel(
             acc = tl.dot(a, tl.trans(w), acc)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    if HAS_BIAS:  # w2_bias [E, H], inside F.linear's one rounding
+        acc += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     y = acc.to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
     t = rows64 // KT
     j = rows64 % KT
@@ -441,8 +466,9 @@ def _combine_kernel(
 @triton.jit
 def _gate_up_pairs_kernel(
     x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn,
-    s_om, s_w2e, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
-    AHEAD: tl.constexpr, PF_DIST: tl.constexpr = 0,
+    s_om, s_w2e, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr,
+    PDL: tl.constexpr, AHEAD: tl.constexpr, PF_DIST: tl.constexpr = 0, HAS_BIAS: tl.constexpr = False,
+    SWIGLU: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -476,15 +502,23 @@ def _gate_up_pairs_kernel(
         dt = out_ptr.dtype.element_ty
         if AHEAD:  # this program's share of its expert's down weight (MODELGEN_PREFETCH_AHEAD), for the next launch
             pdl.prefetch_share(w2_ptr + e.to(tl.int64) * s_w2e, w2_bytes, pid_n, tl.num_programs(0), 8)
-        gate = tl.sum(acc_g, 1).to(dt).to(tl.float32)
-        up = tl.sum(acc_u, 1).to(dt).to(tl.float32)
-        tl.store(out_ptr + pair * s_om + offs_n, (_act(gate, GELU).to(dt).to(tl.float32) * up).to(dt), mask=nmask)
+        # gate columns then up columns of w13_bias [E, 2I], before F.linear's rounding
+        gate = tl.sum(acc_g, 1)
+        if HAS_BIAS:
+            gate += tl.load(b_ptr + e.to(tl.int64) * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)
+        gate = gate.to(dt).to(tl.float32)
+        up = tl.sum(acc_u, 1)
+        if HAS_BIAS:
+            up += tl.load(b_ptr + e.to(tl.int64) * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)
+        up = up.to(dt).to(tl.float32)
+        tl.store(out_ptr + pair * s_om + offs_n, _gated(gate, up, dt, alpha, limit, GELU, SWIGLU), mask=nmask)
 
 
 @triton.jit
-def _expert_gemv(a_ptr, w_ptr, offs_n, nmask, K, s_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``w[offs_n, :K] @ a[:K]`` for one expert's matrix ``w`` and one pair's activations ``a``, rounded to the
-    model dtype (``a``'s) as ``F.linear`` rounds the expert's output; returned in fp32."""
+def _expert_gemv(a_ptr, w_ptr, offs_n, nmask, K, s_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, b_ptr=None,
+                 HAS_BIAS: tl.constexpr = False):
+    """``w[offs_n, :K] @ a[:K] (+ b[offs_n])`` for one expert's matrix ``w`` (and bias row ``b``) and one pair's
+    activations ``a``, rounded to the model dtype (``a``'s) as ``F.linear`` rounds the expert's output; in fp32."""
     offs_k = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + offs_n.to(tl.int64)[:, None] * s_wn + offs_k[None, :]
     a_ptrs = a_ptr + offs_k
@@ -496,15 +530,18 @@ def _expert_gemv(a_ptr, w_ptr, offs_n, nmask, K, s_wn, BLOCK_N: tl.constexpr, BL
                        eviction_policy="evict_first").to(tl.float32) * a
         w_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
-    return tl.sum(acc, 1).to(a_ptr.dtype.element_ty).to(tl.float32)
+    y = tl.sum(acc, 1)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    return y.to(a_ptr.dtype.element_ty).to(tl.float32)
 
 
 @triton.jit
 def _down_pairs_kernel(
     a_ptr, w_ptr, pair_ptr, out_ptr, ids_ptr, tw_ptr, cnt_ptr, N, K, KT, K_ROUTED, expert_offset, L,
-    s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out,
+    s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out, b_ptr, s_be,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-    PF_CHUNKS: tl.constexpr,
+    PF_CHUNKS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -521,7 +558,8 @@ def _down_pairs_kernel(
                               N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     if ok:
-        y = _expert_gemv(a_ptr + pair * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn, BLOCK_N, BLOCK_K)
+        y = _expert_gemv(a_ptr + pair * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn, BLOCK_N, BLOCK_K,
+                         b_ptr + e.to(tl.int64) * s_be, HAS_BIAS)
         wt = tl.load(tw_ptr + t * s_tw + j, mask=j < K_ROUTED, other=1.0).to(tl.float32)
         tl.store(pair_ptr + pair * s_pair + offs_n, (y * wt).to(pair_ptr.dtype.element_ty), mask=nmask)
     # Every slot arrives (computed or not); the last one for this (token, column block) sums them in slot order.
@@ -539,8 +577,8 @@ def _down_pairs_kernel(
 @triton.jit
 def _down_slots_kernel(
     a_ptr, w_ptr, out_ptr, ids_ptr, tw_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_tw, s_am, s_we, s_wn,
-    s_out, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    s_out, b_ptr, s_be, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
 ):
     """Down GEMV of all of one token's slots in one program per (column block, token): the ``BKT * BLOCK_N`` rows
     (slot j, column n) of its experts' ``w2`` stream as one tile per K step, and the slots are summed in registers:
@@ -581,7 +619,11 @@ def _down_slots_kernel(
         acc += tl.load(w_rows, mask=wmask & kmask, other=0.0, eviction_policy="evict_first").to(tl.float32) * a
         w_rows += BLOCK_K
         a_rows += BLOCK_K
-    y = tl.sum(acc, 2).to(a_ptr.dtype.element_ty).to(tl.float32)  # [slot, column]: each expert's output, model dtype
+    y = tl.sum(acc, 2)
+    if HAS_BIAS:  # each slot's expert's row of w2_bias [E, H]
+        y += tl.load(b_ptr + e.to(tl.int64)[:, None] * s_be + offs_n[None, :], mask=ok[:, None] & nmask[None, :],
+                     other=0.0).to(tl.float32)
+    y = y.to(a_ptr.dtype.element_ty).to(tl.float32)  # [slot, column]: each expert's output, model dtype
     wt = tl.load(tw_ptr + t * s_tw + js, mask=ok & (js < K_ROUTED), other=1.0).to(tl.float32)
     prod = y * wt[:, None]
     if not PAIR_FP32:
@@ -653,13 +695,14 @@ def default_config(num_tokens: int, slots_per_token: int, num_slots: int, dtype:
 # ---------------------------------------------------------------------------------------------------------- fused op
 def supported(hidden: torch.Tensor, w13: torch.Tensor, activation: str) -> bool:
     return (hidden.dtype in (torch.bfloat16, torch.float16, torch.float32) and w13.dtype == hidden.dtype
-            and activation in ("silu", "gelu_tanh") and hidden.shape[-1] >= 16 and w13.shape[1] >= 32)
+            and activation in ("silu", "gelu_tanh", "clamped_swiglu") and hidden.shape[-1] >= 16 and w13.shape[1] >= 32)
 
 
 def fused_moe(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     activation: str = "silu", *, expert_offset: int = 0, num_local_experts: int | None = None,
-    num_shared: int = 0, config: dict | None = None, stages: int = 4,
+    num_shared: int = 0, config: dict | None = None, stages: int = 4, w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None, alpha: float = 1.702, limit: float = 7.0,
 ) -> torch.Tensor:
     """``sum_j w[t, j] * expert_{ids[t, j]}(hidden[t])`` over this rank's experts -> ``[T, H]`` in ``hidden.dtype``.
 
@@ -668,6 +711,9 @@ def fused_moe(
     slots that every token visits with weight 1 (pass 0 on ranks that must not add them). ``topk_ids`` are global.
     ``stages`` < 4 stops after the first 1 (align), 2 (gate-up) or 3 (down) launches: for per-stage profiles only
     (the small-batch path has no align launch and combines inside its down launch).
+    ``w13_bias [L + S, 2I]`` (gate columns then up columns) / ``w2_bias [L + S, H]``: GPT-OSS's per-expert biases,
+    added before each projection's rounding as ``F.linear(x, w, b)``; ``activation="clamped_swiglu"`` takes
+    ``alpha`` / ``limit`` (GPT-OSS 1.702 / 7.0).
     """
     T, H = hidden.shape
     k = topk_ids.shape[1]
@@ -685,9 +731,13 @@ def fused_moe(
         topk_ids = topk_ids.contiguous()
     if topk_weights.stride(-1) != 1:
         topk_weights = topk_weights.contiguous()
-    cfg = config or _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation)
+    # The bias / clamped-SwiGLU arguments of the GEMM launches; without them the kernels compile as before (the
+    # constexprs off, an unused bias pointer).
+    act = dict(HAS_BIAS=w13_bias is not None, SWIGLU=activation == "clamped_swiglu", GELU=activation == "gelu_tanh")
+    extra = dict(w13_bias=w13_bias, w2_bias=w2_bias, alpha=float(alpha), limit=float(limit))
+    cfg = config or _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra)
     if cfg.get("pairs"):
-        return _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, int(expert_offset), L, k,
+        return _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, int(expert_offset), L, k,
                                 KT, cfg, stages)
     BM = cfg["BLOCK_M"]
     max_padded = padded_rows(P, L + S, BM)
@@ -708,10 +758,11 @@ def fused_moe(
     if stages < 2:
         return out
     bn, bk, nw, ns = cfg["up"]
+    b13 = w13_bias if w13_bias is not None else inter  # a placeholder pointer when HAS_BIAS is off
     _gate_up_kernel[(triton.cdiv(I, bn), max_blocks)](
-        hidden, w13, inter, sorted_ids, expert_ids, npost,
-        I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
-        BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, GELU=activation == "gelu_tanh", IEEE=ieee,
+        hidden, w13, inter, sorted_ids, expert_ids, npost, b13,
+        I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0), b13.stride(0), extra["alpha"],
+        extra["limit"], BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, IEEE=ieee, **act,
         num_warps=nw, num_stages=ns, **pdl.launch(dev, early=False),  # down reads align's rows before its wait
     )
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
@@ -719,10 +770,12 @@ def fused_moe(
     if stages < 3:
         return out
     bn, bk, nw, ns = cfg["down"]
+    b2 = w2_bias if w2_bias is not None else inter
     _down_kernel[(triton.cdiv(H, bn), max_blocks)](
-        inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights,
+        inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights, b2,
         H, I, KT, k, P, inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0), topk_weights.stride(0),
-        BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0, IEEE=ieee, num_warps=nw, num_stages=ns,
+        b2.stride(0), HAS_BIAS=w2_bias is not None, BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0,
+        IEEE=ieee, num_warps=nw, num_stages=ns,
         PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
     )
     if stages < 4:
@@ -735,7 +788,7 @@ def fused_moe(
     return out
 
 
-def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, expert_offset, L, k, KT, cfg, stages):
+def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, expert_offset, L, k, KT, cfg, stages):
     """The small-batch path (see the kernels' comment): gate-up GEMV per pair, down GEMV per pair + combine."""
     T, H = hidden.shape
     I = w13.shape[1] // 2
@@ -749,11 +802,14 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     # in-loop prefetch distance (sm_90, 16-byte aligned rows and tiles); the candidates that set it are timed
     pf_dist = int(cfg.get("up_prefetch", 0)) if pdl.bulk_prefetch_ok(dev, w13) and (bk * w13.element_size()) % 16 == 0 \
         else 0
+    b13 = extra["w13_bias"] if extra["w13_bias"] is not None else inter  # a placeholder pointer without biases
+    b2 = extra["w2_bias"] if extra["w2_bias"] is not None else inter
+    has_b2 = extra["w2_bias"] is not None
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
         hidden, w13, inter, topk_ids, w2, w2[0].numel() * w2.element_size() if ahead else 0,
         I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
-        w13.stride(0), w13.stride(1), inter.stride(0), w2.stride(0),
-        BLOCK_N=bn, BLOCK_K=bk, GELU=activation == "gelu_tanh", num_warps=nw, num_stages=ns, AHEAD=ahead,
+        w13.stride(0), w13.stride(1), inter.stride(0), w2.stride(0), b13, b13.stride(0), extra["alpha"],
+        extra["limit"], BLOCK_N=bn, BLOCK_K=bk, **act, num_warps=nw, num_stages=ns, AHEAD=ahead,
         PF_DIST=pf_dist, **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
     )
     if stages < 3:
@@ -764,8 +820,9 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     if cfg.get("down_slots"):
         _down_slots_kernel[(nblk, T)](
             inter, w2, out, topk_ids, topk_weights, H, I, KT, k, expert_offset, L, topk_ids.stride(0),
-            topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-            BLOCK_N=bn, BLOCK_K=bk, BKT=max(2, next_pow2(KT)), PAIR_FP32=pair_dtype == torch.float32, num_warps=nw,
+            topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), out.stride(0), b2, b2.stride(0),
+            HAS_BIAS=has_b2, BLOCK_N=bn, BLOCK_K=bk, BKT=max(2, next_pow2(KT)), PAIR_FP32=pair_dtype == torch.float32,
+            num_warps=nw,
             num_stages=ns, PREFETCH=pdl.prefetch_ok(dev, w2),
             PF_CHUNKS=max(1, 32 * nw // (bn * max(2, next_pow2(KT)))), **pdl.launch(dev),
         )
@@ -774,13 +831,13 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, activation, out, e
     _down_pairs_kernel[(nblk, P)](
         inter, w2, pair_out, out, topk_ids, topk_weights, _counters(dev, T * nblk), H, I, KT, k, expert_offset, L,
         topk_ids.stride(0), topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0),
-        out.stride(0), BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+        out.stride(0), b2, b2.stride(0), HAS_BIAS=has_b2, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
         PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
     )
     return out
 
 
-def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
+def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> dict:
     """Block config for this shape: the table's sorted-path entry, or, up to ``SMALL_T`` tokens, whichever of it and
     the pair path ran faster when first timed (CUDA-graph replays over several random routings, so the experts'
     weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path."""
@@ -810,7 +867,7 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation) -> dict:
             configs[name + (f"-up-prefetch{c['up_prefetch']}" if c.get("up_prefetch") else "")] = dict(c)
     for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
-                                       num_shared=S, config=c)
+                                       num_shared=S, config=c, **extra)
         times[name] = _time(run, len(routings))
     TIMINGS[key[:-1]] = times
     cfg = _CHOICE[key] = configs[min(times, key=times.get)]

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe import _tile, default_config
+from .moe import _gated, _tile, default_config
 from .moe_quant import align, combine
 
 GROUP = 32  # inputs per E8M0 scale (16 bytes of codes)
@@ -105,16 +105,7 @@ def _gate_up_mx_kernel(
         acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     gate = acc_g.to(dt).to(tl.float32)  # F.linear(x, w, b)'s one rounding
     up = acc_u.to(dt).to(tl.float32)
-    if SWIGLU:  # GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha g), g = min(gate, l); torch's roundings
-        g = tl.minimum(gate, limit)
-        u = tl.minimum(tl.maximum(up, -limit), limit)
-        ga = (g * alpha).to(dt).to(tl.float32)
-        sig = (1.0 / (1.0 + tl.exp(-ga))).to(dt).to(tl.float32)
-        glu = (g * sig).to(dt).to(tl.float32)
-        h = ((u + 1.0).to(dt).to(tl.float32) * glu).to(dt)
-    else:
-        act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
-        h = (act * up).to(dt)
+    h = _gated(gate, up, dt, alpha, limit, False, SWIGLU)  # GPT-OSS's clamped SwiGLU (or SiLU), torch's roundings
     tl.store(out_ptr + pairs[:, None] * s_om + offs_n[None, :], h, mask=rmask[:, None] & nmask[None, :])
 
 
