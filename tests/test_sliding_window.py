@@ -135,11 +135,12 @@ def test_chunked_prefill_and_decode_past_the_window(gpt_oss, target):
     assert got == [hf_greedy(hf, short, 12), want[:12]]
 
 
-def test_gpu_dispatch_windows_and_sinks_reach_the_kernel_experts_fall_back(gpt_oss, monkeypatch):
+def test_gpu_dispatch_windows_and_sinks_reach_the_kernel(gpt_oss, monkeypatch):
     """On the GPU path every GPT-OSS attention layer (sliding and full, all with sinks) dispatches to the Triton
     attention entry point with its own window and sinks (runtime/ops/gpu/attention.py implements both), while the
-    router bias, expert biases and clamped SwiGLU still run the torch MoE reference. The "kernel" here records its
-    arguments and computes the torch reference, so the logits are still checked against transformers."""
+    biased router still runs the torch reference (the experts' biases and clamped SwiGLU run the Triton MoE kernels:
+    tests/test_gpu_moe_bias.py). The "kernel" here records its arguments and computes the torch reference, so the
+    logits are still checked against transformers."""
     from modelgen.runtime.layers import attention as attn_layer
     from modelgen.runtime.ops import attention as ops
     from modelgen.runtime.layers import moe as moe_layer
@@ -161,9 +162,8 @@ def test_gpu_dispatch_windows_and_sinks_reach_the_kernel_experts_fall_back(gpt_o
 
     import types
 
-    # Only these two layer modules see a GPU (norms, RoPE etc. keep their real dispatch on this CPU-only machine).
-    for module in (attn_layer, moe_layer):
-        monkeypatch.setattr(module, "gpu", types.SimpleNamespace(enabled=lambda x: True))
+    # Only the attention layer module sees a GPU (norms, RoPE, MoE keep their real dispatch on this CPU-only machine).
+    monkeypatch.setattr(attn_layer, "gpu", types.SimpleNamespace(enabled=lambda x: True))
     monkeypatch.setattr(attn_layer.PagedAttention, "_forward_gpu", kernel)
     err = (llm.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4
@@ -171,6 +171,7 @@ def test_gpu_dispatch_windows_and_sinks_reach_the_kernel_experts_fall_back(gpt_o
     assert len(seen) == hf.config.num_hidden_layers and all(has_sinks for _, has_sinks in seen.values())
     expected = [hf.config.sliding_window if t == "sliding_attention" else None for t in hf.config.layer_types]
     assert [windows[n] for n in sorted(windows, key=lambda n: int(n.split(".")[1]))] == expected
+    monkeypatch.setattr(moe_layer, "gpu", types.SimpleNamespace(enabled=lambda x: True))
     router = llm.model.model.layers[0].mlp.router
     assert not router._gpu(torch.zeros(1, 64))
 
