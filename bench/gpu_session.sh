@@ -93,6 +93,34 @@ elif [ "$phase" = call3 ]; then  # nvidia-h200-x2, ~560 s: TP A/B + close; quant
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/call3.log"
   mv "$L"/*.json "$OUT"/ 2>/dev/null; rm -rf "$L"
   cat "$OUT/call3.log"
+elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests; gpt-oss MXFP4 A/B; DeepSeek FP8 keep
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe_bias.py tests/test_fp8_keep.py \
+    tests/test_mxfp4_keep.py tests/test_pdl.py 2>&1 | grep -v Warning | tail -25 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout 190 python3 -m bench.gpt_oss --layers 4 --batches 1 32 --quant mxfp4 --divergence --budget-s 180 \
+    --out "$OUT/h200-gpt-oss-20b-mxfp4.json" 2>&1 | grep -v Warning | tail -45 > "$L/2-gpt-oss.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/2-gpt-oss.log"
+  timeout 180 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 --quant-modes keep --divergence \
+    --budget-s 170 --out "$OUT/h200-deepseek-v3-fp8-keep.json" 2>&1 | grep -v Warning | tail -45 > "$L/3-deepseek.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/3-deepseek.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20a.log"; rm -rf "$L"
+  cat "$OUT/s20a.log"
+elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize leg; MoE engine PDL A/B; PDL=1 tests
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 150 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 --quant-modes dequantize --systems none \
+    --divergence --budget-s 140 --out "$OUT/h200-deepseek-v3-fp8-dequantize.json" 2>&1 | grep -v Warning | tail -30 \
+    > "$L/1-deepseek.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/1-deepseek.log"
+  timeout 230 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen --pdl-levels 1 2 --budget-s 220 \
+    --out "$OUT/h200-qwen3-30b-a3b-moe-pdl.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-moe-pdl.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe done" | tee -a "$L/2-moe-pdl.log"
+  MODELGEN_PDL=1 timeout 140 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu.py \
+    -k "engine or graph or gemv or skinny or kernels or against_hf_llama_fp32" 2>&1 | grep -v Warning | tail -15 \
+    > "$L/3-tests-pdl1.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests-pdl1.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20b.log"; rm -rf "$L"
+  cat "$OUT/s20b.log"
 elif [ "$phase" = fp8 ]; then
   timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
   timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"

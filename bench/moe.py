@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -202,6 +203,9 @@ def main() -> int:
     ap.add_argument("--systems", nargs="+", default=["modelgen", "hf_eager", "profile", "hf_static"])
     ap.add_argument("--hf-static-batches", type=int, nargs="*", default=[1, 32])
     ap.add_argument("--budget-s", type=float, default=480, help="skip remaining phases past this")
+    ap.add_argument("--pdl-levels", nargs="*", default=[],
+                    help="after the modelgen leg (MODELGEN_PDL as set), rebuild the engine with each of these "
+                         "MODELGEN_PDL levels (0/1/2), time it the same way and compare its greedy tokens")
     args = ap.parse_args()
     t_start = time.perf_counter()
     out_path = Path(args.out)
@@ -288,6 +292,9 @@ def main() -> int:
             log(f"  modelgen bs{b}: {mg['decode_tok_s'][str(b)]:.1f} tok/s ({mg['step_ms'][str(b)]:.2f} ms/step; "
                 f"roofline {res['roofline_tok_s'][str(b)]:.0f})")
             save()
+        mg["pdl_level"] = os.environ.get("MODELGEN_PDL", "0")
+        if args.pdl_levels:
+            llm = pdl_legs(args, ckpt, llm, prompts, greedy, res)
 
     if "hf_eager" in args.systems:
         entry = res.setdefault("hf_eager", {"decode_tok_s": {}})
@@ -385,6 +392,51 @@ def main() -> int:
               f"{res['roofline_tok_s'][str(b)]:,.0f} | {r.get('of_roofline', 0):.1%} | {r.get('vs_hf_eager', 0):.2f}x")
     log(json.dumps(goals, indent=1))
     return 0
+
+
+def pdl_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict):
+    """The modelgen leg again for each ``--pdl-levels`` level (programmatic dependent launch, runtime/ops/gpu/pdl.py):
+    a fresh engine (decode graphs capture the launch attributes, so they are re-captured), the same timing formula,
+    and the 16 greedy tokens of every batch against the first leg's. Graphs and engines of earlier legs are freed
+    first so the legs run on the same memory."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.ops.gpu import pdl
+
+    def tokens(engine) -> dict:
+        return {str(b): engine.generate(prompts[b].tolist(), greedy(16)) for b in args.batches}
+
+    base = tokens(llm)
+    for level in args.pdl_levels:
+        llm.close()
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
+        os.environ["MODELGEN_PDL"] = str(level)
+        pdl.refresh()
+        llm = LLM(ckpt, target="rocm", dtype="bfloat16", device="cuda", max_model_len=args.prompt + args.new + 16,
+                  max_num_seqs=max(args.batches))
+        llm.warmup()
+        entry = res.setdefault(f"modelgen_pdl{level}", {"decode_tok_s": {}, "step_ms": {}})
+        for b in args.batches:
+            ids = prompts[b].tolist()
+            llm.generate(ids, greedy(2))
+            t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
+            tn = min(wall(lambda: llm.generate(ids, greedy(args.new))) for _ in range(2))
+            entry["decode_tok_s"][str(b)] = b * (args.new - 1) / (tn - t1)
+            entry["step_ms"][str(b)] = (tn - t1) / (args.new - 1) * 1e3
+            base_rate = res["modelgen"]["decode_tok_s"].get(str(b))
+            log(f"  modelgen MODELGEN_PDL={level} bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s "
+                f"({entry['step_ms'][str(b)]:.3f} ms/step; x{entry['decode_tok_s'][str(b)] / base_rate:.3f} "
+                f"of the first leg)" if base_rate else "")
+        got = tokens(llm)
+        entry["greedy_16_equal_first_leg"] = {b: got[b] == base[b] for b in base}
+        log(f"  MODELGEN_PDL={level} greedy 16 tokens equal to the first leg:", entry["greedy_16_equal_first_leg"])
+        res["bs1_step_ms_by_pdl_level"] = {
+            res["modelgen"].get("pdl_level", "0"): res["modelgen"].get("step_ms", {}).get("1"),
+            **{k[len("modelgen_pdl"):]: v["step_ms"].get("1") for k, v in res.items() if k.startswith("modelgen_pdl")}}
+        out = Path(args.out)
+        out.write_text(json.dumps(res, indent=2))
+    return llm
 
 
 def plot(res: dict, path: Path) -> None:

@@ -32,6 +32,9 @@ def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
     pdl = pdl_on
     assert pdl.launch(torch.device("cpu")) == {"PDL": False}
     assert not pdl.prefetch_ok(torch.device("cpu"), torch.zeros(8, 8))
+    monkeypatch.delenv("MODELGEN_PDL", raising=False)
+    pdl.refresh()
+    assert pdl._STATE["pdl"] == 1  # the default since the end-to-end A/B (module docstring)
     monkeypatch.setenv("MODELGEN_PDL", "0")
     pdl.refresh()
     assert not pdl._STATE["pdl"]
