@@ -56,6 +56,30 @@ def sweep(x: torch.Tensor, qs: list, copies: int) -> dict:
             "us": times}
 
 
+def sweep_gemv(x: torch.Tensor, qs: list, copies: int) -> dict:
+    """One row: every (BN, split-K, warps) candidate of ``fp8_gemv`` at this shape, against ``gemv_config``'s."""
+    from modelgen.runtime.ops.gpu.fp8 import fp8_gemv, gemv_config
+
+    K = x.shape[1]
+    N = qs[0][0].shape[0]
+    times = {}
+    for BN in (16, 32, 64):
+        for split in (1, 2, 4, 8, 16):
+            if split > -(-K // 128):
+                continue
+            for warps in (2, 4, 8):
+                cfg = (BN, split, warps)
+                try:
+                    times[str(cfg)] = graph_ms(lambda: [fp8_gemv(x, q, s, (128, 128), config=cfg) for q, s in qs]) \
+                        / copies * 1e3
+                except Exception as e:
+                    times[str(cfg)] = f"{type(e).__name__}"
+    ok = {k: v for k, v in times.items() if isinstance(v, float)}
+    best = min(ok, key=ok.get)
+    return {"table": list(gemv_config(N, K, (128, 128), x.device.index)), "best": {"config": best, "us": ok[best]},
+            "us": times}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-fp8-gemm.json")
@@ -86,8 +110,20 @@ def main() -> int:
             }
             log(f"{name} [{N}x{K}] M={M}: fp8 {t_fp8:.1f} us, bf16 linear {t_lin:.1f}, matmul {t_mm:.1f} "
                 f"-> {entry[str(M)]['fp8_speedup_vs_best_bf16']:.2f}x")
+            if M == 1:  # the GEMM kernel at one row too: what the GEMV path replaced
+                from modelgen.runtime.ops.gpu.fp8 import table_config
+
+                cfg = (*table_config(1, N, K, (128, 128), x.device.index), 4, 3)
+                t_gemm = graph_ms(lambda: [block_fp8_linear(x, q, s, config=cfg) for q, s in qs]) / args.copies * 1e3
+                entry["1"]["fp8_gemm_kernel_us"] = t_gemm
+                log(f"    one row through the GEMM kernel (table split): {t_gemm:.1f} us")
             if M in args.sweep_rows:
                 entry[str(M)]["sweep"] = sweep(x, qs, args.copies)
+                if M == 1:
+                    entry["1"]["gemv_sweep"] = sweep_gemv(x, qs, args.copies)
+                    b = entry["1"]["gemv_sweep"]["best"]
+                    log(f"    gemv sweep best {b['config']} {b['us']:.1f} us "
+                        f"({t_fp8 / b['us']:.2f}x the table's {entry['1']['gemv_sweep']['table']})")
                 best = entry[str(M)]["sweep"]["best"]
                 log(f"    sweep best {best['config']} {best['us']:.1f} us "
                     f"({t_fp8 / best['us']:.2f}x the table's {entry[str(M)]['sweep']['table']})")

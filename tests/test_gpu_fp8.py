@@ -38,6 +38,27 @@ def test_block_fp8_linear_matches_dequantized(M, N, K, block, dtype, split_k):
     assert rel(got, want) < (1e-5 if dtype == torch.float32 else 1e-2)
 
 
+@pytest.mark.parametrize("N,K,block,config", [
+    (200, 300, (128, 128), None), (256, 1024, (128, 128), (32, 3, 4)), (130, 129, (32, 64), (16, 2, 4)),
+    (96, 512, (32, 64), (32, 5, 2)), (64, 384, (128, 128), (64, 1, 4))])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_fp8_gemv_matches_dequantized(N, K, block, config, dtype):
+    """The one-row path: edge tiles (N, K not multiples of the tile or the scale block), split-K reduced by the
+    last program (2-5 splits), bias; twice in a row (the arrival counters must be left at zero)."""
+    from modelgen.runtime.layers.fp8 import dequantize_block_fp8
+    from modelgen.runtime.ops.gpu.fp8 import fp8_gemv
+
+    q, s = _quantized(N, K, block, seed=N + K)
+    w = dequantize_block_fp8(q.cpu(), s.cpu(), block, torch.float64).to(DEV)
+    for rep in range(2):
+        x = torch.randn(1, K, device=DEV, generator=None).to(dtype)
+        bias = torch.randn(N, device=DEV).to(dtype) if rep else None
+        got = fp8_gemv(x, q, s.float(), block, bias=bias, config=config)
+        want = x.double() @ w.T + (bias.double() if bias is not None else 0)
+        assert got.shape == (1, N) and got.dtype == dtype
+        assert rel(got, want) < (1e-5 if dtype == torch.float32 else 1e-2), (rep, rel(got, want))
+
+
 def test_block_fp8_linear_refuses_mismatched_scales():
     from modelgen.runtime.ops.gpu.fp8 import block_fp8_linear
 

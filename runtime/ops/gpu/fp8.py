@@ -10,6 +10,13 @@ dequantized product without rounding the dequantized weight to bf16 first.
 Small ``M`` (decode) has few output tiles: ``split_k`` programs share the reduction and a second pass sums their
 float32 partials. Host choices depend only on shapes, so a call is capturable in a CUDA graph.
 
+``M = 1`` (batch-1 decode) takes a GEMV instead (:func:`fp8_gemv`): no tensor-core tile (the GEMM pads the one row to
+16), each program streams ``[BLOCK_N, bk]`` FP8 tiles of one scale row, and the split-K partials are summed in the
+same launch by the last program to arrive (an acq_rel counter it resets, as ``linear.py``'s bf16 GEMV does), instead
+of the GEMM's partial buffer + ``sum`` + copy (three launches per linear). Measured on the H200 before it: the FP8-kept
+DeepSeek-V3 shape decoded 681 tok/s at batch 1 against 719 with the weights dequantized to bf16, although it reads
+half the linear and expert bytes (bench/results/h200-deepseek-v3-fp8-{keep,dequantize}.json).
+
 Whether this beats dequantize-at-load (a bf16 weight and the skinny bf16 GEMMs) is a measurement:
 ``python -m bench.fp8_gemm`` times both at DeepSeek-V3's shapes.
 """
@@ -19,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import num_sms
+from . import num_sms, pdl
 
 
 @triton.jit
@@ -59,6 +66,91 @@ def _fp8_block_gemm_kernel(
     else:  # float32 partials [split, M, N], summed by the caller
         tl.store(o_ptr + pid_k * s_split + rm[:, None].to(tl.int64) * s_om + rn[None, :], acc,
                  mask=mm[:, None] & nm[None, :])
+
+
+@triton.jit
+def _fp8_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, N, K, s_wn, s_sn, k_blocks_per_split,
+    BN: tl.constexpr, BK: tl.constexpr, QN: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """One row: ``y[n] = sum_k x[k] * w[n, k] * scale[n // QN, k // BK]``; program (n tile, k split)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pdl.wait(PDL)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    nm = rn < N
+    srow = s_ptr + ((pid_n * BN) // QN) * s_sn  # BN divides QN: one scale row per tile
+    w_row = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+    acc = tl.zeros([BN, BK], dtype=tl.float32)
+    kb0 = pid_k * k_blocks_per_split
+    for i in range(0, k_blocks_per_split):
+        kb = kb0 + i
+        ks = kb * BK + rk
+        km = ks < K
+        w = tl.load(w_row + ks[None, :], mask=nm[:, None] & km[None, :], other=0.0, eviction_policy="evict_first")
+        x = tl.load(x_ptr + ks, mask=km, other=0.0).to(tl.float32)
+        sc = tl.load(srow + kb, mask=kb * BK < K, other=0.0)
+        # the scale multiplies the float32 products, never a bf16-rounded dequantized weight (as the GEMM's acc)
+        acc += w.to(tl.float32) * (x * sc)[None, :]
+    part = tl.sum(acc, 1)
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            part += tl.load(b_ptr + rn, mask=nm, other=0.0).to(tl.float32)
+        tl.store(y_ptr + rn, part.to(y_ptr.dtype.element_ty), mask=nm)
+    else:
+        tl.store(ws_ptr + pid_k * N + rn, part, mask=nm)
+        done = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:  # the last program of this n tile: every partial is visible (acq_rel)
+            total = tl.zeros([BN], tl.float32)
+            for sp in range(SPLIT_K):
+                total += tl.load(ws_ptr + sp * N + rn, mask=nm, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(b_ptr + rn, mask=nm, other=0.0).to(tl.float32)
+            tl.store(y_ptr + rn, total.to(y_ptr.dtype.element_ty), mask=nm)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)  # left at zero: the next call (or graph replay) starts clean
+
+
+_GEMV_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def gemv_config(N: int, K: int, block: tuple[int, int], device_index: int | None) -> tuple[int, int, int]:
+    """(BN, split_k, num_warps) for one row: 32-row tiles (a divisor of the scale block), enough K splits for about
+    four programs per SM -- a GEMV is a pure weight stream, and a 4 KB FP8 tile per iteration needs many programs in
+    flight to keep HBM busy."""
+    bn_q, bk = block
+    BN = min(bn_q, 32)
+    tiles = triton.cdiv(N, BN)
+    k_blocks = triton.cdiv(K, bk)
+    split = max(1, min(k_blocks, 16, triton.cdiv(4 * num_sms(device_index), tiles)))
+    return BN, split, 4
+
+
+def fp8_gemv(x1: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+             bias: torch.Tensor | None = None, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """``x1 [1, K]`` times the FP8 ``weight [N, K]`` with float32 ``scale [ceil(N/bn), ceil(K/bk)]`` -> ``[1, N]``.
+    ``config`` ``(BN, split_k, num_warps)`` overrides :func:`gemv_config` (bench/fp8_gemm.py's sweep)."""
+    N, K = weight.shape
+    bn_q, bk = block
+    BN, split, warps = config or gemv_config(N, K, block, x1.device.index if x1.is_cuda else None)
+    if bn_q % BN:
+        raise ValueError(f"fp8_gemv: BN {BN} must divide the scale block's {bn_q} rows")
+    k_blocks = triton.cdiv(K, bk)
+    per = triton.cdiv(k_blocks, split)
+    split = triton.cdiv(k_blocks, per)
+    tiles = triton.cdiv(N, BN)
+    y = torch.empty((1, N), dtype=x1.dtype, device=x1.device)
+    key = (x1.device, tiles)
+    cnt = _GEMV_COUNTERS.get(key)
+    if cnt is None:
+        cnt = _GEMV_COUNTERS[key] = torch.zeros(tiles, dtype=torch.int32, device=x1.device)
+    ws = torch.empty((split, N), dtype=torch.float32, device=x1.device) if split > 1 else y
+    _fp8_gemv_kernel[(tiles, split)](
+        x1, weight, scale, bias if bias is not None else y, y, ws, cnt, N, K, weight.stride(0), scale.stride(0), per,
+        BN=BN, BK=bk, QN=bn_q, SPLIT_K=split, HAS_BIAS=bias is not None, num_warps=warps, num_stages=3,
+        **pdl.launch(x1.device))
+    return y
 
 
 def table_config(M: int, N: int, K: int, block: tuple[int, int], device_index: int | None) -> tuple[int, int, int]:
@@ -102,6 +194,8 @@ def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Ten
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
         return out.view(*x.shape[:-1], N)
+    if M == 1 and config is None and split_k is None:
+        return fp8_gemv(x2, w, s, block, bias).view(*x.shape[:-1], N)
     warps, stages = 4, 3
     if config is not None:
         BM, BN, split, warps, stages = config
