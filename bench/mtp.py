@@ -321,7 +321,8 @@ def decode(path: Path, args, prompts: list[list[int]], k: int | None, cuda_graph
         else:
             os.environ["MODELGEN_SPEC_GRAPHS"] = old
     params = SamplingParams(max_new_tokens=new_tokens or args.new_tokens, ignore_eos=True)
-    llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up (graphs, kernels, caches)
+    llm.warmup()  # every decode / verify / draft graph bucket, as a server does before it takes requests
+    llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up (kernels, caches)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -225,6 +225,23 @@ def test_graphed_greedy_equals_plain(ckpts, monkeypatch, kind, k):
                                                           spec.speculative.chain_graphs) if g is not None)
 
 
+@pytest.mark.parametrize("kind", ["deepseek", "qwen3_next"])
+def test_warmup_captures_every_bucket(ckpts, kind):
+    """``LLM.warmup`` captures every batch bucket of the verify, draft and chained-draft graphs up front, so a
+    bucket first met mid-generation (a batch shrinking as requests finish, a chained step over fewer active
+    sequences) costs no capture inside a timed step; output stays plain greedy."""
+    path, _ = ckpts(kind)
+    ref = _engine(path).generate(PROMPTS, _greedy(9))
+    spec, fake = _graphed(path, 2, buckets=(1, 2, 4, 8))
+    sets = [g for g in (spec.speculative.verify_graphs, spec.speculative.draft_graphs, spec.speculative.chain_graphs)
+            if g is not None]
+    assert len(sets) == 3 and fake.captures == 0
+    spec.warmup()
+    assert fake.captures == 3 * 4 and all(sorted(g._buckets) == [1, 2, 4, 8] for g in sets)
+    assert spec.generate(PROMPTS, _greedy(9)) == ref
+    assert fake.captures == 12 and spec.speculative.graph_replays()["verify"] > 0
+
+
 def test_graphed_small_buckets_and_chunked_prefill(ckpts):
     """More sequences than the largest bucket (eager fallback), prompt chunks (eager), small cache with preemption."""
     path, _ = ckpts("deepseek")

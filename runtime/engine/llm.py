@@ -405,10 +405,13 @@ class LLM:
         self.stats = GenerateStats()
 
     def warmup(self) -> None:
-        """Compile/capture everything the runner would otherwise build on first use (GPU decode graphs)."""
+        """Compile/capture everything the runner would otherwise build on first use (GPU decode graphs, and the
+        speculative steps' graphs when speculation is on)."""
         warm = getattr(self.runner, "warmup", None)
         if warm is not None:
             warm()
+        if self.speculative is not None:
+            self.speculative.warmup()
 
     def close(self) -> None:
         """Stop the ranks this engine started (``tensor_parallel_size`` > 1) and destroy their group; a no-op

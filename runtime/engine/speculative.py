@@ -247,6 +247,14 @@ class SpeculativeDecoder:
         self.chain_graphs = (StepGraphs(self.draft, llm.device, tokens_per_seq=1, layout="rows", hidden=hidden,
                                         pool=pool, **common) if self.k > 1 else None)
 
+    def warmup(self) -> None:
+        """Capture every bucket of the verify / draft / chained-draft graphs now (``LLM.warmup``; none exist with
+        engine-started tensor parallelism, whose followers mirror eager calls). Outside inference mode, as a capture
+        on first use is: the buckets' static buffers are written in place by every later step."""
+        for graphs in (self.verify_graphs, self.draft_graphs, self.chain_graphs):
+            if graphs is not None:
+                graphs.capture_all()
+
     def graph_replays(self) -> dict:
         """Replays of each speculative graph set so far (None: that step runs eagerly)."""
         return {name: (g.replays if g is not None else None) for name, g in

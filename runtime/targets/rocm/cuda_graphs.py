@@ -294,6 +294,15 @@ class StepGraphs:
         self.captures = 0
         self.replays = 0
 
+    def capture_all(self) -> None:
+        """Capture every batch bucket now (``LLM.warmup``): a bucket first met mid-generation -- a chained draft
+        step over fewer active sequences, a batch shrinking as requests finish -- would otherwise stall that step
+        for its warm-up forwards and capture (seen in bench/mtp.py: K = 2 at batch 8 ran at 0.39x plain decoding
+        with its buckets captured inside the timed call)."""
+        for b in self.buckets:
+            if b not in self._buckets:
+                self._capture(b)
+
     def accepts(self, work) -> bool:
         """Whether a step fits a bucket: at most the largest bucket's sequences, 1..tokens_per_seq tokens each."""
         return bool(work) and len(work) <= self.buckets[-1] and all(1 <= len(w.token_ids) <= self.q for w in work)
