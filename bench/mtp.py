@@ -150,12 +150,17 @@ class MtpHead(torch.nn.Module):
         return out
 
 
-def build(kind: str, size: str, path: Path, device: str, seed: int = 0):
+def build(kind: str, size: str, path: Path, device: str, seed: int = 0, layers: int | None = None):
     """Random HF model of the shape saved to ``path``, and an untrained :class:`MtpHead` for it (fp32, on device)."""
     import transformers
 
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[kind])
-    config = cfg_cls(**SHAPES[kind][size], bos_token_id=1, eos_token_id=2)
+    shape = dict(SHAPES[kind][size])
+    if layers:  # --layers: deeper targets, where one draft layer costs a smaller share of a step
+        shape["num_hidden_layers"] = layers
+        if "layer_types" in shape:  # Qwen3-Next: its 3:1 linear:full schedule repeated
+            shape["layer_types"] = [shape["layer_types"][i % len(shape["layer_types"])] for i in range(layers)]
+    config = cfg_cls(**shape, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(seed)
     with torch.device(device):  # initialised where it trains (billions of parameters initialise slowly on a CPU)
         hf = model_cls(config).eval()
@@ -596,7 +601,13 @@ def run_model(kind: str, args, results: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         log(f"{kind}: building the {args.size} model")
-        hf, head = build(kind, args.size, path, args.device)
+        hf, head = build(kind, args.size, path, args.device, layers=args.layers)
+        if args.profile:
+            write_head(path, kind, head, hf.config.num_hidden_layers)
+            del hf, head
+            results["models"][kind] = {"profile": profile_steps(path, args, vocab=SHAPES[kind][args.size]["vocab_size"])}
+            Path(args.out).write_text(json.dumps(results, indent=2))
+            return
         vocab = hf.config.vocab_size
         gen = torch.Generator().manual_seed(1)
         prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.train_seqs)]
@@ -661,6 +672,59 @@ def run_model(kind: str, args, results: dict) -> None:
         Path(args.out).write_text(json.dumps(results, indent=2))
 
 
+def profile_steps(path: Path, args, vocab: int) -> dict:
+    """Where a speculative step's time goes (``--profile``; untrained head, so every draft is rejected and each step
+    is one verify + one draft, as at any acceptance): for plain decoding and each K at each batch, wall time per
+    engine step, the GPU's kernel time per step (torch.profiler, CUDA activity) and so its idle share, device-to-host
+    syncs per step, and the top host-side and GPU-side entries by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    gpu = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
+    gen = torch.Generator().manual_seed(5)
+    for batch in args.batches:
+        prompts = [torch.randint(3, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(batch)]
+        for k in [None, *args.k]:
+            llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=batch, max_model_len=model_len(args),
+                      speculative_tokens=k)
+            llm.warmup()
+            llm.generate(prompts, SamplingParams(max_new_tokens=8, ignore_eos=True))
+            sync()
+            t0 = time.perf_counter()
+            with profile(activities=activities) as prof:
+                llm.generate(prompts, SamplingParams(max_new_tokens=args.new_tokens, ignore_eos=True))
+                sync()
+            wall = time.perf_counter() - t0
+            steps = llm.stats.steps  # generate() starts fresh stats
+            events = prof.key_averages()
+            gpu_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+            syncs = sum(e.count for e in events if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                                              "cudaEventSynchronize", "aten::_local_scalar_dense"))
+            host = sorted((e for e in events if e.device_type.name == "CPU"), key=lambda e: -e.self_cpu_time_total)
+            kern = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+            phases = {e.key: round(e.cpu_time_total / steps, 1) for e in events if e.key.startswith("spec::")}
+            row = {"steps": steps, "wall_ms_per_step": wall / steps * 1e3 if steps else None,
+                   "spec_phase_host_us_per_step (incl. waits)": phases,
+                   "gpu_kernel_ms_per_step": gpu_us / 1e3 / steps if steps else None,
+                   "syncs_per_step": syncs / steps if steps else None,
+                   "top_host_self_us_per_step": {e.key[:60]: round(e.self_cpu_time_total / steps, 1) for e in host[:14]},
+                   "top_gpu_us_per_step": {e.key[:60]: round(e.self_device_time_total / steps, 1) for e in kern[:12]}}
+            if llm.speculative is not None:
+                row["speculative"] = llm.speculative.stats.as_dict()
+            name = f"batch{batch} " + ("plain" if k is None else f"k{k}")
+            out[name] = row
+            log(f"{name}: {row['wall_ms_per_step']:.3f} ms/step wall, GPU kernels {row['gpu_kernel_ms_per_step']:.3f} "
+                f"ms/step, {row['syncs_per_step']:.1f} syncs/step")
+            log(f"    phases: {phases}")
+            log(f"    host: {row['top_host_self_us_per_step']}")
+            log(f"    gpu: {row['top_gpu_us_per_step']}")
+            del llm
+            free_memory()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["deepseek", "qwen3_next"], choices=list(SHAPES))
@@ -689,6 +753,10 @@ def main() -> int:
                     help="on a GPU, also time plain decoding without CUDA graphs")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="wall-clock budget: decode rows that would start after it are skipped (listed in the JSON)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="override the shape's num_hidden_layers (Qwen3-Next repeats its layer schedule)")
+    ap.add_argument("--profile", action="store_true",
+                    help="only profile plain and speculative engine steps (untrained head; see profile_steps())")
     ap.add_argument("--out", default="bench/results/h200-mtp.json")
     args = ap.parse_args()
     args.deadline = time.monotonic() + args.budget_s if args.budget_s else float("inf")

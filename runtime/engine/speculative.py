@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
+from torch.profiler import record_function
 
 from ..kv_cache import allocate_kv_cache
 from ..layers.mtp import MissingDraftWeights
@@ -355,16 +356,19 @@ class SpeculativeDecoder:
         if pool is not None and verifying:
             slots = [pool.slot(batch[i].seq_id) for i in verifying]
             snapshot = pool.snapshot(slots)
-        hidden = self._target_step(work)
+        with record_function("spec::target_forward"):
+            hidden = self._target_step(work)
         offsets = [0]
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
         # The target's logits at each sampling request's last token and drafts: one gather, one LM-head call.
-        logits, first = self._logit_rows(work, hidden)
-        row_at = {i: first[i] + offsets[i] + n - 1 for i, (r, n) in enumerate(zip(batch, real))
-                  if r.computed + n == len(r.tokens)}
-        # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
-        argmax = logits.argmax(-1).tolist() if row_at and any(r.params.temperature == 0 for r in batch) else None
+        with record_function("spec::target_logits_argmax"):  # the device-to-host read waits for the forward
+            logits, first = self._logit_rows(work, hidden)
+            row_at = {i: first[i] + offsets[i] + n - 1 for i, (r, n) in enumerate(zip(batch, real))
+                      if r.computed + n == len(r.tokens)}
+            # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
+            argmax = (logits.argmax(-1).tolist() if row_at and any(r.params.temperature == 0 for r in batch)
+                      else None)
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
@@ -421,7 +425,8 @@ class SpeculativeDecoder:
                 running.remove(r)
                 llm._release(r.seq_id)
         t_draft = time.perf_counter()
-        self._draft(batch, starts, settled, offsets, hidden)
+        with record_function("spec::draft"):
+            self._draft(batch, starts, settled, offsets, hidden)
         done = time.perf_counter()
         self.stats.draft_s += done - t_draft
         dt = done - t0
