@@ -121,6 +121,21 @@ elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize l
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests-pdl1.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20b.log"; rm -rf "$L"
   cat "$OUT/s20b.log"
+elif [ "$phase" = s20c ]; then  # nvidia-h200, ~400 s: speculative step profile; FP8 GEMV tests + sweep; DeepSeek FP8 A/B
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 110 python3 bench/mtp.py --models deepseek --profile --k 1 2 --batches 1 8 --new-tokens 32 \
+    --out "$OUT/h200-mtp-deepseek-profile.json" 2>&1 | grep -v "Warning\|USDT" | tail -40 > "$L/1-mtp-profile.log"
+  echo "[$(( $(date +%s) - t0 ))s] profile done" | tee -a "$L/1-mtp-profile.log"
+  timeout 60 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_fp8.py 2>&1 | grep -v Warning | tail -6 \
+    > "$L/2-fp8-tests.log"
+  timeout 150 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 --quant-modes keep dequantize \
+    --systems none --divergence --budget-s 140 --out "$OUT/h200-deepseek-v3-fp8-gemv.json" 2>&1 | grep -v Warning \
+    | tail -14 > "$L/3-deepseek.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/3-deepseek.log"
+  timeout 130 python3 -m bench.fp8_gemm --rows 1 32 --sweep-rows 1 --out "$OUT/h200-fp8-gemm.json" 2>&1 \
+    | grep -v Warning | tail -45 > "$L/4-fp8-gemm.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20c.log"; rm -rf "$L"
+  cat "$OUT/s20c.log"
 elif [ "$phase" = fp8 ]; then
   timeout 120 python3 -m pytest -q -rs tests/test_gpu_fp8.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/h200-gpu-fp8-tests.log"
   timeout 400 python3 -m bench.fp8_gemm --out "$OUT/h200-fp8-gemm.json" 2>&1 | tee "$OUT/h200-fp8-gemm.log"
