@@ -78,3 +78,19 @@ def test_block_fp8_linear_deepseek_shapes_bf16():
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         want = x.float() @ dequantize_block_fp8(q, s, (128, 128), torch.float32).T
         assert rel(block_fp8_linear(x, q, s), want) < 1e-2
+
+
+def test_auto_keeps_fp8_on_the_gpu_path(tmp_path):
+    """``quantized_weights="auto"`` (the default) keeps FP8 checkpoints in FP8 on the GPU path (the faster mode in
+    the H200 A/B, runtime/loader/quantization.py AUTO_KEEP) and still dequantizes MXFP4."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.loader.quantization import AUTO_KEEP
+    from tests.deepseek_fixtures import make_deepseek
+    from tests.test_fp8_block import quantize_checkpoint
+
+    assert AUTO_KEEP == {"fp8": True, "mxfp4": False}
+    make_deepseek(tmp_path, "v3")
+    quantize_checkpoint(tmp_path)
+    llm = LLM(tmp_path, target="rocm", dtype=torch.float32, device=DEV, max_model_len=64, cuda_graphs=False)
+    report = llm.quantized_weights
+    assert report["mode"] == "auto" and report["kept"] > 0, report

@@ -195,9 +195,13 @@ def wrap_checkpoint(checkpoint: Any, quantization: QuantConfig | None, dtype: to
 # ------------------------------------------------------------------------------- quantized weights kept on the GPU
 QUANTIZED_WEIGHTS_ENV = "MODELGEN_QUANTIZED_WEIGHTS"
 QUANTIZED_WEIGHTS_MODES = ("auto", "keep", "dequantize")
-# What "auto" means per format on the GPU path (rocm target, Triton kernels), until measurements say otherwise:
-# bench/deepseek.py --quant fp8 and bench/gpt_oss.py --quant mxfp4 time both modes in one run.
-AUTO_KEEP = {"fp8": False, "mxfp4": False}
+# What "auto" means per format on the GPU path (rocm target, Triton kernels), from A/Bs of both modes in one run on the
+# H200 (bench/deepseek.py --quant fp8, bench/gpt_oss.py --quant mxfp4; bench/NOTES-quant.md):
+# * FP8 kept: DeepSeek-V3 shape (2 layers) 782 / 9,508 tok/s at batch 1 / 32 against 703 / 6,610 dequantized (since
+#   the one-row FP8 GEMV, runtime/ops/gpu/fp8.py; before it 681 vs 719 at batch 1) -- and half the weight memory;
+# * MXFP4 kept: gpt-oss-20b shape (4 layers) 745 / 6,205 against 1,240 / 13,509 dequantized to bf16 (the bf16 Triton
+#   MoE is the faster kernel), so MXFP4 is dequantized unless asked.
+AUTO_KEEP = {"fp8": True, "mxfp4": False}
 
 
 def quantized_weights_mode(mode: str | None = None) -> str:
