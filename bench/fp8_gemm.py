@@ -122,8 +122,13 @@ def main() -> int:
                 if M == 1:
                     entry["1"]["gemv_sweep"] = sweep_gemv(x, qs, args.copies)
                     b = entry["1"]["gemv_sweep"]["best"]
-                    log(f"    gemv sweep best {b['config']} {b['us']:.1f} us "
-                        f"({t_fp8 / b['us']:.2f}x the table's {entry['1']['gemv_sweep']['table']})")
+                    from modelgen.runtime.ops.gpu.fp8 import _GEMV_CHOICE
+
+                    chosen = _GEMV_CHOICE.get((N, K, (128, 128), x.dtype, False))
+                    entry["1"]["gemv_timed_choice"] = list(chosen) if chosen else None
+                    log(f"    gemv sweep best {b['config']} {b['us']:.1f} us; the timed choice {chosen} ran "
+                        f"{t_fp8:.1f} us ({t_fp8 / b['us']:.2f}x the best; the table's "
+                        f"{entry['1']['gemv_sweep']['table']})")
                 best = entry[str(M)]["sweep"]["best"]
                 log(f"    sweep best {best['config']} {best['us']:.1f} us "
                     f"({t_fp8 / best['us']:.2f}x the table's {entry[str(M)]['sweep']['table']})")

@@ -94,3 +94,23 @@ def test_auto_keeps_fp8_on_the_gpu_path(tmp_path):
     llm = LLM(tmp_path, target="rocm", dtype=torch.float32, device=DEV, max_model_len=64, cuda_graphs=False)
     report = llm.quantized_weights
     assert report["mode"] == "auto" and report["kept"] > 0, report
+
+
+@cuda_only
+def test_fp8_gemv_timed_choice():
+    """On a GPU the one-row config is timed once per shape (outside a capture) among the table's and the sweep's
+    winners, remembered, and the product stays the dequantized one whichever config won."""
+    from modelgen.runtime.layers.fp8 import dequantize_block_fp8
+    from modelgen.runtime.ops.gpu import fp8
+
+    N, K = 1536, 7168
+    q, s = _quantized(N, K, (128, 128), seed=11)
+    x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    key = (N, K, (128, 128), torch.bfloat16, False)
+    fp8._GEMV_CHOICE.pop(key, None)
+    got = fp8.fp8_gemv(x, q, s.float(), (128, 128))
+    chosen = fp8._GEMV_CHOICE[key]
+    assert chosen == fp8.gemv_config(N, K, (128, 128), 0) or chosen in fp8.GEMV_CANDIDATES
+    assert len(fp8.GEMV_TIMINGS[key]) > 1
+    want = x.float() @ dequantize_block_fp8(q, s, (128, 128), torch.float32).T
+    assert rel(got, want) < 1e-2

@@ -127,12 +127,51 @@ def gemv_config(N: int, K: int, block: tuple[int, int], device_index: int | None
     return BN, split, 4
 
 
+# Candidates of the timed choice: the table's pick plus the winners of bench/fp8_gemm.py's 45-config sweep at
+# DeepSeek-V3's shapes on the H200 (h200-fp8-gemm.json: small N and long K liked 64-row tiles, 16 splits, 8 warps;
+# the 7168-row outputs 16-row tiles, 4 splits, 2 warps; no single rule was within 1.2x everywhere).
+GEMV_CANDIDATES = ((64, 16, 8), (32, 8, 4), (32, 4, 4), (16, 4, 2), (32, 4, 2), (64, 1, 8), (64, 1, 4))
+_GEMV_CHOICE: dict[tuple, tuple[int, int, int]] = {}
+GEMV_TIMINGS: dict[tuple, dict[str, float]] = {}  # (N, K, block, dtype, bias) -> {config: ms}, for reports
+
+
+def _pick_gemv(key, x1, weight, scale, block, bias) -> tuple[int, int, int]:
+    """The fastest config for this weight shape, timed once from CUDA-graph replays over weight copies (as
+    ``linear.py`` picks its GEMM kernels), outside any capture: decode graphs warm up before they capture."""
+    from .linear import _time
+
+    N, K = weight.shape
+    bn_q, bk = block
+    table = gemv_config(N, K, block, x1.device.index)
+    k_blocks = triton.cdiv(K, bk)
+    cands = [table] + [c for c in GEMV_CANDIDATES if c != table and bn_q % c[0] == 0 and c[1] <= k_blocks]
+    nbytes = weight.numel() * weight.element_size()
+    copies = [weight] + [weight.clone() for _ in range(min(4, (256 << 20) // max(nbytes, 1)))]
+    times = {}
+    for c in cands:
+        try:
+            times[c] = _time(lambda i, c=c: fp8_gemv(x1, copies[i], scale, block, bias, config=c), len(copies))
+        except Exception:  # e.g. out of resources for this config: not a candidate
+            times[c] = float("inf")
+    del copies
+    GEMV_TIMINGS[key] = {str(c): t for c, t in times.items()}
+    best = min(times, key=times.get)
+    return best if times[best] < 0.97 * times[table] else table  # near-ties keep the table's choice
+
+
 def fp8_gemv(x1: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
              bias: torch.Tensor | None = None, config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """``x1 [1, K]`` times the FP8 ``weight [N, K]`` with float32 ``scale [ceil(N/bn), ceil(K/bk)]`` -> ``[1, N]``.
-    ``config`` ``(BN, split_k, num_warps)`` overrides :func:`gemv_config` (bench/fp8_gemm.py's sweep)."""
+    ``config`` ``(BN, split_k, num_warps)`` overrides the choice; otherwise on a GPU the fastest of a few configs is
+    timed once per shape (:func:`_pick_gemv`; the table :func:`gemv_config` inside a capture that comes first,
+    on the CPU and in Triton's interpreter)."""
     N, K = weight.shape
     bn_q, bk = block
+    if config is None and x1.is_cuda:
+        key = (N, K, tuple(block), x1.dtype, bias is not None)
+        config = _GEMV_CHOICE.get(key)
+        if config is None and not torch.cuda.is_current_stream_capturing():
+            config = _GEMV_CHOICE[key] = _pick_gemv(key, x1, weight, scale, block, bias)
     BN, split, warps = config or gemv_config(N, K, block, x1.device.index if x1.is_cuda else None)
     if bn_q % BN:
         raise ValueError(f"fp8_gemv: BN {BN} must divide the scale block's {bn_q} rows")
