@@ -53,3 +53,38 @@ def _interpreter_loop_bounds() -> None:
 
 if INTERPRET:
     _interpreter_loop_bounds()
+
+
+def assert_kept_matches_dequantized(kept, deq, kept_logits: torch.Tensor, prompt, gen_prompt, what: str,
+                                    tol: float = 1e-4) -> None:
+    """The engine with quantized weights kept (``kept``, whose ``score(prompt)`` gave ``kept_logits``) against the
+    dequantize-at-load engine ``deq``: logits within ``tol`` (fp32: summation order only, see the test modules'
+    docstrings) and 8 greedy tokens from ``gen_prompt`` equal."""
+    from modelgen import SamplingParams
+
+    err = (kept_logits - deq.score(prompt).float()).abs().max().item()
+    assert err < tol, f"{what}-kept logits differ from the dequantized path by {err}"
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    assert kept.generate([gen_prompt], params) == deq.generate([gen_prompt], params)
+
+
+def assert_graph_replays_match_eager(fn, inputs, replays: int = 2) -> None:
+    """Decode steps replay captured graphs: ``fn(*inputs())`` (one tensor or a tuple) is run eagerly once (compiles
+    outside the capture), captured in a CUDA graph (no host sync allowed), then ``replays`` times fresh ``inputs()``
+    are copied into the captured input tensors and the replay's outputs must equal an eager ``fn`` on them bitwise."""
+    args = inputs()
+    fn(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    for _ in range(replays):
+        new = inputs()
+        for t, n in zip(args, new):
+            t.copy_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = fn(*new)
+        for i, (o, w) in enumerate(zip(outs, want if isinstance(want, tuple) else (want,))):
+            assert torch.equal(o, w), f"output {i}: the graph replay differs from an eager call on the same inputs"

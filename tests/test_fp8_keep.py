@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS, cuda_only
+from tests.gpu_helpers import (DEV, KERNEL_MARKS, assert_graph_replays_match_eager, assert_kept_matches_dequantized,
+                                cuda_only)
 from tests.test_fp8_block import PROMPT, quantize_checkpoint
 
 pytestmark = KERNEL_MARKS
@@ -77,11 +78,7 @@ def test_fp8_kept_equals_dequantized_deepseek(fp8_path, monkeypatch):
     deq = _llm(fp8_path, "dequantize")
     assert deq.quantized_weights["kept"] == 0
     assert all(m.fp8_block is None for m in deq.model.modules() if isinstance(m, LinearBase))
-    want = deq.score(PROMPT).float()
-    err = (got - want).abs().max().item()
-    assert err < 1e-4, f"FP8-kept logits differ from the dequantized path by {err}"
-    params = lambda: __import__("modelgen").SamplingParams(max_new_tokens=8, ignore_eos=True)  # noqa: E731
-    assert kept.generate([PROMPT[:12]], params()) == deq.generate([PROMPT[:12]], params())
+    assert_kept_matches_dequantized(kept, deq, got, PROMPT, PROMPT[:12], "FP8")
 
 
 def test_fp8_keep_is_gpu_path_only(fp8_path, monkeypatch):
@@ -176,20 +173,7 @@ def test_fp8_gemm_and_moe_replay_in_a_cuda_graph():
                 torch.stack([torch.randperm(E, device="cuda", generator=g)[:8] for _ in range(2)]).int(),
                 torch.rand(2, 8, device="cuda", generator=g))
 
-    x, h, ids, w = inputs()
-    run = lambda: (block_fp8_linear(x, wq, ws),  # noqa: E731
-                   fused_moe_fp8(h, q13, s13, q2, s2, w, ids, blk, num_local_experts=E, num_shared=1))
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run()
-    for _ in range(2):
-        new = inputs()
-        for t, n in zip((x, h, ids, w), new):
-            t.copy_(n)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out[0], block_fp8_linear(new[0], wq, ws))
-        assert torch.equal(out[1], fused_moe_fp8(new[1], q13, s13, q2, s2, new[3], new[2], blk, num_local_experts=E,
-                                                 num_shared=1))
+    assert_graph_replays_match_eager(
+        lambda x, h, ids, w: (block_fp8_linear(x, wq, ws),
+                              fused_moe_fp8(h, q13, s13, q2, s2, w, ids, blk, num_local_experts=E, num_shared=1)),
+        inputs)

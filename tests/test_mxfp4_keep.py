@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
+from tests.gpu_helpers import (DEV, KERNEL_MARKS, LOW, assert_graph_replays_match_eager,
+                                assert_kept_matches_dequantized, cuda_only, rel)
 
 pytestmark = KERNEL_MARKS
 
@@ -128,7 +129,6 @@ def _llm(path, mode, dtype=torch.float32):
 
 def test_gpt_oss_mxfp4_kept_equals_dequantized(mxfp4_path, monkeypatch):
     """fp32: logits within 1e-4 (summation order only, see the module docstring) and 8 greedy tokens equal."""
-    from modelgen.runtime.engine.sampler import SamplingParams
     from modelgen.runtime.layers.moe import FusedMoE
     from modelgen.runtime.ops.gpu import moe_mxfp4
     from tests.gpt_oss_fixtures import PROMPT
@@ -145,11 +145,7 @@ def test_gpt_oss_mxfp4_kept_equals_dequantized(mxfp4_path, monkeypatch):
     assert len(calls) == len(layers), "the MXFP4 kernel did not run once per MoE layer"
     deq = _llm(mxfp4_path, "dequantize")
     assert all(m.quant_method is None for m in deq.model.modules() if isinstance(m, FusedMoE))
-    want = deq.score(PROMPT).float()
-    err = (got - want).abs().max().item()
-    assert err < 1e-4, f"MXFP4-kept logits differ from the dequantized path by {err}"
-    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
-    assert kept.generate([PROMPT[:10]], params) == deq.generate([PROMPT[:10]], params)
+    assert_kept_matches_dequantized(kept, deq, got, PROMPT, PROMPT[:10], "MXFP4")
 
 
 def test_mxfp4_keep_torch_backend_after_loading(mxfp4_path, monkeypatch):
@@ -187,16 +183,5 @@ def test_mxfp4_moe_replays_in_a_cuda_graph():
         ids = torch.stack([torch.randperm(4, device="cuda", generator=g)[:2] for _ in range(2)]).int()
         return x, ids, torch.rand(2, 2, device="cuda", generator=g).softmax(-1)
 
-    x, ids, w = inputs()
-    run = lambda: fused_moe_mxfp4(x, b13, s13, b2, s2, w, ids, w13_bias=bias13, w2_bias=bias2)  # noqa: E731
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = run()
-    for _ in range(2):
-        nx, nids, nw = inputs()
-        x.copy_(nx), ids.copy_(nids), w.copy_(nw)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, fused_moe_mxfp4(nx, b13, s13, b2, s2, nw, nids, w13_bias=bias13, w2_bias=bias2))
+    assert_graph_replays_match_eager(
+        lambda x, ids, w: fused_moe_mxfp4(x, b13, s13, b2, s2, w, ids, w13_bias=bias13, w2_bias=bias2), inputs)

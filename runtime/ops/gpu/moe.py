@@ -336,6 +336,55 @@ def _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
+def _row_block(npost_ptr, BLOCK_M: tl.constexpr, PDL: tl.constexpr):
+    """(column block, row block, whether the row block lies past the padded row count): the sorted-list GEMMs' grid
+    has the worst-case number of row blocks, the ones past the count the align launch wrote exit at once (the caller
+    returns: a helper cannot). ``PDL``: wait for that launch before reading its count (nothing when off)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pdl.wait(PDL)
+    return pid_n, pid_m, pid_m * BLOCK_M >= tl.load(npost_ptr)
+
+
+@triton.jit
+def _gate_up_store(acc_g, acc_u, out_ptr, rows, rmask, offs_n, nmask, s_om, N, b_ptr, e, s_be, alpha, limit,
+                   HAS_BIAS: tl.constexpr, GELU: tl.constexpr, SWIGLU: tl.constexpr):
+    """Gate-up epilogue of the sorted-list kernels (bf16 / FP8 / MXFP4 weights): the optional stacked bias ``[E, 2I]``
+    (FusedMoE.w13_bias: gate columns then up columns) added in fp32 before ``F.linear``'s one output rounding, the
+    gated activation (``_gated``), the store per pair row."""
+    dt = out_ptr.dtype.element_ty
+    if HAS_BIAS:
+        acc_g += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
+    up = acc_u.to(dt).to(tl.float32)
+    h = _gated(gate, up, dt, alpha, limit, GELU, SWIGLU)
+    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], h, mask=rmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _down_store(acc, dt: tl.constexpr, out_ptr, rows, rmask, offs_n, nmask, s_om, tw_ptr, s_tw, KT, K_ROUTED,
+                b_ptr, e, s_be, HAS_BIAS: tl.constexpr, SHARED: tl.constexpr):
+    """Down epilogue of the sorted-list kernels: the optional bias ``[E, H]`` (w2_bias) inside ``F.linear``'s one
+    rounding, the expert output rounded to the model dtype ``dt``, times the pair's routing weight in fp32, stored in
+    ``out_ptr``'s dtype (``promote(model dtype, weight dtype)``). ``SHARED``: slots ``j >= K_ROUTED`` are shared
+    experts and weigh 1 (no routing weight stored for them); off, every slot is routed."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    y = acc.to(dt).to(tl.float32)  # the expert's output in the model dtype
+    t = rows // KT
+    j = rows % KT
+    if SHARED:
+        routed = j < K_ROUTED
+        wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask & routed, other=1.0).to(tl.float32)
+        wt = tl.where(routed, wt, 1.0)  # shared-expert slots weigh 1
+    else:
+        wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], (y * wt[:, None]).to(out_ptr.dtype.element_ty),
+             mask=rmask[:, None] & nmask[None, :])
+
+
+@triton.jit
 def _gate_up_kernel(
     x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, b_ptr,
     N, K, KT, P, s_xm, s_we, s_wn, s_om, s_be, alpha, limit,
@@ -343,10 +392,8 @@ def _gate_up_kernel(
     GELU: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, HAS_BIAS: tl.constexpr = False,
     SWIGLU: tl.constexpr = False,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    pdl.wait(PDL)  # the row list comes from the align launch just before
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    pid_n, pid_m, done = _row_block(npost_ptr, BLOCK_M, PDL)  # the row list comes from the align launch just before
+    if done:
         return
     e, rows, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     tok = rows // KT
@@ -375,14 +422,8 @@ def _gate_up_kernel(
         a_ptrs += BLOCK_K
         g_ptrs += BLOCK_K
         u_ptrs += BLOCK_K
-    dt = out_ptr.dtype.element_ty
-    if HAS_BIAS:  # stacked bias [E, 2I] (FusedMoE.w13_bias): gate columns then up columns, before F.linear's rounding
-        acc_g += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
-    up = acc_u.to(dt).to(tl.float32)
-    h = _gated(gate, up, dt, alpha, limit, GELU, SWIGLU)
-    tl.store(out_ptr + rows[:, None] * s_om + offs_n[None, :], h, mask=rmask[:, None] & nmask[None, :])
+    _gate_up_store(acc_g, acc_u, out_ptr, rows, rmask, offs_n, nmask, s_om, N, b_ptr, e, s_be, alpha, limit,
+                   HAS_BIAS, GELU, SWIGLU)
 
 
 @triton.jit
@@ -423,16 +464,8 @@ def _down_kernel(
             acc = tl.dot(a, tl.trans(w), acc)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if HAS_BIAS:  # w2_bias [E, H], inside F.linear's one rounding
-        acc += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    y = acc.to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
-    t = rows64 // KT
-    j = rows64 % KT
-    routed = j < K_ROUTED
-    wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask & routed, other=1.0).to(tl.float32)
-    wt = tl.where(routed, wt, 1.0)  # shared-expert slots weigh 1
-    tl.store(out_ptr + rows64[:, None] * s_om + offs_n[None, :], (y * wt[:, None]).to(out_ptr.dtype.element_ty),
-             mask=rmask[:, None] & nmask[None, :])
+    _down_store(acc, a_ptr.dtype.element_ty, out_ptr, rows64, rmask, offs_n, nmask, s_om, tw_ptr, s_tw, KT, K_ROUTED,
+                b_ptr, e, s_be, HAS_BIAS, True)
 
 
 @triton.jit
@@ -698,6 +731,57 @@ def supported(hidden: torch.Tensor, w13: torch.Tensor, activation: str) -> bool:
             and activation in ("silu", "gelu_tanh", "clamped_swiglu") and hidden.shape[-1] >= 16 and w13.shape[1] >= 32)
 
 
+def slot_sizes(hidden: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, num_shared: int,
+               num_local_experts: int | None) -> tuple[int, int, int, int, int, int]:
+    """``(k, S, L, I, KT, P)`` of a fused-MoE call on stacked experts ``w13 [L + S, 2I, H]``: routed slots per token,
+    shared slots, this rank's routed experts (default all of ``w13`` but the shared slots), intermediate size, slots
+    per token ``k + S`` and (token, slot) pairs ``T * KT``."""
+    k = topk_ids.shape[1]
+    S = int(num_shared)
+    L = (w13.shape[0] - S) if num_local_experts is None else int(num_local_experts)
+    KT = k + S
+    return k, S, L, w13.shape[1] // 2, KT, hidden.shape[0] * KT
+
+
+def align(topk_ids: torch.Tensor, P: int, KT: int, k: int, expert_offset: int, L: int, S: int, BM: int, *,
+          chain: bool = True):
+    """(sorted pair ids, expert id per row block, padded row count [1], number of row blocks): the pairs of this
+    rank's ``L`` experts and ``S`` shared slots sorted by slot, each slot's rows padded to a multiple of ``BM``;
+    buffers sized for the worst case so the grid does not depend on the routing (``_align_kernel``). ``chain=False``:
+    launch-chaining (``PDL``) off, for the quantized-expert kernels (``moe_fp8.py``, ``moe_mxfp4.py``), which do not
+    chain with it."""
+    max_padded = padded_rows(P, L + S, BM)
+    max_blocks = max_padded // BM
+    dev = topk_ids.device
+    nb = next_pow2(L + S + 1)
+    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
+    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=dev)
+    scratch = torch.empty(1 + nb, dtype=torch.int32, device=dev)  # [padded row count | per-expert cursors]
+    _align_kernel[(1,)](
+        topk_ids, sorted_ids, expert_ids, scratch[:1], scratch[1:],
+        topk_ids.stride(0), P, KT, k, int(expert_offset), L, L + S, max_padded, max_blocks,
+        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4, **_launch(dev, chain),
+    )
+    return sorted_ids, expert_ids, scratch[:1], max_blocks
+
+
+def combine(pair_out: torch.Tensor, topk_ids: torch.Tensor, out: torch.Tensor, KT: int, k: int, expert_offset: int,
+            L: int, *, chain: bool = True) -> torch.Tensor:
+    """``out[t] = sum`` of token t's weighted pair outputs this rank computed, in fp32, rounded once
+    (``_combine_kernel``); ``chain`` as in :func:`align`."""
+    T, H = out.shape
+    block_h = min(1024, next_pow2(H))
+    _combine_kernel[(T, triton.cdiv(H, block_h))](
+        pair_out, topk_ids, out, H, KT, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
+        out.stride(0), BKT=max(2, next_pow2(KT)), BLOCK_H=block_h, num_warps=4, **_launch(out.device, chain),
+    )
+    return out
+
+
+def _launch(device: torch.device, chain: bool) -> dict:
+    return pdl.launch(device) if chain else {"PDL": False}
+
+
 def fused_moe(
     hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
     activation: str = "silu", *, expert_offset: int = 0, num_local_experts: int | None = None,
@@ -716,12 +800,7 @@ def fused_moe(
     ``alpha`` / ``limit`` (GPT-OSS 1.702 / 7.0).
     """
     T, H = hidden.shape
-    k = topk_ids.shape[1]
-    S = int(num_shared)
-    L = (w13.shape[0] - S) if num_local_experts is None else int(num_local_experts)
-    I = w13.shape[1] // 2
-    KT = k + S
-    P = T * KT
+    k, S, L, I, KT, P = slot_sizes(hidden, w13, topk_ids, num_shared, num_local_experts)
     out = torch.empty((T, H), dtype=hidden.dtype, device=hidden.device)
     if T == 0:
         return out
@@ -740,19 +819,8 @@ def fused_moe(
         return _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, int(expert_offset), L, k,
                                 KT, cfg, stages)
     BM = cfg["BLOCK_M"]
-    max_padded = padded_rows(P, L + S, BM)
-    max_blocks = max_padded // BM
     dev = hidden.device
-    nb = next_pow2(L + S + 1)
-    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=dev)
-    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=dev)
-    scratch = torch.empty(1 + nb, dtype=torch.int32, device=dev)  # [padded row count | per-expert cursors]
-    npost, cursor = scratch[:1], scratch[1:]
-    _align_kernel[(1,)](
-        topk_ids, sorted_ids, expert_ids, npost, cursor,
-        topk_ids.stride(0), P, KT, k, int(expert_offset), L, L + S, max_padded, max_blocks,
-        BLOCK_M=BM, NB=nb, CHUNK=1024 if P > 256 else 256, CHUNK_B=128, num_warps=4, **pdl.launch(dev),
-    )
+    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, KT, k, expert_offset, L, S, BM)
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
     if stages < 2:
@@ -780,12 +848,7 @@ def fused_moe(
     )
     if stages < 4:
         return out
-    block_h = min(1024, next_pow2(H))
-    _combine_kernel[(T, triton.cdiv(H, block_h))](
-        pair_out, topk_ids, out, H, KT, k, int(expert_offset), L, topk_ids.stride(0), pair_out.stride(0),
-        out.stride(0), BKT=max(2, next_pow2(KT)), BLOCK_H=block_h, num_warps=4, **pdl.launch(dev),
-    )
-    return out
+    return combine(pair_out, topk_ids, out, KT, k, expert_offset, L)
 
 
 def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, expert_offset, L, k, KT, cfg, stages):

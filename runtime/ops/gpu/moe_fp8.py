@@ -20,9 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe import _tile, default_config
+from .moe import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config, slot_sizes
 from .moe_mxfp4 import _dot
-from .moe_quant import align, combine
 
 
 @triton.jit
@@ -31,9 +30,8 @@ def _gate_up_fp8_kernel(
     N, K, KT, P, s_xm, s_we, s_wn, s_se, s_sn, s_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QN: tl.constexpr, IEEE: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    pid_n, pid_m, done = _row_block(npost_ptr, BLOCK_M, False)
+    if done:
         return
     e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     tok = pairs // KT
@@ -55,12 +53,10 @@ def _gate_up_fp8_kernel(
         acc_u += _dot(a, wu, tl.zeros((BLOCK_M, BLOCK_N), tl.float32), IEEE) * tl.load(su + kb)
         g_ptrs += BLOCK_K
         u_ptrs += BLOCK_K
-    dt = out_ptr.dtype.element_ty
-    gate = acc_g.to(dt).to(tl.float32)  # F.linear's output rounding
-    up = acc_u.to(dt).to(tl.float32)
-    act = (gate / (1.0 + tl.exp(-gate))).to(dt).to(tl.float32)
-    tl.store(out_ptr + pairs[:, None] * s_om + offs_n[None, :], (act * up).to(dt),
-             mask=rmask[:, None] & nmask[None, :])
+    # SiLU, no bias (out_ptr stands in for the bias pointer, alpha / limit unused): F.linear's roundings, silu(gate)
+    # rounded before the multiply
+    _gate_up_store(acc_g, acc_u, out_ptr, pairs, rmask, offs_n, nmask, s_om, N, out_ptr, e, 0, 1.0, 1.0,
+                   False, False, False)
 
 
 @triton.jit
@@ -69,9 +65,8 @@ def _down_fp8_kernel(
     N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_se, s_sn, s_om, s_tw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QN: tl.constexpr, IEEE: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    pid_n, pid_m, done = _row_block(npost_ptr, BLOCK_M, False)
+    if done:
         return
     e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -85,14 +80,8 @@ def _down_fp8_kernel(
         w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0.0).to(a.dtype)
         acc += _dot(a, w, tl.zeros((BLOCK_M, BLOCK_N), tl.float32), IEEE) * tl.load(srow + kb)
         w_ptrs += BLOCK_K
-    y = acc.to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
-    t = pairs // KT
-    j = pairs % KT
-    routed = j < K_ROUTED
-    wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask & routed, other=1.0).to(tl.float32)
-    wt = tl.where(routed, wt, 1.0)  # shared-expert slots weigh 1
-    tl.store(out_ptr + pairs[:, None] * s_om + offs_n[None, :], (y * wt[:, None]).to(out_ptr.dtype.element_ty),
-             mask=rmask[:, None] & nmask[None, :])
+    _down_store(acc, a_ptr.dtype.element_ty, out_ptr, pairs, rmask, offs_n, nmask, s_om, tw_ptr, s_tw, KT, K_ROUTED,
+                out_ptr, e, 0, False, True)  # no bias (out_ptr a placeholder); shared slots weigh 1
 
 
 def supported(hidden: torch.Tensor, activation: str, w13: torch.Tensor, block: tuple[int, int]) -> bool:
@@ -113,12 +102,7 @@ def fused_moe_fp8(
     """``sum_j w[t, j] * expert_{ids[t, j]}(hidden[t])`` (SiLU experts) over this rank's experts with FP8 block-scaled
     weights -> ``[T, H]``; the arguments of ``moe.fused_moe`` plus the scales and the ``(bn, bk)`` block."""
     T, H = hidden.shape
-    k = topk_ids.shape[1]
-    S = int(num_shared)
-    L = (w13.shape[0] - S) if num_local_experts is None else int(num_local_experts)
-    I = w13.shape[1] // 2
-    KT = k + S
-    P = T * KT
+    k, S, L, I, KT, P = slot_sizes(hidden, w13, topk_ids, num_shared, num_local_experts)
     bn, bk = block
     out = torch.empty((T, H), dtype=hidden.dtype, device=hidden.device)
     if T == 0:
@@ -127,7 +111,7 @@ def fused_moe_fp8(
     cfg = default_config(T, KT, L + S, hidden.dtype)
     BM = cfg["BLOCK_M"]
     dev = hidden.device
-    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, KT, k, expert_offset, L, S, BM)
+    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, KT, k, expert_offset, L, S, BM, chain=False)
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
     bn_up = min(cfg["up"][0], bn)  # a divisor of the scale block's rows (both powers of two)
@@ -145,4 +129,4 @@ def fused_moe_fp8(
         BLOCK_M=BM, BLOCK_N=bn_down, BLOCK_K=bk, QN=bn, IEEE=ieee, num_warps=cfg["down"][2],
         num_stages=cfg["down"][3],
     )
-    return combine(pair_out, topk_ids, out, KT, k, expert_offset, L)
+    return combine(pair_out, topk_ids, out, KT, k, expert_offset, L, chain=False)

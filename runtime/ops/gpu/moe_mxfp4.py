@@ -12,7 +12,7 @@ bits (sign, exponent ``e + 126``, one mantissa bit; code 1 = 0.5, code 0 = 0) an
 built as float32 bits: no transcendental per element): FP4
 values times powers of two are exact in bf16/fp16/fp32 alike, so the widened tile equals the dequantized weight.
 
-Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (via ``moe_quant.py``, not copied:
+Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (imported, not copied:
 tokens sorted and padded by expert so every ``BLOCK_M`` rows belong to one expert; the combine sums each token's k
 weighted expert outputs in fp32), and here a gate-up kernel (bias, gpt-oss's clamped SwiGLU or SiLU fused) and a
 down kernel (bias, routing weight). No host synchronisation and shapes fixed by ``(T, k, E)``: CUDA-graph capturable.
@@ -27,8 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe import _gated, _tile, default_config
-from .moe_quant import align, combine
+from .moe import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config
 
 GROUP = 32  # inputs per E8M0 scale (16 bytes of codes)
 
@@ -71,9 +70,8 @@ def _gate_up_mx_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
     SWIGLU: tl.constexpr, IEEE: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    pid_n, pid_m, done = _row_block(npost_ptr, BLOCK_M, False)
+    if done:
         return
     e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     tok = pairs // KT
@@ -99,14 +97,9 @@ def _gate_up_mx_kernel(
         lo, hi = _mx_tile(we, se, u_rows, nmask, kb, sg, KB, s_wn, s_sn)
         acc_u = _dot(a_ev, lo.to(a_ev.dtype), acc_u, IEEE)
         acc_u = _dot(a_od, hi.to(a_ev.dtype), acc_u, IEEE)
-    dt = out_ptr.dtype.element_ty
-    if HAS_BIAS:  # stacked bias [E, 2I]: gate columns then up columns (FusedMoE.w13_bias)
-        acc_g += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        acc_u += tl.load(b_ptr + e * s_be + N + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    gate = acc_g.to(dt).to(tl.float32)  # F.linear(x, w, b)'s one rounding
-    up = acc_u.to(dt).to(tl.float32)
-    h = _gated(gate, up, dt, alpha, limit, False, SWIGLU)  # GPT-OSS's clamped SwiGLU (or SiLU), torch's roundings
-    tl.store(out_ptr + pairs[:, None] * s_om + offs_n[None, :], h, mask=rmask[:, None] & nmask[None, :])
+    # F.linear(x, w, b)'s one rounding, then GPT-OSS's clamped SwiGLU (or SiLU) with torch's roundings
+    _gate_up_store(acc_g, acc_u, out_ptr, pairs, rmask, offs_n, nmask, s_om, N, b_ptr, e, s_be, alpha, limit,
+                   HAS_BIAS, False, SWIGLU)
 
 
 @triton.jit
@@ -116,9 +109,8 @@ def _down_mx_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(npost_ptr):
+    pid_n, pid_m, done = _row_block(npost_ptr, BLOCK_M, False)
+    if done:
         return
     e, pairs, rmask, offs_n, nmask = _tile(expert_ids_ptr, sorted_ptr, pid_m, pid_n, P, N, BLOCK_M, BLOCK_N)
     rows = offs_n.to(tl.int64)
@@ -137,14 +129,9 @@ def _down_mx_kernel(
         lo, hi = _mx_tile(we, se, rows, nmask, kb, kb // 16, KB, s_wn, s_sn)
         acc = _dot(a_ev, lo.to(a_ev.dtype), acc, IEEE)
         acc = _dot(a_od, hi.to(a_ev.dtype), acc, IEEE)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + e * s_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    y = acc.to(a_ptr.dtype.element_ty).to(tl.float32)  # the expert's output in the model dtype
-    t = pairs // KT
-    j = pairs % KT
-    wt = tl.load(tw_ptr + t * s_tw + j, mask=rmask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pairs[:, None] * s_om + offs_n[None, :], (y * wt[:, None]).to(out_ptr.dtype.element_ty),
-             mask=rmask[:, None] & nmask[None, :])
+    # every slot routed (no shared experts here): the weight read for each valid pair
+    _down_store(acc, a_ptr.dtype.element_ty, out_ptr, pairs, rmask, offs_n, nmask, s_om, tw_ptr, s_tw, KT, KT,
+                b_ptr, e, s_be, HAS_BIAS, False)
 
 
 def supported(hidden: torch.Tensor, activation: str, w13_blocks: torch.Tensor) -> bool:
@@ -195,7 +182,7 @@ def fused_moe_mxfp4(
     cfg = config or _config(T, k, L, hidden.dtype)
     BM = cfg["BLOCK_M"]
     dev = hidden.device
-    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, k, k, expert_offset, L, 0, BM)
+    sorted_ids, expert_ids, npost, max_blocks = align(topk_ids, P, k, k, expert_offset, L, 0, BM, chain=False)
     ieee = hidden.dtype == torch.float32
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
     bn, bk, nw, ns = cfg["up"]
@@ -216,4 +203,4 @@ def fused_moe_mxfp4(
         b2.stride(0) if w2_bias is not None else 0, pair_out.stride(0), topk_weights.stride(0),
         BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, HAS_BIAS=w2_bias is not None, IEEE=ieee, num_warps=nw, num_stages=ns,
     )
-    return combine(pair_out, topk_ids, out, k, k, expert_offset, L)
+    return combine(pair_out, topk_ids, out, k, k, expert_offset, L, chain=False)
