@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from modelgen.runtime.targets import TARGETS  # the one list (torch-free), shared with the runtime
 
@@ -162,13 +163,54 @@ def _parse_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--prompt-ids expects comma-separated integers, got {text!r}") from None
 
 
+class _ParallelFlag(NamedTuple):
+    """One parallel-mode flag of `run`: its LLM keyword is also its argparse dest; ``metavar`` None makes it a
+    switch (store_true, forwarded only when given) instead of an int (forwarded only when not None)."""
+
+    flag: str
+    keyword: str
+    metavar: str | None
+    help: str
+
+
+# The parallel modes of `run`, in --help order: a new mode is one row here (declared and forwarded by the loops in
+# _add_parallel_flags and _parallel_options).
+_PARALLEL_FLAGS = (
+    _ParallelFlag("--tensor-parallel-size", "tensor_parallel_size", "N",
+                  "shard the model over N ranks started by the engine (gloo on CPU, NCCL on N GPUs); default 1"),
+    _ParallelFlag("--expert-parallel-size", "expert_parallel_size", "M",
+                  "MoE experts split over M groups of ranks, each expert sharded over the group's ranks "
+                  "(1: every expert TP-sharded); default: whole experts spread over all ranks"),
+    _ParallelFlag("--sequence-parallel", "sequence_parallel", None,
+                  "with --tensor-parallel-size: split the residual stream by tokens between the TP GEMMs (rocm)"),
+    _ParallelFlag("--mlp-data-parallel-size", "mlp_data_parallel_size", "D",
+                  "with --tensor-parallel-size N: gated MLPs sharded N/D ways inside D groups, each on "
+                  "1/D of the tokens (rocm)"),
+    _ParallelFlag("--pipeline-parallel-size", "pipeline_parallel_size", "P",
+                  "split the decoder layers over P pipeline stages, each on its own rank(s), stage by stage "
+                  "(rocm; x --tensor-parallel-size ranks in all)"),
+    _ParallelFlag("--data-parallel-size", "data_parallel_size", "D",
+                  "attention data parallelism: D groups (of --tensor-parallel-size ranks) each with its own "
+                  "requests and KV cache, MoE/MLP layers over all ranks (rocm)"),
+)
+
+
+def _add_parallel_flags(parser: argparse.ArgumentParser) -> None:
+    for f in _PARALLEL_FLAGS:
+        if f.metavar is None:
+            parser.add_argument(f.flag, dest=f.keyword, action="store_true", help=f.help)
+        else:
+            parser.add_argument(f.flag, dest=f.keyword, type=int, default=None, metavar=f.metavar, help=f.help)
+
+
 def _parallel_options(args: argparse.Namespace) -> dict:
     """LLM keyword arguments of the parallel/dummy/KV-budget flags of `run` (only those given)."""
     out = {}
-    if args.tensor_parallel_size is not None:
-        out["tensor_parallel_size"] = args.tensor_parallel_size
-    if args.expert_parallel_size is not None:
-        out["expert_parallel_size"] = args.expert_parallel_size
+    for f in _PARALLEL_FLAGS:
+        value = getattr(args, f.keyword)
+        given = value if f.metavar is None else value is not None  # a switch is False when not given
+        if given:
+            out[f.keyword] = value
     if args.load_dummy is not None:
         out["load_format"] = "dummy_zeros" if args.load_dummy == "zeros" else "dummy"
     if args.kv_cache_memory is not None:
@@ -177,14 +219,6 @@ def _parallel_options(args: argparse.Namespace) -> dict:
         out["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.compile:
         out["compile"] = True
-    if args.sequence_parallel:
-        out["sequence_parallel"] = True
-    if args.mlp_data_parallel_size is not None:
-        out["mlp_data_parallel_size"] = args.mlp_data_parallel_size
-    if args.pipeline_parallel_size is not None:
-        out["pipeline_parallel_size"] = args.pipeline_parallel_size
-    if args.data_parallel_size is not None:
-        out["data_parallel_size"] = args.data_parallel_size
     return out
 
 
@@ -522,24 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compile", action="store_true",
                    help="compile every bucket before generating (neuron: torch.compile per bucket, then "
                    "fail_on_recompile) and print the bucket table")
-    r.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
-                   help="shard the model over N ranks started by the engine (gloo on CPU, NCCL on N GPUs); "
-                   "default 1")
-    r.add_argument("--expert-parallel-size", type=int, default=None, metavar="M",
-                   help="MoE experts split over M groups of ranks, each expert sharded over the group's ranks "
-                   "(1: every expert TP-sharded); default: whole experts spread over all ranks")
-    r.add_argument("--sequence-parallel", action="store_true",
-                   help="with --tensor-parallel-size: split the residual stream by tokens between the TP GEMMs "
-                   "(rocm)")
-    r.add_argument("--mlp-data-parallel-size", type=int, default=None, metavar="D",
-                   help="with --tensor-parallel-size N: gated MLPs sharded N/D ways inside D groups, each on "
-                   "1/D of the tokens (rocm)")
-    r.add_argument("--pipeline-parallel-size", type=int, default=None, metavar="P",
-                   help="split the decoder layers over P pipeline stages, each on its own rank(s), stage by stage "
-                   "(rocm; x --tensor-parallel-size ranks in all)")
-    r.add_argument("--data-parallel-size", type=int, default=None, metavar="D",
-                   help="attention data parallelism: D groups (of --tensor-parallel-size ranks) each with its own "
-                   "requests and KV cache, MoE/MLP layers over all ranks (rocm)")
+    _add_parallel_flags(r)
     r.add_argument("--load-dummy", nargs="?", const="random", choices=["random", "zeros"], default=None,
                    help="random (or zero) weights from config.json alone, for benchmarks; no safetensors read")
     r.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
