@@ -354,6 +354,13 @@ class DriverRunner:
         if warm is not None:
             warm()
 
+    def release_graphs(self) -> None:
+        """Drop rank 0's own graphs (no broadcast: every follower releases its runner's graphs itself, in
+        ``_worker``'s teardown)."""
+        release = getattr(self.inner, "release_graphs", None)
+        if release is not None:
+            release()
+
 
 def _use_fewer_blocks(blocks, usable: int) -> None:
     """Re-initialise rank 0's (still empty) block manager with ``usable`` blocks: ids every rank's cache holds (the
@@ -372,17 +379,17 @@ def _use_fewer_blocks(blocks, usable: int) -> None:
 def release_graphs(llm) -> None:
     """Destroy the engine's CUDA graphs (decode and speculative) before its NCCL group goes: a graph that captured
     NCCL kernels holds a reference on the communicator, and NCCL's destroy/abort waits for those references -- with
-    the graphs still alive, tearing down a TP=2 group on two H200s hung (faulthandler: in _abort_process_group)."""
+    the graphs still alive, tearing down a TP=2 group on two H200s hung (faulthandler: in _abort_process_group).
+
+    Each graph holder (the runner, the speculative decoder) drops its own graphs in ``release_graphs()``; a holder
+    without that method holds none (CPU and neuron runners)."""
     import gc
 
-    runner = getattr(llm, "runner", None)
-    for owner in (runner, getattr(runner, "inner", None), getattr(llm, "speculative", None)):
-        if owner is None:
-            continue
-        for name in ("graphs", "verify_graphs", "draft_graphs", "chain_graphs"):
-            if getattr(owner, name, None) is not None:
-                setattr(owner, name, None)
-    gc.collect()
+    for holder in (getattr(llm, "runner", None), getattr(llm, "speculative", None)):
+        release = getattr(holder, "release_graphs", None)
+        if release is not None:
+            release()
+    gc.collect()  # the graphs' last references go now, not at some later collection after the group is gone
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 

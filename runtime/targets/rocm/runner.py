@@ -48,6 +48,11 @@ class RocmRunner:
             with torch.inference_mode():
                 self.graphs.capture_all()
 
+    def release_graphs(self) -> None:
+        """Drop the decode CUDA graphs before the process group goes (``runtime/parallel/launch.py``
+        ``release_graphs`` says why); later decode steps run eagerly."""
+        self.graphs = None
+
     def step_greedy(self, work: list[Work]) -> list[int] | None:
         """Greedy token id of each sequence's last new token (``step(work).argmax(-1)``); under pipeline parallelism
         the last stage computes it and sends only the ids to rank 0 (None on the other ranks)."""
