@@ -240,6 +240,12 @@ def test_warmup_captures_every_bucket(ckpts, kind):
     assert fake.captures == 3 * 4 and all(sorted(g._buckets) == [1, 2, 4, 8] for g in sets)
     assert spec.generate(PROMPTS, _greedy(9)) == ref
     assert fake.captures == 12 and spec.speculative.graph_replays()["verify"] > 0
+    # launch.release_graphs (before a NCCL group goes) drops them; speculation then runs eagerly, still exact
+    from modelgen.runtime.parallel.launch import release_graphs
+
+    release_graphs(spec)
+    assert spec.speculative.graph_replays() == {"verify": None, "draft": None, "draft_chain": None}
+    assert spec.generate(PROMPTS, _greedy(9)) == ref
 
 
 def test_graphed_small_buckets_and_chunked_prefill(ckpts):

@@ -256,6 +256,11 @@ class SpeculativeDecoder:
             if graphs is not None:
                 graphs.capture_all()
 
+    def release_graphs(self) -> None:
+        """Drop the verify / draft / chained-draft graphs (before a NCCL group goes: launch.release_graphs says why);
+        later speculative steps run eagerly."""
+        self.verify_graphs = self.draft_graphs = self.chain_graphs = None
+
     def graph_replays(self) -> dict:
         """Replays of each speculative graph set so far (None: that step runs eagerly)."""
         return {name: (g.replays if g is not None else None) for name, g in
@@ -538,7 +543,7 @@ class SpeculativeDecoder:
         llm = self.llm
         if self._follower is None:
             self._follower = {"snap": {}, "last": {}, "hidden": None, "at": {}}
-            self.verify_graphs = self.draft_graphs = self.chain_graphs = None  # rank 0 runs these calls eagerly
+            self.release_graphs()  # rank 0 runs these calls eagerly
         f, pool = self._follower, llm.state_pool
         if kind == _TARGET:
             if pool is not None:
