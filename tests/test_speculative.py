@@ -71,7 +71,7 @@ def test_greedy_equal_random_head(ckpts, kind, k):
     assert stats["speculative"]["proposed_tokens"] > 0 and 0 <= stats["acceptance_rate"] <= 1
 
 
-@pytest.mark.parametrize("kind", ["deepseek", "qwen3_next"])
+@pytest.mark.parametrize("kind", ["deepseek", "qwen3_next", "qwen3_5"])
 def test_greedy_equal_neuron(ckpts, kind):
     path, _ = ckpts(kind)
     ref = _engine(path, "neuron").generate(PROMPTS, _greedy())

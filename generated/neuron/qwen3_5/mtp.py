@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): 8829c98d4e95b7df
+# source hash (spec + templates + generator): 1b6011c6442483d2
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35ForCausalLM for the neuron target (speculative decoding).
 
@@ -142,8 +142,9 @@ class Qwen35MTP(nn.Module):
 
     def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
         """Parameter -> checkpoint key(s): the decoder layer's from the target's mappings, plus the MTP projection."""
-        mappings = layer_mappings(checkpoint_mappings, self.config, MTP_BLOCK, self.layer_idx, available,
-                                  self.layer_prefix)
+        # this model's checkpoint_mappings reads no checkpoint keys (no fused-vs-per-expert choice)
+        mappings = layer_mappings(lambda config, _available: checkpoint_mappings(config), self.config, MTP_BLOCK,
+                                  self.layer_idx, available, self.layer_prefix)
         head = self.checkpoint_prefix
         mappings[head + "fc_weight"] = [head + "fc.weight"]
         for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
