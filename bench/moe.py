@@ -283,16 +283,12 @@ def main() -> int:
         llm.warmup()
         mg["graph_capture_s"] = time.perf_counter() - t0
         for b in args.batches:
-            ids = prompts[b].tolist()
-            llm.generate(ids, greedy(2))
-            t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
-            tn = min(wall(lambda: llm.generate(ids, greedy(args.new))) for _ in range(2))
-            mg["decode_tok_s"][str(b)] = b * (args.new - 1) / (tn - t1)
-            mg.setdefault("step_ms", {})[str(b)] = (tn - t1) / (args.new - 1) * 1e3
+            mg["decode_tok_s"][str(b)], mg.setdefault("step_ms", {})[str(b)] = \
+                modelgen_decode_rate(llm, prompts[b].tolist(), args.new, greedy)
             log(f"  modelgen bs{b}: {mg['decode_tok_s'][str(b)]:.1f} tok/s ({mg['step_ms'][str(b)]:.2f} ms/step; "
                 f"roofline {res['roofline_tok_s'][str(b)]:.0f})")
             save()
-        mg["pdl_level"] = os.environ.get("MODELGEN_PDL", "0")
+        mg["pdl_level"] = os.environ.get("MODELGEN_PDL", "1")  # runtime/ops/gpu/pdl.py's default
         if args.pdl_levels:
             llm = pdl_legs(args, ckpt, llm, prompts, greedy, res)
 
@@ -394,6 +390,14 @@ def main() -> int:
     return 0
 
 
+def modelgen_decode_rate(llm, ids: list[list[int]], new: int, greedy) -> tuple[float, float]:
+    """(decode tokens/s, ms per step) of one batch: batch * (N - 1) / (T(N) - T(1)), best of two of each."""
+    llm.generate(ids, greedy(2))
+    t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
+    tn = min(wall(lambda: llm.generate(ids, greedy(new))) for _ in range(2))
+    return len(ids) * (new - 1) / (tn - t1), (tn - t1) / (new - 1) * 1e3
+
+
 def pdl_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict):
     """The modelgen leg again for each ``--pdl-levels`` level (programmatic dependent launch, runtime/ops/gpu/pdl.py):
     a fresh engine (decode graphs capture the launch attributes, so they are re-captured), the same timing formula,
@@ -418,12 +422,8 @@ def pdl_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict):
         llm.warmup()
         entry = res.setdefault(f"modelgen_pdl{level}", {"decode_tok_s": {}, "step_ms": {}})
         for b in args.batches:
-            ids = prompts[b].tolist()
-            llm.generate(ids, greedy(2))
-            t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
-            tn = min(wall(lambda: llm.generate(ids, greedy(args.new))) for _ in range(2))
-            entry["decode_tok_s"][str(b)] = b * (args.new - 1) / (tn - t1)
-            entry["step_ms"][str(b)] = (tn - t1) / (args.new - 1) * 1e3
+            entry["decode_tok_s"][str(b)], entry["step_ms"][str(b)] = \
+                modelgen_decode_rate(llm, prompts[b].tolist(), args.new, greedy)
             base_rate = res["modelgen"]["decode_tok_s"].get(str(b))
             log(f"  modelgen MODELGEN_PDL={level} bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s "
                 f"({entry['step_ms'][str(b)]:.3f} ms/step; x{entry['decode_tok_s'][str(b)] / base_rate:.3f} "
@@ -432,7 +432,7 @@ def pdl_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict):
         entry["greedy_16_equal_first_leg"] = {b: got[b] == base[b] for b in base}
         log(f"  MODELGEN_PDL={level} greedy 16 tokens equal to the first leg:", entry["greedy_16_equal_first_leg"])
         res["bs1_step_ms_by_pdl_level"] = {
-            res["modelgen"].get("pdl_level", "0"): res["modelgen"].get("step_ms", {}).get("1"),
+            res["modelgen"].get("pdl_level", "1"): res["modelgen"].get("step_ms", {}).get("1"),
             **{k[len("modelgen_pdl"):]: v["step_ms"].get("1") for k, v in res.items() if k.startswith("modelgen_pdl")}}
         out = Path(args.out)
         out.write_text(json.dumps(res, indent=2))

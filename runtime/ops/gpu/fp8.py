@@ -138,15 +138,14 @@ GEMV_TIMINGS: dict[tuple, dict[str, float]] = {}  # (N, K, block, dtype, bias) -
 def _pick_gemv(key, x1, weight, scale, block, bias) -> tuple[int, int, int]:
     """The fastest config for this weight shape, timed once from CUDA-graph replays over weight copies (as
     ``linear.py`` picks its GEMM kernels), outside any capture: decode graphs warm up before they capture."""
-    from .linear import _time
+    from .linear import _time, weight_copies
 
     N, K = weight.shape
     bn_q, bk = block
     table = gemv_config(N, K, block, x1.device.index)
     k_blocks = triton.cdiv(K, bk)
     cands = [table] + [c for c in GEMV_CANDIDATES if c != table and bn_q % c[0] == 0 and c[1] <= k_blocks]
-    nbytes = weight.numel() * weight.element_size()
-    copies = [weight] + [weight.clone() for _ in range(min(4, (256 << 20) // max(nbytes, 1)))]
+    copies = weight_copies(weight)
     times = {}
     for c in cands:
         try:

@@ -229,6 +229,13 @@ def _time(fn, copies: int, reps: int = 12) -> float:
     return best
 
 
+def weight_copies(weight: torch.Tensor) -> list[torch.Tensor]:
+    """The weight and up to four clones (at most 256 MB in all) to time a kernel on in turn: a weight that fits in
+    L2 would otherwise be read from cache, not HBM as in decode."""
+    nbytes = weight.numel() * weight.element_size()
+    return [weight] + [weight.clone() for _ in range(min(4, (256 << 20) // max(nbytes, 1)))]
+
+
 def _pick(key, x2, weight, bias) -> str:
     forced = os.environ.get("MODELGEN_GEMV")
     M, K = x2.shape
@@ -238,9 +245,7 @@ def _pick(key, x2, weight, bias) -> str:
         impls["gemv"] = lambda w: gemv(x2, w, bias)
     if forced in impls:
         return forced
-    # Time on several copies of the weight in turn: a weight that fits in L2 would otherwise be read from cache.
-    nbytes = weight.numel() * weight.element_size()
-    copies = [weight] + [weight.clone() for _ in range(min(4, (256 << 20) // max(nbytes, 1)))]
+    copies = weight_copies(weight)
     times = {}
     for name, impl in impls.items():
         impl(weight)  # autotunes the Triton configs first (synchronising, outside any capture)
