@@ -93,6 +93,23 @@ elif [ "$phase" = call3 ]; then  # nvidia-h200-x2, ~560 s: TP A/B + close; quant
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/call3.log"
   mv "$L"/*.json "$OUT"/ 2>/dev/null; rm -rf "$L"
   cat "$OUT/call3.log"
+elif [ "$phase" = s21a ]; then  # nvidia-h200-x2, ~560 s: all-reduce kernels; TP=2 + profile; EP=2; NCCL mode tests
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout 90 python3 bench/allreduce.py --out "$OUT/h200x2-allreduce.json" 2>&1 | grep -v Warning | tail -30 \
+    > "$L/1-allreduce.log"
+  echo "[$(( $(date +%s) - t0 ))s] allreduce done" | tee -a "$L/1-allreduce.log"
+  timeout 190 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 --profile-steps 32 \
+    --out "$OUT/h200x2-llama8b-tp.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/2-tp.log"
+  timeout 140 python3 bench/tp.py --size qwen3-30b-a3b-8l --ep 2 --batches 1 8 32 --new 64 --reps 2 \
+    --check-prompts 2 --profile-steps 32 --out "$OUT/h200x2-qwen3-moe-ep2.json" 2>&1 | grep -v Warning | tail -40 \
+    > "$L/3-ep.log"
+  echo "[$(( $(date +%s) - t0 ))s] ep done" | tee -a "$L/3-ep.log"
+  timeout 130 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py 2>&1 | grep -v Warning \
+    | tail -25 > "$L/4-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/4-tests.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21a.log"; rm -rf "$L"
+  cat "$OUT/s21a.log"
 elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests; gpt-oss MXFP4 A/B; DeepSeek FP8 keep
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe_bias.py tests/test_fp8_keep.py \

@@ -127,6 +127,9 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
             rate = b * (args.new - 1) / (tn - t1)
             out["decode_tokens_per_s"][str(b)] = round(rate, 1)
             log(f"{label} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
+        if args.profile_steps:
+            out["profile_batch1"] = profile_steps(llm, prompts[min(args.batches)][:1], args.profile_steps, args.device)
+            log(f"{label} profile (batch 1, per decode step, ms): {out['profile_batch1']}")
     finally:
         log(f"{label}: close")
         import faulthandler
@@ -142,6 +145,65 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
     return {"figures": out, "tokens": tokens, "logits": logits}
+
+
+def profile_steps(llm, prompt: list[list[int]], steps: int, device: str) -> dict:
+    """Where a batch-1 decode step's wall time goes on rank 0 (medians over ``steps`` decode steps, ms): the engine
+    step, the step message to the followers (TP > 1), the host part of the graph launch, and the GPU time from the
+    replay's start to its end (CUDA events; at TP > 1 it includes waiting for the followers at the first collective).
+    ``step - gpu`` is the host time the GPU sits idle for (the step reads its token back before preparing the next)."""
+    import statistics
+
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    if not device.startswith("cuda"):
+        return {}
+    runner = llm.runner
+    inner = getattr(runner, "inner", runner)
+    graphs = getattr(inner, "graphs", None)
+    if graphs is None:
+        return {"error": "no decode graphs"}
+    times: dict[str, list[float]] = {"step": [], "send": [], "launch": []}
+    events: list = []
+    saved_run, saved_step = graphs.run, llm._step
+    ranks = getattr(runner, "ranks", None)
+    saved_send = ranks.send_step if ranks is not None else None
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                times[name].append((time.perf_counter() - t) * 1e3)
+        return wrapper
+
+    def run(*a, **k):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        out = timed("launch", saved_run)(*a, **k)
+        e1.record()
+        events.append((e0, e1))
+        return out
+
+    graphs.run, llm._step = run, timed("step", saved_step)
+    if ranks is not None:
+        ranks.send_step = timed("send", saved_send)
+    try:
+        llm.generate(prompt, SamplingParams(max_new_tokens=steps + 1, ignore_eos=True))
+    finally:
+        graphs.run, llm._step = saved_run, saved_step
+        if ranks is not None:
+            ranks.send_step = saved_send
+    torch.cuda.synchronize()
+    gpu = [a.elapsed_time(b) for a, b in events]
+    med = lambda xs: round(statistics.median(xs), 4) if xs else None  # noqa: E731
+    decode_steps = times["step"][1:]  # the first step is the prefill
+    out = {"steps": len(decode_steps), "step": med(decode_steps), "gpu": med(gpu), "launch": med(times["launch"]),
+           "send": med(times["send"][1:])}
+    if out["step"] is not None and out["gpu"] is not None:
+        out["host_exposed"] = round(out["step"] - out["gpu"], 4)
+    return out
 
 
 def compare(one: list[list[int]], two: list[list[int]]) -> dict:
@@ -171,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
                     help="TP>1 runs, each against the same TP=1 run: default (shared-memory control + one-shot "
                          "all-reduce), gloo-nccl (the launcher before), shm-nccl")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="after the timings, break N batch-1 decode steps down on rank 0 (profile_steps)")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     vocab = cfg["vocab_size"]

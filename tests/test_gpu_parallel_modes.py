@@ -1,5 +1,6 @@
-"""Pipeline parallelism and attention data parallelism on NCCL (one rank per GPU): greedy tokens equal one GPU,
-logits close (fp32; the one-GPU reference replays decode CUDA graphs, the parallel modes run eagerly). Skipped
+"""Tensor, expert and pipeline parallelism and attention data parallelism on NCCL (one rank per GPU): greedy tokens
+equal one GPU, logits close (fp32; the one-GPU reference replays decode CUDA graphs; TP / EP replay theirs too, with
+the all-reduces -- one-shot symmetric-memory kernel or NCCL -- captured in them; PP and DP run eagerly). Skipped
 without 2 CUDA GPUs (PP x TP without 4). The CPU (gloo) versions are tests/test_pipeline_parallel.py and
 tests/test_attention_dp.py."""
 from __future__ import annotations
@@ -28,6 +29,8 @@ def _run(path, **kw):
 
 
 @pytest.mark.parametrize("mode,case", [
+    ({"tensor_parallel_size": 2}, "llama"), ({"tensor_parallel_size": 2}, "qwen3_moe"),
+    ({"tensor_parallel_size": 2, "expert_parallel_size": 2}, "qwen3_moe"),
     ({"pipeline_parallel_size": 2}, "llama"), ({"pipeline_parallel_size": 2}, "qwen3_moe"),
     ({"data_parallel_size": 2}, "qwen3_moe"), ({"data_parallel_size": 2}, "llama"),
     ({"pipeline_parallel_size": 2, "tensor_parallel_size": 2}, "llama"),
