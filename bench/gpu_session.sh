@@ -110,6 +110,25 @@ elif [ "$phase" = s21a ]; then  # nvidia-h200-x2, ~560 s: all-reduce kernels; TP
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/4-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21a.log"; rm -rf "$L"
   cat "$OUT/s21a.log"
+elif [ "$phase" = s21b ]; then  # nvidia-h200-x2, ~480 s: GPU engine tests (pipelined decode) | MoE layer modes;
+  # TP=2 with pipelined decode A/B + profile; TP/EP NCCL tests
+  L="$OUT/logs"; mkdir -p "$L"
+  (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs -n 3 -p no:cacheprovider tests/test_gpu.py \
+    tests/test_pipelined_decode.py tests/test_gpu_speculative.py 2>&1 | grep -v Warning | tail -25 > "$L/1-tests.log") &
+  CUDA_VISIBLE_DEVICES=0 timeout 95 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl pdl_nf pdl_fr \
+    pdl_ahead_moe --out "$OUT/h200-moe-layer-s21.json" 2>&1 | grep -v Warning | tail -30 > "$L/1-moe-layer.log"
+  CUDA_VISIBLE_DEVICES=0 MODELGEN_GEMV=gemv timeout 95 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl \
+    pdl_nf --out "$OUT/h200-moe-layer-s21-gemv.json" 2>&1 | grep -v Warning | tail -30 > "$L/1-moe-layer-gemv.log"
+  wait
+  echo "[$(( $(date +%s) - t0 ))s] tests + moe layer done" | tee -a "$L/1-tests.log"
+  timeout 200 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 --profile-steps 32 \
+    --pipelined-ab --out "$OUT/h200x2-llama8b-tp-pipelined.json" 2>&1 | grep -v Warning | grep "\] " > "$L/2-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/2-tp.log"
+  timeout 100 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py -k tensor_parallel 2>&1 \
+    | grep -v Warning | tail -15 > "$L/3-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21b.log"; rm -rf "$L"
+  cat "$OUT/s21b.log"
 elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests; gpt-oss MXFP4 A/B; DeepSeek FP8 keep
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe_bias.py tests/test_fp8_keep.py \

@@ -203,6 +203,9 @@ def main() -> int:
     ap.add_argument("--systems", nargs="+", default=["modelgen", "hf_eager", "profile", "hf_static"])
     ap.add_argument("--hf-static-batches", type=int, nargs="*", default=[1, 32])
     ap.add_argument("--budget-s", type=float, default=480, help="skip remaining phases past this")
+    ap.add_argument("--env-legs", nargs="*", default=[],
+                    help="more modelgen legs, each a fresh engine under one MODELGEN_NAME=VALUE (e.g. MODELGEN_GEMV=gemv, "
+                         "MODELGEN_PIPELINED_DECODE=0), against the first leg in the same run")
     ap.add_argument("--pdl-levels", nargs="*", default=[],
                     help="after the modelgen leg (MODELGEN_PDL as set), rebuild the engine with each of these "
                          "MODELGEN_PDL levels (0/1/2), time it the same way and compare its greedy tokens")
@@ -289,8 +292,14 @@ def main() -> int:
                 f"roofline {res['roofline_tok_s'][str(b)]:.0f})")
             save()
         mg["pdl_level"] = os.environ.get("MODELGEN_PDL", "1")  # runtime/ops/gpu/pdl.py's default
-        if args.pdl_levels:
-            llm = pdl_legs(args, ckpt, llm, prompts, greedy, res)
+        legs = [(f"modelgen_pdl{level}", {"MODELGEN_PDL": str(level)}) for level in args.pdl_levels]
+        for item in args.env_legs:
+            name, _, value = item.partition("=")
+            if not name.startswith("MODELGEN_") or not value:
+                raise SystemExit(f"--env-legs {item!r}: expected MODELGEN_NAME=VALUE")
+            legs.append((f"modelgen_{name[len('MODELGEN_'):].lower()}_{value}", {name: value}))
+        if legs:
+            llm = env_legs(args, ckpt, llm, prompts, greedy, res, legs)
 
     if "hf_eager" in args.systems:
         entry = res.setdefault("hf_eager", {"decode_tok_s": {}})
@@ -398,44 +407,56 @@ def modelgen_decode_rate(llm, ids: list[list[int]], new: int, greedy) -> tuple[f
     return len(ids) * (new - 1) / (tn - t1), (tn - t1) / (new - 1) * 1e3
 
 
-def pdl_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict):
-    """The modelgen leg again for each ``--pdl-levels`` level (programmatic dependent launch, runtime/ops/gpu/pdl.py):
-    a fresh engine (decode graphs capture the launch attributes, so they are re-captured), the same timing formula,
-    and the 16 greedy tokens of every batch against the first leg's. Graphs and engines of earlier legs are freed
-    first so the legs run on the same memory."""
+def env_legs(args, ckpt: Path, llm, prompts: dict, greedy, res: dict, legs: list[tuple[str, dict]]):
+    """The modelgen leg again for each ``(key, environment)`` of ``legs`` (``--pdl-levels``: programmatic dependent
+    launch, runtime/ops/gpu/pdl.py; ``--env-legs``: any MODELGEN_* switch, e.g. MODELGEN_GEMV=gemv or
+    MODELGEN_PIPELINED_DECODE=0): a fresh engine (decode graphs capture the launch attributes and the per-shape
+    kernel choices, so they are re-captured and re-chosen), the same timing formula, and the 16 greedy tokens of every
+    batch against the first leg's. Graphs and engines of earlier legs are freed first so the legs run on the same
+    memory; each leg's environment is undone before the next."""
     from modelgen.runtime.engine.llm import LLM
-    from modelgen.runtime.ops.gpu import pdl
+    from modelgen.runtime.ops.gpu import linear as gl, pdl
 
     def tokens(engine) -> dict:
         return {str(b): engine.generate(prompts[b].tolist(), greedy(16)) for b in args.batches}
 
     base = tokens(llm)
-    for level in args.pdl_levels:
+    for key, env in legs:
         llm.close()
         del llm
         gc.collect()
         torch.cuda.empty_cache()
-        os.environ["MODELGEN_PDL"] = str(level)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         pdl.refresh()
-        llm = LLM(ckpt, target="rocm", dtype="bfloat16", device="cuda", max_model_len=args.prompt + args.new + 16,
-                  max_num_seqs=max(args.batches))
-        llm.warmup()
-        entry = res.setdefault(f"modelgen_pdl{level}", {"decode_tok_s": {}, "step_ms": {}})
-        for b in args.batches:
-            entry["decode_tok_s"][str(b)], entry["step_ms"][str(b)] = \
-                modelgen_decode_rate(llm, prompts[b].tolist(), args.new, greedy)
-            base_rate = res["modelgen"]["decode_tok_s"].get(str(b))
-            log(f"  modelgen MODELGEN_PDL={level} bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s "
-                f"({entry['step_ms'][str(b)]:.3f} ms/step; x{entry['decode_tok_s'][str(b)] / base_rate:.3f} "
-                f"of the first leg)" if base_rate else "")
-        got = tokens(llm)
+        gl._CHOICE.clear()
+        try:
+            llm = LLM(ckpt, target="rocm", dtype="bfloat16", device="cuda", max_model_len=args.prompt + args.new + 16,
+                      max_num_seqs=max(args.batches))
+            llm.warmup()
+            entry = res.setdefault(key, {"environment": env, "decode_tok_s": {}, "step_ms": {}})
+            for b in args.batches:
+                entry["decode_tok_s"][str(b)], entry["step_ms"][str(b)] = \
+                    modelgen_decode_rate(llm, prompts[b].tolist(), args.new, greedy)
+                base_rate = res["modelgen"]["decode_tok_s"].get(str(b))
+                log(f"  modelgen {env} bs{b}: {entry['decode_tok_s'][str(b)]:.1f} tok/s "
+                    f"({entry['step_ms'][str(b)]:.3f} ms/step; x{entry['decode_tok_s'][str(b)] / base_rate:.3f} "
+                    f"of the first leg)" if base_rate else "")
+            got = tokens(llm)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            pdl.refresh()
+            gl._CHOICE.clear()
         entry["greedy_16_equal_first_leg"] = {b: got[b] == base[b] for b in base}
-        log(f"  MODELGEN_PDL={level} greedy 16 tokens equal to the first leg:", entry["greedy_16_equal_first_leg"])
-        res["bs1_step_ms_by_pdl_level"] = {
-            res["modelgen"].get("pdl_level", "1"): res["modelgen"].get("step_ms", {}).get("1"),
-            **{k[len("modelgen_pdl"):]: v["step_ms"].get("1") for k, v in res.items() if k.startswith("modelgen_pdl")}}
-        out = Path(args.out)
-        out.write_text(json.dumps(res, indent=2))
+        log(f"  {env} greedy 16 tokens equal to the first leg:", entry["greedy_16_equal_first_leg"])
+        res["bs1_step_ms_by_leg"] = {"first": res["modelgen"].get("step_ms", {}).get("1"),
+                                     **{k: v["step_ms"].get("1") for k, v in res.items()
+                                        if k.startswith("modelgen_") and isinstance(v, dict) and "step_ms" in v}}
+        Path(args.out).write_text(json.dumps(res, indent=2))
     return llm
 
 

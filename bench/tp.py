@@ -119,17 +119,27 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         log(f"{label}: check score")
         logits = llm.score(check[0]).float().cpu()
         log(f"{label}: check done")
-        for b in args.batches:
-            ids = prompts[b]
-            llm.generate(ids, greedy(2))  # kernels and GEMM choices for these shapes
-            t1 = min(wall(lambda: llm.generate(ids, greedy(1)), args.device) for _ in range(args.reps))
-            tn = min(wall(lambda: llm.generate(ids, greedy(args.new)), args.device) for _ in range(args.reps))
-            rate = b * (args.new - 1) / (tn - t1)
-            out["decode_tokens_per_s"][str(b)] = round(rate, 1)
-            log(f"{label} batch {b}: {rate:.1f} tok/s (T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
-        if args.profile_steps:
+        pipelined = llm.pipelined
+        legs = [("decode_tokens_per_s", pipelined)]
+        if args.pipelined_ab and pipelined is not None:  # the same engine with pipelined decode off
+            legs.append(("decode_tokens_per_s_unpipelined", None))
+        for key, mode in legs:
+            llm.pipelined = mode
+            out.setdefault(key, {})
+            for b in args.batches:
+                ids = prompts[b]
+                llm.generate(ids, greedy(2))  # kernels and GEMM choices for these shapes
+                t1 = min(wall(lambda: llm.generate(ids, greedy(1)), args.device) for _ in range(args.reps))
+                tn = min(wall(lambda: llm.generate(ids, greedy(args.new)), args.device) for _ in range(args.reps))
+                rate = b * (args.new - 1) / (tn - t1)
+                out[key][str(b)] = round(rate, 1)
+                log(f"{label} batch {b}{'' if mode is not None else ' (unpipelined)'}: {rate:.1f} tok/s "
+                    f"(T1 {t1 * 1e3:.1f} ms, T{args.new} {tn * 1e3:.1f} ms)")
+        if args.profile_steps:  # the plain step: how much host time pipelined decode has to hide
+            llm.pipelined = None
             out["profile_batch1"] = profile_steps(llm, prompts[min(args.batches)][:1], args.profile_steps, args.device)
-            log(f"{label} profile (batch 1, per decode step, ms): {out['profile_batch1']}")
+            log(f"{label} profile (batch 1, unpipelined, per decode step, ms): {out['profile_batch1']}")
+        llm.pipelined = pipelined
     finally:
         log(f"{label}: close")
         import faulthandler
@@ -233,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
                     help="TP>1 runs, each against the same TP=1 run: default (shared-memory control + one-shot "
                          "all-reduce), gloo-nccl (the launcher before), shm-nccl")
+    ap.add_argument("--pipelined-ab", action="store_true",
+                    help="also time every batch with pipelined greedy decode off (same engine, same run)")
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="after the timings, break N batch-1 decode steps down on rank 0 (profile_steps)")
     args = ap.parse_args(argv)
@@ -257,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             two = measure(args.tp, cfg_dir, args, prompts, check, variant)
             key = f"tp{args.tp}" + ("" if variant == "default" else f"_{variant}")
             rate1, rate2 = one["figures"]["decode_tokens_per_s"], two["figures"]["decode_tokens_per_s"]
+            u1 = one["figures"].get("decode_tokens_per_s_unpipelined")
+            u2 = two["figures"].get("decode_tokens_per_s_unpipelined")
+            if u1 and u2:
+                two["figures"]["speedup_unpipelined"] = {b: round(u2[b] / u1[b], 3) for b in u2}
             result[key] = {**two["figures"], "speedup": {b: round(rate2[b] / rate1[b], 3) for b in rate2},
                            "check": {**compare(one["tokens"], two["tokens"]),
                                      "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),

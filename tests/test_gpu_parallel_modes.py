@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.parallel.launch import world_size_for
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import make_moe
 
@@ -37,8 +38,10 @@ def _run(path, **kw):
     ({"data_parallel_size": 2, "tensor_parallel_size": 2}, "qwen3_moe"),
 ])
 def test_parallel_mode_on_nccl_equals_one_gpu(tmp_path, mode, case):
-    if mode.get("tensor_parallel_size", 1) * 2 > torch.cuda.device_count():
-        pytest.skip("needs 4 CUDA GPUs")
+    gpus = world_size_for(mode.get("tensor_parallel_size", 1), mode.get("expert_parallel_size"),
+                          mode.get("pipeline_parallel_size", 1), mode.get("data_parallel_size", 1))
+    if gpus > torch.cuda.device_count():
+        pytest.skip(f"needs {gpus} CUDA GPUs")
     if case == "llama":
         make_llama(tmp_path, "gqa", num_hidden_layers=3)
     else:

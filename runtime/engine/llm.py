@@ -37,6 +37,7 @@ from ..progress import CountingCheckpoint, bar
 from ..targets import get_target
 from ..targets.base import RunnerOptions
 from .block_manager import CacheFullError
+from .pipelined import PipelinedDecode
 from .outputs import IncrementalDecoder, RequestOutput, RequestStats, StreamDelta
 from .registry import find_model
 from .runners import Work
@@ -403,6 +404,7 @@ class LLM:
             self._request_releasers += (self.speculative.release,)
         self._next_id = 0
         self.stats = GenerateStats()
+        self.pipelined = PipelinedDecode(self) if PipelinedDecode.applies(self) else None
 
     def warmup(self) -> None:
         """Compile/capture everything the runner would otherwise build on first use (GPU decode graphs, and the
@@ -530,6 +532,8 @@ class LLM:
             while waiting or running:
                 yield self._step(waiting, running)
         finally:
+            if self.pipelined is not None:
+                self.pipelined.drop()  # a step still in flight: its tokens are not needed any more
             # Finished requests released theirs already; this frees what a failure left behind.
             self._release_all([r.seq_id for r in reqs])
 
@@ -667,6 +671,10 @@ class LLM:
     def _step(self, waiting: list[_Request], running: list[_Request]) -> None:
         if self.speculative is not None:  # draft + verify steps
             return self.speculative.step(waiting, running)
+        if self.pipelined is not None:  # greedy decode steps launched one ahead of reading their tokens
+            emitted = self.pipelined.step(waiting, running)
+            if emitted is not None:
+                return emitted
         running.extend(self._admit(waiting, running))
         prefilling = [r for r in running if len(r.tokens) - r.computed > 1]
         if prefilling and not self.runner.mixes_prefill_and_decode:
@@ -723,10 +731,16 @@ class LLM:
             self.stats.decode_tokens += len(work)
             self.stats.decode_s += dt
         self.stats.steps += 1
+        return self._emit(batch, [len(w.token_ids) for w in work], tokens, finishing, running)
+
+    def _emit(self, batch: list[_Request], fed: list[int], tokens: list[int | None], finishing: list[bool],
+              running: list[_Request]) -> list[_Request]:
+        """Advance each request by its ``fed`` tokens and append its new token where ``finishing``; finished requests
+        leave ``running`` and release their resources. Returns the requests that got a token."""
         now = time.perf_counter()
         emitted = []
-        for r, w, tok, fin in zip(batch, work, tokens, finishing):
-            r.computed += len(w.token_ids)
+        for r, n, tok, fin in zip(batch, fed, tokens, finishing):
+            r.computed += n
             if not fin:
                 continue
             r.append(tok)

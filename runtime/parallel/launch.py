@@ -331,7 +331,8 @@ class DriverRunner:
         if callable(value) and not isinstance(value, type) and name not in self._LOCAL_CALLS \
                 and getattr(value, "__self__", None) is self.inner:
             raise NotImplementedError(f"runner.{name}: not broadcast to the other ranks (an engine-started "
-                                      f"tensor-parallel runner supports step, step_sample, step_greedy and warmup)")
+                                      f"tensor-parallel runner supports step, step_sample, step_greedy, "
+                                      f"step_greedy_async and warmup)")
         return value
 
     def step(self, work, all_positions: bool = False):
@@ -347,6 +348,12 @@ class DriverRunner:
         DP ranks)."""
         self.ranks.send_step(GREEDY, work, self.blocks, self.state_pool)
         return self.inner.step_greedy(work)
+
+    def step_greedy_async(self, work):
+        """A pipelined greedy step (runtime/engine/pipelined.py): every rank launches it; the followers do not read
+        its tokens back (their ``chain`` rows feed their next step, as rank 0's do)."""
+        self.ranks.send_step(GREEDY, work, self.blocks, self.state_pool, flag=1)
+        return self.inner.step_greedy_async(work)
 
     def warmup(self) -> None:
         self.ranks.send_warmup()
@@ -477,6 +484,8 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
                 llm.speculative.follow(flag, work)
             elif command == STEP:
                 runner.step(work, all_positions=bool(flag))
+            elif command == GREEDY and flag:  # pipelined greedy decode: launched, never read here
+                runner.step_greedy_async(work, read_back=False)
             elif command == GREEDY:
                 runner.step_greedy(work)
             else:

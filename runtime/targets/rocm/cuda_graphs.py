@@ -17,6 +17,7 @@ import torch
 
 from ... import distributed
 from ...layers.attention import AttentionMetadata
+from ...ops.tokens import chain_token_ids
 
 
 def default_decode_buckets(max_num_seqs: int) -> list[int]:
@@ -74,8 +75,12 @@ class DecodeGraphs:
     """Static-shape decode steps replayed from CUDA graphs (see module docstring)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, max_num_seqs: int, max_blocks_per_seq: int,
-                 block_size: int, buckets: list[int] | None = None, with_state: bool = False):
+                 block_size: int, buckets: list[int] | None = None, with_state: bool = False,
+                 chain: torch.Tensor | None = None):
         self.model, self.device = model, device
+        # Greedy feedback (runtime/ops/tokens.py): every replay reads ids ``-1 - r`` from ``chain[r]`` and writes its
+        # rows' argmax into ``chain``, so the engine can launch the next step before reading this one's tokens.
+        self.chain = chain
         self.with_state = with_state
         self.block_size = block_size
         self.width = max_blocks_per_seq
@@ -93,8 +98,12 @@ class DecodeGraphs:
     def _forward(self, bk: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
         if bk.with_state:  # bool view of the copied 0/1 row flags, computed inside the graph
             torch.ne(bk.fresh_i64, 0, out=bk.fresh)
-        hidden = self.model(bk.ids, bk.pos, bk.meta)
-        return self.model.compute_logits(hidden), hidden
+        ids = bk.ids if self.chain is None else chain_token_ids(bk.ids, self.chain)
+        hidden = self.model(ids, bk.pos, bk.meta)
+        logits = self.model.compute_logits(hidden)
+        if self.chain is not None:
+            torch.argmax(logits, -1, out=self.chain[: bk.batch])
+        return logits, hidden
 
     def _capture(self, batch: int) -> _Bucket:
         bk = _Bucket(batch, self.width, self.device, self.with_state)

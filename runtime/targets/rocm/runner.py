@@ -9,6 +9,7 @@ from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
 from ...layers.attention import AttentionMetadata
 from ...layers.gated_deltanet import StateMetadata
+from ...ops.tokens import chain_token_ids
 from .cuda_graphs import DecodeGraphs, slots_for
 
 
@@ -37,10 +38,15 @@ class RocmRunner:
         self.remote_greedy = self.pipeline is not None
         if self.pipeline is not None:
             cuda_graphs = False
+        # Greedy feedback for pipelined decode (step_greedy_async): row i holds the argmax of the last async step's
+        # sequence i; a later step's id ``-1 - i`` reads it (runtime/ops/tokens.py).
+        self.async_greedy = self.pipeline is None
+        self.chain = torch.zeros(max([max_num_seqs, *(decode_buckets or [])]), dtype=torch.int64, device=device)
+        self._readback = None  # two pinned host rows the async steps' tokens are copied into, alternately
         if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
             width = blocks.blocks_needed(max_model_len) if max_model_len else blocks.num_blocks
             self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets,
-                                       with_state=state_pool is not None)
+                                       with_state=state_pool is not None, chain=self.chain)
 
     def warmup(self) -> None:
         """Capture every decode bucket now rather than on first use."""
@@ -62,6 +68,39 @@ class RocmRunner:
         return ids.tolist() if ids is not None else None
 
     @torch.inference_mode()
+    def step_greedy_async(self, work: list[Work], read_back: bool = True) -> "GreedyStep":
+        """Launch a step that ends each sequence's row in its greedy token, without waiting for the GPU.
+
+        The argmax rows land in ``self.chain`` (row i = ``work[i]``), where the next step's ids ``from_chain(i)`` read
+        them on the device; ``read_back`` also queues their copy to pinned host memory, which
+        :meth:`GreedyStep.tokens` waits for. The engine reads step n's tokens after launching step n + 1
+        (``runtime/engine/llm.py``), so at most two steps are unread: two pinned rows, used alternately."""
+        if not self.async_greedy:
+            raise NotImplementedError("step_greedy_async under pipeline parallelism")
+        n = len(work)
+        graphed = self._graphed(work)
+        logits = self.step(work)
+        if not graphed:  # the decode graphs write chain themselves
+            torch.argmax(logits, -1, out=self.chain[:n])
+        if not read_back:
+            return GreedyStep(None, n, None)
+        if self.chain.is_cuda:
+            if self._readback is None:
+                self._readback = [torch.zeros(self.chain.numel(), dtype=torch.int64, pin_memory=True) for _ in range(2)]
+            buf = self._readback.pop(0)
+            self._readback.append(buf)
+            buf[:n].copy_(self.chain[:n], non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            return GreedyStep(buf, n, done)
+        return GreedyStep(self.chain[:n].clone(), n, None)
+
+    def _graphed(self, work: list[Work], all_positions: bool = False) -> bool:
+        graphs = self.graphs
+        return graphs is not None and not all_positions and all(len(w.token_ids) == 1 for w in work) \
+            and graphs.bucket_for(len(work)) is not None
+
+    @torch.inference_mode()
     def step(self, work: list[Work], all_positions: bool = False, return_hidden: bool = False, *,
              _greedy: bool = False):
         """Logits of each sequence's last new token ``[num_seqs, V]`` (every new token with ``all_positions``).
@@ -73,8 +112,7 @@ class RocmRunner:
         eager path (the caller computes the rows it needs, instead of a vocabulary-wide row per prompt token).
         """
         graphs = self.graphs
-        if graphs is not None and not all_positions and all(len(w.token_ids) == 1 for w in work) \
-                and graphs.bucket_for(len(work)) is not None:
+        if self._graphed(work, all_positions):
             tables = self.blocks.tables
             slots = [self.state_pool.slot(w.seq_id) for w in work] if self.state_pool is not None else None
             return graphs.run([w.token_ids[0] for w in work], [w.start_pos for w in work],
@@ -100,6 +138,8 @@ class RocmRunner:
             state=self._state_metadata(work),
         )
         input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
+        if min(ids) < 0:  # ids fed back from the previous greedy step's rows (step_greedy_async)
+            input_ids = chain_token_ids(input_ids, self.chain)
         positions = torch.tensor(pos, dtype=torch.int64, device=dev)
         if self.pipeline is not None:
             if return_hidden:
@@ -130,3 +170,17 @@ def _gpu_kernels_on(model: torch.nn.Module, device: torch.device) -> bool:
 
     probe = next(model.parameters(), None)
     return probe is not None and gpu.enabled(probe)
+
+
+class GreedyStep:
+    """A launched greedy step's tokens: :meth:`tokens` waits for them (the step's copy to pinned memory)."""
+
+    def __init__(self, host: torch.Tensor | None, n: int, done):
+        self.host, self.n, self.done = host, n, done
+
+    def tokens(self) -> list[int]:
+        if self.host is None:
+            raise RuntimeError("this step's tokens were not read back (a follower rank's step)")
+        if self.done is not None:
+            self.done.synchronize()
+        return self.host[: self.n].tolist()
