@@ -85,6 +85,8 @@ VARIANTS = {
     "default": {},  # shared-memory step messages + one-shot all-reduce for small messages (the engine's defaults)
     "gloo-nccl": {"MODELGEN_SHM_CONTROL": "0", "MODELGEN_CUSTOM_ALLREDUCE": "0"},  # before: gloo + NCCL only
     "shm-nccl": {"MODELGEN_SHM_CONTROL": "1", "MODELGEN_CUSTOM_ALLREDUCE": "0"},
+    # the all-reduces followed by a separate add + RMSNorm launch (before runtime/ops/gpu/allreduce_norm.py)
+    "unfused-norm": {"MODELGEN_FUSED_ALLREDUCE_NORM": "0"},
 }
 
 
@@ -94,7 +96,7 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
     greedy tokens of the check prompts and one prompt's logits."""
     import os
 
-    for k in ("MODELGEN_SHM_CONTROL", "MODELGEN_CUSTOM_ALLREDUCE"):
+    for k in ("MODELGEN_SHM_CONTROL", "MODELGEN_CUSTOM_ALLREDUCE", "MODELGEN_FUSED_ALLREDUCE_NORM"):
         os.environ.pop(k, None)
     os.environ.update(VARIANTS[variant])
     label = f"TP={tp}" + (f" [{variant}]" if tp > 1 else "")

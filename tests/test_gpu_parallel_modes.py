@@ -36,7 +36,7 @@ def _run(path, **kw):
     ({"data_parallel_size": 2}, "qwen3_moe"), ({"data_parallel_size": 2}, "llama"),
     ({"pipeline_parallel_size": 2, "tensor_parallel_size": 2}, "llama"),
     ({"data_parallel_size": 2, "tensor_parallel_size": 2}, "qwen3_moe"),
-])
+], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k.split('_')[0]}{n}" for k, n in v.items()))
 def test_parallel_mode_on_nccl_equals_one_gpu(tmp_path, mode, case):
     gpus = world_size_for(mode.get("tensor_parallel_size", 1), mode.get("expert_parallel_size"),
                           mode.get("pipeline_parallel_size", 1), mode.get("data_parallel_size", 1))
