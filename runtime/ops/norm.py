@@ -78,7 +78,9 @@ def all_reduce_add_rms_norm(
 
     Backends, first that applies: aiter's fused kernel (``aiter.dist.communication_op.
     tensor_model_parallel_fused_allreduce_rmsnorm``, one launch; only when aiter imports, its own TP group is set up
-    with this world size, the tensors are on a GPU and the norm is the plain affine Llama one); otherwise one
+    with this world size, the tensors are on a GPU and the norm is the plain affine Llama one); then the Triton
+    one-launch kernel over CUDA symmetric memory (``gpu/allreduce_norm.py``: NCCL default world of 2..8 GPUs, small
+    messages, every affine convention; ``MODELGEN_FUSED_ALLREDUCE_NORM=0`` turns it off for A/B); otherwise one
     all-reduce followed by the fused add + RMSNorm (the Triton kernel on the GPU path, the torch reference here on the
     CPU). At world size 1 it is exactly :func:`add_rms_norm`.
     """
@@ -86,6 +88,8 @@ def all_reduce_add_rms_norm(
 
     if dist.tp_size() > 1:
         fused = _aiter_all_reduce_rms_norm(x, residual, weight, eps, zero_centred, weight_float32)
+        if fused is None:
+            fused = _triton_all_reduce_rms_norm(x, residual, weight, eps, zero_centred, weight_float32)
         if fused is not None:
             return fused
         x = dist.all_reduce(x)
@@ -96,6 +100,20 @@ def all_reduce_add_rms_norm(
 
         return gpu_norm.add_rms_norm(x, residual, weight, eps, zero_centred)
     return add_rms_norm(x, residual, weight, eps, zero_centred, weight_float32)
+
+
+def _triton_all_reduce_rms_norm(x, residual, weight, eps, zero_centred, weight_float32):
+    """The Triton one-launch kernel (``gpu/allreduce_norm.py``), or None where it does not apply (it checks the
+    group, sizes and switches itself)."""
+    if not x.is_cuda or weight is None:
+        return None
+    from . import gpu
+
+    if not gpu.enabled(x):
+        return None
+    from .gpu import allreduce_norm
+
+    return allreduce_norm.all_reduce_add_rms_norm(x, residual, weight, eps, zero_centred, weight_float32)
 
 
 def _aiter_all_reduce_rms_norm(x, residual, weight, eps, zero_centred, weight_float32):

@@ -21,6 +21,7 @@ caller uses NCCL. Multicast (NVLS) is never used (the device note: TORCH_SYMM_ME
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -67,12 +68,21 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
     """The one-shot all-reduce of ``x`` over the default group, or None where it does not apply.
 
     Set up lazily on the first eligible call, which every rank reaches at the same point of the same forward (tensor
-    parallel collectives run in the same order on every rank); never set up while a CUDA graph is being captured."""
+    parallel collectives run in the same order on every rank); never set up while a CUDA graph is being captured.
+
+    ``MODELGEN_CUSTOM_ALLREDUCE_KERNEL=triton`` takes the Triton kernel of ``allreduce_norm.py`` (norm off) where it
+    applies, PyTorch's otherwise; the default ``torch`` keeps PyTorch's (bench/allreduce.py measures both)."""
     if not enabled() or not x.is_cuda or dist.get_backend() != "nccl":
         return None
     world = dist.get_world_size()
     if not 2 <= world <= 8:
         return None
+    if os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_KERNEL", "torch") == "triton":
+        from . import allreduce_norm
+
+        y = allreduce_norm.all_reduce(x)
+        if y is not None:
+            return y
     key = str(x.dtype)
     op = _STATE.get(key)
     if op is None:
@@ -91,5 +101,9 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
 
 
 def reset() -> None:
-    """Forget the buffers (tests that tear a process group down and start another)."""
+    """Forget the buffers, this module's and the fused all-reduce + norm kernel's (tests that tear a process group
+    down and start another)."""
     _STATE.clear()
+    fused = sys.modules.get(f"{__package__}.allreduce_norm")  # only if it was imported (it imports Triton)
+    if fused is not None:
+        fused.reset()
