@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def _graph_us(fn, state: tuple, per_graph: int, replays: int) -> float:
 
 def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    watchdog = threading.Timer(540, lambda: os._exit(3))  # a hung barrier spins for ever: exit (frees the GPU)
+    watchdog.daemon = True
+    watchdog.start()
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     from modelgen.runtime.ops.gpu import allreduce, allreduce_norm
@@ -148,6 +152,7 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
                                              indent=1))
     dist.barrier()
     dist.destroy_process_group()
+    watchdog.cancel()
 
 
 def main() -> None:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from modelgen.runtime.ops import norm as ref
 from tests.gpu_helpers import INTERPRET
 
 EPS = 1e-5
+WATCHDOG_S = 240
 CASES = [  # name -> (zero_centred, weight_float32, with residual)
     ("llama", False, False, True), ("zero_centred", True, False, True), ("weight_float32", False, True, True),
     ("first_layer", False, False, False),
@@ -128,6 +130,10 @@ def _gpu_rank(rank: int, world: int, port: int, out_dir: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                       NCCL_NVLS_ENABLE="0")
+    # a barrier that never completes spins on the GPU for ever: fail the test instead (exiting frees the GPU)
+    watchdog = threading.Timer(WATCHDOG_S, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     try:
@@ -135,6 +141,7 @@ def _gpu_rank(rank: int, world: int, port: int, out_dir: str) -> None:
         open(os.path.join(out_dir, f"ok{rank}"), "w").close()
     finally:
         dist.destroy_process_group()
+        watchdog.cancel()
 
 
 def _unfused(part, residual, weight, zc, f32):

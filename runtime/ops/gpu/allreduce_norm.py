@@ -38,6 +38,9 @@ row width, so the plain all-reduce (rows of ``CHUNK`` elements) and the norm ker
 one buffer, its epochs and flags. It is the alternating-buffer argument of ``allreduce.py``, made per row and chosen
 on the device by the epoch parity, so it does not depend on the number of calls captured in a graph.
 
+Every rank's buffer address is a kernel argument (constant memory), not a device-side pointer table: no load sits
+on the barrier's path. They are fixed at setup, so CUDA graphs capture them.
+
 Progress: a program waits only for the same program on the peers; every program must be resident at once for that
 (``MAX_SLOTS`` = 64 rows, fewer than the SMs of any GPU this runs on: the H200 has 132).
 
@@ -72,19 +75,43 @@ MODES = {"llama": 0, "zero_centred": 1, "weight_float32": 2}
 
 
 @triton.jit
-def _base(bufs, p, T: tl.constexpr):
-    """Rank ``p``'s exchange buffer as a pointer to ``T``. The bases come from integers, so the compiler is told
-    they are 16-byte aligned (allocations are; every half and slot offset is a multiple of 32 KB) to keep the peer
-    loads and stores vectorised."""
-    return tl.multiple_of(tl.load(bufs + p).to(tl.pointer_type(T)), 16)
+def _ptr(addr, T: tl.constexpr):
+    """An exchange-buffer address (an integer kernel argument) as a pointer to ``T``. The compiler is told it is
+    16-byte aligned (allocations are; every half, slot and flag offset is a multiple of 16 bytes), which keeps the
+    copy-in stores and the peer loads vectorised."""
+    return tl.multiple_of(addr.to(tl.int64).to(tl.pointer_type(T)), 16)
+
+
+@triton.jit
+def _pick(p: tl.constexpr, b0, b1, b2, b3, b4, b5, b6, b7):
+    """Rank ``p``'s base address among the arguments (kernel arguments sit in constant memory: no load on the
+    barrier's path, unlike a device-side pointer table)."""
+    b = b0
+    if p == 1:
+        b = b1
+    if p == 2:
+        b = b2
+    if p == 3:
+        b = b3
+    if p == 4:
+        b = b4
+    if p == 5:
+        b = b5
+    if p == 6:
+        b = b6
+    if p == 7:
+        b = b7
+    return b
 
 
 @triton.jit
 def _allreduce_norm_kernel(
-    x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, bufs, flags, epochs, rank, total, eps, s_x, s_r, s_o, s_ro,
+    x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, epochs, mine, b0, b1, b2, b3, b4, b5, b6, b7, rank, total, eps,
+    s_x, s_r, s_o, s_ro,
     WORLD: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, SLOT: tl.constexpr, HALF: tl.constexpr,
-    NORM: tl.constexpr, ADD: tl.constexpr, MODE: tl.constexpr, PDL: tl.constexpr,
+    FLAGS: tl.constexpr, NORM: tl.constexpr, ADD: tl.constexpr, MODE: tl.constexpr, PDL: tl.constexpr,
 ):
+    T = x_ptr.dtype.element_ty
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     if NORM:
@@ -102,27 +129,26 @@ def _allreduce_norm_kernel(
     if NORM:
         w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     place = (e & 1) * HALF + row * SLOT  # elements from a buffer's base: half by epoch parity, slot by row
-    mine = _base(bufs, rank, x_ptr.dtype.element_ty)
-    tl.store(mine + place + offs, x, mask=mask)
+    tl.store(_ptr(mine, T) + place + offs, x, mask=mask)
     tl.debug_barrier()  # every thread's copy-in before the release below
-    for p in tl.static_range(WORLD):
-        peer_flags = tl.load(flags + p).to(tl.pointer_type(tl.int32))
+    for p in tl.static_range(WORLD):  # flags [row][rank] of every rank (this one's too)
+        peer_flags = _ptr(_pick(p, b0, b1, b2, b3, b4, b5, b6, b7) + FLAGS, tl.int32)
         tl.atomic_xchg(peer_flags + row * WORLD + rank, e, sem="release", scope="sys")
-    my_flags = tl.load(flags + rank).to(tl.pointer_type(tl.int32))
+    my_flags = _ptr(mine + FLAGS, tl.int32)
     for p in tl.static_range(WORLD):
         while tl.atomic_add(my_flags + row * WORLD + p, 0, sem="acquire", scope="sys") - e < 0:
             pass
     tl.debug_barrier()  # the acquire above before every thread's peer reads below
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for p in tl.static_range(WORLD):  # rank order: identical bits on every rank
-        src = _base(bufs, p, x_ptr.dtype.element_ty)
+        src = _ptr(_pick(p, b0, b1, b2, b3, b4, b5, b6, b7), T)
         acc += tl.load(src + place + offs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-    s = acc.to(x_ptr.dtype.element_ty)  # what the all-reduce returns
+    s = acc.to(T)  # what the all-reduce returns
     if not NORM:
         tl.store(o_ptr + row64 * s_o + offs, s, mask=mask)
     else:
         if ADD:
-            s = (s.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+            s = (s.to(tl.float32) + r.to(tl.float32)).to(T)
         tl.store(ro_ptr + row64 * s_ro + offs, s, mask=mask)
         # from here exactly gpu/norm.py's _rms_norm_kernel (and runtime/ops/norm.py's conventions)
         xf = s.to(tl.float32)
@@ -132,7 +158,7 @@ def _allreduce_norm_kernel(
         elif MODE == 2:  # weight_float32 (OLMo-2, T5): (w * x_hat) in float32, rounded once
             y = w * (xf * tl.math.rsqrt(var + eps))
         else:  # Llama: x_hat rounded to the activation dtype before the weight multiply
-            y = w * (xf * tl.math.rsqrt(var + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
+            y = w * (xf * tl.math.rsqrt(var + eps)).to(T).to(tl.float32)
         tl.store(o_ptr + row64 * s_o + offs, y.to(o_ptr.dtype.element_ty), mask=mask)
 
 
@@ -144,9 +170,10 @@ class Exchange:
         if not 1 <= world <= MAX_WORLD or not 0 <= rank < world or len(bases) != world:
             raise ValueError(f"allreduce_norm.Exchange: rank {rank} of world {world} with {len(bases)} buffers; "
                              f"expected 1..{MAX_WORLD} ranks, one buffer each")
+        if any(b % 16 for b in bases):
+            raise ValueError(f"allreduce_norm.Exchange: buffer bases {bases} are not 16-byte aligned")
         self.rank, self.world = rank, world
-        self.bufs = torch.tensor(bases, dtype=torch.int64, device=device)
-        self.flags = self.bufs + FLAGS_OFFSET
+        self.bases = [int(b) for b in bases] + [0] * (MAX_WORLD - world)  # the kernel's b0..b7
         self.epochs = torch.zeros(MAX_SLOTS, dtype=torch.int32, device=device)
         self.keep = keep
 
@@ -175,9 +202,9 @@ class Exchange:
         warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)  # gpu/norm.py's choice: same reduction order
         es = x2.element_size()
         _allreduce_norm_kernel[(rows,)](
-            x2, r2, weight, out, rout, self.bufs, self.flags, self.epochs, self.rank, total, eps, *strides,
-            WORLD=self.world, N=n, BLOCK=block, SLOT=SLOT_BYTES // es, HALF=HALF_BYTES // es, NORM=norm, ADD=add,
-            MODE=mode, num_warps=warps, **pdl.launch(x2.device))
+            x2, r2, weight, out, rout, self.epochs, self.bases[self.rank], *self.bases, self.rank, total, eps,
+            *strides, WORLD=self.world, N=n, BLOCK=block, SLOT=SLOT_BYTES // es, HALF=HALF_BYTES // es,
+            FLAGS=FLAGS_OFFSET, NORM=norm, ADD=add, MODE=mode, num_warps=warps, **pdl.launch(x2.device))
 
 
 def fits(x: torch.Tensor, max_bytes: int) -> bool:
