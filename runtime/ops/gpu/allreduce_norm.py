@@ -11,9 +11,10 @@ would need a second cross-program reduction, i.e. a second barrier, for 8-32 KB 
 
 1. copy-in: the program stores its row of this rank's partial sum into this rank's exchange buffer (symmetric memory,
    readable by the peers over NVLink) -- half ``epoch & 1``, slot ``row``;
-2. barrier, per row: ``bar.sync``, then a release store (system scope) of the row's epoch into every rank's flag
-   ``[row][this rank]``; then acquire loads (system scope) of this rank's flags ``[row][peer]`` until every peer's
-   epoch has arrived, then ``bar.sync``. Memory ordering: the CTA barrier puts every thread's copy-in store before
+2. barrier, per row: ``bar.sync``, then one thread writes the row's epoch into every rank's flag ``[row][this
+   rank]`` (an atomic exchange with release semantics at system scope, ``atom.release.sys``); then it polls this
+   rank's flags ``[row][peer]`` with acquire loads at system scope (``ld.acquire.sys``) until every peer's epoch has
+   arrived, then ``bar.sync``. Memory ordering: the CTA barrier puts every thread's copy-in store before
    the one thread's release (PTX release is cumulative over what the releasing thread has observed, and ``bar.sync``
    makes the other threads' stores observed); a peer that acquires the flag value then sees the row, and its own
    ``bar.sync`` after the acquire extends that to all its threads (the pattern of vLLM's ``multi_gpu_barrier`` with
@@ -38,8 +39,8 @@ row width, so the plain all-reduce (rows of ``CHUNK`` elements) and the norm ker
 one buffer, its epochs and flags. It is the alternating-buffer argument of ``allreduce.py``, made per row and chosen
 on the device by the epoch parity, so it does not depend on the number of calls captured in a graph.
 
-Every rank's buffer address is a kernel argument (constant memory), not a device-side pointer table: no load sits
-on the barrier's path. They are fixed at setup, so CUDA graphs capture them.
+Every rank's buffer address is a kernel argument (a tuple: constant memory), not a device-side pointer table: no
+load sits on the barrier's path. They are fixed at setup, so CUDA graphs capture them.
 
 Progress: a program waits only for the same program on the peers; every program must be resident at once for that
 (``MAX_SLOTS`` = 64 rows, fewer than the SMs of any GPU this runs on: the H200 has 132).
@@ -48,7 +49,7 @@ PDL: the kernel takes part like ``gpu/norm.py`` (``pdl.wait`` before touching an
 counter included -- happens after the previous kernel completed). With PDL off it is an ordinary launch, fully
 serialised after a predecessor launched with PDL (a kernel without the launch attribute waits for completion).
 
-Applies only where (:func:`applies`): NCCL default-group world of 2..8 CUDA ranks (no sub-group), symmetric memory,
+Applies only where (:func:`all_reduce_add_rms_norm`, :func:`world_applies`, :func:`fits`): NCCL default-group world of 2..8 CUDA ranks (no sub-group), symmetric memory,
 bf16/fp16/fp32 rows of at most ``SLOT_BYTES``, at most ``MAX_SLOTS`` rows, at most the one-shot size limit,
 ``MODELGEN_CUSTOM_ALLREDUCE`` and ``MODELGEN_FUSED_ALLREDUCE_NORM`` not "0". Setup is collective and lazy (the first
 eligible call, never during CUDA-graph capture). NVLink multicast is never used (plain loads and stores only).
@@ -68,7 +69,7 @@ MAX_SLOTS = 64  # rows per call (decode batches); all programs of a call must be
 CHUNK = 4096  # elements per program of the plain all-reduce (8 KB bf16, 16 KB fp32)
 MAX_WORLD = 8
 HALF_BYTES = MAX_SLOTS * SLOT_BYTES
-FLAGS_OFFSET = 2 * HALF_BYTES  # int32 flags [MAX_SLOTS][MAX_WORLD] after the two halves
+FLAGS_OFFSET = 2 * HALF_BYTES  # int32 flags [MAX_SLOTS][world] (room for MAX_WORLD ranks) after the two halves
 TOTAL_BYTES = FLAGS_OFFSET + MAX_SLOTS * MAX_WORLD * 4
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MODES = {"llama": 0, "zero_centred": 1, "weight_float32": 2}
@@ -83,31 +84,8 @@ def _ptr(addr, T: tl.constexpr):
 
 
 @triton.jit
-def _pick(p: tl.constexpr, b0, b1, b2, b3, b4, b5, b6, b7):
-    """Rank ``p``'s base address among the arguments (kernel arguments sit in constant memory: no load on the
-    barrier's path, unlike a device-side pointer table)."""
-    b = b0
-    if p == 1:
-        b = b1
-    if p == 2:
-        b = b2
-    if p == 3:
-        b = b3
-    if p == 4:
-        b = b4
-    if p == 5:
-        b = b5
-    if p == 6:
-        b = b6
-    if p == 7:
-        b = b7
-    return b
-
-
-@triton.jit
 def _allreduce_norm_kernel(
-    x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, epochs, mine, b0, b1, b2, b3, b4, b5, b6, b7, rank, total, eps,
-    s_x, s_r, s_o, s_ro,
+    x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, epochs, mine, bases, rank, total, eps, s_x, s_r, s_o, s_ro,
     WORLD: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, SLOT: tl.constexpr, HALF: tl.constexpr,
     FLAGS: tl.constexpr, NORM: tl.constexpr, ADD: tl.constexpr, MODE: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -132,7 +110,7 @@ def _allreduce_norm_kernel(
     tl.store(_ptr(mine, T) + place + offs, x, mask=mask)
     tl.debug_barrier()  # every thread's copy-in before the release below
     for p in tl.static_range(WORLD):  # flags [row][rank] of every rank (this one's too)
-        peer_flags = _ptr(_pick(p, b0, b1, b2, b3, b4, b5, b6, b7) + FLAGS, tl.int32)
+        peer_flags = _ptr(bases[p] + FLAGS, tl.int32)
         tl.atomic_xchg(peer_flags + row * WORLD + rank, e, sem="release", scope="sys")
     my_flags = _ptr(mine + FLAGS, tl.int32)
     for p in tl.static_range(WORLD):
@@ -141,7 +119,7 @@ def _allreduce_norm_kernel(
     tl.debug_barrier()  # the acquire above before every thread's peer reads below
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for p in tl.static_range(WORLD):  # rank order: identical bits on every rank
-        src = _ptr(_pick(p, b0, b1, b2, b3, b4, b5, b6, b7), T)
+        src = _ptr(bases[p], T)
         acc += tl.load(src + place + offs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
     s = acc.to(T)  # what the all-reduce returns
     if not NORM:
@@ -173,7 +151,7 @@ class Exchange:
         if any(b % 16 for b in bases):
             raise ValueError(f"allreduce_norm.Exchange: buffer bases {bases} are not 16-byte aligned")
         self.rank, self.world = rank, world
-        self.bases = [int(b) for b in bases] + [0] * (MAX_WORLD - world)  # the kernel's b0..b7
+        self.bases = tuple(int(b) for b in bases)
         self.epochs = torch.zeros(MAX_SLOTS, dtype=torch.int32, device=device)
         self.keep = keep
 
@@ -202,7 +180,7 @@ class Exchange:
         warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)  # gpu/norm.py's choice: same reduction order
         es = x2.element_size()
         _allreduce_norm_kernel[(rows,)](
-            x2, r2, weight, out, rout, self.epochs, self.bases[self.rank], *self.bases, self.rank, total, eps,
+            x2, r2, weight, out, rout, self.epochs, self.bases[self.rank], self.bases, self.rank, total, eps,
             *strides, WORLD=self.world, N=n, BLOCK=block, SLOT=SLOT_BYTES // es, HALF=HALF_BYTES // es,
             FLAGS=FLAGS_OFFSET, NORM=norm, ADD=add, MODE=mode, num_warps=warps, **pdl.launch(x2.device))
 
