@@ -83,7 +83,7 @@ def _ptr(addr, T: tl.constexpr):
     return tl.multiple_of(addr.to(tl.int64).to(tl.pointer_type(T)), 16)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank"])  # one binary for every rank (Triton would make rank 1 a constant)
 def _allreduce_norm_kernel(
     x_ptr, r_ptr, w_ptr, o_ptr, ro_ptr, epochs, mine, bases, rank, total, eps, s_x, s_r, s_o, s_ro,
     WORLD: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, SLOT: tl.constexpr, HALF: tl.constexpr,
