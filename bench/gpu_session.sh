@@ -129,6 +129,26 @@ elif [ "$phase" = s21b ]; then  # nvidia-h200-x2, ~480 s: GPU engine tests (pipe
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21b.log"; rm -rf "$L"
   cat "$OUT/s21b.log"
+elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
+  # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
+  L="$OUT/logs"; mkdir -p "$L"
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  timeout -k 10 150 python3 -m pytest -q -rs -x -p no:cacheprovider tests/test_gpu_allreduce_norm.py \
+    tests/test_fused_allreduce_norm.py 2>&1 | grep -v Warning | tail -25 > "$L/1-tests.log"
+  ok=$?; grep -q " passed" "$L/1-tests.log" && ! grep -q "failed\|error" "$L/1-tests.log" && ok=1 || ok=0
+  echo "[$(( $(date +%s) - t0 ))s] fused kernel tests done (ok=$ok)" | tee -a "$L/1-tests.log"
+  timeout -k 10 80 python3 bench/allreduce.py --out "$OUT/h200x2-allreduce-fused.json" 2>&1 | grep -v Warning \
+    | tail -20 > "$L/2-allreduce.log"
+  echo "[$(( $(date +%s) - t0 ))s] allreduce done" | tee -a "$L/2-allreduce.log"
+  if [ "$ok" = 1 ]; then V="default unfused-norm"; else export MODELGEN_FUSED_ALLREDUCE_NORM=0; V=default; fi
+  timeout -k 10 190 python3 bench/tp.py --batches 1 8 32 --new 64 --reps 2 --check-prompts 2 --variants $V \
+    --out "$OUT/h200x2-llama8b-tp-fused.json" 2>&1 | grep -v Warning | grep "\] " > "$L/3-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/3-tp.log"
+  timeout -k 10 110 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py -k tensor2 2>&1 \
+    | grep -v Warning | tail -15 > "$L/4-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/4-tests.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21c.log"; rm -rf "$L"
+  cat "$OUT/s21c.log"
 elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests; gpt-oss MXFP4 A/B; DeepSeek FP8 keep
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe_bias.py tests/test_fp8_keep.py \
