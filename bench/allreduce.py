@@ -60,6 +60,7 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
     watchdog = threading.Timer(540, lambda: os._exit(3))  # a hung barrier spins for ever: exit (frees the GPU)
     watchdog.daemon = True
     watchdog.start()
+    os.environ["MODELGEN_CUSTOM_ALLREDUCE_KERNEL"] = "torch"  # allreduce.one_shot = PyTorch's kernel, the column
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     from modelgen.runtime.ops.gpu import allreduce, allreduce_norm
@@ -106,8 +107,11 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
                 print(json.dumps({"rows": rows, "skipped": f"{rows * HIDDEN * 2} bytes > {limit}"}), flush=True)
             continue
         x = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16)
-        res = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16)
-        w = (torch.randn(HIDDEN, device="cuda") * 0.3 + 1.0).to(torch.bfloat16)
+        # the residual stream and the norm weight are the same on every rank (as in a model); only x, the partial
+        # sums, differ
+        shared = torch.Generator().manual_seed(rows)
+        res = torch.randn(rows, HIDDEN, generator=shared).to("cuda", torch.bfloat16)
+        w = (torch.randn(HIDDEN, generator=shared) * 0.3 + 1.0).to("cuda", torch.bfloat16)
         # exactness: integer-valued inputs sum exactly in any order
         ints = torch.randint(-8, 8, (rows, HIDDEN), device="cuda").to(torch.bfloat16) * (rank + 1)
         exact = bool(torch.equal(one_shot(ints.clone()), nccl(ints.clone())))
@@ -125,11 +129,12 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
             res_equal &= bool(torch.equal(r, want_r))
             normed_equal += (normed == want_normed).float().mean().item() / len(outs)
             normed_diff = max(normed_diff, (normed.float() - want_normed.float()).abs().max().item())
-        same = True
-        for t in (y, z, outs[-1][1][0], outs[-1][1][1]):
+        same = {}
+        for name, t in (("one_shot", y), ("triton_one_shot", z), ("fused_normed", outs[-1][1][0]),
+                        ("fused_residual", outs[-1][1][1])):
             gathered = [torch.empty_like(t) for _ in range(world)]
             dist.all_gather(gathered, t)
-            same &= all(torch.equal(gathered[0], g) for g in gathered)
+            same[name] = all(torch.equal(gathered[0], g) for g in gathered)
         n_us = _graph_us(chained(nccl), (x.clone(),), 32, 20)
         o_us = _graph_us(chained(one_shot), (x.clone(),), 32, 20)
         t_us = _graph_us(chained(triton_one_shot), (x.clone(),), 32, 20)

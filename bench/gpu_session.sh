@@ -149,6 +149,25 @@ elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + nor
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/4-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21c.log"; rm -rf "$L"
   cat "$OUT/s21c.log"
+elif [ "$phase" = s21d ]; then  # nvidia-h200-x2, ~560 s: MoE 24 layers end to end (pipelined A/B); TP/EP NCCL engine
+  # tests (Triton one-shot all-reduce by default); all-reduce timings (rank identity per kernel); EP=2 leg
+  L="$OUT/logs"; mkdir -p "$L"
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 185 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen \
+    --env-legs MODELGEN_PIPELINED_DECODE=0 --budget-s 175 --out "$OUT/h200-qwen3-30b-a3b-moe-pipelined.json" 2>&1 \
+    | grep -v Warning | grep -v "it/s" | tail -30 > "$L/1-moe.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe done" | tee -a "$L/1-moe.log"
+  timeout -k 10 170 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py -k tensor2 2>&1 \
+    | grep -v Warning | tail -15 > "$L/2-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/2-tests.log"
+  timeout -k 10 50 python3 bench/allreduce.py --out "$OUT/h200x2-allreduce-fused.json" 2>&1 | grep -v Warning \
+    | tail -8 > "$L/3-allreduce.log"
+  echo "[$(( $(date +%s) - t0 ))s] allreduce done" | tee -a "$L/3-allreduce.log"
+  timeout -k 10 100 python3 bench/tp.py --size qwen3-30b-a3b-8l --ep 2 --batches 1 8 32 --new 64 --reps 2 \
+    --check-prompts 2 --out "$OUT/h200x2-qwen3-moe-ep2-triton-ar.json" 2>&1 | grep -v Warning | grep "\] " > "$L/4-ep.log"
+  echo "[$(( $(date +%s) - t0 ))s] ep done" | tee -a "$L/4-ep.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21d.log"; rm -rf "$L"
+  cat "$OUT/s21d.log"
 elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests; gpt-oss MXFP4 A/B; DeepSeek FP8 keep
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe_bias.py tests/test_fp8_keep.py \
