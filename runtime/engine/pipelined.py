@@ -38,9 +38,13 @@ class PipelinedDecode:
 
     @staticmethod
     def applies(llm) -> bool:
+        # ``async_greedy`` is each runner's own say (wrappers forward attributes to the runner they wrap, so a
+        # wrapper that cannot pipeline -- attention DP -- sets it False itself); runners that compute greedy ids
+        # remotely (pipeline stages, attention DP) never pipeline.
+        runner = llm.runner
         return (os.environ.get("MODELGEN_PIPELINED_DECODE", "1") != "0" and llm.speculative is None
-                and getattr(llm.runner, "async_greedy", False) and callable(getattr(type(llm.runner),
-                                                                                     "step_greedy_async", None)))
+                and getattr(runner, "async_greedy", False) is True and not getattr(runner, "remote_greedy", False)
+                and callable(getattr(type(runner), "step_greedy_async", None)))
 
     def drop(self) -> None:
         self.inflight = None

@@ -192,6 +192,7 @@ class DataParallelRunner:
     rank 0 in work order."""
 
     remote_greedy = True  # the engine asks for greedy ids: each rank takes the argmax of its own rows
+    async_greedy = False  # no pipelined decode (runtime/engine/pipelined.py): each step's gathers are sized per step
 
     def __init__(self, inner, blocks: DataParallelBlocks, vocab_size: int):
         self.inner, self.blocks, self.vocab_size = inner, blocks, vocab_size
