@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             u1 = one["figures"].get("decode_tokens_per_s_unpipelined")
             u2 = two["figures"].get("decode_tokens_per_s_unpipelined")
             if u1 and u2:
-                two["figures"]["speedup_unpipelined"] = {b: round(u2[b] / u1[b], 3) for b in u2}
-            result[key] = {**two["figures"], "speedup": {b: round(rate2[b] / rate1[b], 3) for b in rate2},
+                two["figures"]["speedup_unpipelined"] = {b: round(u2[b] / u1[b], 4) for b in u2}
+            result[key] = {**two["figures"], "speedup": {b: round(rate2[b] / rate1[b], 4) for b in rate2},
                            "check": {**compare(one["tokens"], two["tokens"]),
                                      "max_abs_logit_diff": float((one["logits"] - two["logits"]).abs().max()),
                                      "logit_scale": float(one["logits"].abs().max())}}

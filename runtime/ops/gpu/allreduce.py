@@ -31,18 +31,57 @@ import torch.distributed as dist
 DEFAULT_MAX_BYTES = 512 * 1024
 
 
+def _agree(ok: bool, group: dist.ProcessGroup, device: torch.device) -> bool:
+    """Whether every rank of ``group`` says ``ok`` (a MIN all-reduce on the group's own backend)."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
+def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, group: dist.ProcessGroup, count: int = 1):
+    """``count`` symmetric-memory buffers of ``numel`` elements with their rendezvous handles, set up by every rank
+    of ``group`` together -- or None on every rank if any rank cannot (a RuntimeError names the first local cause).
+
+    Why the agreement steps: ``rendezvous`` is a collective. If one rank's allocation failed (memory, driver, no P2P)
+    and it fell back to NCCL while its peers entered the rendezvous, the peers would wait for ever (a TP=2 test on two
+    H200s hung exactly so, rank 0 in the rendezvous: bench/results/h200x2-tp-moe-test-hang.log). So: allocate, agree;
+    rendezvous, agree; any failure anywhere and every rank drops the buffers and takes the fallback together."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    bufs, handles, error = [], [], None
+    try:
+        bufs = [symm_mem.empty(numel, dtype=dtype, device=device) for _ in range(count)]
+    except Exception as e:  # noqa: BLE001 -- any local failure becomes the group's fallback
+        error = e
+    if not _agree(error is None, group, device):
+        _warn_fallback(error, "allocation")
+        return None
+    try:
+        handles = [symm_mem.rendezvous(buf, group.group_name) for buf in bufs]
+    except Exception as e:  # noqa: BLE001
+        error = e
+    if not _agree(error is None, group, device):
+        _warn_fallback(error, "rendezvous")
+        return None
+    return list(zip(bufs, handles))
+
+
+def _warn_fallback(error: BaseException | None, step: str) -> None:
+    import sys
+
+    where = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}" if error else "on a peer rank"
+    print(f"modelgen: symmetric-memory all-reduce unavailable ({step} failed {where}); using NCCL", file=sys.stderr)
+
+
 class OneShotAllReduce:
     def __init__(self, group: dist.ProcessGroup, device: torch.device, dtype: torch.dtype, max_bytes: int):
-        import torch.distributed._symmetric_memory as symm_mem
-
         self.group_name = group.group_name
         self.dtype = dtype
         self.max_numel = max_bytes // torch.empty((), dtype=dtype).element_size()
-        self.buffers = []
-        for _ in range(2):
-            buf = symm_mem.empty(self.max_numel, dtype=dtype, device=device)
-            symm_mem.rendezvous(buf, self.group_name)  # collective: every rank of the group allocates together
-            self.buffers.append(buf)
+        made = symmetric_buffers(self.max_numel, dtype, device, group, count=2)
+        if made is None:
+            raise RuntimeError("symmetric memory unavailable on some rank")
+        self.buffers = [buf for buf, _ in made]
         self.turn = 0
 
     def applies(self, x: torch.Tensor) -> bool:

@@ -159,10 +159,13 @@ class Exchange:
     def create(cls, group, device: torch.device) -> "Exchange":
         """Collective: every rank of ``group`` allocates and maps the buffer together."""
         import torch.distributed as dist
-        import torch.distributed._symmetric_memory as symm_mem
 
-        buf = symm_mem.empty(TOTAL_BYTES, dtype=torch.uint8, device=device)
-        handle = symm_mem.rendezvous(buf, group.group_name)
+        from .allreduce import symmetric_buffers
+
+        made = symmetric_buffers(TOTAL_BYTES, torch.uint8, device, group)  # agreed by every rank, or None on all
+        if made is None:
+            raise RuntimeError("symmetric memory unavailable on some rank")
+        buf, handle = made[0]
         # The flags must be zero on every rank before any peer may signal: zero, finish it, then a group barrier.
         buf[FLAGS_OFFSET:].zero_()
         torch.cuda.synchronize(device)

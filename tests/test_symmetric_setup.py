@@ -1,0 +1,52 @@
+"""Symmetric-memory set-up is agreed by every rank (runtime/ops/gpu/allreduce.py ``symmetric_buffers``): when one rank
+cannot allocate or rendezvous, every rank falls back together instead of its peers waiting in the collective
+rendezvous for ever (what hung a TP=2 GPU test: bench/results/h200x2-tp-moe-test-hang.log). Two gloo processes on
+the CPU with the symmetric-memory calls replaced: which step fails on which rank is the parameter."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch.multiprocessing as mp
+
+
+def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from modelgen.runtime.ops.gpu import allreduce
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    calls = {"empty": 0, "rendezvous": 0}
+
+    def empty(numel, dtype, device):
+        calls["empty"] += 1
+        if fail == f"empty{rank}":
+            raise RuntimeError("out of memory (test)")
+        return torch.zeros(numel, dtype=dtype)
+
+    def rendezvous(buf, group_name):
+        calls["rendezvous"] += 1
+        if fail == f"rendezvous{rank}":
+            raise RuntimeError("no peer access (test)")
+        return object()
+
+    symm_mem.empty, symm_mem.rendezvous = empty, rendezvous
+    made = allreduce.symmetric_buffers(16, torch.float32, torch.device("cpu"), dist.group.WORLD, count=2)
+    dist.barrier()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump({"made": made is not None, **calls}, f)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fail", ["none", "empty1", "empty0", "rendezvous1"])
+def test_every_rank_falls_back_together(tmp_path, fail):
+    out = str(tmp_path / "result")
+    mp.spawn(_rank, args=(2, str(tmp_path / "init"), fail, out), nprocs=2)
+    got = [json.loads(open(f"{out}.{r}").read()) for r in range(2)]
+    assert [g["made"] for g in got] == [fail == "none"] * 2
+    assert [g["empty"] for g in got] == [1 if fail == f"empty{r}" else 2 for r in range(2)]  # a failure stops there
+    # a failed allocation anywhere: nobody enters the rendezvous; a failed rendezvous: both entered, both drop it
+    assert [g["rendezvous"] for g in got] == [0 if fail.startswith("empty") else (1 if fail == f"rendezvous{r}" else 2)
+                                             for r in range(2)]
