@@ -34,7 +34,7 @@ from ..ops.tokens import from_chain
 class PipelinedDecode:
     def __init__(self, llm):
         self.llm = llm
-        self.inflight = None  # (GreedyStep handle, the requests of its rows, the wall time it was launched at)
+        self.inflight = None  # (GreedyStep handle of the launched, unread step, the requests of its rows)
 
     @staticmethod
     def applies(llm) -> bool:
