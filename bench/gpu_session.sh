@@ -129,6 +129,22 @@ elif [ "$phase" = s21b ]; then  # nvidia-h200-x2, ~480 s: GPU engine tests (pipe
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21b.log"; rm -rf "$L"
   cat "$OUT/s21b.log"
+elif [ "$phase" = s22a ]; then  # nvidia-h200-x2, ~500 s: TP=2 / TP+EP NCCL engine tests (the tiny-MoE rendezvous hang
+  # of s21); Llama-3-8B shape bf16 three-way token check (TP=1, TP=2, fp32 TP=1 reference); test_gpu.py count
+  L="$OUT/logs"; mkdir -p "$L"
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  timeout -k 10 200 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py -k tensor2 2>&1 \
+    | grep -v Warning | tail -25 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 200 python3 bench/tp.py --batches 1 --new 32 --reps 1 --check-prompts 4 --check-new 32 \
+    --reference-dtype float32 --out "$OUT/h200x2-llama8b-tp-three-way.json" 2>&1 | grep -v Warning | grep "\] " \
+    > "$L/2-tp.log"
+  echo "[$(( $(date +%s) - t0 ))s] three-way done" | tee -a "$L/2-tp.log"
+  timeout -k 10 170 python3 -m pytest -q -rs -n 4 -p no:cacheprovider tests/test_gpu.py 2>&1 | grep -v Warning \
+    | tail -12 > "$L/3-gpu-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpu tests done" | tee -a "$L/3-gpu-tests.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22a.log"; rm -rf "$L"
+  cat "$OUT/s22a.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

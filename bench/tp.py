@@ -7,6 +7,9 @@ name and the seed; ``runtime/dummy_weights.py``), so TP=2's shards are slices of
 tokens are comparable. Per batch size: decode tokens/s = batch * (N - 1) / (T(N new tokens) - T(1 new token)) (the
 same estimator as ``bench/decode.py``), best of ``--reps``; then the speed-up TP=2 / TP=1 and the token check
 (greedy continuations of ``--check-prompts`` prompts, and the max |logit| difference of one scored prompt).
+``--reference-dtype float32`` makes the token check three-way: a TP=1 run in that dtype (the same dummy weights)
+decides every prompt where TP=1 and TP=2 part: its logit margin between the two tokens at the first difference,
+against the bf16 noise (max |logit| difference of TP=1 in ``--dtype`` and in the reference on one prompt).
 
 ``--size tiny --device cpu`` is the CPU smoke test (gloo; ``tests/test_bench_tp.py`` runs it).
 
@@ -219,12 +222,49 @@ def profile_steps(llm, prompt: list[list[int]], steps: int, device: str) -> dict
 
 
 def compare(one: list[list[int]], two: list[list[int]]) -> dict:
-    prefix = []
-    for a, b in zip(one, two):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        prefix.append(n)
+    prefix = [_prefix(a, b) for a, b in zip(one, two)]
     return {"tokens_equal": one == two, "matching_prefix_per_prompt": prefix,
             "tokens_per_prompt": [len(t) for t in one]}
+
+
+def reference_check(cfg_dir: Path, args, check: list[list[int]], one: dict, two: dict) -> dict:
+    """Three-way token check: TP=1 in ``args.reference_dtype`` (the same dummy weights) judges where the TP=1 and
+    TP=2 continuations in ``args.dtype`` part. Per prompt: how far each agrees with the reference; at their first
+    difference d (if any) the reference's logits after ``prompt + tokens[:d]``: its own pick, and its margin between
+    TP=1's token and TP=2's. ``noise``: max |logit| difference between TP=1 in ``args.dtype`` and the reference on
+    the first check prompt -- a split whose |margin| is below it is a near-tie the dtype cannot decide."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    log(f"reference TP=1 {args.reference_dtype}: build")
+    llm = LLM(cfg_dir, target="rocm", dtype=args.reference_dtype, device=args.device, load_format="dummy",
+              tensor_parallel_size=1, max_num_seqs=len(check), max_model_len=args.prompt + args.new + 8,
+              progress=False)
+    try:
+        ref = llm.generate(check, SamplingParams(max_new_tokens=args.check_new, ignore_eos=True))
+        noise = float((llm.score(check[0]).float().cpu() - one["logits"]).abs().max())
+        prompts = []
+        for p, a, b, r in zip(check, one["tokens"], two["tokens"], ref):
+            entry = {"tp1_matches_reference": _prefix(a, r), "tp2_matches_reference": _prefix(b, r)}
+            d = _prefix(a, b)
+            if d < min(len(a), len(b)):
+                last = llm.score(p + a[:d])[-1].float().cpu()
+                margin = float(last[a[d]] - last[b[d]])
+                entry.update(first_difference=d, tp1_token=a[d], tp2_token=b[d], reference_token=int(last.argmax()),
+                             reference_margin_tp1_minus_tp2=round(margin, 5), near_tie=abs(margin) <= noise)
+            prompts.append(entry)
+    finally:
+        llm.close()
+        del llm
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    parted = [e for e in prompts if "first_difference" in e]
+    return {"reference_dtype": args.reference_dtype, "noise_max_abs_logit_diff": round(noise, 5),
+            "prompts": prompts, "parted": len(parted), "all_partings_near_ties": all(e["near_tie"] for e in parted)}
+
+
+def _prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="expert_parallel_size of the TP>1 runs (MoE sizes; default: experts TP-sharded)")
     ap.add_argument("--check-prompts", type=int, default=4)
     ap.add_argument("--check-new", type=int, default=32)
+    ap.add_argument("--reference-dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                    help="three-way token check: a TP=1 run in this dtype judges where TP=1 and TP=2 part")
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default: stdout only)")
     ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
                     help="TP>1 runs, each against the same TP=1 run: default (shared-memory control + one-shot "
@@ -281,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "logit_scale": float(one["logits"].abs().max())}}
             if variant == "default":
                 result["speedup"], result["check"] = result[key]["speedup"], result[key]["check"]
+                if args.reference_dtype:
+                    result["check"]["three_way"] = reference_check(cfg_dir, args, check, one, two)
             _write(result, args.out)  # after every run: a later timeout keeps what was measured
     print(json.dumps(result, indent=1))
     return 0
