@@ -145,6 +145,17 @@ elif [ "$phase" = s22a ]; then  # nvidia-h200-x2, ~500 s: TP=2 / TP+EP NCCL engi
   echo "[$(( $(date +%s) - t0 ))s] gpu tests done" | tee -a "$L/3-gpu-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22a.log"; rm -rf "$L"
   cat "$OUT/s22a.log"
+elif [ "$phase" = s22b ]; then  # nvidia-h200-x2, ~220 s: the tensor2-qwen3_moe hang with every rank's stacks; NCCL-only leg
+  L="$OUT/logs"; mkdir -p "$L"
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  MODELGEN_DUMP_STACKS_AFTER=70 timeout -k 5 110 python3 -m pytest -s -x -q -p no:cacheprovider \
+    tests/test_gpu_parallel_modes.py -k "tensor2-qwen3_moe" 2>&1 | grep -v "Warning\|warn" | tail -150 > "$L/1-stacks.log"
+  echo "[$(( $(date +%s) - t0 ))s] stacks done" | tee -a "$L/1-stacks.log"
+  MODELGEN_CUSTOM_ALLREDUCE=0 timeout -k 5 90 python3 -m pytest -x -q -rs -p no:cacheprovider \
+    tests/test_gpu_parallel_modes.py -k "tensor2-qwen3_moe" 2>&1 | grep -v Warning | tail -30 > "$L/2-nccl-only.log"
+  echo "[$(( $(date +%s) - t0 ))s] nccl-only done" | tee -a "$L/2-nccl-only.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22b.log"; rm -rf "$L"
+  cat "$OUT/s22b.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

@@ -47,6 +47,19 @@ def _timeout() -> timedelta:
     return timedelta(seconds=float(os.environ.get("MODELGEN_DIST_TIMEOUT", "600")))
 
 
+def dump_stacks_later(who: str) -> None:
+    """``MODELGEN_DUMP_STACKS_AFTER=S``: this process prints every thread's stack to stderr S seconds from now (once,
+    without exiting) -- where each rank waits when a group hangs; a spawned rank's stack is otherwise out of reach."""
+    after = os.environ.get("MODELGEN_DUMP_STACKS_AFTER")
+    if not after:
+        return
+    import faulthandler
+    import sys
+
+    print(f"modelgen: {who} (pid {os.getpid()}) dumps its stacks in {after} s", file=sys.__stderr__, flush=True)
+    faulthandler.dump_traceback_later(float(after), exit=False, file=sys.__stderr__)
+
+
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} = {value!r}: expected a positive integer")
@@ -212,6 +225,7 @@ class Ranks:
             self.procs.append(p)
             self.pipes.append(recv)
         _ACTIVE = self
+        dump_stacks_later("rank 0")
         try:
             if device_type == "cuda":
                 torch.cuda.set_device(base_index)
@@ -505,6 +519,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
     """Process body of rank ``rank``: join the group, build the engine, report at READY, then follow."""
     global _FOLLOWER
     _FOLLOWER = True
+    dump_stacks_later(f"rank {rank}")
     torch.set_num_threads(threads)
     kwargs = json.loads(args_json)
     if device_type == "cuda":
