@@ -156,6 +156,12 @@ elif [ "$phase" = s22b ]; then  # nvidia-h200-x2, ~220 s: the tensor2-qwen3_moe 
   echo "[$(( $(date +%s) - t0 ))s] nccl-only done" | tee -a "$L/2-nccl-only.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22b.log"; rm -rf "$L"
   cat "$OUT/s22b.log"
+elif [ "$phase" = s22c ]; then  # nvidia-h200-x2, ~130 s: the tensor2 selection (its 2nd case hangs) with every rank's stacks
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  MODELGEN_DUMP_STACKS_AFTER=40 timeout -k 5 110 python3 -m pytest -s -x -q -p no:cacheprovider \
+    tests/test_gpu_parallel_modes.py -k "tensor2-llama or tensor2-qwen3_moe" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | tail -150 > "$OUT/s22c.log"
+  cat "$OUT/s22c.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"
