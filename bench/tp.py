@@ -118,6 +118,10 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         t0 = time.perf_counter()
         llm.warmup()  # CUDA graphs of every decode bucket (all ranks capture together)
         out["warmup_s"] = round(time.perf_counter() - t0, 2)
+        if tp > 1 and args.device.startswith("cuda"):  # one symmetric-memory world per process: later runs NCCL
+            from modelgen.runtime.ops.gpu import allreduce
+
+            out["symmetric_memory"] = allreduce._SPENT["rendezvous_now"]
         # the token check first: its result must come back even when a later step runs out of time
         log(f"{label}: check generate")
         tokens = llm.generate(check, greedy(args.check_new))

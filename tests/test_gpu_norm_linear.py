@@ -61,3 +61,50 @@ def test_other_shapes_take_the_two_launches():
     y, h, res = nl.add_rms_norm_linear(x, r, nw, 1e-6, W)
     h0, r0 = gn.add_rms_norm(x, r, nw, 1e-6)
     assert torch.equal(h, h0) and torch.equal(res, r0) and rel(y, h0.double() @ W.double().T) < 1e-2
+
+
+@pytest.mark.parametrize("add", [True, False])
+def test_layers_paired_by_fuse_norm_linear(add):
+    """The generated layers' pairing (runtime/layers/norm.py ``fuse_norm_linear``): at one token the norm computes the
+    projection's product and the projection, called with exactly the norm's output, hands it over once; a router
+    routes from those logits as from its own; other tensors, more tokens and projections with a bias are untouched."""
+    from modelgen.runtime.layers.linear import ReplicatedLinear
+    from modelgen.runtime.layers.moe import TopKRouter
+    from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+    from modelgen.runtime.ops.gpu import norm as gn
+
+    K, N, E = 1024, 128, 16
+    g = torch.Generator(device=DEV).manual_seed(7 + add)
+    x = torch.randn(1, K, device=DEV, generator=g).to(LOW)
+    r = torch.randn(1, K, device=DEV, generator=g).to(LOW) if add else None
+    norm = RMSNorm(K, 1e-6).to(DEV, LOW)
+    norm.weight.data = (1 + 0.1 * torch.randn(K, device=DEV, generator=g)).to(LOW)
+    proj = ReplicatedLinear(K, N, bias=False).to(DEV, LOW)
+    proj.weight.data = (0.05 * torch.randn(N, K, device=DEV, generator=g)).to(LOW)
+    assert fuse_norm_linear(norm, proj)
+    out = norm(x, r)
+    h, res = out if add else (out, x)
+    h0, r0 = gn.add_rms_norm(x, r, norm.weight, 1e-6) if add else (gn.rms_norm(x, norm.weight, 1e-6), x)
+    assert torch.equal(res, r0) and rel(h, h0) < 4e-3
+    assert proj._prenormed is not None and proj._prenormed[0] is h
+    y = proj(h)
+    assert proj._prenormed is None  # handed over once
+    assert rel(y, h0.double() @ proj.weight.double().T) < 1e-2
+    own = proj(h.clone())  # not the norm's tensor: the projection multiplies itself
+    assert rel(own, y) < 1e-2 and proj._prenormed is None
+    two = torch.randn(2, K, device=DEV, generator=g).to(LOW)
+    norm(two, torch.randn_like(two) if add else None)
+    assert proj._prenormed is None  # two tokens: the two launches
+    biased = ReplicatedLinear(K, N, bias=True)
+    assert not fuse_norm_linear(RMSNorm(K, 1e-6), biased)
+
+    router = TopKRouter(K, E, top_k=4, scoring="softmax", renormalize=True, weights_in_model_dtype=True).to(DEV, LOW)
+    router.weight.data = (0.05 * torch.randn(E, K, device=DEV, generator=g)).to(LOW)
+    alone = TopKRouter(K, E, top_k=4, scoring="softmax", renormalize=True, weights_in_model_dtype=True).to(DEV, LOW)
+    alone.weight.data = router.weight.data.clone()
+    assert fuse_norm_linear(norm, router)
+    out = norm(x, r)
+    h = out[0] if add else out
+    w, ids = router(h)
+    w0, ids0 = alone(h)
+    assert router._prenormed is None and torch.equal(ids, ids0) and rel(w, w0) < 1e-2

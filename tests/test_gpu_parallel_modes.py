@@ -38,8 +38,10 @@ def _run(path, **kw):
     ({"data_parallel_size": 2, "tensor_parallel_size": 2}, "qwen3_moe"),
 ], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k.split('_')[0]}{n}" for k, n in v.items()))
 def test_parallel_mode_on_nccl_equals_one_gpu(tmp_path, monkeypatch, mode, case):
-    # A rank stuck in a collective fails the test after this long instead of hanging the run (on two H200s the
-    # tensor2-qwen3_moe case waited in the first all-reduce's symmetric-memory rendezvous: under investigation)
+    # A rank stuck in a collective fails the test after this long instead of hanging the run. (The second TP engine
+    # of one process used to wait in the symmetric-memory rendezvous on both ranks: bench/results/
+    # h200x2-tp-second-world-hang.log; only the first TP case of a process uses symmetric memory now, later ones
+    # agree on NCCL -- runtime/ops/gpu/allreduce.py ``_SPENT``.)
     monkeypatch.setenv("MODELGEN_DIST_TIMEOUT", "120")
     gpus = world_size_for(mode.get("tensor_parallel_size", 1), mode.get("expert_parallel_size"),
                           mode.get("pipeline_parallel_size", 1), mode.get("data_parallel_size", 1))

@@ -33,6 +33,9 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
         return object()
 
     symm_mem.empty, symm_mem.rendezvous = empty, rendezvous
+    if fail == f"spent{rank}":  # this rank's process ran a rendezvous in a group it has left (reset at teardown)
+        allreduce._SPENT["rendezvous_now"] = True
+        allreduce.reset()
     made = allreduce.symmetric_buffers(16, torch.float32, torch.device("cpu"), dist.group.WORLD, count=2)
     dist.barrier()
     with open(f"{out}.{rank}", "w") as f:
@@ -40,12 +43,15 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("fail", ["none", "empty1", "empty0", "rendezvous1"])
+@pytest.mark.parametrize("fail", ["none", "empty1", "empty0", "rendezvous1", "spent0", "spent1"])
 def test_every_rank_falls_back_together(tmp_path, fail):
     out = str(tmp_path / "result")
     mp.spawn(_rank, args=(2, str(tmp_path / "init"), fail, out), nprocs=2)
     got = [json.loads(open(f"{out}.{r}").read()) for r in range(2)]
     assert [g["made"] for g in got] == [fail == "none"] * 2
+    if fail.startswith("spent"):  # one rank cannot rendezvous again in this process: nobody allocates
+        assert [g["empty"] for g in got] == [g["rendezvous"] for g in got] == [0, 0]
+        return
     assert [g["empty"] for g in got] == [1 if fail == f"empty{r}" else 2 for r in range(2)]  # a failure stops there
     # a failed allocation anywhere: nobody enters the rendezvous; a failed rendezvous: both entered, both drop it
     assert [g["rendezvous"] for g in got] == [0 if fail.startswith("empty") else (1 if fail == f"rendezvous{r}" else 2)

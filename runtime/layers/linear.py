@@ -54,6 +54,12 @@ class LinearBase(nn.Module):
     fp8_block: tuple[int, int] | None = None  # (rows, cols) of a scale block once keep_fp8 switched the layer
 
     def _mm(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if bias is None and "_prenormed" in self.__dict__:  # paired with the norm before it (fuse_norm_linear)
+            from .norm import prenormed_output
+
+            y = prenormed_output(self, x)
+            if y is not None:
+                return y
         if self.fp8_block is not None:
             return fp8_linear(x, self.weight, self.weight_scale_inv, self.fp8_block, bias)
         return linear(x, self.weight, bias)

@@ -27,6 +27,7 @@ from ..ops import gpu
 from ..ops.activation import gated_activation
 from ..ops.moe import fused_moe, fused_moe_static, route, stacked_from_fused
 from .linear import linear
+from .norm import prenormed_output
 
 
 class TopKRouter(nn.Module):
@@ -78,12 +79,20 @@ class TopKRouter(nn.Module):
         if self._gpu(x):
             from ..ops.gpu import moe as gpu_moe
 
+            out_dtype = x.dtype if self.weights_in_model_dtype else torch.float32
+            logits = prenormed_output(self, x) if "_prenormed" in self.__dict__ else None
+            if logits is not None:  # the router GEMV ran inside the norm before it (fuse_norm_linear)
+                return gpu_moe.route(
+                    logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
+                    topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
+                    routed_scaling_factor=self.routed_scaling_factor, out_dtype=out_dtype,
+                )
             # Qwen3-MoE's weights are cast to the logits' dtype by HF: the kernel stores them in that dtype directly.
             return gpu_moe.router(
                 x, self.weight, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
                 n_group=self.n_group, topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
                 routed_scaling_factor=self.routed_scaling_factor,
-                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear,
+                out_dtype=out_dtype, gemm=linear,
             )
         logits = F.linear(x, self.weight, self.bias)
         weights, ids = route(

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 94ed8a66babe8f82
+# source hash (spec + templates + generator): 58a6c5d0ceaf2310
 # ==================================================================================================================
 """Olmo2 for the rocm target, in ATOM's style.
 
@@ -23,7 +23,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import RMSNorm, ShardedProjectionRMSNorm
+from modelgen.runtime.layers.norm import RMSNorm, ShardedProjectionRMSNorm, fuse_norm_linear
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights

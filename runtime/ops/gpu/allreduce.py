@@ -38,6 +38,13 @@ def _agree(ok: bool, group: dist.ProcessGroup, device: torch.device) -> bool:
     return bool(flag.item())
 
 
+# Whether this process ran a symmetric-memory rendezvous in a process group it has since left. torch keeps per-process
+# rendezvous state that a later group (whose default group has the same name, "0") cannot share with a fresh peer: on
+# two H200s the second TP=2 engine of one pytest process waited in ``rendezvous`` on both ranks
+# (bench/results/h200x2-tp-second-world-hang.log). So one symmetric-memory world per process; later ones take NCCL.
+_SPENT = {"rendezvous_now": False, "earlier_world": False}
+
+
 def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, group: dist.ProcessGroup, count: int = 1):
     """``count`` symmetric-memory buffers of ``numel`` elements with their rendezvous handles, set up by every rank
     of ``group`` together -- or None on every rank if any rank cannot (a RuntimeError names the first local cause).
@@ -49,6 +56,10 @@ def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, grou
     import torch.distributed._symmetric_memory as symm_mem
 
     bufs, handles, error = [], [], None
+    if not _agree(not _SPENT["earlier_world"], group, device):
+        _warn_fallback(RuntimeError("this process set up symmetric memory in an earlier process group")
+                       if _SPENT["earlier_world"] else None, "set-up")
+        return None
     try:
         bufs = [symm_mem.empty(numel, dtype=dtype, device=device) for _ in range(count)]
     except Exception as e:  # noqa: BLE001 -- any local failure becomes the group's fallback
@@ -56,6 +67,7 @@ def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, grou
     if not _agree(error is None, group, device):
         _warn_fallback(error, "allocation")
         return None
+    _SPENT["rendezvous_now"] = True
     try:
         handles = [symm_mem.rendezvous(buf, group.group_name) for buf in bufs]
     except Exception as e:  # noqa: BLE001
@@ -143,8 +155,10 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
 
 def reset() -> None:
     """Forget the buffers, this module's and the fused all-reduce + norm kernel's (tests that tear a process group
-    down and start another)."""
+    down and start another). After a rendezvous in this group, later groups of this process take NCCL (``_SPENT``)."""
     _STATE.clear()
+    if _SPENT["rendezvous_now"]:
+        _SPENT["earlier_world"], _SPENT["rendezvous_now"] = True, False
     fused = sys.modules.get(f"{__package__}.allreduce_norm")  # only if it was imported (it imports Triton)
     if fused is not None:
         fused.reset()
