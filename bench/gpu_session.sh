@@ -182,6 +182,26 @@ elif [ "$phase" = s22d ]; then  # nvidia-h200-x2, ~540 s: norm + GEMV pairing (f
   echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/4-tp.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22d.log"; rm -rf "$L"
   cat "$OUT/s22d.log"
+elif [ "$phase" = s22e ]; then  # nvidia-h200-x2, ~360 s: router top-k in the norm + GEMV launch, attention's split merge
+  # in the decode kernel: MoE 24 layers with both off as legs (GPU 0) while the kernel/engine tests run (GPU 1);
+  # then the TP NCCL engine tests
+  L="$OUT/logs"; mkdir -p "$L"
+  export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+  (CUDA_VISIBLE_DEVICES=1 timeout -k 10 230 python3 -m pytest -q -rs -n 4 -p no:cacheprovider tests/test_gpu_norm_linear.py \
+    tests/test_gpu.py tests/test_gpu_moe.py tests/test_gpu_attention_window.py tests/test_gpu_qk_norm_rope.py \
+    tests/test_pipelined_decode.py tests/test_pdl.py tests/test_gpu_mla.py 2>&1 | grep -v Warning | tail -15 \
+    > "$L/2-gpu-tests.log") &
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 225 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen \
+    --env-legs MODELGEN_NORM_LINEAR=0 MODELGEN_ATTENTION_FOLD_MAX_SPLITS=0 --budget-s 215 \
+    --out "$OUT/h200-qwen3-30b-a3b-moe-fused-launches.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -30 \
+    > "$L/1-moe.log"
+  wait
+  echo "[$(( $(date +%s) - t0 ))s] moe + gpu tests done" | tee -a "$L/1-moe.log"
+  timeout -k 10 120 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_parallel_modes.py -k tensor2 2>&1 \
+    | grep -v Warning | tail -8 > "$L/3-tp-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tp tests done" | tee -a "$L/3-tp-tests.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22e.log"; rm -rf "$L"
+  cat "$OUT/s22e.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

@@ -334,8 +334,11 @@ class ModelIR:
     def normed_projections(self, slot: str) -> tuple[tuple[str, str], ...]:
         """(module class, projection attribute) of each class in ``slot`` whose first linear the norm before it may
         compute at one token (rocm ``fuse_norm_linear``); empty unless the layout is serial (the norm exists in every
-        layer) and the slot's module has one name in every block."""
-        if not self.blocks[0].parallel.never or self.slot_name(slot) is None:
+        layer) with a norm in front of ``slot`` (not OLMo 2's post-norms) and the slot's module has one name in every
+        block."""
+        b = self.blocks[0]
+        norm = b.attention_norm if slot == "attention" else b.mlp_norm
+        if norm is None or not b.parallel.never or self.slot_name(slot) is None:
             return ()
         pairs = {(getattr(b, slot).class_name, getattr(b, slot).normed_input_projection()) for b in self.blocks}
         return tuple(sorted((c, p) for c, p in pairs if p))

@@ -66,24 +66,23 @@ class RMSNorm(nn.Module):
 
 
     def _with_projection(self, x: torch.Tensor, residual: torch.Tensor | None):
-        """One token: the norm and the paired projection's GEMV in one launch (runtime/ops/gpu/norm_linear.py); the
-        product waits on the projection for its input (``prenormed_output``). None where the kernel does not apply."""
-        from ..ops.gpu import norm_linear
-
+        """One token: the norm and the paired projection's product in one launch (the projection's ``norm_product``:
+        runtime/ops/gpu/norm_linear.py); the product waits on the projection for its input (``prenormed_output``).
+        None where the kernel does not apply."""
         proj = self._feeds[0]
-        weight = proj.weight
-        if (getattr(proj, "bias", None) is not None or getattr(proj, "fp8_block", None) is not None
-                or "forward" in vars(proj) or not norm_linear.supported(x, self.weight, weight)):
+        made = proj.norm_product(x, residual, self)
+        if made is None:
             return None
-        y, h, res = norm_linear.add_rms_norm_linear(x, residual, self.weight, self.eps, weight, self.zero_centred)
-        proj._prenormed = (h, y)
+        product, h, res = made
+        proj._prenormed = (h, product)
         return h if residual is None else (h, res)
 
 
 def fuse_norm_linear(norm: nn.Module, projection: nn.Module) -> bool:
     """Let ``norm`` compute ``projection``'s output at one token on the GPU (decode at batch 1): the residual add, the
     RMSNorm and the GEMV in one launch instead of two (bench/moe_layer.py ``*_nf``: 1.9 us less per Qwen3-30B-A3B
-    layer on the H200). The norm still returns the normalised rows (other readers of them, e.g. the experts after a
+    layer on the H200) -- for a router, the top-k too (three launches in one). ``projection`` says how through its
+    ``norm_product(x, residual, norm)`` (linear layers, ``TopKRouter``). The norm still returns the normalised rows (other readers of them, e.g. the experts after a
     router, are unaffected); the projection, called with exactly those rows, returns the product the norm computed.
     Nothing changes for other shapes, for a projection with a bias or FP8 weights, or a norm that reduces its input
     (fused all-reduce) or multiplies its weight in float32. ``MODELGEN_NORM_LINEAR=0`` (read when the model is built)
@@ -92,7 +91,7 @@ def fuse_norm_linear(norm: nn.Module, projection: nn.Module) -> bool:
         return False
     if not isinstance(norm, RMSNorm) or norm.weight is None or norm.weight_float32:
         return False
-    if getattr(projection, "bias", None) is not None or not isinstance(getattr(projection, "weight", None), torch.Tensor):
+    if getattr(projection, "bias", None) is not None or not hasattr(projection, "norm_product"):
         return False
     norm._feeds = (projection,)
     projection._prenormed = None
