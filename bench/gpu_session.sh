@@ -202,6 +202,17 @@ elif [ "$phase" = s22e ]; then  # nvidia-h200-x2, ~360 s: router top-k in the no
   echo "[$(( $(date +%s) - t0 ))s] tp tests done" | tee -a "$L/3-tp-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22e.log"; rm -rf "$L"
   cat "$OUT/s22e.log"
+elif [ "$phase" = s22f ]; then  # nvidia-h200, ~280 s: the norm + router kernel's compile error in full; one MoE layer's
+  # kernels with the norm pairing, the router top-k fused, attention's merge in or out of the decode kernel
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 100 python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu_norm_linear.py 2>&1 | grep -v Warning \
+    | grep -B3 -A12 "Error\|error:\|passed\|failed" | tail -70 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 170 python3 -m bench.moe_layer --layers 8 --batches 1 8 --modes pdl pdl_nf pdl_nf_nofold pdl_nfr \
+    --budget-s 150 --out "$OUT/h200-moe-layer-s22.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-moe-layer.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22f.log"; rm -rf "$L"
+  cat "$OUT/s22f.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"
