@@ -213,6 +213,19 @@ elif [ "$phase" = s22f ]; then  # nvidia-h200, ~280 s: the norm + router kernel'
   echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22f.log"; rm -rf "$L"
   cat "$OUT/s22f.log"
+elif [ "$phase" = s22g ]; then  # nvidia-h200, ~240 s: which GPU tests failed in s22e (-n 4); the MoE layer settings again,
+  # in another order (run-to-run spread)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rf -n 4 -p no:cacheprovider tests/test_gpu_norm_linear.py tests/test_gpu.py \
+    tests/test_gpu_moe.py tests/test_gpu_attention_window.py tests/test_gpu_qk_norm_rope.py tests/test_pipelined_decode.py \
+    tests/test_pdl.py tests/test_gpu_mla.py 2>&1 | grep -v Warning | grep "FAILED\|passed\|failed\|Error:" | tail -12 \
+    > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 120 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl_nf_nofold pdl_nfr pdl pdl_nf \
+    --budget-s 100 --out "$OUT/h200-moe-layer-s22-repeat.json" 2>&1 | grep -v Warning | tail -16 > "$L/2-moe-layer.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22g.log"; rm -rf "$L"
+  cat "$OUT/s22g.log"
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

@@ -135,3 +135,8 @@ def test_norm_router_routes_in_the_same_launch(kind):
     w0, ids0 = gm.route(logits, k, **kw)
     assert torch.equal(res, r0) and torch.equal(h, h0)
     assert torch.equal(ids, ids0) and torch.equal(w, w0) and w.dtype == kw["out_dtype"]
+    # three tokens: the unfused launches, every row routed
+    x3, r3 = torch.randn(3, K, device=DEV, generator=g).to(LOW), torch.randn(3, K, device=DEV, generator=g).to(LOW)
+    (w3, ids3), _, _ = nl.add_rms_norm_router(x3, r3, nw, 1e-6, W, k, **kw)
+    logits3, _, _ = nl.add_rms_norm_linear(x3, r3, nw, 1e-6, W)
+    assert ids3.shape == (3, k) and torch.equal(ids3, gm.route(logits3, k, **kw)[1])

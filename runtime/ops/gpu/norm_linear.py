@@ -188,8 +188,15 @@ def add_rms_norm_router(
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
     """``((weights, ids), h, x + residual)``: the add + RMSNorm, the router GEMV (logits rounded to the activation
     dtype, as ``F.linear`` returns them) and ``moe.route``'s top-k in ONE launch for one token -- the last column
-    block to finish routes (``_route_last``). Callers check :func:`supported` first."""
+    block to finish routes (``_route_last``). Other shapes and dtypes: the norm, the GEMM and the route kernel."""
     bias = e_score_correction_bias
+    kw = dict(scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
+              e_score_correction_bias=bias, routed_scaling_factor=routed_scaling_factor, out_dtype=out_dtype)
+    if not supported(x, norm_weight, weight):
+        from .moe import route
+
+        logits, h, res = add_rms_norm_linear(x, residual, norm_weight, eps, weight, zero_centred)
+        return route(logits, top_k, **kw), h, res
     route = dict(top_k=top_k, out_dtype=out_dtype, bias=bias, scaling=routed_scaling_factor,
                  meta=_route_meta(weight.shape[0], top_k, scoring, renormalize, n_group, topk_group, bias))
     _, h, res, routed = _launch(x, residual, norm_weight, eps, weight, zero_centred, True, None, route)
