@@ -226,6 +226,13 @@ elif [ "$phase" = s22g ]; then  # nvidia-h200, ~240 s: which GPU tests failed in
   echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22g.log"; rm -rf "$L"
   cat "$OUT/s22g.log"
+elif [ "$phase" = s22h ]; then  # nvidia-h200, ~130 s: Llama-3-8B shape batch 1 with the norm + QKV pairing off / on / off
+  # (bench/tp.py --tp 1: two TP=1 engines per run, four figures per setting)
+  for leg in off on off2; do
+    if [ $leg = on ]; then unset MODELGEN_NORM_LINEAR; else export MODELGEN_NORM_LINEAR=0; fi
+    timeout -k 5 60 python3 bench/tp.py --tp 1 --batches 1 --new 64 --reps 3 --check-prompts 1 --check-new 8 \
+      --out "$OUT/h200-llama8b-norm-linear-$leg.json" 2>&1 | grep "batch 1:" | sed "s/^/$leg /" | tee -a "$OUT/s22h.log"
+  done
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

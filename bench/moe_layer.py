@@ -26,10 +26,6 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
               attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE gate-up programs their
               experts' down weights (*ahead_moe: the latter only, no plumbing needed)
   pdl_fr      the router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
-  pdl_nfr     *_nf with the router's top-k in the norm + router GEMV launch too (norm_linear.add_rms_norm_router:
-              router_topk reads 0)
-  *_nofold    attention's splits merged by the separate reduce kernel (MODELGEN_ATTENTION_FOLD_MAX_SPLITS=0); every
-              other setting merges them in the decode kernel (up to 16 splits)
   *_pf        MODELGEN_PDL_PREFETCH=1: each GEMV / down program prefetches its own weight tile before its wait
               (slower in the first H200 run: 59.1 vs 55.8 us/layer with PDL alone)
 
@@ -43,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -54,14 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
-_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False, fold=True)
+_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
 MODES = {  # most informative first: --budget-s drops the last ones (first H200 run: pdl best, the prefetch hurt)
     "base": _OFF,
     "pdl": dict(_OFF, pdl=1),
     "pdl2": dict(_OFF, pdl=2),
     "pdl_nf": dict(_OFF, pdl=1, nf=True),
-    "pdl_nfr": dict(_OFF, pdl=1, nf="route"),
-    "pdl_nf_nofold": dict(_OFF, pdl=1, nf=True, fold=False),
     "pdl2_nf": dict(_OFF, pdl=2, nf=True),
     "pdl_ahead_moe": dict(_OFF, pdl=1, ahead="moe"),
     "pdl_ahead": dict(_OFF, pdl=1, ahead=True),
@@ -147,11 +140,7 @@ class Chain:
             if stop < 4:
                 continue
             route_kw = dict(scoring="softmax", renormalize=True, out_dtype=torch.bfloat16)
-            if AHEAD["nf"] == "route":  # norm2, the router GEMV and its top-k in one launch
-                if stop < 5:
-                    continue
-                (w, ids), h2, res = nl.add_rms_norm_router(o, res, L.ln2, EPS, L.wr, K, **route_kw)
-            elif AHEAD["nf"]:  # norm2 inside the router GEMV
+            if AHEAD["nf"]:  # norm2 inside the router GEMV
                 if stop < 5:
                     continue
                 logits, h2, res = nl.add_rms_norm_linear(o, res, L.ln2, EPS, L.wr)
@@ -185,7 +174,6 @@ def set_mode(m: dict) -> None:
 
     pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=bool(m["ahead"]))
     gm.FUSED_ROUTER_T = m["fused_router"]
-    os.environ["MODELGEN_ATTENTION_FOLD_MAX_SPLITS"] = "16" if m["fold"] else "0"  # read per paged_decode call
     AHEAD["on"], AHEAD["nf"] = m["ahead"] is True, m["nf"]  # "moe": only the gate-up -> down prefetch
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
     gm._CHOICE.clear()

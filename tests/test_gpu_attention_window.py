@@ -102,7 +102,7 @@ def _prefill_case(dtype, window, sinks, softcap=None):
 
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 @pytest.mark.parametrize("window,sinks", [(None, False), (24, False), (None, True), (24, True), (5, True)])
-@pytest.mark.parametrize("splits", [None, 1, 3, 20])
+@pytest.mark.parametrize("splits", [None, 1, 3])
 def test_decode_window_and_sinks(dtype, window, sinks, splits):
     got, want, _ = _decode_case(dtype, window, sinks, splits)
     assert rel(got, want) < tol(dtype)

@@ -108,35 +108,3 @@ def test_layers_paired_by_fuse_norm_linear(add):
     w, ids = router(h)
     w0, ids0 = alone(h)
     assert router._prenormed is None and torch.equal(ids, ids0) and rel(w, w0) < 1e-2
-
-
-@pytest.mark.parametrize("kind", ["softmax", "sigmoid_grouped"])
-def test_norm_router_routes_in_the_same_launch(kind):
-    """``add_rms_norm_router``: add + RMSNorm + router GEMV + top-k in one launch (the last column block routes)
-    equals the GEMV kernel's logits routed by ``moe.route`` -- the same logits bits, so the same ids and weights.
-    Qwen3-MoE's softmax top-8 of 128, and DeepSeek-V3's sigmoid with a correction bias over 8 groups (4 kept)."""
-    from modelgen.runtime.ops.gpu import moe as gm, norm_linear as nl
-
-    K, E, k = 1024, 128, 8
-    g = torch.Generator(device=DEV).manual_seed(11)
-    x = torch.randn(1, K, device=DEV, generator=g).to(LOW)
-    r = torch.randn(1, K, device=DEV, generator=g).to(LOW)
-    nw = (1 + 0.1 * torch.randn(K, device=DEV, generator=g)).to(LOW)
-    W = (0.05 * torch.randn(E, K, device=DEV, generator=g)).to(LOW)
-    if kind == "softmax":
-        kw = dict(scoring="softmax", renormalize=True, out_dtype=LOW)
-    else:
-        bias = 0.01 * torch.randn(E, device=DEV, generator=g)
-        kw = dict(scoring="sigmoid", renormalize=True, n_group=8, topk_group=4, e_score_correction_bias=bias,
-                  routed_scaling_factor=2.5, out_dtype=torch.float32)
-    for _ in range(2):  # the second call finds the routing counter reset by the first
-        (w, ids), h, res = nl.add_rms_norm_router(x, r, nw, 1e-6, W, k, **kw)
-    logits, h0, r0 = nl.add_rms_norm_linear(x, r, nw, 1e-6, W)
-    w0, ids0 = gm.route(logits, k, **kw)
-    assert torch.equal(res, r0) and torch.equal(h, h0)
-    assert torch.equal(ids, ids0) and torch.equal(w, w0) and w.dtype == kw["out_dtype"]
-    # three tokens: the unfused launches, every row routed
-    x3, r3 = torch.randn(3, K, device=DEV, generator=g).to(LOW), torch.randn(3, K, device=DEV, generator=g).to(LOW)
-    (w3, ids3), _, _ = nl.add_rms_norm_router(x3, r3, nw, 1e-6, W, k, **kw)
-    logits3, _, _ = nl.add_rms_norm_linear(x3, r3, nw, 1e-6, W)
-    assert ids3.shape == (3, k) and torch.equal(ids3, gm.route(logits3, k, **kw)[1])

@@ -81,8 +81,9 @@ class RMSNorm(nn.Module):
 def fuse_norm_linear(norm: nn.Module, projection: nn.Module) -> bool:
     """Let ``norm`` compute ``projection``'s output at one token on the GPU (decode at batch 1): the residual add, the
     RMSNorm and the GEMV in one launch instead of two (bench/moe_layer.py ``*_nf``: 1.9 us less per Qwen3-30B-A3B
-    layer on the H200) -- for a router, the top-k too (three launches in one). ``projection`` says how through its
-    ``norm_product(x, residual, norm)`` (linear layers, ``TopKRouter``). The norm still returns the normalised rows (other readers of them, e.g. the experts after a
+    layer on the H200 in one run, within the run-to-run spread in two later ones: bench/results/
+    h200-moe-layer-s22*.json). ``projection`` says how through its ``norm_product(x, residual, norm)`` (linear
+    layers, ``TopKRouter``). The norm still returns the normalised rows (other readers of them, e.g. the experts after a
     router, are unaffected); the projection, called with exactly those rows, returns the product the norm computed.
     Nothing changes for other shapes, for a projection with a bias or FP8 weights, or a norm that reduces its input
     (fused all-reduce) or multiplies its weight in float32. ``MODELGEN_NORM_LINEAR=0`` (read when the model is built)

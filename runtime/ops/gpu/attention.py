@@ -7,8 +7,7 @@
   are read through its block table (cached prefix + the new tokens just written), so chunked prefill and prefix
   reuse work and nothing is padded to a dense ``[batch, max_len]`` tensor.
 * :func:`paged_decode`: one query per sequence, flash-decoding split over the context (``num_splits`` programs per
-  (sequence, KV head), each covering a contiguous chunk, merged by the last split to finish -- up to
-  ``FOLD_MAX_SPLITS`` splits -- or by a small reduce kernel). All query heads of one
+  (sequence, KV head), each covering a contiguous chunk, merged by a small reduce kernel). All query heads of one
   KV head share a program, so each K/V tile is read once per step. The step's own K/V come in as arguments: the
   kernel folds them in from registers and writes them to the cache (the write is fused into the attention launch;
   no program reads that slot, so there is no race). With ``rope`` the kernel also rotates q and the new k, and with
@@ -23,7 +22,6 @@ host integers that are fixed per CUDA-graph bucket.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -333,11 +331,11 @@ def paged_prefill(
 def _decode_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, slot_ptr, pos_ptr, cs_ptr, sink_ptr,
     o_ptr, pacc_ptr, pm_ptr, pl_ptr, qk_scale, cap_l2, qw_ptr, kw_ptr, eps,
-    s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ob, s_oh, s_c0, s_c1, s_c2, s_bt, cnt_ptr,
+    s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ob, s_oh, s_c0, s_c1, s_c2, s_bt,
     H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, BS: tl.constexpr, S: tl.constexpr, IEEE: tl.constexpr,
     ROPE: tl.constexpr, ROT: tl.constexpr, PAIRWISE: tl.constexpr, WINDOW: tl.constexpr = 0,
-    SINKS: tl.constexpr = False, SOFTCAP: tl.constexpr = False, NORM: tl.constexpr = 0, FOLD: tl.constexpr = False,
+    SINKS: tl.constexpr = False, SOFTCAP: tl.constexpr = False, NORM: tl.constexpr = 0,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -429,29 +427,6 @@ def _decode_kernel(
         tl.store(pacc_ptr + row[:, None] * BLOCK_D + offs_d[None, :], acc, mask=gmask[:, None])
         tl.store(pm_ptr + row, m_i, mask=gmask)
         tl.store(pl_ptr + row, l_i, mask=gmask)
-        if FOLD:  # the last split of this (sequence, KV head) to finish merges all S (an acq_rel counter, reset after)
-            cnt = cnt_ptr + b * tl.num_programs(1) + kvh
-            if tl.atomic_add(cnt, 1, sem="acq_rel") == S - 1:
-                first = (b.to(tl.int64) * H + heads) * S  # [BLOCK_G]
-                m_max = tl.full([BLOCK_G], float("-inf"), tl.float32)
-                for si in range(S):
-                    m_max = tl.maximum(m_max, tl.load(pm_ptr + first + si, mask=gmask, other=float("-inf"),
-                                                      cache_modifier=".cg"))
-                den = tl.zeros([BLOCK_G], tl.float32)
-                out = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-                for si in range(S):  # the reduce kernel's sums, split by split
-                    m_s = tl.load(pm_ptr + first + si, mask=gmask, other=float("-inf"), cache_modifier=".cg")
-                    w = tl.where(m_s > float("-inf"), tl.math.exp2(m_s - m_max), 0.0)
-                    den += w * tl.load(pl_ptr + first + si, mask=gmask, other=0.0, cache_modifier=".cg")
-                    out += w[:, None] * tl.load(pacc_ptr + (first + si)[:, None] * BLOCK_D + offs_d[None, :],
-                                                mask=gmask[:, None], other=0.0, cache_modifier=".cg")
-                if SINKS:
-                    sink = tl.load(sink_ptr + heads, mask=gmask, other=0.0).to(tl.float32) * 1.4426950408889634
-                    den = den + tl.math.exp2(sink - m_max)
-                out = out / den[:, None]
-                tl.store(o_ptr + b.to(tl.int64) * s_ob + heads[:, None] * s_oh + offs_d[None, :],
-                         out.to(o_ptr.dtype.element_ty), mask=qmask)
-                tl.atomic_xchg(cnt, 0)
 
 
 @triton.jit
@@ -476,25 +451,6 @@ def _decode_reduce_kernel(
         den = den + tl.math.exp2(tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634 - m_max)
     out = tl.sum(acc * w[:, None], 0) / den
     tl.store(o_ptr + b.to(tl.int64) * s_ob + h * s_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < D)
-
-
-# Up to this many splits the last split of each (sequence, KV head) merges them in the decode kernel itself (one
-# launch instead of two: the reduce kernel's launch and its gap cost more than the last split's few-KB merge); above
-# it (long max_model_len: up to 64 splits) the separate reduce kernel merges in parallel over heads.
-# MODELGEN_ATTENTION_FOLD_MAX_SPLITS overrides it (0: never fold), read per call so a benchmark leg can change it.
-FOLD_MAX_SPLITS = 16
-_FOLD_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _fold_counters(device: torch.device, n: int) -> torch.Tensor | None:
-    """Arrival counters (zero between calls: each call's last arrivals reset theirs) for ``n`` (sequence, KV head)
-    pairs; None (the two-kernel path) when more are needed than exist while a CUDA graph is being captured."""
-    have = _FOLD_COUNTERS.get(device)
-    if have is None or have.numel() < n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        have = _FOLD_COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return have
 
 
 def decode_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device, block_n: int = 64) -> int:
@@ -546,20 +502,17 @@ def paged_decode(
     group = H // KVH
     qk_scale, cap_l2 = _score_args(scale, softcap)
     qw, kw, eps, norm = _qk_norm_args(qk_norm, rope, q)
-    fold_max = int(os.environ.get("MODELGEN_ATTENTION_FOLD_MAX_SPLITS", FOLD_MAX_SPLITS))
-    cnt = _fold_counters(q.device, B * KVH) if 1 < S <= fold_max else None
     _decode_kernel[(B, KVH, S)](
         q, k, v, k_cache, v_cache, block_tables, context_lens, slot_mapping, positions, cos_sin,
         q if sinks is None else sinks, out, pacc, pm, pl, qk_scale, cap_l2, qw, kw, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        cnt if cnt is not None else context_lens,
         H=H, GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_D=block_d, BLOCK_N=block_n, BS=BS, S=S,
         IEEE=q.dtype == torch.float32, ROPE=rope is not None, ROT=rot, PAIRWISE=bool(pairwise),
         WINDOW=int(sliding_window or 0), SINKS=sinks is not None, SOFTCAP=softcap is not None, NORM=norm,
-        FOLD=cnt is not None, num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2,
     )
-    if S > 1 and cnt is None:
+    if S > 1:
         _decode_reduce_kernel[(B, H)](
             out, pacc, pm, pl, q if sinks is None else sinks, out.stride(0), out.stride(1),
             H=H, D=D, BLOCK_D=block_d, S=S, BLOCK_S=next_pow2(S), SINKS=sinks is not None, num_warps=4,

@@ -21,7 +21,6 @@ import triton.language as tl
 
 from . import next_pow2, pdl
 from .linear import _COUNTERS, MAX_SPLIT, _gemv_configs, _graph_bench, _prune, gemv_ok
-from .moe import _route_meta, _route_row
 
 
 @triton.jit
@@ -45,13 +44,9 @@ def _normed_slice(x_ptrs, r_ptrs, nw_ptrs, rstd, ADD: tl.constexpr, ZERO_CENTRED
 @triton.jit
 def _norm_gemv_kernel(
     x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, h_ptr, ro_ptr, ws_ptr, cnt_ptr, eps, N, K, s_wn,
-    route_cnt_ptr, bias_ptr, rw_ptr, rid_ptr, scaling,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_ROW: tl.constexpr,
     ADD: tl.constexpr, ZERO_CENTRED: tl.constexpr, H_OUT: tl.constexpr,
     PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
-    ROUTE: tl.constexpr, NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
-    TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -85,9 +80,6 @@ def _norm_gemv_kernel(
     part = tl.sum(acc, 1)
     if SPLIT_K == 1:
         tl.store(y_ptr + offs_n, part.to(y_ptr.dtype.element_ty))
-        if ROUTE:
-            _route_last(y_ptr, route_cnt_ptr, bias_ptr, rw_ptr, rid_ptr, scaling, N // BLOCK_N,
-                        NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
     else:  # the last arrival of the column block sums the K slices (linear.py's split-K GEMV)
         tl.store(ws_ptr + pid_k * N + offs_n, part)
         if tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel") == SPLIT_K - 1:
@@ -96,23 +88,6 @@ def _norm_gemv_kernel(
                 total += tl.load(ws_ptr + sp * N + offs_n, cache_modifier=".cg")
             tl.store(y_ptr + offs_n, total.to(y_ptr.dtype.element_ty))
             tl.atomic_xchg(cnt_ptr + pid_n, 0)
-            if ROUTE:
-                _route_last(y_ptr, route_cnt_ptr, bias_ptr, rw_ptr, rid_ptr, scaling, N // BLOCK_N,
-                            NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
-
-
-@triton.jit
-def _route_last(
-    y_ptr, route_cnt_ptr, bias_ptr, rw_ptr, rid_ptr, scaling, BLOCKS,
-    NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr, TOPK: tl.constexpr, BK: tl.constexpr,
-    TOPK_GROUP: tl.constexpr, SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
-):
-    """Called once per finished column block of router logits: the last of them (an acq_rel counter, reset after
-    for graph replay) routes the token from the whole logits row -- ``moe.py``'s route kernel without its launch."""
-    if tl.atomic_add(route_cnt_ptr, 1, sem="acq_rel") == BLOCKS - 1:
-        _route_row(y_ptr, bias_ptr, rw_ptr, rid_ptr, scaling, NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID,
-                   HAS_BIAS, RENORM)
-        tl.atomic_xchg(route_cnt_ptr, 0)
 
 
 def supported(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -139,14 +114,6 @@ def add_rms_norm_linear(
             residual_out.copy_(res)
             res = residual_out
         return linear(h, weight), (h if want_normed else None), res
-    y, h, res, _ = _launch(x, residual, norm_weight, eps, weight, zero_centred, want_normed, residual_out, None)
-    return y, h, res
-
-
-_NO_ROUTE = dict(NG=1, PG=1, BG=1, BP=1, TOPK=1, BK=2, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=False)
-
-
-def _launch(x, residual, norm_weight, eps, weight, zero_centred, want_normed, residual_out, route: dict | None):
     N, K = weight.shape
     x = x.contiguous()
     r = x if residual is None else residual.contiguous()
@@ -158,46 +125,9 @@ def _launch(x, residual, norm_weight, eps, weight, zero_centred, want_normed, re
     if cnt is None:
         cnt = _COUNTERS[key] = torch.zeros(N // 8, dtype=torch.int32, device=x.device)
     ws = torch.empty((MAX_SPLIT, N), dtype=torch.float32, device=x.device)
-    if route is None:
-        rcnt, bias, rw, rid, scaling, meta = cnt, y, y, cnt, 1.0, _NO_ROUTE
-    else:
-        rkey = (x.device, "route")
-        rcnt = _COUNTERS.get(rkey)
-        if rcnt is None:
-            rcnt = _COUNTERS[rkey] = torch.zeros(1, dtype=torch.int32, device=x.device)
-        k = route["top_k"]
-        rw = torch.empty((1, k), dtype=route["out_dtype"], device=x.device)
-        rid = torch.empty((1, k), dtype=torch.int32, device=x.device)
-        bias = route["bias"] if route["bias"] is not None else y
-        scaling, meta = float(route["scaling"]), route["meta"]
     grid = lambda meta: (N // meta["BLOCK_N"], meta["SPLIT_K"])  # noqa: E731
     # N, K positional: the autotuner's pruning reads them from the positional arguments
     _norm_gemv_kernel[grid](x, r, norm_weight, weight, y, h, res, ws, cnt, float(eps), N, K, weight.stride(0),
-                            rcnt, bias, rw, rid, scaling,
                             BLOCK_ROW=next_pow2(K), ADD=residual is not None, ZERO_CENTRED=bool(zero_centred),
-                            H_OUT=want_normed, PREFETCH=pdl.prefetch_ok(x.device, weight), ROUTE=route is not None,
-                            **meta, **pdl.launch(x.device))
-    return y, (h if want_normed else None), res, ((rw, rid) if route is not None else None)
-
-
-def add_rms_norm_router(
-    x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    top_k: int, *, scoring: str, renormalize: bool, n_group: int | None = None, topk_group: int | None = None,
-    e_score_correction_bias: torch.Tensor | None = None, routed_scaling_factor: float = 1.0,
-    out_dtype: torch.dtype = torch.float32, zero_centred: bool = False,
-) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """``((weights, ids), h, x + residual)``: the add + RMSNorm, the router GEMV (logits rounded to the activation
-    dtype, as ``F.linear`` returns them) and ``moe.route``'s top-k in ONE launch for one token -- the last column
-    block to finish routes (``_route_last``). Other shapes and dtypes: the norm, the GEMM and the route kernel."""
-    bias = e_score_correction_bias
-    kw = dict(scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
-              e_score_correction_bias=bias, routed_scaling_factor=routed_scaling_factor, out_dtype=out_dtype)
-    if not supported(x, norm_weight, weight):
-        from .moe import route
-
-        logits, h, res = add_rms_norm_linear(x, residual, norm_weight, eps, weight, zero_centred)
-        return route(logits, top_k, **kw), h, res
-    route = dict(top_k=top_k, out_dtype=out_dtype, bias=bias, scaling=routed_scaling_factor,
-                 meta=_route_meta(weight.shape[0], top_k, scoring, renormalize, n_group, topk_group, bias))
-    _, h, res, routed = _launch(x, residual, norm_weight, eps, weight, zero_centred, True, None, route)
-    return routed, h, res
+                            H_OUT=want_normed, PREFETCH=pdl.prefetch_ok(x.device, weight), **pdl.launch(x.device))
+    return y, (h if want_normed else None), res
