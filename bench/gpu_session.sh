@@ -162,7 +162,8 @@ elif [ "$phase" = s22c ]; then  # nvidia-h200-x2, ~130 s: the tensor2 selection 
     tests/test_gpu_parallel_modes.py -k "tensor2-llama or tensor2-qwen3_moe" 2>&1 | grep -v "Warning\|warn\|it/s" \
     | tail -150 > "$OUT/s22c.log"
   cat "$OUT/s22c.log"
-elif [ "$phase" = s22d ]; then  # nvidia-h200-x2, ~540 s: norm + GEMV pairing (fuse_norm_linear): MoE 24 layers A/B on
+elif [ "$phase" = s22d ]; then  # (ran at d7180bd; MODELGEN_NORM_LINEAR went with the pairing: bench/NOTES-moe.md)
+  # nvidia-h200-x2, ~540 s: norm + GEMV pairing (fuse_norm_linear): MoE 24 layers A/B on
   # GPU 0 while the kernel/engine GPU tests run on GPU 1; then the TP NCCL engine tests; Llama-8B TP=1 vs TP=2
   L="$OUT/logs"; mkdir -p "$L"
   export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
@@ -182,7 +183,8 @@ elif [ "$phase" = s22d ]; then  # nvidia-h200-x2, ~540 s: norm + GEMV pairing (f
   echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/4-tp.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22d.log"; rm -rf "$L"
   cat "$OUT/s22d.log"
-elif [ "$phase" = s22e ]; then  # nvidia-h200-x2, ~360 s: router top-k in the norm + GEMV launch, attention's split merge
+elif [ "$phase" = s22e ]; then  # (ran at eab9c84; the switches below went with the changes: bench/NOTES-moe.md)
+  # nvidia-h200-x2, ~360 s: router top-k in the norm + GEMV launch, attention's split merge
   # in the decode kernel: MoE 24 layers with both off as legs (GPU 0) while the kernel/engine tests run (GPU 1);
   # then the TP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"
@@ -202,7 +204,8 @@ elif [ "$phase" = s22e ]; then  # nvidia-h200-x2, ~360 s: router top-k in the no
   echo "[$(( $(date +%s) - t0 ))s] tp tests done" | tee -a "$L/3-tp-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22e.log"; rm -rf "$L"
   cat "$OUT/s22e.log"
-elif [ "$phase" = s22f ]; then  # nvidia-h200, ~280 s: the norm + router kernel's compile error in full; one MoE layer's
+elif [ "$phase" = s22f ]; then  # (ran at 5b0ddf8: settings pdl_nfr / pdl_nf_nofold since removed)
+  # nvidia-h200, ~280 s: the norm + router kernel's compile error in full; one MoE layer's
   # kernels with the norm pairing, the router top-k fused, attention's merge in or out of the decode kernel
   L="$OUT/logs"; mkdir -p "$L"
   timeout -k 10 100 python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu_norm_linear.py 2>&1 | grep -v Warning \
@@ -213,7 +216,8 @@ elif [ "$phase" = s22f ]; then  # nvidia-h200, ~280 s: the norm + router kernel'
   echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22f.log"; rm -rf "$L"
   cat "$OUT/s22f.log"
-elif [ "$phase" = s22g ]; then  # nvidia-h200, ~240 s: which GPU tests failed in s22e (-n 4); the MoE layer settings again,
+elif [ "$phase" = s22g ]; then  # (ran at 83ac625: settings pdl_nfr / pdl_nf_nofold since removed)
+  # nvidia-h200, ~240 s: which GPU tests failed in s22e (-n 4); the MoE layer settings again,
   # in another order (run-to-run spread)
   L="$OUT/logs"; mkdir -p "$L"
   timeout -k 10 150 python3 -m pytest -q -rf -n 4 -p no:cacheprovider tests/test_gpu_norm_linear.py tests/test_gpu.py \
@@ -226,13 +230,6 @@ elif [ "$phase" = s22g ]; then  # nvidia-h200, ~240 s: which GPU tests failed in
   echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22g.log"; rm -rf "$L"
   cat "$OUT/s22g.log"
-elif [ "$phase" = s22h ]; then  # nvidia-h200, ~130 s: Llama-3-8B shape batch 1 with the norm + QKV pairing off / on / off
-  # (bench/tp.py --tp 1: two TP=1 engines per run, four figures per setting)
-  for leg in off on off2; do
-    if [ $leg = on ]; then unset MODELGEN_NORM_LINEAR; else export MODELGEN_NORM_LINEAR=0; fi
-    timeout -k 5 60 python3 bench/tp.py --tp 1 --batches 1 --new 64 --reps 3 --check-prompts 1 --check-new 8 \
-      --out "$OUT/h200-llama8b-norm-linear-$leg.json" 2>&1 | grep "batch 1:" | sed "s/^/$leg /" | tee -a "$OUT/s22h.log"
-  done
 elif [ "$phase" = s21c ]; then  # nvidia-h200-x2, ~500 s: fused all-reduce + norm kernel tests and timings; TP=2 A/B
   # (fused vs unfused norm, pipelined decode on); TP/EP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"

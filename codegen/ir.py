@@ -137,12 +137,6 @@ class Module:
     output_reduce_deferrable: ClassVar[bool] = False
     qk_norm_in_kernel: ClassVar[bool] = False  # per-head QK norms run inside the RoPE/cache-write kernels (GQA)
 
-    def normed_input_projection(self) -> str | None:
-        """The attribute of the bias-free linear that reads this module's (normalised) input first, whose one-token
-        GEMV may run inside the norm's kernel (runtime/layers/norm.py fuse_norm_linear): GQA's qkv_proj, the MoE
-        router. None: nothing to pair."""
-        return None
-
     name: str  # attribute and checkpoint module name, e.g. self_attn
     class_name: str = ""  # set in lowering
 
@@ -330,22 +324,6 @@ class ModelIR:
         reduces it too."""
         return (self.fuse_attention_all_reduce and self.slot_name("mlp") is not None
                 and all(blk.mlp.output_reduce_deferrable for blk in self.blocks))
-
-    def normed_projections(self, slot: str) -> tuple[tuple[str, str], ...]:
-        """(module class, projection attribute) of each class in ``slot`` whose first linear the norm before it may
-        compute at one token (rocm ``fuse_norm_linear``); empty unless the layout is serial (the norm exists in every
-        layer) with a norm in front of ``slot`` (not OLMo 2's post-norms) and the slot's module has one name in every
-        block."""
-        b = self.blocks[0]
-        norm = b.attention_norm if slot == "attention" else b.mlp_norm
-        if norm is None or not b.parallel.never or self.slot_name(slot) is None:
-            return ()
-        pairs = {(getattr(b, slot).class_name, getattr(b, slot).normed_input_projection()) for b in self.blocks}
-        return tuple(sorted((c, p) for c, p in pairs if p))
-
-    def normed_projection_everywhere(self, slot: str) -> bool:
-        """Every block's ``slot`` module is the one class of :meth:`normed_projections` (no isinstance test needed)."""
-        return len(self.normed_projections(slot)) == 1 and len({getattr(b, slot).class_name for b in self.blocks}) == 1
 
     @property
     def mapping_needs_keys(self) -> bool:

@@ -142,9 +142,6 @@ class GQAttention(Module):
     softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
     clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
 
-    def normed_input_projection(self) -> str | None:
-        return "qkv_proj"  # with a bias (a config value) fuse_norm_linear declines when the layer is built
-
     @property
     def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
         """Per-head RMS-kind QK norms (one weight [head_dim]) are bound to PagedAttention, which runs them before RoPE

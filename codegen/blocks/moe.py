@@ -148,9 +148,6 @@ class MoE(Module):
     expert_bias: bool = False
     expert_layout: str = "stacked"
 
-    def normed_input_projection(self) -> str | None:
-        return self.router.name  # the router GEMV (its kernel path: TopKRouter; a router bias declines at build time)
-
     def activation_params_py(self) -> str:
         """The parameters as a Python dict literal over config values (``{"alpha": ..., "limit": ...}``)."""
         return "{" + ", ".join(f"\"{k}\": {v.py}" for k, v in self.activation_params) + "}"

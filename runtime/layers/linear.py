@@ -54,28 +54,12 @@ class LinearBase(nn.Module):
     fp8_block: tuple[int, int] | None = None  # (rows, cols) of a scale block once keep_fp8 switched the layer
 
     def _mm(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if bias is None and "_prenormed" in self.__dict__:  # paired with the norm before it (fuse_norm_linear)
-            from .norm import prenormed_output
-
-            y = prenormed_output(self, x)
-            if y is not None:
-                return y
         if self.fp8_block is not None:
             return fp8_linear(x, self.weight, self.weight_scale_inv, self.fp8_block, bias)
         return linear(x, self.weight, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._mm(x, self.bias)
-
-    def norm_product(self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module):
-        """``(x_normed @ W.T, x_normed, new residual)`` with ``norm``'s add + RMSNorm in the GEMV's launch (one token,
-        16-bit, a plain bias-free weight), else None (runtime/layers/norm.py ``fuse_norm_linear``)."""
-        from ..ops.gpu import norm_linear
-
-        if (self.bias is not None or self.fp8_block is not None or "forward" in vars(self)
-                or not norm_linear.supported(x, norm.weight, self.weight)):
-            return None
-        return norm_linear.add_rms_norm_linear(x, residual, norm.weight, norm.eps, self.weight, norm.zero_centred)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         _check_shape(param, param.shape, loaded, "replicated weight")

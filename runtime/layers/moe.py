@@ -27,7 +27,6 @@ from ..ops import gpu
 from ..ops.activation import gated_activation
 from ..ops.moe import fused_moe, fused_moe_static, route, stacked_from_fused
 from .linear import linear
-from .norm import prenormed_output
 
 
 class TopKRouter(nn.Module):
@@ -74,36 +73,17 @@ class TopKRouter(nn.Module):
         return (self.backend != "aiter" and gpu.enabled(x) and self.bias is None and self.scoring != "topk_softmax"
                 and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum")))
 
-    def norm_product(self, x: torch.Tensor, residual: torch.Tensor | None, norm: nn.Module):
-        """``(logits, x_normed, new residual)``: ``norm``'s add + RMSNorm and this router's GEMV in one launch (one
-        token, 16-bit, the GPU router kinds), else None (runtime/layers/norm.py ``fuse_norm_linear``). The top-k stays
-        its own launch: folded into this one (the last column block routing) it measured 1.4-1.8 us per layer slower
-        on the H200 (bench/results/h200-moe-layer-s22*.json, setting pdl_nfr)."""
-        from ..ops.gpu import norm_linear
-
-        if self.float32 or not self._gpu(x) or not norm_linear.supported(x, norm.weight, self.weight):
-            return None
-        return norm_linear.add_rms_norm_linear(x, residual, norm.weight, norm.eps, self.weight, norm.zero_centred)
-
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
         if self._gpu(x):
             from ..ops.gpu import moe as gpu_moe
 
-            out_dtype = x.dtype if self.weights_in_model_dtype else torch.float32
-            logits = prenormed_output(self, x) if "_prenormed" in self.__dict__ else None
-            if logits is not None:  # the router GEMV ran inside the norm before it (fuse_norm_linear)
-                return gpu_moe.route(
-                    logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
-                    topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
-                    routed_scaling_factor=self.routed_scaling_factor, out_dtype=out_dtype,
-                )
             # Qwen3-MoE's weights are cast to the logits' dtype by HF: the kernel stores them in that dtype directly.
             return gpu_moe.router(
                 x, self.weight, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
                 n_group=self.n_group, topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
                 routed_scaling_factor=self.routed_scaling_factor,
-                out_dtype=out_dtype, gemm=linear,
+                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear,
             )
         logits = F.linear(x, self.weight, self.bias)
         weights, ids = route(

@@ -10,8 +10,6 @@ norm without a learned weight.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
@@ -32,7 +30,6 @@ class RMSNorm(nn.Module):
         # True when the input is a row-parallel partial sum this norm reduces (fuse_all_reduce); False: already whole
         self.reduce_input = False
         self._reduced_for: tuple = ()  # the linear whose reduction moved here (a tuple: not a submodule)
-        self._feeds: tuple = ()  # the projection whose one-token GEMV may run in this norm's kernel (fuse_norm_linear)
         if affine:
             init = torch.zeros(hidden_size) if zero_centred else torch.ones(hidden_size)
             self.weight = nn.Parameter(init, requires_grad=False)
@@ -52,61 +49,12 @@ class RMSNorm(nn.Module):
         if gpu.enabled(x) and self.weight is not None and not self.weight_float32:
             from ..ops.gpu import norm as gpu_norm
 
-            if self._feeds and x.dim() == 2 and x.shape[0] == 1:
-                fused = self._with_projection(x, residual)
-                if fused is not None:
-                    return fused
-
             if residual is None:
                 return gpu_norm.rms_norm(x, self.weight, self.eps, self.zero_centred)
             return gpu_norm.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred)
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps, self.zero_centred, self.weight_float32)
         return ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred, self.weight_float32)
-
-
-    def _with_projection(self, x: torch.Tensor, residual: torch.Tensor | None):
-        """One token: the norm and the paired projection's product in one launch (the projection's ``norm_product``:
-        runtime/ops/gpu/norm_linear.py); the product waits on the projection for its input (``prenormed_output``).
-        None where the kernel does not apply."""
-        proj = self._feeds[0]
-        made = proj.norm_product(x, residual, self)
-        if made is None:
-            return None
-        product, h, res = made
-        proj._prenormed = (h, product)
-        return h if residual is None else (h, res)
-
-
-def fuse_norm_linear(norm: nn.Module, projection: nn.Module) -> bool:
-    """Let ``norm`` compute ``projection``'s output at one token on the GPU (decode at batch 1): the residual add, the
-    RMSNorm and the GEMV in one launch instead of two (bench/moe_layer.py ``*_nf``: 1.9 us less per Qwen3-30B-A3B
-    layer on the H200 in one run, within the run-to-run spread in two later ones: bench/results/
-    h200-moe-layer-s22*.json). ``projection`` says how through its ``norm_product(x, residual, norm)`` (linear
-    layers, ``TopKRouter``). The norm still returns the normalised rows (other readers of them, e.g. the experts after a
-    router, are unaffected); the projection, called with exactly those rows, returns the product the norm computed.
-    Nothing changes for other shapes, for a projection with a bias or FP8 weights, or a norm that reduces its input
-    (fused all-reduce) or multiplies its weight in float32. ``MODELGEN_NORM_LINEAR=0`` (read when the model is built)
-    keeps the two launches. Returns whether it paired them."""
-    if os.environ.get("MODELGEN_NORM_LINEAR", "1") == "0":
-        return False
-    if not isinstance(norm, RMSNorm) or norm.weight is None or norm.weight_float32:
-        return False
-    if getattr(projection, "bias", None) is not None or not hasattr(projection, "norm_product"):
-        return False
-    norm._feeds = (projection,)
-    projection._prenormed = None
-    return True
-
-
-def prenormed_output(projection: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    """The product the paired norm computed for ``projection`` if ``x`` is the very tensor that norm returned (then
-    it is handed over once), else None: the projection multiplies itself."""
-    pending = projection.__dict__.get("_prenormed")
-    if pending is None:
-        return None
-    projection._prenormed = None
-    return pending[1] if pending[0] is x else None
 
 
 def fuse_all_reduce(linear: nn.Module, norm: nn.Module) -> bool:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v32.yaml --target rocm
-# source hash (spec + templates + generator): 530c3748520b149c
+# source hash (spec + templates + generator): 75b84e124eaace0b
 # ==================================================================================================================
 """DeepseekV32 for the rocm target, in ATOM's style.
 
@@ -26,7 +26,7 @@ from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbed
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.mla import LatentCacheSpec, MLAttention
 from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
-from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
 from modelgen.runtime.loader.protocol import ExpertMapping
@@ -142,9 +142,6 @@ class DeepseekV32DecoderLayer(nn.Module):
             self.mlp = DeepseekV32SparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # One token on the GPU: post_attention_layernorm computes gate's GEMV in its own kernel (fuse_norm_linear)
-        if isinstance(self.mlp, DeepseekV32SparseMoeBlock):
-            fuse_norm_linear(self.post_attention_layernorm, self.mlp.gate)
 
     def forward(
         self,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): 5f7c76c00b142dd8
+# source hash (spec + templates + generator): 87a04c047d7129b5
 # ==================================================================================================================
 """Gemma3 for the rocm target, in ATOM's style.
 
@@ -23,7 +23,7 @@ from modelgen.runtime.layers.activation import GeluTanhAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -193,11 +193,6 @@ class Gemma3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
         self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
-        # One token on the GPU: input_layernorm computes qkv_proj / qkv_proj's GEMV in its own kernel (fuse_norm_linear)
-        if isinstance(self.self_attn, Gemma3Attention0):
-            fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
-        if isinstance(self.self_attn, Gemma3Attention1):
-            fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
 
     def forward(
         self,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): c6c487056aed3f29
+# source hash (spec + templates + generator): 7d9a6486baf2007b
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style.
 
@@ -24,7 +24,7 @@ from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
-from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -163,11 +163,6 @@ class Glm4MoeDecoderLayer(nn.Module):
             self.mlp = Glm4MoeSparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # One token on the GPU: input_layernorm computes qkv_proj's GEMV in its own kernel (fuse_norm_linear)
-        fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
-        # One token on the GPU: post_attention_layernorm computes gate's GEMV in its own kernel (fuse_norm_linear)
-        if isinstance(self.mlp, Glm4MoeSparseMoeBlock):
-            fuse_norm_linear(self.post_attention_layernorm, self.mlp.gate)
         # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
         # all-reduce + residual add + RMSNorm (nothing changes at world size 1, or with an o_proj bias)
         fuse_all_reduce(self.self_attn.o_proj, self.post_attention_layernorm)

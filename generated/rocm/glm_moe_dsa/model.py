@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): 7e75143ae4469a5b
+# source hash (spec + templates + generator): 941a2a917dcc2b01
 # ==================================================================================================================
 """GlmMoeDsa for the rocm target, in ATOM's style.
 
@@ -26,7 +26,7 @@ from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbed
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.mla import LatentCacheSpec, MLAttention
 from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
-from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
 from modelgen.runtime.loader.protocol import ExpertMapping
@@ -194,9 +194,6 @@ class GlmMoeDsaDecoderLayer(nn.Module):
             self.mlp = GlmMoeDsaSparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # One token on the GPU: post_attention_layernorm computes gate's GEMV in its own kernel (fuse_norm_linear)
-        if isinstance(self.mlp, GlmMoeDsaSparseMoeBlock):
-            fuse_norm_linear(self.post_attention_layernorm, self.mlp.gate)
 
     def forward(
         self,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): 4758d7c31e5865ea
+# source hash (spec + templates + generator): 521ca9abc8d52568
 # ==================================================================================================================
 """Granite for the rocm target, in ATOM's style.
 
@@ -24,7 +24,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -122,8 +122,6 @@ class GraniteDecoderLayer(nn.Module):
         self.residual_multiplier = config.residual_multiplier  # scales each sub-layer's output
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # One token on the GPU: input_layernorm computes qkv_proj's GEMV in its own kernel (fuse_norm_linear)
-        fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
 
     def forward(
         self,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): 9c01635ed0bb72f7
+# source hash (spec + templates + generator): 89750733315b48d5
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 
@@ -23,7 +23,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -120,8 +120,6 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # One token on the GPU: input_layernorm computes qkv_proj's GEMV in its own kernel (fuse_norm_linear)
-        fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
         # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
         # all-reduce + residual add + RMSNorm (nothing changes at world size 1, or with an o_proj bias)
         fuse_all_reduce(self.self_attn.o_proj, self.post_attention_layernorm)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): 616fffb8787147ca
+# source hash (spec + templates + generator): 81745b97188413b8
 # ==================================================================================================================
 """Olmo for the rocm target, in ATOM's style.
 
@@ -23,7 +23,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import LayerNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import LayerNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -121,8 +121,6 @@ class OlmoDecoderLayer(nn.Module):
         self.mlp = OlmoMLP(config, config.intermediate_size)
         self.input_layernorm = LayerNorm(config.hidden_size, eps=1e-05, affine=False)
         self.post_attention_layernorm = LayerNorm(config.hidden_size, eps=1e-05, affine=False)
-        # One token on the GPU: input_layernorm computes qkv_proj's GEMV in its own kernel (fuse_norm_linear)
-        fuse_norm_linear(self.input_layernorm, self.self_attn.qkv_proj)
 
     def forward(
         self,

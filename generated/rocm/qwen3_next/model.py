@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): 26cb17f4a122c64a
+# source hash (spec + templates + generator): 9217d67901464b94
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -31,7 +31,7 @@ from modelgen.runtime.layers.linear import (
     RowParallelLinear,
 )
 from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
-from modelgen.runtime.layers.norm import RMSNorm, fuse_norm_linear
+from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -217,9 +217,6 @@ class Qwen3NextDecoderLayer(nn.Module):
             self.mlp = Qwen3NextMLP(config, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, zero_centred=True)
-        # One token on the GPU: post_attention_layernorm computes gate's GEMV in its own kernel (fuse_norm_linear)
-        if isinstance(self.mlp, Qwen3NextSparseMoeBlock):
-            fuse_norm_linear(self.post_attention_layernorm, self.mlp.gate)
 
     def get_attention(self) -> nn.Module:
         """This layer's attention module (its name depends on the layer's block)."""

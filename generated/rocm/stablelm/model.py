@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 5e17e195c6879646
+# source hash (spec + templates + generator): c3c70cd6ea841ecc
 # ==================================================================================================================
 """StableLm for the rocm target, in ATOM's style.
 
