@@ -119,7 +119,9 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         llm.warmup()  # CUDA graphs of every decode bucket (all ranks capture together)
         out["warmup_s"] = round(time.perf_counter() - t0, 2)
         if tp > 1 and args.device.startswith("cuda"):  # one symmetric-memory world per process: later runs NCCL
-            out["symmetric_memory"] = _symmetric_memory_in_use()
+            from modelgen.runtime.ops.gpu import allreduce
+
+            out["symmetric_memory"] = allreduce.in_use()
         # the token check first: its result must come back even when a later step runs out of time
         log(f"{label}: check generate")
         tokens = llm.generate(check, greedy(args.check_new))
@@ -162,16 +164,6 @@ def measure(tp: int, cfg_dir: Path, args, prompts: dict[int, list[list[int]]], c
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
     return {"figures": out, "tokens": tokens, "logits": logits}
-
-
-def _symmetric_memory_in_use() -> bool:
-    """Whether rank 0 set up a symmetric-memory all-reduce in this group (the Triton exchange or PyTorch's one-shot)
-    -- False when the set-up fell back to NCCL, e.g. in a process's second TP group."""
-    from modelgen.runtime.ops.gpu import allreduce
-
-    fused = sys.modules.get("modelgen.runtime.ops.gpu.allreduce_norm")
-    return any(v is not None for v in allreduce._STATE.values()) or (
-        fused is not None and fused._STATE.get("ex") is not None)
 
 
 def profile_steps(llm, prompt: list[list[int]], steps: int, device: str) -> dict:
@@ -267,7 +259,6 @@ def reference_check(cfg_dir: Path, args, check: list[list[int]], one: dict, two:
             prompts.append(entry)
     finally:
         llm.close()
-        del llm
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
     parted = [e for e in prompts if "first_difference" in e]

@@ -56,3 +56,42 @@ def test_every_rank_falls_back_together(tmp_path, fail):
     # a failed allocation anywhere: nobody enters the rendezvous; a failed rendezvous: both entered, both drop it
     assert [g["rendezvous"] for g in got] == [0 if fail.startswith("empty") else (1 if fail == f"rendezvous{r}" else 2)
                                              for r in range(2)]
+
+
+def test_in_use_follows_the_set_up_and_reset(monkeypatch):
+    """``allreduce.in_use()`` (bench/tp.py records it): True only while a set-up op exists, False after a fallback
+    (the state holds None) and after ``reset()``."""
+    from modelgen.runtime.ops.gpu import allreduce
+
+    monkeypatch.setattr(allreduce, "_STATE", {})
+    monkeypatch.setattr(allreduce, "_SPENT", {"rendezvous_now": False, "earlier_world": False})
+    assert not allreduce.in_use()
+    allreduce._STATE["torch.bfloat16"] = None  # the set-up fell back to NCCL
+    assert not allreduce.in_use()
+    allreduce._STATE["torch.bfloat16"] = object()
+    assert allreduce.in_use()
+    allreduce.reset()
+    assert not allreduce.in_use()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3"])
+def test_dump_stacks_after_refuses_a_bad_value(monkeypatch, value):
+    from modelgen.runtime.parallel.launch import dump_stacks_later
+
+    monkeypatch.setenv("MODELGEN_DUMP_STACKS_AFTER", value)
+    with pytest.raises(ValueError, match="MODELGEN_DUMP_STACKS_AFTER.*seconds > 0"):
+        dump_stacks_later("rank 0")
+
+
+def test_dump_stacks_after_arms_faulthandler(monkeypatch):
+    import faulthandler
+
+    from modelgen.runtime.parallel.launch import dump_stacks_later
+
+    armed = []
+    monkeypatch.setattr(faulthandler, "dump_traceback_later", lambda t, **kw: armed.append((t, kw["exit"])))
+    monkeypatch.setenv("MODELGEN_DUMP_STACKS_AFTER", "2.5")
+    dump_stacks_later("rank 1")
+    monkeypatch.delenv("MODELGEN_DUMP_STACKS_AFTER")
+    dump_stacks_later("rank 1")  # unset: nothing
+    assert armed == [(2.5, False)]

@@ -50,14 +50,20 @@ def _timeout() -> timedelta:
 def dump_stacks_later(who: str) -> None:
     """``MODELGEN_DUMP_STACKS_AFTER=S``: this process prints every thread's stack to stderr S seconds from now (once,
     without exiting) -- where each rank waits when a group hangs; a spawned rank's stack is otherwise out of reach."""
-    after = os.environ.get("MODELGEN_DUMP_STACKS_AFTER")
-    if not after:
+    text = os.environ.get("MODELGEN_DUMP_STACKS_AFTER")
+    if not text:
         return
+    try:
+        after = float(text)
+    except ValueError:
+        after = -1.0
+    if not after > 0:
+        raise ValueError(f"MODELGEN_DUMP_STACKS_AFTER={text!r}: expected a number of seconds > 0")
     import faulthandler
     import sys
 
-    print(f"modelgen: {who} (pid {os.getpid()}) dumps its stacks in {after} s", file=sys.__stderr__, flush=True)
-    faulthandler.dump_traceback_later(float(after), exit=False, file=sys.__stderr__)
+    print(f"modelgen: {who} (pid {os.getpid()}) dumps its stacks in {after:g} s", file=sys.__stderr__, flush=True)
+    faulthandler.dump_traceback_later(after, exit=False, file=sys.__stderr__)
 
 
 def _positive(name: str, value) -> int:
@@ -209,6 +215,7 @@ class Ranks:
         global _ACTIVE
         import torch.multiprocessing as mp
 
+        dump_stacks_later("rank 0")  # first: a bad value is refused before any rank is spawned
         self.world, self.backend = world, backend
         self.closed = False
         self.tmp = tempfile.mkdtemp(prefix="modelgen-ranks-")
@@ -225,7 +232,6 @@ class Ranks:
             self.procs.append(p)
             self.pipes.append(recv)
         _ACTIVE = self
-        dump_stacks_later("rank 0")
         try:
             if device_type == "cuda":
                 torch.cuda.set_device(base_index)

@@ -50,9 +50,10 @@ def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, grou
     of ``group`` together -- or None on every rank if any rank cannot (a RuntimeError names the first local cause).
 
     Why the agreement steps: ``rendezvous`` is a collective. If one rank's allocation failed (memory, driver, no P2P)
-    and it fell back to NCCL while its peers entered the rendezvous, the peers would wait for ever (a TP=2 test on two
-    H200s hung exactly so, rank 0 in the rendezvous: bench/results/h200x2-tp-moe-test-hang.log). So: allocate, agree;
-    rendezvous, agree; any failure anywhere and every rank drops the buffers and takes the fallback together."""
+    and it fell back to NCCL while its peers entered the rendezvous, the peers would wait for ever. So: agree that no
+    rank is in a later world of its process (``_SPENT``: the cause of the TP=2 GPU-test hang,
+    bench/results/h200x2-tp-second-world-hang.log); allocate, agree; rendezvous, agree; any failure anywhere and
+    every rank drops the buffers and takes the fallback together."""
     import torch.distributed._symmetric_memory as symm_mem
 
     bufs, handles, error = [], [], None
@@ -151,6 +152,13 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
     if op is None or not op.applies(x):
         return None
     return op(x)
+
+
+def in_use() -> bool:
+    """Whether this process set up a symmetric-memory all-reduce in its current group (the Triton exchange of
+    ``allreduce_norm.py`` or PyTorch's one-shot) -- False where the set-up fell back to NCCL, e.g. a later group."""
+    fused = sys.modules.get(f"{__package__}.allreduce_norm")
+    return any(op is not None for op in _STATE.values()) or (fused is not None and fused.exchange_ready())
 
 
 def reset() -> None:

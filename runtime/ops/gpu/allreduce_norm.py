@@ -299,6 +299,11 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor | None:
     return run_all_reduce(ex, x)
 
 
+def exchange_ready() -> bool:
+    """Whether this process's exchange buffer is set up (not attempted, not fallen back)."""
+    return _STATE.get("ex") is not None
+
+
 def reset() -> None:
     """Forget the buffer (tests that tear a process group down and start another)."""
     _STATE.clear()
