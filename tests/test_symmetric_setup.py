@@ -5,6 +5,9 @@ the CPU with the symmetric-memory calls replaced: which step fails on which rank
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 
 import pytest
 import torch.multiprocessing as mp
@@ -38,9 +41,18 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
         allreduce.reset()
     made = allreduce.symmetric_buffers(16, torch.float32, torch.device("cpu"), dist.group.WORLD, count=2)
     dist.barrier()
-    with open(f"{out}.{rank}", "w") as f:
+    with open(f"{out}.{rank}.tmp", "w") as f:
         json.dump({"made": made is not None, **calls}, f)
-    dist.destroy_process_group()
+    os.replace(f"{out}.{rank}.tmp", f"{out}.{rank}")
+    # Leave without C++ teardown once both ranks' results are on disk: one CI run (stop 22) saw rank 1 of this test
+    # abort at exit after its result was decided ("terminate called without an active exception": a joinable C++
+    # thread destroyed in torch/gloo's teardown, not in the code under test). The wait keeps either rank from leaving
+    # while its peer is still inside a collective.
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(f"{out}.{r}") for r in range(world)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(0)
 
 
 @pytest.mark.parametrize("fail", ["none", "empty1", "empty0", "rendezvous1", "spent0", "spent1"])
