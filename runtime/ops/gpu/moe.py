@@ -503,9 +503,21 @@ def _gate_up_pairs_kernel(
     PDL: tl.constexpr, AHEAD: tl.constexpr, PF_DIST: tl.constexpr = 0, HAS_BIAS: tl.constexpr = False,
     SWIGLU: tl.constexpr = False,
 ):
-    pid_n = tl.program_id(0)
-    pair = tl.program_id(1).to(tl.int64)
     pdl.wait(PDL)  # the expert ids come from the router launch just before: nothing to prefetch
+    _gate_up_pair(x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, tl.program_id(0), tl.program_id(1).to(tl.int64),
+                  tl.num_programs(0), N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om, s_w2e,
+                  b_ptr, s_be, alpha, limit, BLOCK_N, BLOCK_K, GELU, AHEAD, PF_DIST, HAS_BIAS, SWIGLU)
+
+
+@triton.jit
+def _gate_up_pair(
+    x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, pid_n, pair, n_blocks, N, K, KT, K_ROUTED, expert_offset, L,
+    s_ids, s_xm, s_we, s_wn, s_om, s_w2e, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GELU: tl.constexpr, AHEAD: tl.constexpr, PF_DIST: tl.constexpr, HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr,
+):
+    """Column block ``pid_n`` (of ``n_blocks``) of pair ``pair``'s gated activation: ``act(x @ w13[e, gate].T) *
+    (x @ w13[e, up].T)`` for the pair's expert ``e``, stored to row ``pair`` of ``out`` (nothing for a slot this
+    rank does not compute)."""
     t = pair // KT
     e, ok = _pair_slot(ids_ptr, s_ids, t, pair % KT, pair >= 0, K_ROUTED, expert_offset, L)
     if ok:
@@ -534,7 +546,7 @@ def _gate_up_pairs_kernel(
             x_ptrs += BLOCK_K
         dt = out_ptr.dtype.element_ty
         if AHEAD:  # this program's share of its expert's down weight (MODELGEN_PREFETCH_AHEAD), for the next launch
-            pdl.prefetch_share(w2_ptr + e.to(tl.int64) * s_w2e, w2_bytes, pid_n, tl.num_programs(0), 8)
+            pdl.prefetch_share(w2_ptr + e.to(tl.int64) * s_w2e, w2_bytes, pid_n, n_blocks, 8)
         # gate columns then up columns of w13_bias [E, 2I], before F.linear's rounding
         gate = tl.sum(acc_g, 1)
         if HAS_BIAS:
@@ -635,7 +647,18 @@ def _down_slots_kernel(
         addr = (w_ptr + eq.to(tl.int64) * s_we + nq.to(tl.int64) * s_wn).to(tl.pointer_type(tl.int8)) + c * piece
         pdl.bulk_prefetch(addr, nbytes, (okq & (nq < N) & (nbytes > 0)).to(tl.int32))
     pdl.wait(PDL)
-    # [slot, column, k] tiles: the weight rows of every slot's expert at once; the activations once per slot.
+    tile = _down_slots_first(ids_ptr, w_ptr, a_ptr, t, pid_n, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_am, s_we,
+                             s_wn, BLOCK_N, BLOCK_K, BKT)
+    _down_slots_rest(tile, out_ptr, tw_ptr, b_ptr, t, N, K, K_ROUTED, s_tw, s_be, s_out, BLOCK_N, BLOCK_K, BKT,
+                     PAIR_FP32, HAS_BIAS)
+
+
+@triton.jit
+def _down_slots_first(ids_ptr, w_ptr, a_ptr, t, pid_n, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_am, s_we, s_wn,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BKT: tl.constexpr):
+    """Program (column block ``pid_n``, token ``t``)'s [slot, column, k] tiles -- the weight rows of every slot's
+    expert at once, the activations once per slot -- and its first weight tile, loaded. Reads the router's ids and
+    weights only (never written by the chain's kernels), so it may run before waiting for the activations."""
     js = tl.arange(0, BKT)
     e, ok = _pair_slot(ids_ptr, s_ids, t, js, js < KT, K_ROUTED, expert_offset, L)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -645,28 +668,91 @@ def _down_slots_kernel(
               + offs_k[None, None, :])
     a_rows = a_ptr + (t * KT + js)[:, None, None] * s_am + offs_k[None, None, :]
     wmask = ok[:, None, None] & nmask[None, :, None]
-    acc = tl.zeros((BKT, BLOCK_N, BLOCK_K), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kmask = (k0 + offs_k < K)[None, None, :]
-        a = tl.load(a_rows, mask=ok[:, None, None] & kmask, other=0.0).to(tl.float32)
-        acc += tl.load(w_rows, mask=wmask & kmask, other=0.0, eviction_policy="evict_first").to(tl.float32) * a
+    w0 = tl.load(w_rows, mask=wmask & (offs_k < K)[None, None, :], other=0.0, eviction_policy="evict_first")
+    return js, e, ok, offs_n, nmask, w_rows, a_rows, wmask, w0
+
+
+@triton.jit
+def _down_slots_rest(tile, out_ptr, tw_ptr, b_ptr, t, N, K, K_ROUTED, s_tw, s_be, s_out, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The rest of :func:`_down_slots_first`'s program: the K loop (the activations read at L2, ``.cg``: in the one-
+    launch kernel other programs of the same launch wrote them), each slot's expert output rounded, weighted, and
+    the slots summed in slot order into the token's output columns."""
+    js, e, ok, offs_n, nmask, w_rows, a_rows, wmask, w0 = tile
+    offs_k = tl.arange(0, BLOCK_K)
+    a0 = tl.load(a_rows, mask=ok[:, None, None] & (offs_k < K)[None, None, :], other=0.0, cache_modifier=".cg")
+    acc = tl.zeros((BKT, BLOCK_N, BLOCK_K), tl.float32) + w0.to(tl.float32) * a0.to(tl.float32)  # the first K step
+    for k0 in range(BLOCK_K, K, BLOCK_K):
         w_rows += BLOCK_K
         a_rows += BLOCK_K
+        kmask = (k0 + offs_k < K)[None, None, :]
+        a = tl.load(a_rows, mask=ok[:, None, None] & kmask, other=0.0, cache_modifier=".cg").to(tl.float32)
+        acc += tl.load(w_rows, mask=wmask & kmask, other=0.0, eviction_policy="evict_first").to(tl.float32) * a
     y = tl.sum(acc, 2)
     if HAS_BIAS:  # each slot's expert's row of w2_bias [E, H]
         y += tl.load(b_ptr + e.to(tl.int64)[:, None] * s_be + offs_n[None, :], mask=ok[:, None] & nmask[None, :],
                      other=0.0).to(tl.float32)
-    y = y.to(a_ptr.dtype.element_ty).to(tl.float32)  # [slot, column]: each expert's output, model dtype
+    y = y.to(a_rows.dtype.element_ty).to(tl.float32)  # [slot, column]: each expert's output, model dtype
     wt = tl.load(tw_ptr + t * s_tw + js, mask=ok & (js < K_ROUTED), other=1.0).to(tl.float32)
     prod = y * wt[:, None]
     if not PAIR_FP32:
-        prod = prod.to(a_ptr.dtype.element_ty).to(tl.float32)
+        prod = prod.to(a_rows.dtype.element_ty).to(tl.float32)
     prod = tl.where(ok[:, None], prod, 0.0)
     slot = js[:, None]
     total = tl.zeros((BLOCK_N,), tl.float32)
     for jj in tl.static_range(BKT):  # slot order, one slot at a time (picking one row of prod is exact)
         total += tl.sum(tl.where(slot == jj, prod, 0.0), 0)
     tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
+
+
+# One launch for the whole pair path at small batch (``config["one_launch"]``): the gate-up and down programs of
+# ``_gate_up_pairs_kernel`` / ``_down_slots_kernel`` in one grid, so the down weights stream while gate-up finishes
+# without a launch boundary between them. Work goes by ticket, not by program id: each program draws one ticket
+# (an atomic counter); the first ``T * KT * up_blocks`` tickets are gate-up items, the rest down items. A down item
+# loads its first weight tile, then waits (spins) until every gate-up item of its token has stored its activations
+# (a per-token arrival counter, released by each gate-up item). No deadlock: a down ticket is drawn only after every
+# gate-up ticket was, by a program already running, and gate-up items wait on nothing. The last ticket resets the
+# ticket counter, the last down item of a token its two counters: zero between calls, so graphs replay it.
+@triton.jit
+def _pairs_one_launch_kernel(
+    x_ptr, w13_ptr, inter_ptr, ids_ptr, w2_ptr, out_ptr, tw_ptr, sync_ptr, T, I, H, KT, K_ROUTED, expert_offset, L,
+    s_ids, s_xm, s_w13e, s_w13n, s_im, s_w2e, s_w2n, s_tw, s_out, b13_ptr, s_b13e, b2_ptr, s_b2e, alpha, limit,
+    UP_N: tl.constexpr, UP_K: tl.constexpr, DN_N: tl.constexpr, DN_K: tl.constexpr, BKT: tl.constexpr,
+    PAIR_FP32: tl.constexpr, GELU: tl.constexpr, SWIGLU: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_B2: tl.constexpr, PDL: tl.constexpr,
+):
+    up_blocks = tl.cdiv(I, UP_N)
+    dn_blocks = tl.cdiv(H, DN_N)
+    n_up = T * KT * up_blocks
+    pdl.wait(PDL)  # the ids (router, the launch before) and the hidden states
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+    if ticket == n_up + T * dn_blocks - 1:  # every program holds its ticket: ready for the next call
+        tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
+    if ticket < n_up:
+        pair = (ticket // up_blocks).to(tl.int64)
+        _gate_up_pair(x_ptr, w13_ptr, inter_ptr, ids_ptr, w2_ptr, 0, ticket % up_blocks, pair, up_blocks, I, H, KT,
+                      K_ROUTED, expert_offset, L, s_ids, s_xm, s_w13e, s_w13n, s_im, s_w2e, b13_ptr, s_b13e, alpha,
+                      limit, UP_N, UP_K, GELU, False, 0, HAS_BIAS, SWIGLU)
+        tl.debug_barrier()  # every thread's stores precede the release below (cumulativity through the CTA barrier)
+        tl.atomic_add(sync_ptr + 1 + pair // KT, 1, sem="release")
+    else:
+        d = ticket - n_up
+        t = (d // dn_blocks).to(tl.int64)
+        tile = _down_slots_first(ids_ptr, w2_ptr, inter_ptr, t, d % dn_blocks, H, I, KT, K_ROUTED, expert_offset, L,
+                                 s_ids, s_im, s_w2e, s_w2n, DN_N, DN_K, BKT)
+        ready = sync_ptr + 1 + t
+        while tl.load(ready, volatile=True) < KT * up_blocks:  # plain polling: no atomic traffic on the counter
+            pass
+        # The acquire: the gate-up items' stores are visible from here on. Its value joins the slot mask (always
+        # true) so the compiler keeps the atomic, whose result nothing else uses.
+        seen = tl.atomic_add(ready, 0, sem="acquire")
+        js, e, ok, offs_n, nmask, w_rows, a_rows, wmask, w0 = tile
+        tile = (js, e, ok & (seen >= KT * up_blocks), offs_n, nmask, w_rows, a_rows, wmask, w0)
+        _down_slots_rest(tile, out_ptr, tw_ptr, b2_ptr, t, H, I, K_ROUTED, s_tw, s_b2e, s_out, DN_N, DN_K, BKT,
+                         PAIR_FP32, HAS_B2)
+        if tl.atomic_add(sync_ptr + 1 + T + t, 1, sem="acq_rel") == dn_blocks - 1:  # the token's last down item
+            tl.atomic_xchg(ready, 0, sem="relaxed")
+            tl.atomic_xchg(sync_ptr + 1 + T + t, 0, sem="relaxed")
 
 
 _COUNTERS: dict[tuple, torch.Tensor] = {}
@@ -707,7 +793,11 @@ _PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, dow
                                                                                down_slots=True),
                     # gate-up with an L2 prefetch 2 / 4 tiles ahead in its K loop (sm_90)
                     dict(_PAIRS, up_prefetch=2), dict(_PAIRS, up_prefetch=4),
-                    dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True)]
+                    dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True),
+                    # gate-up and the slot down in one launch (_pairs_one_launch_kernel): (warps, stages) of the grid
+                    dict(_PAIRS, down=(4, 256, 4, 3), down_slots=True, one_launch=(4, 3)),
+                    dict(_PAIRS, down=(8, 128, 4, 3), down_slots=True, one_launch=(4, 3)),
+                    dict(_PAIRS, down=(2, 1024, 8, 1), down_slots=True, one_launch=(8, 2))]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -860,14 +950,28 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
     inter = torch.empty((P, I), dtype=hidden.dtype, device=dev)
     if stages < 2:  # no align launch here
         return out
+    b13 = extra["w13_bias"] if extra["w13_bias"] is not None else inter  # a placeholder pointer without biases
+    b2 = extra["w2_bias"] if extra["w2_bias"] is not None else inter
+    has_b2 = extra["w2_bias"] is not None
+    pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
+    if cfg.get("one_launch"):  # gate-up and down in one grid (stages 2 and 3 are one launch: both run)
+        (ubn, ubk, _, _), (dbn, dbk, _, _), (nw, ns) = cfg["up"], cfg["down"], cfg["one_launch"]
+        grid = T * KT * triton.cdiv(I, ubn) + T * triton.cdiv(H, dbn)
+        act_kw = dict(GELU=act["GELU"], SWIGLU=act["SWIGLU"], HAS_BIAS=act["HAS_BIAS"])
+        _pairs_one_launch_kernel[(grid,)](
+            hidden, w13, inter, topk_ids, w2, out, topk_weights, _counters(dev, 1 + 2 * T, "one_launch"), T, I, H, KT,
+            k, expert_offset, L, topk_ids.stride(0), hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
+            w2.stride(0), w2.stride(1), topk_weights.stride(0), out.stride(0), b13, b13.stride(0), b2, b2.stride(0),
+            extra["alpha"], extra["limit"], UP_N=ubn, UP_K=ubk, DN_N=dbn, DN_K=dbk, BKT=max(2, next_pow2(KT)),
+            PAIR_FP32=pair_dtype == torch.float32, HAS_B2=has_b2, **act_kw, num_warps=nw, num_stages=ns,
+            **pdl.launch(dev),
+        )
+        return out
     bn, bk, nw, ns = cfg["up"]
     ahead = pdl.ahead_ok(dev, w2[0])
     # in-loop prefetch distance (sm_90, 16-byte aligned rows and tiles); the candidates that set it are timed
     pf_dist = int(cfg.get("up_prefetch", 0)) if pdl.bulk_prefetch_ok(dev, w13) and (bk * w13.element_size()) % 16 == 0 \
         else 0
-    b13 = extra["w13_bias"] if extra["w13_bias"] is not None else inter  # a placeholder pointer without biases
-    b2 = extra["w2_bias"] if extra["w2_bias"] is not None else inter
-    has_b2 = extra["w2_bias"] is not None
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
         hidden, w13, inter, topk_ids, w2, w2[0].numel() * w2.element_size() if ahead else 0,
         I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
@@ -877,7 +981,6 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
     )
     if stages < 3:
         return out
-    pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     bn, bk, nw, ns = cfg["down"]
     nblk = triton.cdiv(H, bn)
     if cfg.get("down_slots"):
@@ -911,7 +1014,8 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     forced = os.environ.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
-    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device)
+    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device,
+           os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "auto"))
     cfg = _CHOICE.get(key)
     if cfg is not None:
         return cfg
@@ -923,15 +1027,20 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]
     w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
     x = torch.randn_like(hidden)
-    times, configs = {}, {"sorted": sorted_cfg}
-    for c in _PAIR_CANDIDATES:
+    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "auto")
+    if one not in ("auto", "0", "1"):
+        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected auto (timed with the rest), 0 (never) or 1 "
+                         "(only the one-launch candidates)")
+    times, configs = {}, ({} if one == "1" else {"sorted": sorted_cfg})
+    for c in [c for c in _PAIR_CANDIDATES if one == "auto" or bool(c.get("one_launch")) == (one == "1")]:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
-            name = f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"
+            name = (f"pairs-{'one-launch-' if c.get('one_launch') else ''}down{'-slots' if c.get('down_slots') else ''}"
+                    f"{'x'.join(map(str, c['down']))}")
             configs[name + (f"-up-prefetch{c['up_prefetch']}" if c.get("up_prefetch") else "")] = dict(c)
     for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
                                        num_shared=S, config=c, **extra)
         times[name] = _time(run, len(routings))
-    TIMINGS[key[:-1]] = times
+    TIMINGS[key[:-2]] = times
     cfg = _CHOICE[key] = configs[min(times, key=times.get)]
     return cfg
