@@ -27,7 +27,8 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
               experts' down weights (*ahead_moe: the latter only, no plumbing needed)
   pdl_1l      PDL, the MoE's pair path in one launch only (MODELGEN_MOE_ONE_LAUNCH=1: gate-up and down items in one
               grid, runtime/ops/gpu/moe.py ``_pairs_one_launch_kernel``; its whole time shows in ``gate_up``)
-  pdl_2l      PDL, never the one launch (MODELGEN_MOE_ONE_LAUNCH=0: the two-launch pair / sorted paths as before)
+  pdl_auto    PDL, the one launch timed against the other candidates (MODELGEN_MOE_ONE_LAUNCH=auto; the default 0
+              leaves it out, as ``pdl`` does: it has not been measured on a GPU yet)
   pdl_fr      the router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
   *_pf        MODELGEN_PDL_PREFETCH=1: each GEMV / down program prefetches its own weight tile before its wait
               (slower in the first H200 run: 59.1 vs 55.8 us/layer with PDL alone)
@@ -53,12 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
-_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False, one_launch="auto")
+_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False, one_launch="0")
 MODES = {  # most informative first: --budget-s drops the last ones (first H200 run: pdl best, the prefetch hurt)
     "base": _OFF,
     "pdl": dict(_OFF, pdl=1),
     "pdl_1l": dict(_OFF, pdl=1, one_launch="1"),
-    "pdl_2l": dict(_OFF, pdl=1, one_launch="0"),
+    "pdl_auto": dict(_OFF, pdl=1, one_launch="auto"),
     "pdl2": dict(_OFF, pdl=2),
     "pdl_nf": dict(_OFF, pdl=1, nf=True),
     "pdl2_nf": dict(_OFF, pdl=2, nf=True),

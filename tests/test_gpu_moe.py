@@ -230,6 +230,20 @@ def test_one_launch_is_the_two_launches_bitwise(T, kind):
     assert counters and all(int(c.abs().sum()) == 0 for c in counters)  # every call left its counters at zero
 
 
+def test_one_launch_switch_is_checked(monkeypatch):
+    """``MODELGEN_MOE_ONE_LAUNCH`` is 0 / auto / 1; anything else is refused by name before any kernel runs."""
+    from modelgen.runtime.ops.gpu import moe as gm
+
+    w13, w2 = experts(4, 64, 32, LOW, seed=1)
+    hidden = torch.randn(1, 64, device=DEV, dtype=LOW)
+    w, ids = routing(1, 4, 2, seed=1)
+    monkeypatch.setenv("MODELGEN_MOE_ONE_LAUNCH", "yes")
+    with pytest.raises(ValueError, match="MODELGEN_MOE_ONE_LAUNCH='yes'"):
+        gm.fused_moe(hidden, w13, w2, w, ids)
+    monkeypatch.setenv("MODELGEN_MOE_ONE_LAUNCH", "auto")
+    assert rel(gm.fused_moe(hidden, w13, w2, w, ids), reference(hidden, w13, w2, w, ids)) < tol(LOW)
+
+
 @pytest.mark.parametrize("T", sizes(1, 3, 7, 64, interpreter_max=7))  # 1 and 3: the small-batch pair path
 def test_expert_parallel_ranges_sum_to_the_whole(T):
     """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.

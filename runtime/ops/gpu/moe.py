@@ -713,6 +713,8 @@ def _down_slots_rest(tile, out_ptr, tw_ptr, b_ptr, t, N, K, K_ROUTED, s_tw, s_be
 # (a per-token arrival counter, released by each gate-up item). No deadlock: a down ticket is drawn only after every
 # gate-up ticket was, by a program already running, and gate-up items wait on nothing. The last ticket resets the
 # ticket counter, the last down item of a token its two counters: zero between calls, so graphs replay it.
+# Off unless MODELGEN_MOE_ONE_LAUNCH=auto|1 (see ``_choose``): checked in Triton's interpreter and in its PTX (loads
+# and atomics in the order above), not yet timed or run on a GPU (bench/gpu_session.sh s23a does both).
 @triton.jit
 def _pairs_one_launch_kernel(
     x_ptr, w13_ptr, inter_ptr, ids_ptr, w2_ptr, out_ptr, tw_ptr, sync_ptr, T, I, H, KT, K_ROUTED, expert_offset, L,
@@ -1006,16 +1008,20 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
 def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> dict:
     """Block config for this shape: the table's sorted-path entry, or, up to ``SMALL_T`` tokens, whichever of it and
     the pair path ran faster when first timed (CUDA-graph replays over several random routings, so the experts'
-    weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path."""
+    weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path;
+    ``MODELGEN_MOE_ONE_LAUNCH`` (0 by default) admits the one-launch pair candidates (auto) or only them (1)."""
     T = hidden.shape[0]
+    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "0")
+    if one not in ("auto", "0", "1"):
+        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected 0 (never: the default), auto (timed with the "
+                         "rest) or 1 (only the one-launch candidates)")
     sorted_cfg = default_config(T, KT, L + S, hidden.dtype)
     if T > SMALL_T:
         return sorted_cfg
     forced = os.environ.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
-    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device,
-           os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "auto"))
+    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device, one)
     cfg = _CHOICE.get(key)
     if cfg is not None:
         return cfg
@@ -1027,10 +1033,6 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]
     w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
     x = torch.randn_like(hidden)
-    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "auto")
-    if one not in ("auto", "0", "1"):
-        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected auto (timed with the rest), 0 (never) or 1 "
-                         "(only the one-launch candidates)")
     times, configs = {}, ({} if one == "1" else {"sorted": sorted_cfg})
     for c in [c for c in _PAIR_CANDIDATES if one == "auto" or bool(c.get("one_launch")) == (one == "1")]:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
