@@ -51,7 +51,8 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
     deadline = time.monotonic() + 120
     while not all(os.path.exists(f"{out}.{r}") for r in range(world)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    sys.stdout.flush(), sys.stderr.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 

@@ -959,13 +959,12 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
     if cfg.get("one_launch"):  # gate-up and down in one grid (stages 2 and 3 are one launch: both run)
         (ubn, ubk, _, _), (dbn, dbk, _, _), (nw, ns) = cfg["up"], cfg["down"], cfg["one_launch"]
         grid = T * KT * triton.cdiv(I, ubn) + T * triton.cdiv(H, dbn)
-        act_kw = dict(GELU=act["GELU"], SWIGLU=act["SWIGLU"], HAS_BIAS=act["HAS_BIAS"])
         _pairs_one_launch_kernel[(grid,)](
             hidden, w13, inter, topk_ids, w2, out, topk_weights, _counters(dev, 1 + 2 * T, "one_launch"), T, I, H, KT,
             k, expert_offset, L, topk_ids.stride(0), hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
             w2.stride(0), w2.stride(1), topk_weights.stride(0), out.stride(0), b13, b13.stride(0), b2, b2.stride(0),
             extra["alpha"], extra["limit"], UP_N=ubn, UP_K=ubk, DN_N=dbn, DN_K=dbk, BKT=max(2, next_pow2(KT)),
-            PAIR_FP32=pair_dtype == torch.float32, HAS_B2=has_b2, **act_kw, num_warps=nw, num_stages=ns,
+            PAIR_FP32=pair_dtype == torch.float32, HAS_B2=has_b2, **act, num_warps=nw, num_stages=ns,
             **pdl.launch(dev),
         )
         return out
@@ -1011,13 +1010,13 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path;
     ``MODELGEN_MOE_ONE_LAUNCH`` (0 by default) admits the one-launch pair candidates (auto) or only them (1)."""
     T = hidden.shape[0]
-    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "0")
-    if one not in ("auto", "0", "1"):
-        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected 0 (never: the default), auto (timed with the "
-                         "rest) or 1 (only the one-launch candidates)")
     sorted_cfg = default_config(T, KT, L + S, hidden.dtype)
     if T > SMALL_T:
         return sorted_cfg
+    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "0")  # read per call: benchmark legs switch it in one process
+    if one not in ("auto", "0", "1"):
+        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected 0 (never: the default), auto (timed with the "
+                         "rest) or 1 (only the one-launch candidates)")
     forced = os.environ.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
