@@ -66,7 +66,7 @@ def lower_mtp(lowerer: Any, spec: MTPSpec | None) -> MTP | None:
 def render_mtp(ir: Any, target: str, env: Any, ctx: dict) -> tuple[str, str] | None:
     """(template name, text) of the package's ``mtp.py``, or None when the spec declares no MTP head."""
     mtp = getattr(ir, "mtp", None)
-    if mtp is None:
+    if mtp is None or target == "vllm":  # vLLM runs MTP drafts through its own speculative-decoding models
         return None
     name = DRAFT_TEMPLATE.format(target=target)
     norm = ir.final_norm  # the MTP norms are of the model's final-norm kind (transformers' MtpModel: its norm class)

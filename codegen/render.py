@@ -36,6 +36,7 @@ from .literal import comment_text, docstring_text, pylit
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .mtp import render_mtp
 from .spec_types import check_identifier
+from .vllm_names import vllm_norm_imports, vllm_norm_module, vllm_qk_norm
 
 MAX_LINE = 120
 
@@ -54,6 +55,13 @@ PACKAGE_FILES = {
         "factory.py": "neuron/factory.py.j2",
         "model.py": "neuron/model.py.j2",
         "weights.py": "neuron/weights.py.j2",
+        "README.md": "common/README.md.j2",
+    },
+    "vllm": {
+        "__init__.py": "vllm/__init__.py.j2",
+        "config.py": "common/config.py.j2",
+        "model.py": "vllm/model.py.j2",
+        "weights.py": "vllm/weights.py.j2",
         "README.md": "common/README.md.j2",
     },
 }
@@ -282,7 +290,8 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     env.globals.update(
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call, assign=_assign,
         return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,
-        norm_module=norm_module,
+        norm_module=norm_module, vllm_norm_module=vllm_norm_module, vllm_norm_imports=vllm_norm_imports,
+        vllm_qk_norm=vllm_qk_norm,
     )
     return env
 

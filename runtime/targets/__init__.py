@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .base import Target
 
-# Every target modelgen generates code for and runs; generated/<target>/ and templates/<target>/ follow this list.
-TARGETS: tuple[str, ...] = ("rocm", "neuron")
+# Every target modelgen generates code for; generated/<target>/ and templates/<target>/ follow this list.
+TARGETS: tuple[str, ...] = ("rocm", "neuron", "vllm")
+
+# The targets modelgen's own engine runs (LLM(target=...), `modelgen run` / `serve` / `coverage`). The vllm target's
+# output is run by vLLM itself, through modelgen's vLLM plugin (runtime/vllm/plugin.py), never by this engine.
+ENGINE_TARGETS: tuple[str, ...] = tuple(t for t in TARGETS if t != "vllm")
 
 
 def check_target(name: object) -> str:
@@ -27,6 +31,14 @@ def check_target(name: object) -> str:
     return name  # type: ignore[return-value]
 
 
+def check_engine_target(name: object) -> str:
+    """``name`` if modelgen's engine runs it, else a ValueError (the vllm target names how it is served)."""
+    if check_target(name) not in ENGINE_TARGETS:
+        raise ValueError(f"the {name} target is served by vLLM (`vllm serve CHECKPOINT` with modelgen installed), not "
+                         f"by modelgen's engine; expected one of {', '.join(ENGINE_TARGETS)}")
+    return name  # type: ignore[return-value]
+
+
 def get_target(name: str) -> "Target":
     """The run-time object of target ``name`` (imports that target's package, and torch, on first use)."""
-    return importlib.import_module(f"{__name__}.{check_target(name)}").TARGET
+    return importlib.import_module(f"{__name__}.{check_engine_target(name)}").TARGET

@@ -1,0 +1,31 @@
+"""The generated config of a spec, from the config vLLM parsed (``vllm_config.model_config.hf_config``).
+
+The same reader modelgen's engine uses (``<Model>Config.from_hf_config``) reads vLLM's transformers config, with
+multimodal wrappers' ``text_config`` lifted as ``CheckpointDir`` lifts it, so the vllm target honours every field
+the spec reads exactly as the other targets do.
+"""
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from ..checkpoint_dir import flatten_text_config
+from ..hf_config import ConfigError, as_dict
+
+C = TypeVar("C")
+
+# quant_method values vLLM's CPU build and modelgen's vLLM loader handle together (none yet: the tables route
+# FP8 block scales and MXFP4 blocks for modelgen's engine, whose names differ from vLLM's quantized parameters).
+SUPPORTED_QUANT_METHODS: frozenset[str] = frozenset()
+
+
+def spec_config(config_class: type[C], vllm_config: Any) -> C:
+    """``config_class`` (a generated ``<Model>Config``) read from the model vLLM is building."""
+    raw = dict(as_dict(vllm_config.model_config.hf_config))
+    quant = raw.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") not in SUPPORTED_QUANT_METHODS:
+        raise ConfigError(
+            f"{vllm_config.model_config.model}: quantization_config.quant_method {quant.get('quant_method')!r} is not "
+            "supported by modelgen's vllm target (dequantize the checkpoint, or serve it with vLLM's own model: "
+            "MODELGEN_VLLM_MODELS=missing)"
+        )
+    return config_class.from_hf_config(flatten_text_config(raw))
