@@ -19,7 +19,8 @@ from modelgen.codegen.yaml_source import load_yaml
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
 MACROS = {"rocm": {"imports", "module_class", "construct"},
-          "neuron": {"imports", "module_class", "construct", "mapping_function", "map_call"}}
+          "neuron": {"imports", "module_class", "construct", "mapping_function", "map_call"},
+          "vllm": {"imports", "module_class", "construct"}}
 # Optional: rocm weight_tables/loader_tables (tables of the kind's own in weights.py), neuron config_checks.
 
 

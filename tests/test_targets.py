@@ -14,7 +14,7 @@ from modelgen.runtime.checkpoint_dir import CheckpointDir, flatten_text_config
 from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from modelgen.runtime.loader.quantization import QuantizationError
-from modelgen.runtime.targets import TARGETS, check_target, get_target
+from modelgen.runtime.targets import ENGINE_TARGETS, TARGETS, check_target, get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_targets_is_defined_once_and_shared():
     defs = [str(p.relative_to(ROOT)) for folder in ("codegen", "runtime") for p in (ROOT / folder).rglob("*.py")
             if pattern.search(p.read_text())]
     assert defs == ["runtime/targets/__init__.py"]
-    with pytest.raises(ValueError, match=r"unknown target 'tpu'; expected one of rocm, neuron"):
+    with pytest.raises(ValueError, match=r"unknown target 'tpu'; expected one of rocm, neuron, vllm"):
         registry.model_index("tpu")
     with pytest.raises(ValueError, match=r"unknown target 'tpu'"):
         get_target("tpu")
@@ -50,7 +50,9 @@ def test_target_objects_and_the_engine_uses_them(llama_checkpoint):
     from modelgen.runtime.targets.neuron import NeuronRunner
     from modelgen.runtime.targets.rocm import RocmRunner
 
-    assert [get_target(t).name for t in TARGETS] == list(TARGETS)
+    assert [get_target(t).name for t in ENGINE_TARGETS] == list(ENGINE_TARGETS) == ["rocm", "neuron"]
+    with pytest.raises(ValueError, match="the vllm target is served by vLLM"):
+        get_target("vllm")  # vLLM runs it, through modelgen's plugin
     path, _ = llama_checkpoint("gqa")
     for target, runner in (("rocm", RocmRunner), ("neuron", NeuronRunner)):
         llm = LLM(path, target=target, dtype="float32", max_model_len=64)
@@ -148,6 +150,6 @@ def test_cli_asks_the_target_about_on_device_sampling(llama_checkpoint, capsys):
     from modelgen.codegen.cli import main
 
     path, _ = llama_checkpoint("gqa")
-    assert [t for t in TARGETS if get_target(t).on_device_sampling] == ["neuron"]
+    assert [t for t in ENGINE_TARGETS if get_target(t).on_device_sampling] == ["neuron"]
     rc = main(["run", "--checkpoint", str(path), "--target", "rocm", "--on-device-sampling", "--prompt-ids", "1,2"])
     assert rc == 2 and "--on-device-sampling applies to the neuron target" in capsys.readouterr().err

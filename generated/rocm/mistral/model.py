@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): 32d315fbf1ef7fd0
+# source hash (spec + templates + generator): 8b9acc1d3a243651
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 

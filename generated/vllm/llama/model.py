@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): f9face92dddcd575
+# source hash (spec + templates + generator): 724367c70bebeb28
 # ==================================================================================================================
 """Llama for the vllm target: vLLM's model interface and layer library.
 
@@ -116,7 +116,12 @@ class LlamaMLP(nn.Module):
     """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), gate/up fused into one GEMM."""
 
     def __init__(
-        self, config: LlamaConfig, vllm_config: VllmConfig, intermediate_size: int, prefix: str, reduce_results: bool = True
+        self,
+        config: LlamaConfig,
+        vllm_config: VllmConfig,
+        intermediate_size: int,
+        prefix: str,
+        reduce_results: bool = True,
     ):
         super().__init__()
         quant_config = vllm_config.quant_config

@@ -1,0 +1,212 @@
+# ==================================================================================================================
+# GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
+# source hash (spec + templates + generator): dfa1eb18d6ac0fc5
+# ==================================================================================================================
+"""Glm4MoeConfig: the HF ``config.json`` fields specs/glm4_moe.yaml reads, typed, with the spec's defaults.
+
+Serves: Glm4MoeForCausalLM (model_type ``glm4_moe``). Reference: transformers/models/glm4_moe/modeling_glm4_moe.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    require,
+)
+
+ARCHITECTURES = ("Glm4MoeForCausalLM",)
+
+
+@dataclass(frozen=True)
+class Glm4MoeConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    partial_rotary_factor: float  # config.json: partial_rotary_factor or rope_parameters.partial_rotary_factor
+    attention_bias: bool
+    use_qk_norm: bool
+    tie_word_embeddings: bool
+    n_routed_experts: int  # config.json: n_routed_experts or num_local_experts
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    n_shared_experts: int
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
+    norm_topk_prob: bool
+    first_k_dense_replace: int
+    hidden_act: str
+    num_nextn_predict_layers: int  # config.json: num_nextn_predict_layers or num_mtp_layers
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "partial_rotary_factor",
+        "rope_parameters.partial_rotary_factor",
+        "attention_bias",
+        "use_qk_norm",
+        "tie_word_embeddings",
+        "n_routed_experts",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "n_shared_experts",
+        "n_group",
+        "topk_group",
+        "routed_scaling_factor",
+        "norm_topk_prob",
+        "first_k_dense_replace",
+        "hidden_act",
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "Glm4MoeConfig":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
+        if num_key_value_heads is None:
+            num_key_value_heads = num_attention_heads
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 131072
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
+        if rms_norm_eps is None:
+            rms_norm_eps = 1e-05
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        partial_rotary_factor = read_float(
+            cfg, "partial_rotary_factor", ("partial_rotary_factor", "rope_parameters.partial_rotary_factor")
+        )
+        if partial_rotary_factor is None:
+            partial_rotary_factor = 0.5
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
+        if attention_bias is None:
+            attention_bias = False
+        use_qk_norm = read_bool(cfg, "use_qk_norm", ("use_qk_norm",))
+        if use_qk_norm is None:
+            use_qk_norm = False
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = False
+        n_routed_experts = read_int(cfg, "n_routed_experts", ("n_routed_experts", "num_local_experts"))
+        if n_routed_experts is None:
+            n_routed_experts = 128
+        num_experts_per_tok = read_int(cfg, "num_experts_per_tok", ("num_experts_per_tok",))
+        if num_experts_per_tok is None:
+            num_experts_per_tok = 8
+        moe_intermediate_size = read_int(cfg, "moe_intermediate_size", ("moe_intermediate_size",))
+        if moe_intermediate_size is None:
+            moe_intermediate_size = 1408
+        n_shared_experts = read_int(cfg, "n_shared_experts", ("n_shared_experts",))
+        if n_shared_experts is None:
+            n_shared_experts = 1
+        n_group = read_int(cfg, "n_group", ("n_group",))
+        if n_group is None:
+            n_group = 1
+        topk_group = read_int(cfg, "topk_group", ("topk_group",))
+        if topk_group is None:
+            topk_group = 1
+        routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ("routed_scaling_factor",))
+        if routed_scaling_factor is None:
+            routed_scaling_factor = 1.0
+        norm_topk_prob = read_bool(cfg, "norm_topk_prob", ("norm_topk_prob",))
+        if norm_topk_prob is None:
+            norm_topk_prob = True
+        first_k_dense_replace = read_int(cfg, "first_k_dense_replace", ("first_k_dense_replace",))
+        if first_k_dense_replace is None:
+            first_k_dense_replace = 1
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
+        num_nextn_predict_layers = read_int(
+            cfg, "num_nextn_predict_layers", ("num_nextn_predict_layers", "num_mtp_layers")
+        )
+        if num_nextn_predict_layers is None:
+            num_nextn_predict_layers = 0
+        if not (hidden_act == 'silu'):
+            raise ConfigError(
+                "specs/glm4_moe.yaml: hidden_act other than silu (the MLP's activation) is not generated by this spec"
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            max_position_embeddings=max_position_embeddings,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            partial_rotary_factor=partial_rotary_factor,
+            attention_bias=attention_bias,
+            use_qk_norm=use_qk_norm,
+            tie_word_embeddings=tie_word_embeddings,
+            n_routed_experts=n_routed_experts,
+            num_experts_per_tok=num_experts_per_tok,
+            moe_intermediate_size=moe_intermediate_size,
+            n_shared_experts=n_shared_experts,
+            n_group=n_group,
+            topk_group=topk_group,
+            routed_scaling_factor=routed_scaling_factor,
+            norm_topk_prob=norm_topk_prob,
+            first_k_dense_replace=first_k_dense_replace,
+            hidden_act=hidden_act,
+            num_nextn_predict_layers=num_nextn_predict_layers,
+        )
+
+    def layer_block(self, i: int) -> str:
+        """Block of layer ``i`` (spec ``layers.block_rule``)."""
+        return 'sparse' if i >= self.first_k_dense_replace else 'dense'

@@ -1,0 +1,17 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
+# source hash (spec + templates + generator): ce77bdf9417004b7
+# ==================================================================================================================
+"""Qwen35 for the vllm target. See README.md.
+
+Importing this package does not import vLLM: modelgen's plugin registers ``MODEL_CLASS_PATH`` with vLLM's model
+registry as a lazy ``"module:Class"`` string, and vLLM imports ``.model`` only when it builds the model.
+"""
+from .config import ARCHITECTURES, Qwen35Config
+
+CONFIG_CLASS = Qwen35Config
+MODEL_CLASS_PATH = "modelgen.generated.vllm.qwen3_5.model:Qwen35ForCausalLM"
+SPEC = "specs/qwen3_5.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS_PATH", "SPEC", "Qwen35Config"]
