@@ -23,6 +23,11 @@ class Served:
     model_class: str  # module:Class vLLM built
 
 
+def model_class_name(model: torch.nn.Module) -> str:
+    """``module:Class`` of the model a vLLM worker built (module level: TP workers receive it pickled)."""
+    return f"{type(model).__module__}:{type(model).__qualname__}"
+
+
 def serve(path: str | Path, prompts: Sequence[Sequence[int]], max_tokens: int = 8, **kwargs: Any) -> Served:
     """Greedy tokens of ``prompts`` from ``vllm.LLM`` over the checkpoint at ``path`` (float32, eager)."""
     import vllm
@@ -32,7 +37,7 @@ def serve(path: str | Path, prompts: Sequence[Sequence[int]], max_tokens: int = 
     options.update(kwargs)
     llm = vllm.LLM(model=str(path), **options)
     try:
-        cls = llm.apply_model(lambda m: f"{type(m).__module__}:{type(m).__qualname__}")[0]
+        cls = llm.apply_model(model_class_name)[0]
         params = vllm.SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         outs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         return Served([list(o.outputs[0].token_ids) for o in outs], cls)
@@ -41,15 +46,16 @@ def serve(path: str | Path, prompts: Sequence[Sequence[int]], max_tokens: int = 
         gc.collect()
 
 
-def teacher_forced_misses(hf_model: torch.nn.Module, prompt: Sequence[int], tokens: Sequence[int]) -> list[str]:
-    """Positions where vLLM's token is not transformers' float32 greedy choice (beyond a near-tie)."""
+def teacher_forced_misses(hf_model: torch.nn.Module, prompt: Sequence[int], tokens: Sequence[int],
+                          margin: float = TIE_MARGIN) -> list[str]:
+    """Positions where vLLM's token is not transformers' float32 greedy choice (beyond a near-tie of ``margin``)."""
     ids = torch.tensor([list(prompt) + list(tokens)])
     with torch.no_grad():
         logits = hf_model.float()(ids).logits[0, len(prompt) - 1: -1]
     misses = []
     for i, (row, tok) in enumerate(zip(logits, tokens)):
         best = int(row.argmax())
-        if best != tok and float(row[best] - row[tok]) > TIE_MARGIN:
+        if best != tok and float(row[best] - row[tok]) > margin:
             misses.append(f"token {i}: vLLM {tok} (logit {float(row[tok]):.5f}), transformers {best} "
                           f"(logit {float(row[best]):.5f})")
     return misses

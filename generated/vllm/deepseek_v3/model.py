@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v3.yaml --target vllm
-# source hash (spec + templates + generator): 95c4c50abcf60657
+# source hash (spec + templates + generator): c4d80a2c92d8ddbe
 # ==================================================================================================================
 """DeepseekV3 for the vllm target: vLLM's model interface and layer library.
 
@@ -168,9 +168,13 @@ class DeepseekV3Attention(nn.Module):
         kv_lora, _ = self.kv_a_proj_with_mqa(hidden_states)
         kv_c, k_pe = kv_lora.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
         kv_c_normed = self.kv_a_layernorm(kv_c.contiguous())
-        k_pe = k_pe.unsqueeze(1)  # [tokens, 1, rope]: one RoPE key shared by every head
         q = q.view(-1, self.num_heads, self.qk_head_dim)
-        q[..., self.qk_nope_head_dim :], k_pe = self.rotary_emb(positions, q[..., self.qk_nope_head_dim :], k_pe)
+        # RoPE on the rope part only, as flat contiguous [tokens, heads * rope] / [tokens, rope] (one RoPE key shared
+        # by every head): vLLM's CPU kernel rotates in place and mis-rotates [tokens, heads, rope] inputs.
+        q_pe = q[..., self.qk_nope_head_dim :].reshape(-1, self.num_heads * self.qk_rope_head_dim)
+        q_pe, k_pe = self.rotary_emb(positions, q_pe, k_pe.contiguous())
+        q[..., self.qk_nope_head_dim :] = q_pe.view(-1, self.num_heads, self.qk_rope_head_dim)
+        k_pe = k_pe.view(-1, 1, self.qk_rope_head_dim)
         attn_out = self.mla_attn(
             q, kv_c_normed, k_pe, output_shape=(hidden_states.shape[0], self.num_heads * self.v_head_dim)
         )
@@ -343,7 +347,6 @@ class DeepseekV3Model(nn.Module):
 class DeepseekV3ForCausalLM(nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
-
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
-# source hash (spec + templates + generator): dfa1eb18d6ac0fc5
+# source hash (spec + templates + generator): 5f36413d2752edcb
 # ==================================================================================================================
 """Glm4Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -292,7 +292,6 @@ class Glm4MoeModel(nn.Module):
 class Glm4MoeForCausalLM(nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
-
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()

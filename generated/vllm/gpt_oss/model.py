@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): 24f3ea161074304c
+# source hash (spec + templates + generator): f17d4956c8d9cca6
 # ==================================================================================================================
 """GptOss for the vllm target: vLLM's model interface and layer library.
 
@@ -313,6 +313,7 @@ class GptOssModel(nn.Module):
 class GptOssForCausalLM(nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
+
     fused_expert_layout = "interleaved_transposed"  # how load_weights splits transformers v5 fused expert tensors
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): bb9f55c0a323f8d0
+# source hash (spec + templates + generator): 35d146e5f6ac20c2
 # ==================================================================================================================
 """Qwen35Moe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): bb9f55c0a323f8d0
+# source hash (spec + templates + generator): 35d146e5f6ac20c2
 # ==================================================================================================================
 """Qwen35Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -140,10 +140,10 @@ class Qwen35MoeGatedDeltaNet(GatedDeltaNet):
     """Gated DeltaNet linear attention (qwen3_5 projection layout): projections -> causal conv1d + SiLU over
     q/k/v -> gated delta rule over the request's recurrent state -> gated RMSNorm -> out_proj.
 
-    vLLM's Qwen3-Next / Qwen3.5 GDN layer: parameters keep the checkpoint's names (``in_proj_qkvz``, ``in_proj_ba``,
-    ``conv1d``, ``A_log``, ``dt_bias``, ``norm``, ``out_proj``), the split checkpoint
-    projections loading into the two fused GEMMs by shard id; its recurrent_state state is a slot of
-    vLLM's KV cache (conv history + delta-rule state, one per request), registered under ``prefix``.
+    vLLM's Qwen3-Next / Qwen3.5 GDN layer (recurrent_state state: conv history + delta-rule state, one slot per request
+    of vLLM's KV cache, registered under ``prefix``). Parameters keep the checkpoint's names (``in_proj_qkvz``,
+    ``in_proj_ba``, ``conv1d``, ``A_log``, ``dt_bias``, ``norm``, ``out_proj``): the split checkpoint projections
+    (in_proj_qkv / in_proj_z, in_proj_b / in_proj_a) load into the two fused GEMMs by shard id.
     """
 
     def __init__(self, config: Qwen35MoeConfig, vllm_config: VllmConfig, prefix: str):
@@ -327,6 +327,7 @@ class Qwen35MoeModel(nn.Module):
 class Qwen35MoeForCausalLM(HybridGatedDeltaNetModel, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
+
     # Hybrid model (HybridGatedDeltaNetModel: vLLM's HasInnerState, IsHybrid): vLLM sizes the Gated DeltaNet layers'
     # state (one slot per request, in its KV cache next to the attention layers' blocks) from these, before the model
     # is built.
@@ -354,7 +355,6 @@ class Qwen35MoeForCausalLM(HybridGatedDeltaNetModel, nn.Module, SupportsPP):
     def get_mamba_state_copy_func(cls):
         """How vLLM copies a slot's (conv, delta-rule) state (prefix caching of hybrid models)."""
         return gdn_state_copy_func()
-
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()

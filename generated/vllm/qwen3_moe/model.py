@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_moe.yaml --target vllm
-# source hash (spec + templates + generator): 2e27212c739a4882
+# source hash (spec + templates + generator): fd6898857da3cad8
 # ==================================================================================================================
 """Qwen3Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -276,7 +276,6 @@ class Qwen3MoeModel(nn.Module):
 class Qwen3MoeForCausalLM(nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
-
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_next.yaml --target vllm
-# source hash (spec + templates + generator): 87b9acfd218fe65b
+# source hash (spec + templates + generator): eb93fe0f8f1ff9b0
 # ==================================================================================================================
 """Qwen3Next for the vllm target: vLLM's model interface and layer library.
 
@@ -140,9 +140,9 @@ class Qwen3NextGatedDeltaNet(GatedDeltaNet):
     """Gated DeltaNet linear attention (qwen3_next projection layout): projections -> causal conv1d + SiLU over
     q/k/v -> gated delta rule over the request's recurrent state -> gated RMSNorm -> out_proj.
 
-    vLLM's Qwen3-Next / Qwen3.5 GDN layer: parameters keep the checkpoint's names (``in_proj_qkvz``, ``in_proj_ba``,
-    ``conv1d``, ``A_log``, ``dt_bias``, ``norm``, ``out_proj``); its recurrent_state state is a slot of
-    vLLM's KV cache (conv history + delta-rule state, one per request), registered under ``prefix``.
+    vLLM's Qwen3-Next / Qwen3.5 GDN layer (recurrent_state state: conv history + delta-rule state, one slot per request
+    of vLLM's KV cache, registered under ``prefix``). Parameters keep the checkpoint's names (``in_proj_qkvz``,
+    ``in_proj_ba``, ``conv1d``, ``A_log``, ``dt_bias``, ``norm``, ``out_proj``).
     """
 
     def __init__(self, config: Qwen3NextConfig, vllm_config: VllmConfig, prefix: str):
@@ -341,6 +341,7 @@ class Qwen3NextModel(nn.Module):
 class Qwen3NextForCausalLM(HybridGatedDeltaNetModel, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
+
     # Hybrid model (HybridGatedDeltaNetModel: vLLM's HasInnerState, IsHybrid): vLLM sizes the Gated DeltaNet layers'
     # state (one slot per request, in its KV cache next to the attention layers' blocks) from these, before the model
     # is built.
@@ -368,7 +369,6 @@ class Qwen3NextForCausalLM(HybridGatedDeltaNetModel, nn.Module, SupportsPP):
     def get_mamba_state_copy_func(cls):
         """How vLLM copies a slot's (conv, delta-rule) state (prefix caching of hybrid models)."""
         return gdn_state_copy_func()
-
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()

@@ -1,0 +1,299 @@
+# ==================================================================================================================
+# GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/glm_moe_dsa.yaml --target vllm
+# source hash (spec + templates + generator): 97d44f1a4091b561
+# ==================================================================================================================
+"""GlmMoeDsaConfig: the HF ``config.json`` fields specs/glm_moe_dsa.yaml reads, typed, with the spec's defaults.
+
+Serves: GlmMoeDsaForCausalLM (model_type ``glm_moe_dsa``). Reference:
+transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    read_str_list,
+    require,
+)
+
+ARCHITECTURES = ("GlmMoeDsaForCausalLM",)
+
+
+@dataclass(frozen=True)
+class GlmMoeDsaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    attention_bias: bool
+    tie_word_embeddings: bool
+    n_routed_experts: int  # config.json: n_routed_experts or num_local_experts
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    n_shared_experts: int
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
+    norm_topk_prob: bool
+    first_k_dense_replace: int
+    hidden_act: str
+    num_nextn_predict_layers: int  # config.json: num_nextn_predict_layers or num_mtp_layers
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    mlp_layer_types: list[str]
+    mlp_bias: bool
+    indexer_types: list[str]
+    index_topk_pattern: str
+    index_topk_freq: int
+    index_skip_topk_offset: int
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "attention_bias",
+        "tie_word_embeddings",
+        "n_routed_experts",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "n_shared_experts",
+        "n_group",
+        "topk_group",
+        "routed_scaling_factor",
+        "norm_topk_prob",
+        "first_k_dense_replace",
+        "hidden_act",
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "index_n_heads",
+        "index_head_dim",
+        "index_topk",
+        "mlp_layer_types",
+        "mlp_bias",
+        "indexer_types",
+        "index_topk_pattern",
+        "index_topk_freq",
+        "index_skip_topk_offset",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "head_dim",
+        "qk_head_dim",
+        "num_key_value_heads",
+        "layer_types",
+)
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "GlmMoeDsaConfig":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 202752
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
+        if rms_norm_eps is None:
+            rms_norm_eps = 1e-05
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
+        if attention_bias is None:
+            attention_bias = False
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = False
+        n_routed_experts = read_int(cfg, "n_routed_experts", ("n_routed_experts", "num_local_experts"))
+        if n_routed_experts is None:
+            n_routed_experts = 256
+        num_experts_per_tok = read_int(cfg, "num_experts_per_tok", ("num_experts_per_tok",))
+        if num_experts_per_tok is None:
+            num_experts_per_tok = 8
+        moe_intermediate_size = read_int(cfg, "moe_intermediate_size", ("moe_intermediate_size",))
+        if moe_intermediate_size is None:
+            moe_intermediate_size = 2048
+        n_shared_experts = read_int(cfg, "n_shared_experts", ("n_shared_experts",))
+        if n_shared_experts is None:
+            n_shared_experts = 1
+        n_group = read_int(cfg, "n_group", ("n_group",))
+        if n_group is None:
+            n_group = 1
+        topk_group = read_int(cfg, "topk_group", ("topk_group",))
+        if topk_group is None:
+            topk_group = 1
+        routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ("routed_scaling_factor",))
+        if routed_scaling_factor is None:
+            routed_scaling_factor = 2.5
+        norm_topk_prob = read_bool(cfg, "norm_topk_prob", ("norm_topk_prob",))
+        if norm_topk_prob is None:
+            norm_topk_prob = True
+        first_k_dense_replace = read_int(cfg, "first_k_dense_replace", ("first_k_dense_replace",))
+        if first_k_dense_replace is None:
+            first_k_dense_replace = 3
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
+        num_nextn_predict_layers = read_int(
+            cfg, "num_nextn_predict_layers", ("num_nextn_predict_layers", "num_mtp_layers")
+        )
+        if num_nextn_predict_layers is None:
+            num_nextn_predict_layers = 0
+        q_lora_rank = read_int(cfg, "q_lora_rank", ("q_lora_rank",))
+        kv_lora_rank = read_int(cfg, "kv_lora_rank", ("kv_lora_rank",))
+        if kv_lora_rank is None:
+            kv_lora_rank = 512
+        qk_nope_head_dim = read_int(cfg, "qk_nope_head_dim", ("qk_nope_head_dim",))
+        if qk_nope_head_dim is None:
+            qk_nope_head_dim = 192
+        qk_rope_head_dim = read_int(cfg, "qk_rope_head_dim", ("qk_rope_head_dim",))
+        if qk_rope_head_dim is None:
+            qk_rope_head_dim = 64
+        v_head_dim = read_int(cfg, "v_head_dim", ("v_head_dim",))
+        if v_head_dim is None:
+            v_head_dim = 256
+        index_n_heads = read_int(cfg, "index_n_heads", ("index_n_heads",))
+        if index_n_heads is None:
+            index_n_heads = 32
+        index_head_dim = read_int(cfg, "index_head_dim", ("index_head_dim",))
+        if index_head_dim is None:
+            index_head_dim = 128
+        index_topk = read_int(cfg, "index_topk", ("index_topk",))
+        if index_topk is None:
+            index_topk = 2048
+        mlp_layer_types = read_str_list(cfg, "mlp_layer_types", ("mlp_layer_types",))
+        mlp_bias = read_bool(cfg, "mlp_bias", ("mlp_bias",))
+        if mlp_bias is None:
+            mlp_bias = False
+        indexer_types = read_str_list(cfg, "indexer_types", ("indexer_types",))
+        index_topk_pattern = read_str(cfg, "index_topk_pattern", ("index_topk_pattern",))
+        index_topk_freq = read_int(cfg, "index_topk_freq", ("index_topk_freq",))
+        if index_topk_freq is None:
+            index_topk_freq = 1
+        index_skip_topk_offset = read_int(cfg, "index_skip_topk_offset", ("index_skip_topk_offset",))
+        if index_skip_topk_offset is None:
+            index_skip_topk_offset = 2
+        if not (not indexer_types or indexer_types[0] != 'shared'):
+            raise ConfigError(
+                "specs/glm_moe_dsa.yaml: indexer_types: layer 0 is 'shared' but no earlier layer has an indexer"
+            )
+        if not (not index_topk_pattern or index_topk_pattern[0] != 'S'):
+            raise ConfigError(
+                "specs/glm_moe_dsa.yaml: index_topk_pattern: layer 0 is 'S' but no earlier layer has an indexer"
+            )
+        if mlp_bias:
+            raise ConfigError("specs/glm_moe_dsa.yaml: MLP biases (mlp_bias) are not generated for GLM-5")
+        if not (hidden_act == 'silu'):
+            raise ConfigError(
+                "specs/glm_moe_dsa.yaml: hidden_act other than silu (the MLP's activation) is not generated by this "
+                "spec",
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            max_position_embeddings=max_position_embeddings,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            attention_bias=attention_bias,
+            tie_word_embeddings=tie_word_embeddings,
+            n_routed_experts=n_routed_experts,
+            num_experts_per_tok=num_experts_per_tok,
+            moe_intermediate_size=moe_intermediate_size,
+            n_shared_experts=n_shared_experts,
+            n_group=n_group,
+            topk_group=topk_group,
+            routed_scaling_factor=routed_scaling_factor,
+            norm_topk_prob=norm_topk_prob,
+            first_k_dense_replace=first_k_dense_replace,
+            hidden_act=hidden_act,
+            num_nextn_predict_layers=num_nextn_predict_layers,
+            q_lora_rank=q_lora_rank,
+            kv_lora_rank=kv_lora_rank,
+            qk_nope_head_dim=qk_nope_head_dim,
+            qk_rope_head_dim=qk_rope_head_dim,
+            v_head_dim=v_head_dim,
+            index_n_heads=index_n_heads,
+            index_head_dim=index_head_dim,
+            index_topk=index_topk,
+            mlp_layer_types=mlp_layer_types,
+            mlp_bias=mlp_bias,
+            indexer_types=indexer_types,
+            index_topk_pattern=index_topk_pattern,
+            index_topk_freq=index_topk_freq,
+            index_skip_topk_offset=index_skip_topk_offset,
+        )
+
+    def layer_block(self, i: int) -> str:
+        """Block of layer ``i`` (spec ``layers.block_rule``)."""
+        return (
+            (
+                self.mlp_layer_types[i] + '_shared'
+                if self.mlp_layer_types
+                else ('sparse_shared' if i >= self.first_k_dense_replace else 'dense_shared')
+            )
+            if (
+                self.indexer_types[i] == 'shared'
+                if self.indexer_types
+                else (
+                    self.index_topk_pattern[i] == 'S'
+                    if self.index_topk_pattern
+                    else max(i - self.index_skip_topk_offset + 1, 0) % max(self.index_topk_freq, 1) != 0
+                )
+            )
+            else (
+                self.mlp_layer_types[i]
+                if self.mlp_layer_types
+                else ('sparse' if i >= self.first_k_dense_replace else 'dense')
+            )
+        )
