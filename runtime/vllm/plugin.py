@@ -20,12 +20,10 @@ or its Transformers backend through ``--model-impl``) is an error, not a silent 
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 
 ENV = "MODELGEN_VLLM_MODELS"
 GENERATED = "modelgen.generated.vllm"
-log = logging.getLogger("modelgen.vllm")
 
 _claimed: dict[str, str] = {}  # architecture -> "module:Class" modelgen registered (this process)
 
@@ -65,7 +63,9 @@ def selected(value: str | None, available: dict[str, str], native: set[str]) -> 
 def register() -> None:
     """vLLM's entry point: register the selected architectures and guard the model-class resolution."""
     from vllm import ModelRegistry
+    from vllm.logger import init_logger
 
+    log = init_logger("vllm.plugins.modelgen")  # under "vllm": vLLM's handlers show it in the server log
     available = generated_models()
     native = {a for a in ModelRegistry.get_supported_archs() if _claimed.get(a) is None}
     chosen = selected(os.environ.get(ENV), available, native)
