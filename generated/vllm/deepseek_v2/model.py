@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): 418a02870b2666f7
+# source hash (spec + templates + generator): 236d38ad1711ecea
 # ==================================================================================================================
 """DeepseekV2 for the vllm target: vLLM's model interface and layer library.
 
@@ -70,8 +70,8 @@ class DeepseekV2Attention(nn.Module):
     the query and the output).
 
     Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's
-    own DeepSeek fuses q_a_proj with kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's own DeepSeek fuses q_a_proj with
+    kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
     """
 
     def __init__(self, config: DeepseekV2Config, vllm_config: VllmConfig, prefix: str):

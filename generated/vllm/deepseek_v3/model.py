@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v3.yaml --target vllm
-# source hash (spec + templates + generator): c4d80a2c92d8ddbe
+# source hash (spec + templates + generator): e6ebf35cf952fb26
 # ==================================================================================================================
 """DeepseekV3 for the vllm target: vLLM's model interface and layer library.
 
@@ -70,8 +70,8 @@ class DeepseekV3Attention(nn.Module):
     the query and the output).
 
     Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's
-    own DeepSeek fuses q_a_proj with kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's own DeepSeek fuses q_a_proj with
+    kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
     """
 
     def __init__(self, config: DeepseekV3Config, vllm_config: VllmConfig, prefix: str):

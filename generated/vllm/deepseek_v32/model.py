@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v32.yaml --target vllm
-# source hash (spec + templates + generator): 8846d563d6004906
+# source hash (spec + templates + generator): 5a8472027489d730
 # ==================================================================================================================
 """DeepseekV32 for the vllm target: vLLM's model interface and layer library.
 
@@ -71,8 +71,9 @@ class DeepseekV32Attention(nn.Module):
     the query and the output); DSA: each query attends the top-k keys of vLLM's indexer.
 
     Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``, ``indexer.{wq_b, wk, k_norm, weights_proj}``); vLLM's
-    own DeepSeek fuses q_a_proj with kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``,
+    ``indexer.{wq_b, wk, k_norm, weights_proj}``); vLLM's own DeepSeek fuses q_a_proj with
+    kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
     """
 
     def __init__(self, config: DeepseekV32Config, vllm_config: VllmConfig, prefix: str):

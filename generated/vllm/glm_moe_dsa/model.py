@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm_moe_dsa.yaml --target vllm
-# source hash (spec + templates + generator): 97d44f1a4091b561
+# source hash (spec + templates + generator): 2567a7f2204a766f
 # ==================================================================================================================
 """GlmMoeDsa for the vllm target: vLLM's model interface and layer library.
 
@@ -71,8 +71,9 @@ class GlmMoeDsaAttention0(nn.Module):
     the query and the output); DSA: each query attends the top-k keys of vLLM's indexer.
 
     Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``, ``indexer.{wq_b, wk, k_norm, weights_proj}``); vLLM's
-    own DeepSeek fuses q_a_proj with kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``,
+    ``indexer.{wq_b, wk, k_norm, weights_proj}``); vLLM's own DeepSeek fuses q_a_proj with
+    kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
     """
 
     def __init__(self, config: GlmMoeDsaConfig, vllm_config: VllmConfig, prefix: str):
@@ -220,8 +221,8 @@ class GlmMoeDsaAttention1(nn.Module):
     the query and the output); DSA over the top-k of the nearest earlier layer's indexer.
 
     Parameters keep the checkpoint's names (``q_a_proj``/``q_a_layernorm``/``q_b_proj`` or ``q_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's
-    own DeepSeek fuses q_a_proj with kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
+    ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``); vLLM's own DeepSeek fuses q_a_proj with
+    kv_a_proj_with_mqa, this keeps them apart (one GEMM more per layer).
     """
 
     def __init__(self, config: GlmMoeDsaConfig, vllm_config: VllmConfig, prefix: str):
