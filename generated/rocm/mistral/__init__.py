@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): 8b9acc1d3a243651
+# source hash (spec + templates + generator): d15843aa37cebb2d
 # ==================================================================================================================
 """Mistral for the rocm target. See README.md."""
 from .config import ARCHITECTURES, MistralConfig

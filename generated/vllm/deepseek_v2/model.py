@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): 236d38ad1711ecea
+# source hash (spec + templates + generator): f206365c3d0e5723
 # ==================================================================================================================
 """DeepseekV2 for the vllm target: vLLM's model interface and layer library.
 
@@ -88,7 +88,7 @@ class DeepseekV2Attention(nn.Module):
         # Heads are sharded across tensor-parallel ranks; the latent path and its cache are replicated.
         tp_size = get_tensor_model_parallel_world_size()
         if num_heads % tp_size:
-            raise ValueError(f"DeepseekV2Attention: {num_heads} heads do not split over {tp_size} tensor-parallel ranks")
+            raise ValueError(f"DeepseekV2Attention: {num_heads} heads do not divide over tensor parallelism {tp_size}")
         self.num_heads = num_heads // tp_size
         bias = config.attention_bias  # q_a_proj, kv_a_proj_with_mqa and o_proj (HF attention_bias)
         if self.q_lora_rank is None:
@@ -241,7 +241,7 @@ class DeepseekV2SparseMoeBlock(nn.Module):
             renormalize=False,
             scoring_func="softmax",
             # Grouped top-k: groups ranked by their best score (vLLM's rule without a correction bias).
-            use_grouped_topk=True,
+            use_grouped_topk=config.expert_groups is not None,  # null n_group: plain top-k (DeepSeek-V2 greedy)
             num_expert_group=config.expert_groups,
             topk_group=config.topk_group,
             routed_scaling_factor=config.routed_scaling_factor,
@@ -250,7 +250,9 @@ class DeepseekV2SparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_experts = DeepseekV2MLP(config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts")
+        self.shared_experts = DeepseekV2MLP(
+            config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v32.yaml --target vllm
-# source hash (spec + templates + generator): 5a8472027489d730
+# source hash (spec + templates + generator): b38025b88b1121c0
 # ==================================================================================================================
 """DeepseekV32 for the vllm target: vLLM's model interface and layer library.
 
@@ -90,7 +90,7 @@ class DeepseekV32Attention(nn.Module):
         # Heads are sharded across tensor-parallel ranks; the latent path and its cache are replicated.
         tp_size = get_tensor_model_parallel_world_size()
         if num_heads % tp_size:
-            raise ValueError(f"DeepseekV32Attention: {num_heads} heads do not split over {tp_size} tensor-parallel ranks")
+            raise ValueError(f"DeepseekV32Attention: {num_heads} heads do not divide over tensor parallelism {tp_size}")
         self.num_heads = num_heads // tp_size
         bias = config.attention_bias  # q_a_proj, kv_a_proj_with_mqa and o_proj (HF attention_bias)
         if self.q_lora_rank is None:
@@ -276,7 +276,7 @@ class DeepseekV32SparseMoeBlock(nn.Module):
             renormalize=config.norm_topk_prob,
             scoring_func="sigmoid",
             # Grouped top-k: groups ranked by the sum of their top-2 scores (vLLM's rule with a correction bias).
-            use_grouped_topk=True,
+            use_grouped_topk=config.n_group is not None,  # null n_group: plain top-k (DeepSeek-V2 greedy)
             num_expert_group=config.n_group,
             topk_group=config.topk_group,
             e_score_correction_bias=self.gate.e_score_correction_bias,
@@ -286,7 +286,9 @@ class DeepseekV32SparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_experts = DeepseekV32MLP(config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts")
+        self.shared_experts = DeepseekV32MLP(
+            config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
-# source hash (spec + templates + generator): 5f36413d2752edcb
+# source hash (spec + templates + generator): ab59f7d6c72f7fe9
 # ==================================================================================================================
 """Glm4Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -188,7 +188,7 @@ class Glm4MoeSparseMoeBlock(nn.Module):
             renormalize=config.norm_topk_prob,
             scoring_func="sigmoid",
             # Grouped top-k: groups ranked by the sum of their top-2 scores (vLLM's rule with a correction bias).
-            use_grouped_topk=True,
+            use_grouped_topk=config.n_group is not None,  # null n_group: plain top-k (DeepSeek-V2 greedy)
             num_expert_group=config.n_group,
             topk_group=config.topk_group,
             e_score_correction_bias=self.gate.e_score_correction_bias,
@@ -198,7 +198,9 @@ class Glm4MoeSparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_experts = Glm4MoeMLP(config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts")
+        self.shared_experts = Glm4MoeMLP(
+            config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

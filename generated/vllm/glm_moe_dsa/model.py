@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm_moe_dsa.yaml --target vllm
-# source hash (spec + templates + generator): 2567a7f2204a766f
+# source hash (spec + templates + generator): ae3c08154f1e22f1
 # ==================================================================================================================
 """GlmMoeDsa for the vllm target: vLLM's model interface and layer library.
 
@@ -90,7 +90,7 @@ class GlmMoeDsaAttention0(nn.Module):
         # Heads are sharded across tensor-parallel ranks; the latent path and its cache are replicated.
         tp_size = get_tensor_model_parallel_world_size()
         if num_heads % tp_size:
-            raise ValueError(f"GlmMoeDsaAttention0: {num_heads} heads do not split over {tp_size} tensor-parallel ranks")
+            raise ValueError(f"GlmMoeDsaAttention0: {num_heads} heads do not divide over tensor parallelism {tp_size}")
         self.num_heads = num_heads // tp_size
         bias = config.attention_bias  # q_a_proj, kv_a_proj_with_mqa and o_proj (HF attention_bias)
         if self.q_lora_rank is None:
@@ -239,7 +239,7 @@ class GlmMoeDsaAttention1(nn.Module):
         # Heads are sharded across tensor-parallel ranks; the latent path and its cache are replicated.
         tp_size = get_tensor_model_parallel_world_size()
         if num_heads % tp_size:
-            raise ValueError(f"GlmMoeDsaAttention1: {num_heads} heads do not split over {tp_size} tensor-parallel ranks")
+            raise ValueError(f"GlmMoeDsaAttention1: {num_heads} heads do not divide over tensor parallelism {tp_size}")
         self.num_heads = num_heads // tp_size
         bias = config.attention_bias  # q_a_proj, kv_a_proj_with_mqa and o_proj (HF attention_bias)
         if self.q_lora_rank is None:
@@ -405,7 +405,7 @@ class GlmMoeDsaSparseMoeBlock(nn.Module):
             renormalize=config.norm_topk_prob,
             scoring_func="sigmoid",
             # Grouped top-k: groups ranked by the sum of their top-2 scores (vLLM's rule with a correction bias).
-            use_grouped_topk=True,
+            use_grouped_topk=config.n_group is not None,  # null n_group: plain top-k (DeepSeek-V2 greedy)
             num_expert_group=config.n_group,
             topk_group=config.topk_group,
             e_score_correction_bias=self.gate.e_score_correction_bias,
@@ -415,7 +415,9 @@ class GlmMoeDsaSparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_experts = GlmMoeDsaMLP(config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts")
+        self.shared_experts = GlmMoeDsaMLP(
+            config, vllm_config, config.moe_intermediate_size * config.n_shared_experts, f"{prefix}.shared_experts"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): 1b41b72811bdb475
+# source hash (spec + templates + generator): a94474a6b536452b
 # ==================================================================================================================
 """Mixtral for the vllm target. See README.md.
 

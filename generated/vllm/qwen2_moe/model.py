@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): bf6da0122e9a9861
+# source hash (spec + templates + generator): 662741d95cab3702
 # ==================================================================================================================
 """Qwen2Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -241,8 +241,12 @@ class Qwen2MoeSparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_expert = Qwen2MoeMLP(config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert")
-        self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
+        self.shared_expert = Qwen2MoeMLP(
+            config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert"
+        )
+        self.shared_expert_gate = ReplicatedLinear(
+            config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): 35d146e5f6ac20c2
+# source hash (spec + templates + generator): 4fd551b6112e69e6
 # ==================================================================================================================
 """Qwen35Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -222,8 +222,12 @@ class Qwen35MoeSparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_expert = Qwen35MoeMLP(config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert")
-        self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
+        self.shared_expert = Qwen35MoeMLP(
+            config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert"
+        )
+        self.shared_expert_gate = ReplicatedLinear(
+            config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_next.yaml --target vllm
-# source hash (spec + templates + generator): eb93fe0f8f1ff9b0
+# source hash (spec + templates + generator): e299e356f29747d7
 # ==================================================================================================================
 """Qwen3Next for the vllm target: vLLM's model interface and layer library.
 
@@ -221,8 +221,12 @@ class Qwen3NextSparseMoeBlock(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )
-        self.shared_expert = Qwen3NextMLP(config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert")
-        self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
+        self.shared_expert = Qwen3NextMLP(
+            config, vllm_config, config.shared_expert_intermediate_size, f"{prefix}.shared_expert"
+        )
+        self.shared_expert_gate = ReplicatedLinear(
+            config.hidden_size, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate"
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         router_logits, _ = self.gate(hidden_states)
