@@ -41,8 +41,9 @@ TINY_SIZES: dict[str, Any] = {
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
 }
 # A one-layer vision tower for multimodal wrappers (only its shapes matter: the text model ignores it).
-TINY_VISION: dict[str, Any] = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
-                                   temporal_patch_size=1, spatial_merge_size=1)
+# num_heads (Qwen vision) and num_attention_heads (SigLIP, Gemma 3): each config takes the name it knows.
+TINY_VISION: dict[str, Any] = dict(depth=1, num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                   num_attention_heads=2, patch_size=4, temporal_patch_size=1, spatial_merge_size=1)
 PROMPT_LENGTH = 24
 # Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
 CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
