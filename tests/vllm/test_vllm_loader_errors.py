@@ -27,8 +27,8 @@ if __name__ == "__main__":
 """
 
 
-def _start(path: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(path)], cwd=ROOT, capture_output=True, text=True,
+def _start(path: Path, script: str = SCRIPT, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
 
 
@@ -82,4 +82,18 @@ def test_a_fallback_to_the_transformers_backend_is_an_error(llama):
                                          "MODELGEN_VLLM_MODELS": "all"})
     assert r.returncode != 0
     assert "modelgen registered LlamaForCausalLM" in r.stderr and "but vLLM resolved it to" in r.stderr, \
+        r.stderr[-3000:]
+
+
+def test_a_quantized_checkpoint_is_refused_in_one_line(llama):
+    import json
+
+    config = json.loads((llama / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                     "weight_block_size": [128, 128]}
+    (llama / "config.json").write_text(json.dumps(config))
+    # bfloat16: vLLM itself refuses FP8 in float32 before any model is built
+    r = _start(llama, SCRIPT.replace('"float32"', '"bfloat16"'), MODELGEN_VLLM_MODELS="all")
+    assert r.returncode != 0 and "STARTED" not in r.stdout
+    assert "quantization_config.quant_method 'fp8' is not supported by modelgen's vllm target" in r.stderr, \
         r.stderr[-3000:]
