@@ -14,6 +14,7 @@ from modelgen.codegen.blocks import KINDS
 from modelgen.codegen.errors import SpecError
 from modelgen.codegen.lower import TEMPLATES_DIR, compile_spec
 from modelgen.codegen.render import TARGETS, render_package
+from modelgen.runtime.targets import ENGINE_TARGETS
 from modelgen.codegen.yaml_source import load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,6 +194,23 @@ class {{ m.class_name | ident }}(nn.Module):
 {% endmacro %}
 {% macro construct(m) %}{{ m.class_name }}(config){% endmacro %}
 '''
+PLAIN_VLLM = '''{% macro imports(m) %}
+from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+{% endmacro %}
+{% macro module_class(m) %}
+class {{ m.class_name | ident }}(nn.Module):
+    def __init__(self, config: {{ P }}Config, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        self.up_proj = ColumnParallelLinear({{ ir.hidden_size.py }}, {{ m.intermediate_size.py }}, bias=False, prefix=f"{prefix}.up_proj")
+        self.down_proj = RowParallelLinear({{ m.intermediate_size.py }}, {{ ir.hidden_size.py }}, bias=False, prefix=f"{prefix}.down_proj")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, _ = self.up_proj(x)
+        x, _ = self.down_proj(nn.functional.gelu(x, approximate="tanh"))
+        return x
+{% endmacro %}
+{% macro construct(m) %}{{ m.class_name }}(config, vllm_config, f"{prefix}.{{ m.name }}"){% endmacro %}
+'''
 PLAIN_NEURON = '''{% macro imports(m) %}
 from modelgen.runtime.neuron.weight_loader import set_weight_loader, sharding_weight_loader
 {% endmacro %}
@@ -244,9 +262,10 @@ print("ok")
 '''
 
 
-def test_a_new_kind_is_one_module_and_two_partials(tmp_path):
-    """Add an MLP kind to a copy of the repo by writing only codegen/blocks/plain.py and its two partials (plus a
-    spec that uses it): it builds for both targets, lints clean, and computes down(gelu(up(x))) on both."""
+def test_a_new_kind_is_one_module_and_three_partials(tmp_path):
+    """Add an MLP kind to a copy of the repo by writing only codegen/blocks/plain.py and its partial per target (plus
+    a spec that uses it): it builds for every target, lints clean, and computes down(gelu(up(x))) on the two targets
+    modelgen's engine runs (the vllm target's models run inside vLLM: tests/vllm/)."""
     import shutil
     import subprocess
     import sys
@@ -257,6 +276,7 @@ def test_a_new_kind_is_one_module_and_two_partials(tmp_path):
     (repo / "codegen" / "blocks" / "plain.py").write_text(PLAIN_KIND)
     (repo / "templates" / "rocm" / "blocks" / "plain.py.j2").write_text(PLAIN_ROCM)
     (repo / "templates" / "neuron" / "blocks" / "plain.py.j2").write_text(PLAIN_NEURON)
+    (repo / "templates" / "vllm" / "blocks" / "plain.py.j2").write_text(PLAIN_VLLM)
     data, _ = load_yaml(SPECS / "llama.yaml")
     data.update(name="plain_llama", class_prefix="PlainLlama")
     data["hf"]["architectures"] = ["PlainLlamaForCausalLM"]
@@ -270,7 +290,10 @@ def test_a_new_kind_is_one_module_and_two_partials(tmp_path):
     assert built.returncode == 0, built.stderr
     source = (repo / "generated" / "rocm" / "plain_llama" / "model.py").read_text()
     assert "class PlainLlamaPlainMLP(nn.Module)" in source and "self.mlp = PlainLlamaPlainMLP(config)" in source
-    lint = run("-m", "pyflakes", "generated/rocm/plain_llama", "generated/neuron/plain_llama")
+    assert "self.mlp = PlainLlamaPlainMLP(config, vllm_config, f\"{prefix}.mlp\")" in (
+        repo / "generated" / "vllm" / "plain_llama" / "model.py").read_text()
+    lint = run("-m", "pyflakes", "generated/rocm/plain_llama", "generated/neuron/plain_llama",
+               "generated/vllm/plain_llama")
     assert lint.returncode == 0 or "No module named pyflakes" in lint.stderr, lint.stdout
     checked = run("-c", PLAIN_CHECK)
     assert checked.returncode == 0 and checked.stdout.strip() == "ok", checked.stderr
@@ -306,7 +329,7 @@ def test_blocks_may_name_their_attention_differently(tmp_path):
           "num_attention_heads": 4, "num_key_value_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
           "moe_intermediate_size": 8, "first_k_dense_replace": 1, "head_dim": 4}
     try:
-        for target in TARGETS:
+        for target in ENGINE_TARGETS:  # the vllm package needs vLLM to build its model (tests/vllm/)
             pkg = load(target)
             model = pkg.MODEL_CLASS(pkg.CONFIG_CLASS.from_hf_config(hf))
             names = [s.name for s in model.get_kv_spec().layers]

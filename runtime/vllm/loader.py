@@ -30,6 +30,11 @@ from ..loader.split import CheckpointSplit
 
 EXPERTS = "experts"  # coverage slot of a stacked expert parameter: every routed expert of every shard
 
+# vLLM's Attention layers carry KV-cache / attention quantization scales (built whenever a quantization config is
+# set) that default to 1.0 and that only checkpoints calibrated for an FP8 KV cache hold: loaded when present, never
+# missing.
+OPTIONAL_SUFFIXES = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale")
+
 # One expert-table row: (stacked parameter relative to the MoE block, checkpoint name relative to it, shard id).
 ExpertRow = tuple[str, str, str]
 
@@ -97,7 +102,7 @@ class _Loader:
                 shards_of.setdefault(fused, []).append(shard)
         slots, seen = [], set()
         for name, param in self.params.items():
-            if name in self.tied or id(param) in seen:
+            if name in self.tied or id(param) in seen or name.endswith(OPTIONAL_SUFFIXES):
                 continue
             seen.add(id(param))
             module_name = name.split(".")[-2] if "." in name else ""
@@ -117,25 +122,34 @@ class _Loader:
         if why is not None:
             self.coverage.ignore(key, why)
             return
+        if not self._route(key, name, tensor) and name != key:
+            # The specs rename for modelgen's engine (``weight_scale_inv`` -> ``weight_scale``); vLLM's quantized
+            # layers keep the checkpoint's own names (Fp8LinearMethod's ``weight_scale_inv``).
+            self._route(key, key, tensor)
+        # else: left in coverage.unused, reported as unexpected
+
+    def _route(self, key: str, name: str, tensor: torch.Tensor) -> bool:
+        """Load ``tensor`` (checkpoint ``key``) by its (renamed) ``name``; False when no parameter takes it."""
         for rx, suffix, shard in self.per_expert:
             m = rx.match(name)
             if m and f"{m['block']}.{suffix}" in self.params:
                 self._expert(key, tensor, f"{m['block']}.{suffix}", shard, int(m["e"]))
-                return
+                return True
         for pattern, suffix, shard in self.fused:
             if name.endswith("." + pattern) and name[: -len(pattern)] + suffix in self.params:
                 param_name = name[: -len(pattern)] + suffix
                 for vllm_shard, part in _split_fused_experts(tensor, shard, self.layout):
                     for e in range(part.shape[0]):
                         self._expert(key, part[e], param_name, vllm_shard, e)
-                return
+                return True
         param_name, shard = resolve_packed(name, self.tables.stacked_params_mapping)
         if isinstance(shard, CheckpointSplit):
             self._split(key, name, tensor, shard)
-            return
+            return True
         if param_name in self.params:
             self._load(key, tensor, param_name, shard, key)
-        # else: left in coverage.unused, reported as unexpected
+            return True
+        return False
 
     def _skip_reason(self, name: str) -> str | None:
         pattern = self.rules.match(name)

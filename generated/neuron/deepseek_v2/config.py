@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): f206365c3d0e5723
+# source hash (spec + templates + generator): 239bc0608532725a
 # ==================================================================================================================
 """DeepseekV2Config: the HF ``config.json`` fields specs/deepseek_v2.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): 4fd551b6112e69e6
+# source hash (spec + templates + generator): 5043d1892b2d707f
 # ==================================================================================================================
 """Weight-loader tables of Qwen35MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

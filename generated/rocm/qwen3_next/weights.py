@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): e299e356f29747d7
+# source hash (spec + templates + generator): 4416155d430f1ffd
 # ==================================================================================================================
 """Weight-loader tables of Qwen3NextForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): f206365c3d0e5723
+# source hash (spec + templates + generator): 239bc0608532725a
 # ==================================================================================================================
 """Weight-loader tables of DeepseekV2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 
@@ -22,6 +22,9 @@ EXPERT_PARAMS_MAPPING = (
     ("experts.routed_experts.w13_weight", "experts.{e}.gate_proj.weight", "w1"),
     ("experts.routed_experts.w13_weight", "experts.{e}.up_proj.weight", "w3"),
     ("experts.routed_experts.w2_weight", "experts.{e}.down_proj.weight", "w2"),
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.gate_proj.weight_scale_inv", "w1"),  # FP8 block scales
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.up_proj.weight_scale_inv", "w3"),  # FP8 block scales
+    ("experts.routed_experts.w2_weight_scale_inv", "experts.{e}.down_proj.weight_scale_inv", "w2"),  # FP8 block scales
 )
 
 # transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): a54c694448833304
+# source hash (spec + templates + generator): cccb53b6a63d91f5
 # ==================================================================================================================
 """Weight-loader tables of GptOssForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 
@@ -25,6 +25,9 @@ EXPERT_PARAMS_MAPPING = (
     ("experts.routed_experts.w13_weight", "experts.{e}.gate_proj.weight", "w1"),
     ("experts.routed_experts.w13_weight", "experts.{e}.up_proj.weight", "w3"),
     ("experts.routed_experts.w2_weight", "experts.{e}.down_proj.weight", "w2"),
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.gate_proj.weight_scale_inv", "w1"),  # FP8 block scales
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.up_proj.weight_scale_inv", "w3"),  # FP8 block scales
+    ("experts.routed_experts.w2_weight_scale_inv", "experts.{e}.down_proj.weight_scale_inv", "w2"),  # FP8 block scales
 )
 
 # transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): a94474a6b536452b
+# source hash (spec + templates + generator): 9b2324fe3798abfc
 # ==================================================================================================================
 """Weight-loader tables of MixtralForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 
@@ -25,6 +25,9 @@ EXPERT_PARAMS_MAPPING = (
     ("experts.routed_experts.w13_weight", "experts.{e}.w1.weight", "w1"),
     ("experts.routed_experts.w13_weight", "experts.{e}.w3.weight", "w3"),
     ("experts.routed_experts.w2_weight", "experts.{e}.w2.weight", "w2"),
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.w1.weight_scale_inv", "w1"),  # FP8 block scales
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.w3.weight_scale_inv", "w3"),  # FP8 block scales
+    ("experts.routed_experts.w2_weight_scale_inv", "experts.{e}.w2.weight_scale_inv", "w2"),  # FP8 block scales
 )
 
 # transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked
