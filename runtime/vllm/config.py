@@ -25,9 +25,11 @@ def spec_config(config_class: type[C], vllm_config: Any) -> C:
     raw = dict(as_dict(vllm_config.model_config.hf_config))
     quant = raw.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") not in SUPPORTED_QUANT_METHODS:
+        # MXFP4 (GPT-OSS): vLLM's CPU build runs it for its own GptOssForCausalLM, whose loader hands vLLM's MXFP4
+        # MoE method whole pre-sharded block tensors; the generated tables do not route *_blocks / *_scales yet.
         raise ConfigError(
             f"{vllm_config.model_config.model}: quantization_config.quant_method {quant.get('quant_method')!r} is not "
-            "supported by modelgen's vllm target (dequantize the checkpoint, or serve it with vLLM's own model: "
-            "MODELGEN_VLLM_MODELS=missing)"
+            f"supported by modelgen's vllm target (supported: {', '.join(sorted(SUPPORTED_QUANT_METHODS))}); "
+            "dequantize the checkpoint, or serve it with vLLM's own model (MODELGEN_VLLM_MODELS=missing)"
         )
     return config_class.from_hf_config(flatten_text_config(raw))

@@ -1,4 +1,4 @@
-"""Strict loading inside real vLLM: a checkpoint tensor the generated tables neither map nor ignore, or a missing
+"""Strict loading inside real vLLM (FP8 checkpoints that do load: test_vllm_fp8.py): a checkpoint tensor the generated tables neither map nor ignore, or a missing
 one, stops the engine with an error naming the tensor (vLLM's own loaders would skip it silently), and a bad
 MODELGEN_VLLM_MODELS value stops it in one line. Each case runs in a fresh process: a failed engine start leaves
 vLLM's process-wide state half set up."""
@@ -89,11 +89,9 @@ def test_a_quantized_checkpoint_is_refused_in_one_line(llama):
     import json
 
     config = json.loads((llama / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                     "weight_block_size": [128, 128]}
+    config["quantization_config"] = {"quant_method": "mxfp4"}
     (llama / "config.json").write_text(json.dumps(config))
-    # bfloat16: vLLM itself refuses FP8 in float32 before any model is built
     r = _start(llama, SCRIPT.replace('"float32"', '"bfloat16"'), MODELGEN_VLLM_MODELS="all")
     assert r.returncode != 0 and "STARTED" not in r.stdout
-    assert "quantization_config.quant_method 'fp8' is not supported by modelgen's vllm target" in r.stderr, \
-        r.stderr[-3000:]
+    assert ("quantization_config.quant_method 'mxfp4' is not supported by modelgen's vllm target "
+            "(supported: fp8)") in r.stderr, r.stderr[-3000:]
