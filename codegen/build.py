@@ -12,11 +12,14 @@ endings, a missing or extra final newline, trailing bytes, invalid UTF-8) says s
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from . import cache
 from .errors import ModelgenError
 from .lower import REPO_ROOT, SPECS_DIR, compile_spec, display_path
 from .render import TARGETS, render_fixed, render_package
@@ -28,12 +31,35 @@ def all_specs() -> list[Path]:
     return sorted(SPECS_DIR.glob("*.yaml"))
 
 
-def render_all(specs: list[Path], targets: tuple[str, ...]) -> dict[str, str]:
-    files = render_fixed(TARGETS)
+def render_spec(spec: Path, targets: tuple[str, ...]) -> tuple[Any, dict[str, str]]:
+    """(IR, files) of one spec on ``targets``; records the files' hashes in the compile cache."""
+    ir = compile_spec(spec)  # includes the evaluation of every expression against a sample config
+    by_target = {target: render_package(ir, target) for target in targets}
+    cache.store(spec, ir, by_target)
+    return ir, {rel: text for files in by_target.values() for rel, text in files.items()}
+
+
+def summaries(specs: list[Path], known: dict[Path, Any] | None = None) -> list[Any]:
+    """What the target indexes need of each spec (name, architectures, path): ``known`` IRs, else the compile
+    cache's summary, else a compile."""
+    known = known or {}
+    out = []
     for spec in specs:
-        ir = compile_spec(spec)  # includes the evaluation of every expression against a sample config
-        for target in targets:
-            files.update(render_package(ir, target))
+        if spec in known:
+            out.append(known[spec])
+            continue
+        entry = cache.lookup(spec)
+        out.append(entry.summary if entry is not None else compile_spec(spec))
+    return out
+
+
+def render_all(specs: list[Path], targets: tuple[str, ...]) -> dict[str, str]:
+    files: dict[str, str] = {}
+    irs = {}
+    for spec in specs:
+        irs[spec], out = render_spec(spec, targets)
+        files.update(out)
+    files.update(render_fixed(TARGETS, summaries(all_specs(), irs)))
     return files
 
 
@@ -55,12 +81,11 @@ def render_each(specs: list[Path], targets: tuple[str, ...]) -> tuple[dict[str, 
     irs = {}
     for spec in dict.fromkeys([*specs, *all_specs()]):  # every spec of specs/ too: the indexes need them
         try:
-            irs[spec] = compile_spec(spec)
             if spec in specs:
-                out: dict[str, str] = {}
-                for target in targets:
-                    out.update(render_package(irs[spec], target))
+                irs[spec], out = render_spec(spec, targets)
                 files.update(out)
+            else:
+                irs[spec] = summaries([spec])[0]
         except ModelgenError as e:
             broken[spec] = e
     if not broken:
@@ -93,12 +118,35 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def _fresh_on_disk(entry: cache.Entry | None, targets: tuple[str, ...], read) -> bool:
+    """The compile cache knows the spec as it is now and every file it renders on ``targets`` has the recorded hash
+    on disk (``read(rel)``: the file's bytes, None when it is missing or not a regular file)."""
+    if entry is None:
+        return False
+    for target in targets:
+        for rel, digest in entry.files[target].items():
+            data = read(rel)
+            if data is None or hashlib.sha256(data).hexdigest() != digest:
+                return False
+    return True
+
+
+def _file_reader(out_dir: Path):
+    def read(rel: str) -> bytes | None:
+        path = out_dir / rel
+        return path.read_bytes() if path.is_file() and not path.is_symlink() else None
+    return read
+
+
 def build(specs: list[Path], targets: tuple[str, ...], out_dir: Path = GENERATED_DIR,
           keep_going: bool = False) -> list[Path]:
     """Render everything, then write the files that changed. Returns the paths written.
 
     ``keep_going``: when some specs do not build, write the files of the others, then raise :class:`BrokenSpecs`
-    (its ``written`` lists what was written); otherwise the first error is raised before anything is written."""
+    (its ``written`` lists what was written); otherwise the first error is raised before anything is written.
+    Specs the compile cache knows, whose files on disk have the recorded hashes, are not rendered again."""
+    read = _file_reader(out_dir)
+    specs = [s for s in specs if not _fresh_on_disk(cache.lookup(s, targets), targets, read)]
     broken: dict[Path, ModelgenError] = {}
     try:
         files = render_all(specs, targets)  # raises before anything is written
@@ -157,15 +205,24 @@ def check(out_dir: Path = GENERATED_DIR) -> list[str]:
     A spec that does not build is one entry (``broken: specs/x.yaml: ...`` with its errors); the others are still
     compared, while the broken spec's own packages and the package markers and target indexes (rendered with every
     spec) are not."""
+    actual = _tree(out_dir)
+    # Specs the compile cache knows as they are now, whose files all have the recorded hashes: equal, not rendered.
+    fresh = {}
+    for spec in all_specs():
+        entry = cache.lookup(spec, TARGETS)
+        if _fresh_on_disk(entry, TARGETS, actual.get):
+            fresh[spec] = entry
+    equal = {rel for e in fresh.values() for t in TARGETS for rel in e.files[t]}
     diffs = []
+    stale_specs = [s for s in all_specs() if s not in fresh]
     try:
-        rendered = render_all(all_specs(), TARGETS)
+        rendered = render_all(stale_specs, TARGETS)  # the package markers and indexes always
     except ModelgenError:
-        rendered, broken = render_each(all_specs(), TARGETS)
+        rendered, broken = render_each(stale_specs, TARGETS)
         for spec, err in broken.items():
             diffs.append(f"broken: {display_path(spec)}: does not build; its generated files were not checked:\n{err}")
     expected = {rel: text.encode("utf-8") for rel, text in rendered.items()}
-    actual = _tree(out_dir)
+    expected.update({rel: None for rel in equal if rel not in expected})  # placeholders: known equal
     if diffs:  # skip what could not be rendered: the broken specs' packages and the indexes
         skipped = set().union(*(package_dirs(s) for s in broken)) | {"__init__.py"} | {f"{t}/__init__.py" for t in TARGETS}
         actual = {rel: data for rel, data in actual.items()
@@ -173,7 +230,7 @@ def check(out_dir: Path = GENERATED_DIR) -> list[str]:
         expected = {rel: data for rel, data in expected.items() if rel not in skipped}
     for rel in sorted(set(expected) | set(actual)):
         want, have = expected.get(rel), actual.get(rel, b"")
-        if rel in actual and have is not None and want == have:
+        if rel in equal or (rel in actual and have is not None and want == have):
             continue
         label = "generated/" + rel
         if rel not in actual:

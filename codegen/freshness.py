@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from types import ModuleType
 
+from . import cache
 from .errors import ModelgenError
 from .lower import REPO_ROOT, compile_spec, display_path
 
@@ -45,7 +46,8 @@ def stale_reason(module: ModuleType) -> str | None:
     package_dir = Path(module_file).parent
     where = display_path(package_dir)
     try:
-        expected = compile_spec(spec).source_hash
+        entry = cache.lookup(spec)  # the spec and templates as they are now, without compiling when unchanged
+        expected = entry.summary.source_hash if entry is not None else compile_spec(spec).source_hash
     except ModelgenError as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return (f"{where} was generated from an earlier version of {spec_rel}, which no longer builds ({first}); "

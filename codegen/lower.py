@@ -514,4 +514,5 @@ def compile_spec(path: str | Path) -> ir.ModelIR:
     digest = hashlib.sha256()
     for part in (source.encode(), templates_digest(model.kinds + (("mtp",) if model.mtp else ())).encode(), GENERATOR_VERSION.encode()):
         digest.update(part)
-    return replace(model, source_hash=digest.hexdigest()[:16])
+    sources = tuple((name, hashlib.sha256(t.encode("utf-8")).hexdigest()) for name, t in smap.sources)
+    return replace(model, source_hash=digest.hexdigest()[:16], sources=sources)

@@ -397,7 +397,7 @@ def _target_init(target: str, irs: Iterable[ModelIR]) -> str:
 
 def render_fixed(targets: tuple[str, ...] = TARGETS, irs: Iterable[ModelIR] | None = None) -> dict[str, str]:
     """The package markers around the model packages; each target's ``__init__`` indexes every spec in specs/
-    (``irs`` when the caller compiled them already)."""
+    (``irs``: the specs' IRs, or their compile-cache summaries, when the caller has them already)."""
     irs = list(irs) if irs is not None else [compile_spec(p) for p in sorted(SPECS_DIR.glob("*.yaml"))]
     files = {"__init__.py": ROOT_INIT}
     for t in targets:

@@ -3,6 +3,8 @@ and the safetensors weights.
 
 One owner for the directory, so each file is read in one place and each error names the file and field:
 
+* the directory may be given as a Hugging Face Hub id (``org/name``): its cached snapshot, downloaded when not
+  cached (:mod:`~modelgen.runtime.hub`).
 * ``config.json`` is read once: :attr:`CheckpointDir.raw_config` as stored, :attr:`CheckpointDir.hf_config` as the
   generated text model reads it (a ``*ForConditionalGeneration`` checkpoint nests the language model's fields under
   ``text_config``; they are lifted to the top, winning over the wrapper's, while ``architectures`` stays the
@@ -94,8 +96,12 @@ class CheckpointDir:
 
 
 def check_checkpoint_dir(path: str | Path) -> Path:
-    """``path`` as a Path; CheckpointError unless it is an existing directory."""
-    path = Path(path)
+    """``path`` as a Path; CheckpointError unless it is an existing directory. A string shaped like a Hugging Face
+    Hub id (``org/name``) that is not a local path is resolved to its snapshot in the hub's cache, downloaded when
+    not cached and online (runtime/hub.py)."""
+    from .hub import resolve_checkpoint
+
+    path = resolve_checkpoint(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not path.is_dir():

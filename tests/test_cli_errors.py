@@ -26,7 +26,7 @@ ALL_SUBPROCESS = os.environ.get("MODELGEN_CLI_SUBPROCESS") == "1"
 
 
 def _run(*args: str, subprocess_: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
-    argv = ["run", *args]
+    argv = ["run", "--device", "cpu", *args]  # pinned (`auto` picks a GPU where there is one); a later --device wins
     if subprocess_ or ALL_SUBPROCESS:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         return subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", *argv], capture_output=True,

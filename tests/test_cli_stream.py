@@ -38,7 +38,7 @@ class _Recorder(io.StringIO):
 def _run(*args: str, tty_stderr: bool = False) -> tuple[int, _Recorder, _Recorder]:
     out, err = _Recorder(), _Recorder(tty_stderr)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["run", *args])
+        rc = main(["run", "--device", "cpu", *args])  # pinned: LLM(ckpt)'s default; `auto` would pick a GPU
     return rc, out, err
 
 

@@ -99,7 +99,7 @@ def spec_tree(tmp_path, monkeypatch) -> Path:
         shutil.copy(SPECS / name, specs / name)
     monkeypatch.setattr(build_module, "SPECS_DIR", specs)
     monkeypatch.setattr(render_module, "SPECS_DIR", specs)
-    build(build_module.all_specs(), ("rocm", "neuron"), out_dir=tmp_path / "generated")
+    build(build_module.all_specs(), render_module.TARGETS, out_dir=tmp_path / "generated")
     (specs / "broken.yaml").write_text("extends: llama.yaml\nname: broken\nclass_prefix: Broken\ndescription: x\n"
                                        "hf: {architectures: [BrokenForCausalLM], model_type: broken, modeling: x.py}\n"
                                        "layers: {count: num_hiden_layers}\n")

@@ -188,6 +188,7 @@ class _Request:
     t_submit: float = 0.0
     t_first: float | None = None
     t_done: float | None = None
+    logprobs: list = field(default_factory=list)  # params.logprobs set: one (logprob, top) per output token (sampler)
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prompt) + list(self.output)
@@ -258,6 +259,7 @@ class LLM:
         strict_config: bool = False,
         module=None,
         quantized_weights: str | None = None,
+        kv_cache_memory_cap: int | None = None,
     ):
         """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
         stderr is a terminal, False never (runtime/progress.py). ``strict_config``: config.json keys the spec neither
@@ -265,7 +267,9 @@ class LLM:
         model package to run instead of the one registered for the checkpoint's architectures (``modelgen verify``
         runs a spec rendered into a temporary folder). ``quantized_weights``: ``keep`` / ``dequantize`` / ``auto``
         (default, or ``MODELGEN_QUANTIZED_WEIGHTS``): whether FP8 / MXFP4 checkpoints keep their quantized weights on
-        the GPU path (runtime/loader/quantization.py keep_quantized_weights); the torch path always dequantizes."""
+        the GPU path (runtime/loader/quantization.py keep_quantized_weights); the torch path always dequantizes.
+        ``kv_cache_memory_cap``: bytes the default KV cache (no num_blocks / kv_cache_memory /
+        gpu_memory_utilization) may take at most, but never fewer blocks than one max_model_len request."""
         # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
         # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
         # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
@@ -331,6 +335,10 @@ class LLM:
                 gpu_memory_utilization=gpu_memory_utilization, min_blocks=per_request,
                 state_bytes=StatePool.bytes_per_slot_of(state_specs) * max_num_seqs,
             ) or max_num_seqs * per_request
+            if kv_cache_memory_cap is not None and kv_cache_memory is None and gpu_memory_utilization is None:
+                # at most this many bytes (`modelgen serve`'s default), never fewer than one full-length request
+                cap = kv_cache_memory_cap // max(1, kv_spec.bytes_per_block(block_size))
+                num_blocks = max(per_request, min(num_blocks, cap))
         _check_kv_cache_size(kv_spec.bytes_per_block(block_size), num_blocks, block_size, self.device)
         # NaN/Inf check of the weights. On an accelerator, any mode but "off" checks every parameter on the device
         # after the copy (the GPU read-ahead path never goes through Checkpoint.get_tensor; measured on an H200:
@@ -711,18 +719,23 @@ class LLM:
         rows = [i for i, fin in enumerate(finishing) if fin]
         if getattr(self.runner, "on_device_sampling", False):
             tokens = self.runner.step_sample(work, [r.params for r in batch])
-        elif rows and getattr(self.runner, "remote_greedy", False) and all(batch[i].params.temperature == 0
-                                                                          for i in rows):
+        elif rows and getattr(self.runner, "remote_greedy", False) and all(
+                batch[i].params.temperature == 0 and not batch[i].params.uses_logits for i in rows):
             # pipeline stages / attention DP: the argmax runs where the logits are, only the ids reach rank 0
             tokens = self.runner.step_greedy(work)
         else:
             logits = self.runner.step(work)
-            if rows and all(batch[i].params.temperature == 0 for i in rows):
+            if rows and all(batch[i].params.temperature == 0 and not batch[i].params.uses_logits for i in rows):
                 tokens = logits.argmax(-1).tolist()  # greedy on the device; one transfer of the ids
             elif rows:
-                picked = sample(logits[rows], [batch[i].params for i in rows], [batch[i].generator for i in rows])
-                for i, tok in zip(rows, picked):
+                # penalties / min-p / logprobs (SamplingParams.uses_logits) need each row's history and its logits
+                lps: list = []
+                picked = sample(logits[rows], [batch[i].params for i in rows], [batch[i].generator for i in rows],
+                                histories=[(batch[i].prompt, batch[i].output) for i in rows], logprobs_out=lps)
+                for i, tok, lp in zip(rows, picked, lps):
                     tokens[i] = tok
+                    if lp is not None:
+                        batch[i].logprobs.append(lp)
         dt = time.perf_counter() - t0
         if any(len(w.token_ids) > 1 for w in work):
             self.stats.prefill_tokens += sum(len(w.token_ids) for w in work)

@@ -85,7 +85,7 @@ class PipelinedDecode:
     def _steady(self, waiting: list, running: list) -> bool:
         """Every running request greedy and decoding, none waiting."""
         return not waiting and bool(running) and all(
-            r.params.temperature == 0 and not r.done and len(r.tokens) - r.computed == 1 for r in running)
+            r.params.temperature == 0 and not r.params.uses_logits and not r.done and len(r.tokens) - r.computed == 1 for r in running)
 
     def _reserve(self, nxt: list) -> bool:
         """KV slots for each request's token after the one in flight; False (nothing allocated) if they don't all

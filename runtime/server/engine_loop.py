@@ -19,6 +19,10 @@ class QueueFull(Exception):
     """More requests waiting than the server accepts (HTTP 503)."""
 
 
+class ShuttingDown(RuntimeError):
+    """The server is stopping: new requests are refused and, after the grace period, running ones aborted (503)."""
+
+
 @dataclass(eq=False)
 class Handle:
     request: object  # the engine's _Request
@@ -37,6 +41,8 @@ class EngineLoop:
         self._cancelled: list[Handle] = []
         self._live: dict[int, Handle] = {}  # seq id -> handle, for every request the loop holds
         self._stopping = False
+        self._aborting = False  # abort_all(): every request in flight gets ShuttingDown, the loop keeps running
+        self._draining = False  # begin_shutdown(): new requests are refused
         self.aborted = 0  # requests cancelled before they finished (client gone, stop string): /health reports it
         self._thread = threading.Thread(target=self._run, name="modelgen-engine", daemon=True)
         self._thread.start()
@@ -46,6 +52,8 @@ class EngineLoop:
         """Validated requests (ValueError for a bad prompt / too long), queued for the next step."""
         loop = asyncio.get_running_loop()
         with self._lock:
+            if self._draining or self._stopping:
+                raise ShuttingDown("the server is shutting down")
             if len(self._incoming) + len(self._live) + len(prompts) > self.max_waiting + self.llm.max_num_seqs:
                 raise QueueFull(f"{len(self._live) + len(self._incoming)} requests in flight; the server accepts "
                                 f"{self.max_waiting + self.llm.max_num_seqs}")
@@ -61,6 +69,22 @@ class EngineLoop:
                 handle.cancelled = True
                 self._cancelled.append(handle)
                 self._lock.notify()
+
+    def begin_shutdown(self) -> None:
+        """Refuse new requests (503); those in flight keep running."""
+        with self._lock:
+            self._draining = True
+
+    def abort_all(self) -> None:
+        """End every request in flight now: each gets a ShuttingDown event (a stream's error event, a 503) and its
+        blocks are freed between steps. Thread-safe; the loop keeps running."""
+        with self._lock:
+            self._draining = self._aborting = True
+            self._lock.notify()
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._live) + len(self._incoming)
 
     def shutdown(self) -> None:
         """Stop after the current step; requests still in flight get a 'server shutting down' error."""
@@ -85,10 +109,19 @@ class EngineLoop:
         llm = self.llm
         while True:
             with self._lock:
-                while not (self._incoming or self._cancelled or waiting or running or self._stopping):
+                while not (self._incoming or self._cancelled or waiting or running or self._stopping
+                           or self._aborting):
                     self._lock.wait()
                 if self._stopping:
                     break
+                if self._aborting:
+                    self._aborting = False
+                    self._cancelled.extend(h for h in self._incoming if not h.cancelled)
+                    self._incoming.clear()
+                    error = ShuttingDown("the server is shutting down: request aborted")
+                    for h in self._cancelled + list(self._live.values()):
+                        self._post(h, error)
+                    self._cancelled.extend(h for h in self._live.values() if h not in self._cancelled)
                 for h in self._incoming:
                     if h.request.done:  # max_tokens 0: nothing to run
                         self._post(h, ([], "length"))
@@ -130,7 +163,7 @@ class EngineLoop:
                 self._post(h, (new, r.finish_reason if r.done else None))
                 if r.done:
                     self._live.pop(r.seq_id, None)
-        error = RuntimeError("the server is shutting down")
+        error = ShuttingDown("the server is shutting down")
         for h in list(self._live.values()):
             self._post(h, error)
         llm._release_all([r.seq_id for r in waiting + running])
