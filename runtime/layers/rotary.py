@@ -19,7 +19,13 @@ class RotaryEmbedding(nn.Module):
         # Table covers the scaled context when rope scaling extends it (factor x original).
         factor = float((scaling or {}).get("factor") or 1.0)
         cache_len = int(max_position * max(factor, 1.0)) if (scaling or {}).get("rope_type") == "dynamic" else max_position
-        self.register_buffer("cos_sin_cache", cos_sin_cache(rotary_dim, base, scaling, max_position, cache_len), persistent=False)
+        if torch.get_default_device().type == "meta":
+            # A shape-only build (the loader's header coverage check): computing the table under the meta device's
+            # function mode costs seconds (its first use imports torch._dynamo) and yields no values anyway.
+            table = torch.empty(cache_len, rotary_dim, dtype=torch.float32)
+        else:
+            table = cos_sin_cache(rotary_dim, base, scaling, max_position, cache_len)
+        self.register_buffer("cos_sin_cache", table, persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``q [tokens, heads, head_dim]``, ``k [tokens, kv_heads, head_dim]``."""
