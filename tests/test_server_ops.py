@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -78,7 +79,11 @@ def test_sigterm_aborts_running_streams_with_error_event(ckpt):
         threads[0].start()
         for t in threads[1:]:
             t.start()
-        started.wait(60)  # the first stream has its first token; the others are queued behind it
+        started.wait(60)  # the first stream has its first token
+        deadline = time.time() + 60
+        while json.loads(urllib.request.urlopen(base + "/health").read())["requests_in_flight"] < 3:
+            assert time.time() < deadline, outcomes  # the other two reached the engine (queued behind the first)
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(60)

@@ -751,7 +751,11 @@ def kv_cache_options(value: str | None, device: str, checkpoint: str | Path | No
         return {}, "default: max-num-seqs full-length requests"
     cap = max(weights, 64 << 20)
     return {"kv_cache_memory_cap": cap}, (f"default: max-num-seqs full-length requests, at most the weights' "
-                                          f"{cap / 1e9:.2f} GB; --kv-cache-memory to change")
+                                          f"{_size(cap)}; --kv-cache-memory to change")
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def kv_cache_summary(llm: LLM) -> str:
@@ -763,5 +767,5 @@ def kv_cache_summary(llm: LLM) -> str:
     spec = KVSpec(layers=[layer for layer in declared.layers if layer.kind != "recurrent_state"])
     size = spec.bytes_per_block(blocks.block_size) * blocks.num_blocks
     tokens = blocks.num_blocks * blocks.block_size
-    return (f"KV cache {blocks.num_blocks} blocks x {blocks.block_size} tokens = {tokens} tokens, {size / 1e9:.2f} GB; "
+    return (f"KV cache {blocks.num_blocks} blocks x {blocks.block_size} tokens = {tokens} tokens, {_size(size)}; "
             f"max-model-len {llm.max_model_len} ({tokens / llm.max_model_len:.1f} full-length requests)")
