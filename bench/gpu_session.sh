@@ -129,23 +129,6 @@ elif [ "$phase" = s21b ]; then  # nvidia-h200-x2, ~480 s: GPU engine tests (pipe
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/3-tests.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s21b.log"; rm -rf "$L"
   cat "$OUT/s21b.log"
-elif [ "$phase" = s23a ]; then  # (not run yet: stop 23 had no device time left) nvidia-h200, ~520 s: the one-launch
-  # MoE pair path (gate-up + down in one grid, MODELGEN_MOE_ONE_LAUNCH, default 0 until this measures it):
-  # its kernel tests and the PDL bitwise chain; one layer's kernels with it forced / excluded; the 24-layer engine legs
-  L="$OUT/logs"; mkdir -p "$L"
-  timeout -k 10 170 python3 -m pytest -q -rs -n 4 -p no:cacheprovider tests/test_gpu_moe.py tests/test_pdl.py \
-    tests/test_gpu_moe_bias.py 2>&1 | grep -v Warning | tail -25 > "$L/1-tests.log"
-  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
-  timeout -k 10 150 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl pdl_1l pdl_auto --budget-s 120 \
-    --out "$OUT/h200-moe-layer-s23a.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-moe-layer.log"
-  echo "[$(( $(date +%s) - t0 ))s] moe_layer done" | tee -a "$L/2-moe-layer.log"
-  left=$(( 560 - ($(date +%s) - t0) ))
-  timeout -k 10 $left python3 -m bench.moe --layers 24 --batches 1 8 --systems modelgen \
-    --env-legs MODELGEN_MOE_ONE_LAUNCH=1 MODELGEN_MOE_ONE_LAUNCH=auto --budget-s $(( left - 15 )) \
-    --out "$OUT/h200-qwen3-30b-a3b-moe-one-launch.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -30 > "$L/3-moe.log"
-  echo "[$(( $(date +%s) - t0 ))s] moe done" | tee -a "$L/3-moe.log"
-  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s23a.log"; rm -rf "$L"
-  cat "$OUT/s23a.log"
 elif [ "$phase" = s22a ]; then  # nvidia-h200-x2, ~500 s: TP=2 / TP+EP NCCL engine tests (the tiny-MoE rendezvous hang
   # of s21); Llama-3-8B shape bf16 three-way token check (TP=1, TP=2, fp32 TP=1 reference); test_gpu.py count
   L="$OUT/logs"; mkdir -p "$L"

@@ -156,8 +156,7 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
                 sweep[name] = graph_ms(run(4, cfg)) / nl * 1e3
             except Exception as e:  # a config the compiler refuses (shared memory): record, go on
                 sweep[name] = f"{type(e).__name__}: {str(e)[:120]}"
-        default = gm._CHOICE.get((b, k, E, H, I, torch.bfloat16, routed[0][0].dtype, xs[0].device,
-                                  os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "0"))) \
+        default = gm._CHOICE.get((b, k, E, H, I, torch.bfloat16, routed[0][0].dtype, xs[0].device)) \
             or gm.default_config(b, k, E, torch.bfloat16)
         out[str(b)] = {
             "distinct_experts_per_layer": distinct, "stage_us_per_layer": stage_us,

@@ -25,10 +25,6 @@ layer. Each setting (``--modes``) is measured in the same process on the same we
   *ahead      MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own (streamed while
               attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE gate-up programs their
               experts' down weights (*ahead_moe: the latter only, no plumbing needed)
-  pdl_1l      PDL, the MoE's pair path in one launch only (MODELGEN_MOE_ONE_LAUNCH=1: gate-up and down items in one
-              grid, runtime/ops/gpu/moe.py ``_pairs_one_launch_kernel``; its whole time shows in ``gate_up``)
-  pdl_auto    PDL, the one launch timed against the other candidates (MODELGEN_MOE_ONE_LAUNCH=auto; the default 0
-              leaves it out, as ``pdl`` does: it has not been measured on a GPU yet)
   pdl_fr      the router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
   *_pf        MODELGEN_PDL_PREFETCH=1: each GEMV / down program prefetches its own weight tile before its wait
               (slower in the first H200 run: 59.1 vs 55.8 us/layer with PDL alone)
@@ -43,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -54,12 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
-_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False, one_launch="0")
+_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
 MODES = {  # most informative first: --budget-s drops the last ones (first H200 run: pdl best, the prefetch hurt)
     "base": _OFF,
     "pdl": dict(_OFF, pdl=1),
-    "pdl_1l": dict(_OFF, pdl=1, one_launch="1"),
-    "pdl_auto": dict(_OFF, pdl=1, one_launch="auto"),
     "pdl2": dict(_OFF, pdl=2),
     "pdl_nf": dict(_OFF, pdl=1, nf=True),
     "pdl2_nf": dict(_OFF, pdl=2, nf=True),
@@ -180,7 +173,6 @@ def set_mode(m: dict) -> None:
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, pdl
 
     pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=bool(m["ahead"]))
-    os.environ["MODELGEN_MOE_ONE_LAUNCH"] = m["one_launch"]
     gm.FUSED_ROUTER_T = m["fused_router"]
     AHEAD["on"], AHEAD["nf"] = m["ahead"] is True, m["nf"]  # "moe": only the gate-up -> down prefetch
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
@@ -279,8 +271,7 @@ def main() -> int:
         set_mode(m)
         first = next(iter(choices.values()))
         gl._CHOICE.update(first[0])
-        for _, moe_choice in reversed(list(choices.values())):  # the first setting's wins; a MoE key of another
-            gm._CHOICE.update(moe_choice)  # MODELGEN_MOE_ONE_LAUNCH value (part of the key) from the setting timing it
+        gm._CHOICE.update(first[1])
         ch.run(STAGES[-1])
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()

@@ -198,52 +198,6 @@ def test_down_over_slots_matches_the_per_pair_down(T, wdtype):
             assert rel(got, want) < 2e-3 and rel(got, truth) < tol(LOW), (cfg, kw)
 
 
-@pytest.mark.parametrize("T", [1, 3])
-@pytest.mark.parametrize("kind", ["plain", "ep_shared", "bias_swiglu"])
-def test_one_launch_is_the_two_launches_bitwise(T, kind):
-    """The one-launch pair path (gate-up and down items in one grid, by ticket) runs the same per-item code as the
-    gate-up launch + slot down launch with the same tiles and warps, so its output is bitwise theirs; called again
-    and again (new routings each time), so a counter left non-zero by a call would show as a wrong or hung next call.
-    Also with expert parallelism + a shared slot, and with GPT-OSS's biases and clamped SwiGLU."""
-    from modelgen.runtime.ops.gpu import moe as gm
-
-    E, k, H, I, S, L = 16, 4, 128, 96, 1, 8
-    w13, w2 = experts(L + S, H, I, LOW, seed=31)
-    hidden = torch.randn(T, H, device=DEV, dtype=LOW)
-    kw = {"plain": dict(num_local_experts=L + S), "ep_shared": dict(expert_offset=L, num_local_experts=L, num_shared=S),
-          "bias_swiglu": dict(num_local_experts=L + S, activation="clamped_swiglu",
-                              w13_bias=torch.randn(L + S, 2 * I, device=DEV, dtype=LOW) * 0.1,
-                              w2_bias=torch.randn(L + S, H, device=DEV, dtype=LOW) * 0.1)}[kind]
-    ones = [c for c in gm._PAIR_CANDIDATES if c.get("one_launch")]
-    assert ones
-    for cfg in ones:
-        nw, ns = cfg["one_launch"]
-        two = dict(pairs=True, up=cfg["up"][:2] + (nw, ns), down=cfg["down"][:2] + (nw, ns), down_slots=True)
-        for rep in range(3):
-            w, ids = routing(T, L + S if kind != "ep_shared" else E, k, seed=40 + rep)
-            got = gm.fused_moe(hidden, w13, w2, w, ids, config=cfg, **kw)
-            want = gm.fused_moe(hidden, w13, w2, w, ids, config=two, **kw)
-            assert torch.equal(got, want), (cfg, rep)
-        if kind == "plain":
-            assert rel(got, reference(hidden, w13, w2, w, ids, num_local_experts=L + S)) < tol(LOW)
-    counters = [v for key, v in gm._COUNTERS.items() if key[1] == "one_launch"]
-    assert counters and all(int(c.abs().sum()) == 0 for c in counters)  # every call left its counters at zero
-
-
-def test_one_launch_switch_is_checked(monkeypatch):
-    """``MODELGEN_MOE_ONE_LAUNCH`` is 0 / auto / 1; anything else is refused by name before any kernel runs."""
-    from modelgen.runtime.ops.gpu import moe as gm
-
-    w13, w2 = experts(4, 64, 32, LOW, seed=1)
-    hidden = torch.randn(1, 64, device=DEV, dtype=LOW)
-    w, ids = routing(1, 4, 2, seed=1)
-    monkeypatch.setenv("MODELGEN_MOE_ONE_LAUNCH", "yes")
-    with pytest.raises(ValueError, match="MODELGEN_MOE_ONE_LAUNCH='yes'"):
-        gm.fused_moe(hidden, w13, w2, w, ids)
-    monkeypatch.setenv("MODELGEN_MOE_ONE_LAUNCH", "auto")
-    assert rel(gm.fused_moe(hidden, w13, w2, w, ids), reference(hidden, w13, w2, w, ids)) < tol(LOW)
-
-
 @pytest.mark.parametrize("T", sizes(1, 3, 7, 64, interpreter_max=7))  # 1 and 3: the small-batch pair path
 def test_expert_parallel_ranges_sum_to_the_whole(T):
     """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.

@@ -15,7 +15,7 @@ from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.loader.packed import load_packed_weights
 from modelgen.runtime.loader.protocol import ExpertMapping, LoadsWeights
-from modelgen.runtime.targets import TARGETS, get_target
+from modelgen.runtime.targets import ENGINE_TARGETS as TARGETS, get_target  # the vllm target: tests/vllm/
 
 
 def _generated_models(target: str):

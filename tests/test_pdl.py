@@ -53,7 +53,7 @@ def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
 # ------------------------------------------------------------------------------------------------ PTX, no GPU needed
 compiles = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                               reason="compiles kernels: not with TRITON_INTERPRET=1 (the interpreter wraps them)")
-_INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "npost_ptr", "cursor_ptr", "cnt_ptr", "sync_ptr"}
+_INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "npost_ptr", "cursor_ptr", "cnt_ptr"}
 _F32_PTRS = {"logits_ptr", "ws_ptr", "tw_ptr", "bias_ptr"}
 
 
@@ -110,14 +110,11 @@ def _chain_kernels():
         (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
         (nl._norm_gemv_kernel, dict(BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, BLOCK_ROW=2048, ADD=True, ZERO_CENTRED=False,
                                     H_OUT=True, PF_CHUNKS=8), 4, 1, 0),
-        # gate-up + down in one grid: its first touch of memory (the ticket) comes after the wait
-        (gm._pairs_one_launch_kernel, dict(UP_N=16, UP_K=256, DN_N=4, DN_K=256, BKT=8, PAIR_FP32=False, GELU=False,
-                                           SWIGLU=False, HAS_BIAS=False, HAS_B2=False), 4, 3, 0),
     ]
 
 
 @compiles
-@pytest.mark.parametrize("case", range(15))
+@pytest.mark.parametrize("case", range(14))
 def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
     kernel, const, warps, stages, allowed = _chain_kernels()[case]
     const = dict(const, PDL=1)
@@ -177,7 +174,7 @@ def test_gate_up_prefetch_distance():
 
 
 @compiles
-@pytest.mark.parametrize("case", [0, 3, 7, 11, 12, 14])
+@pytest.mark.parametrize("case", [0, 3, 7, 11, 12])
 def test_without_pdl_no_grid_dependency_instruction(case):
     """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
@@ -237,14 +234,12 @@ def _sm90():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90+ CUDA GPU")
 @pytest.mark.parametrize("level", [1, 2])
-@pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (1, "one_launch"), (8, "sorted")])
+@pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (8, "sorted")])
 def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypatch):
     from modelgen.runtime.ops.gpu import linear as gl, moe as gm, norm as gn, pdl
 
-    if path in ("slots", "one_launch"):  # the pair path with the down GEMV over each token's slots (in one launch)
-        monkeypatch.setattr(gm, "_PAIRS", next(c for c in gm._PAIR_CANDIDATES
-                                               if c.get("down_slots") and bool(c.get("one_launch")) == (
-                                                   path == "one_launch")))
+    if path == "slots":  # the pair path with the down GEMV over each token's slots
+        monkeypatch.setattr(gm, "_PAIRS", next(c for c in gm._PAIR_CANDIDATES if c.get("down_slots")))
     monkeypatch.setenv("MODELGEN_MOE", "sorted" if path == "sorted" else "pairs")
     monkeypatch.setenv("MODELGEN_GEMV", "gemv" if T == 1 else "triton")
     torch.manual_seed(0)

@@ -88,3 +88,19 @@ def test_unsupported_still_import(arch):
     module = importlib.import_module(f"modelgen.generated.vllm.{INDEX[arch]}.model")
     cls = model_class(arch)
     assert cls.__module__ == module.__name__ and callable(cls.load_weights) and callable(cls.compute_logits)
+
+
+def test_every_generated_class_has_vllms_model_interface():
+    import inspect
+
+    from vllm.model_executor.models.interfaces import supports_pp
+
+    for arch in sorted(INDEX):
+        cls = model_class(arch)
+        init = inspect.signature(cls.__init__).parameters
+        assert [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY] == ["vllm_config", "prefix"], arch
+        assert list(inspect.signature(cls.forward).parameters) == [
+            "self", "input_ids", "positions", "intermediate_tensors", "inputs_embeds"], arch
+        assert list(inspect.signature(cls.load_weights).parameters) == ["self", "weights"], arch
+        assert callable(cls.compute_logits) and callable(cls.embed_input_ids) and supports_pp(cls), arch
+        assert all(isinstance(v, list) for v in cls.packed_modules_mapping.values()), arch  # fused -> HF modules

@@ -675,9 +675,9 @@ def _down_slots_first(ids_ptr, w_ptr, a_ptr, t, pid_n, N, K, KT, K_ROUTED, exper
 @triton.jit
 def _down_slots_rest(tile, out_ptr, tw_ptr, b_ptr, t, N, K, K_ROUTED, s_tw, s_be, s_out, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The rest of :func:`_down_slots_first`'s program: the K loop (the activations read at L2, ``.cg``: in the one-
-    launch kernel other programs of the same launch wrote them), each slot's expert output rounded, weighted, and
-    the slots summed in slot order into the token's output columns."""
+    """The rest of :func:`_down_slots_first`'s program: the K loop (the activations read at L2, ``.cg``, as in the
+    measured default), each slot's expert output rounded, weighted, and the slots summed in slot order into the
+    token's output columns."""
     js, e, ok, offs_n, nmask, w_rows, a_rows, wmask, w0 = tile
     offs_k = tl.arange(0, BLOCK_K)
     a0 = tl.load(a_rows, mask=ok[:, None, None] & (offs_k < K)[None, None, :], other=0.0, cache_modifier=".cg")
@@ -703,58 +703,6 @@ def _down_slots_rest(tile, out_ptr, tw_ptr, b_ptr, t, N, K, K_ROUTED, s_tw, s_be
     for jj in tl.static_range(BKT):  # slot order, one slot at a time (picking one row of prod is exact)
         total += tl.sum(tl.where(slot == jj, prod, 0.0), 0)
     tl.store(out_ptr + t * s_out + offs_n, total.to(out_ptr.dtype.element_ty), mask=nmask)
-
-
-# One launch for the whole pair path at small batch (``config["one_launch"]``): the gate-up and down programs of
-# ``_gate_up_pairs_kernel`` / ``_down_slots_kernel`` in one grid, so the down weights stream while gate-up finishes
-# without a launch boundary between them. Work goes by ticket, not by program id: each program draws one ticket
-# (an atomic counter); the first ``T * KT * up_blocks`` tickets are gate-up items, the rest down items. A down item
-# loads its first weight tile, then waits (spins) until every gate-up item of its token has stored its activations
-# (a per-token arrival counter, released by each gate-up item). No deadlock: a down ticket is drawn only after every
-# gate-up ticket was, by a program already running, and gate-up items wait on nothing. The last ticket resets the
-# ticket counter, the last down item of a token its two counters: zero between calls, so graphs replay it.
-# Off unless MODELGEN_MOE_ONE_LAUNCH=auto|1 (see ``_choose``): checked in Triton's interpreter and in its PTX (loads
-# and atomics in the order above), not yet timed or run on a GPU (bench/gpu_session.sh s23a does both).
-@triton.jit
-def _pairs_one_launch_kernel(
-    x_ptr, w13_ptr, inter_ptr, ids_ptr, w2_ptr, out_ptr, tw_ptr, sync_ptr, T, I, H, KT, K_ROUTED, expert_offset, L,
-    s_ids, s_xm, s_w13e, s_w13n, s_im, s_w2e, s_w2n, s_tw, s_out, b13_ptr, s_b13e, b2_ptr, s_b2e, alpha, limit,
-    UP_N: tl.constexpr, UP_K: tl.constexpr, DN_N: tl.constexpr, DN_K: tl.constexpr, BKT: tl.constexpr,
-    PAIR_FP32: tl.constexpr, GELU: tl.constexpr, SWIGLU: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_B2: tl.constexpr, PDL: tl.constexpr,
-):
-    up_blocks = tl.cdiv(I, UP_N)
-    dn_blocks = tl.cdiv(H, DN_N)
-    n_up = T * KT * up_blocks
-    pdl.wait(PDL)  # the ids (router, the launch before) and the hidden states
-    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
-    if ticket == n_up + T * dn_blocks - 1:  # every program holds its ticket: ready for the next call
-        tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
-    if ticket < n_up:
-        pair = (ticket // up_blocks).to(tl.int64)
-        _gate_up_pair(x_ptr, w13_ptr, inter_ptr, ids_ptr, w2_ptr, 0, ticket % up_blocks, pair, up_blocks, I, H, KT,
-                      K_ROUTED, expert_offset, L, s_ids, s_xm, s_w13e, s_w13n, s_im, s_w2e, b13_ptr, s_b13e, alpha,
-                      limit, UP_N, UP_K, GELU, False, 0, HAS_BIAS, SWIGLU)
-        tl.debug_barrier()  # every thread's stores precede the release below (cumulativity through the CTA barrier)
-        tl.atomic_add(sync_ptr + 1 + pair // KT, 1, sem="release")
-    else:
-        d = ticket - n_up
-        t = (d // dn_blocks).to(tl.int64)
-        tile = _down_slots_first(ids_ptr, w2_ptr, inter_ptr, t, d % dn_blocks, H, I, KT, K_ROUTED, expert_offset, L,
-                                 s_ids, s_im, s_w2e, s_w2n, DN_N, DN_K, BKT)
-        ready = sync_ptr + 1 + t
-        while tl.load(ready, volatile=True) < KT * up_blocks:  # plain polling: no atomic traffic on the counter
-            pass
-        # The acquire: the gate-up items' stores are visible from here on. Its value joins the slot mask (always
-        # true) so the compiler keeps the atomic, whose result nothing else uses.
-        seen = tl.atomic_add(ready, 0, sem="acquire")
-        js, e, ok, offs_n, nmask, w_rows, a_rows, wmask, w0 = tile
-        tile = (js, e, ok & (seen >= KT * up_blocks), offs_n, nmask, w_rows, a_rows, wmask, w0)
-        _down_slots_rest(tile, out_ptr, tw_ptr, b2_ptr, t, H, I, K_ROUTED, s_tw, s_b2e, s_out, DN_N, DN_K, BKT,
-                         PAIR_FP32, HAS_B2)
-        if tl.atomic_add(sync_ptr + 1 + T + t, 1, sem="acq_rel") == dn_blocks - 1:  # the token's last down item
-            tl.atomic_xchg(ready, 0, sem="relaxed")
-            tl.atomic_xchg(sync_ptr + 1 + T + t, 0, sem="relaxed")
 
 
 _COUNTERS: dict[tuple, torch.Tensor] = {}
@@ -795,11 +743,7 @@ _PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, dow
                                                                                down_slots=True),
                     # gate-up with an L2 prefetch 2 / 4 tiles ahead in its K loop (sm_90)
                     dict(_PAIRS, up_prefetch=2), dict(_PAIRS, up_prefetch=4),
-                    dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True),
-                    # gate-up and the slot down in one launch (_pairs_one_launch_kernel): (warps, stages) of the grid
-                    dict(_PAIRS, down=(4, 256, 4, 3), down_slots=True, one_launch=(4, 3)),
-                    dict(_PAIRS, down=(8, 128, 4, 3), down_slots=True, one_launch=(4, 3)),
-                    dict(_PAIRS, down=(2, 1024, 8, 1), down_slots=True, one_launch=(8, 2))]
+                    dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True)]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -956,18 +900,6 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
     b2 = extra["w2_bias"] if extra["w2_bias"] is not None else inter
     has_b2 = extra["w2_bias"] is not None
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
-    if cfg.get("one_launch"):  # gate-up and down in one grid (stages 2 and 3 are one launch: both run)
-        (ubn, ubk, _, _), (dbn, dbk, _, _), (nw, ns) = cfg["up"], cfg["down"], cfg["one_launch"]
-        grid = T * KT * triton.cdiv(I, ubn) + T * triton.cdiv(H, dbn)
-        _pairs_one_launch_kernel[(grid,)](
-            hidden, w13, inter, topk_ids, w2, out, topk_weights, _counters(dev, 1 + 2 * T, "one_launch"), T, I, H, KT,
-            k, expert_offset, L, topk_ids.stride(0), hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0),
-            w2.stride(0), w2.stride(1), topk_weights.stride(0), out.stride(0), b13, b13.stride(0), b2, b2.stride(0),
-            extra["alpha"], extra["limit"], UP_N=ubn, UP_K=ubk, DN_N=dbn, DN_K=dbk, BKT=max(2, next_pow2(KT)),
-            PAIR_FP32=pair_dtype == torch.float32, HAS_B2=has_b2, **act, num_warps=nw, num_stages=ns,
-            **pdl.launch(dev),
-        )
-        return out
     bn, bk, nw, ns = cfg["up"]
     ahead = pdl.ahead_ok(dev, w2[0])
     # in-loop prefetch distance (sm_90, 16-byte aligned rows and tiles); the candidates that set it are timed
@@ -1007,20 +939,15 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
 def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> dict:
     """Block config for this shape: the table's sorted-path entry, or, up to ``SMALL_T`` tokens, whichever of it and
     the pair path ran faster when first timed (CUDA-graph replays over several random routings, so the experts'
-    weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path;
-    ``MODELGEN_MOE_ONE_LAUNCH`` (0 by default) admits the one-launch pair candidates (auto) or only them (1)."""
+    weights come from HBM as in decode; outside any capture). ``MODELGEN_MOE=pairs|sorted`` forces the path."""
     T = hidden.shape[0]
     sorted_cfg = default_config(T, KT, L + S, hidden.dtype)
     if T > SMALL_T:
         return sorted_cfg
-    one = os.environ.get("MODELGEN_MOE_ONE_LAUNCH", "0")  # read per call: benchmark legs switch it in one process
-    if one not in ("auto", "0", "1"):
-        raise ValueError(f"MODELGEN_MOE_ONE_LAUNCH={one!r}: expected 0 (never: the default), auto (timed with the "
-                         "rest) or 1 (only the one-launch candidates)")
     forced = os.environ.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
-    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device, one)
+    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device)
     cfg = _CHOICE.get(key)
     if cfg is not None:
         return cfg
@@ -1032,16 +959,15 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]
     w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
     x = torch.randn_like(hidden)
-    times, configs = {}, ({} if one == "1" else {"sorted": sorted_cfg})
-    for c in [c for c in _PAIR_CANDIDATES if one == "auto" or bool(c.get("one_launch")) == (one == "1")]:
+    times, configs = {}, {"sorted": sorted_cfg}
+    for c in _PAIR_CANDIDATES:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
-            name = (f"pairs-{'one-launch-' if c.get('one_launch') else ''}down{'-slots' if c.get('down_slots') else ''}"
-                    f"{'x'.join(map(str, c['down']))}")
+            name = f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"
             configs[name + (f"-up-prefetch{c['up_prefetch']}" if c.get("up_prefetch") else "")] = dict(c)
     for name, c in configs.items():
         run = lambda i, c=c: fused_moe(x, w13, w2, w, routings[i], activation, num_local_experts=L,  # noqa: E731
                                        num_shared=S, config=c, **extra)
         times[name] = _time(run, len(routings))
-    TIMINGS[key[:-2]] = times
+    TIMINGS[key[:-1]] = times
     cfg = _CHOICE[key] = configs[min(times, key=times.get)]
     return cfg
