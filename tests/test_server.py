@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,9 +40,14 @@ def ckpt(llama_checkpoint, tmp_path_factory):
 def _start(ckpt, *extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # Output to a file, not a pipe: nobody reads a pipe while a test runs, and once its buffer is full of access-log
+    # lines the server would block writing the next one. proc.stdout reads the file (from its start).
+    log = tempfile.NamedTemporaryFile("w+", prefix="modelgen-serve-", suffix=".log", delete=False)
     proc = subprocess.Popen([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", str(ckpt),
                              "--port", str(port), "--max-num-seqs", "8", "--model-name", "tiny", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    log.close()
+    proc.stdout = open(log.name)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while True:
