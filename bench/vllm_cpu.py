@@ -134,6 +134,7 @@ def main() -> None:
         "model": "SmolLM2-135M-Instruct", "checkpoint": args.ckpt, "dtype": "float32", "new_tokens": NEW,
         "prefill": f"{PREFILL_PROMPTS} x {PREFILL_LEN} tokens", "repeats": args.repeats,
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
         "legs": legs,
         "ratios": {
             "C_over_B (generated model on vLLM / vLLM's own Llama)": {k: round(c[k] / b[k], 3) for k in figures},
