@@ -102,15 +102,18 @@ def _merge_imports(text: str) -> str:
 
 def _per_block(ir: ModelIR, text_of: Callable[[Block], str], select: str, indent: str) -> str:
     """Lines doing ``text_of(block)`` for the layer's block: one line when every block renders the same, otherwise
-    an if/elif/else over ``select`` (the layer's block name, from ``layers.block_rule``)."""
-    rendered = [(b.key, str(text_of(b))) for b in ir.blocks]
-    if len({text for _, text in rendered}) == 1:
-        lines = [rendered[0][1]]
+    an if/elif/else over ``select`` (the layer's block name, from ``layers.block_rule``) with one branch per distinct
+    line, in the blocks' order (``select in ("a", "b")`` where several blocks share it; the last is the ``else``)."""
+    keys_of: dict[str, list[str]] = {}
+    for b in ir.blocks:
+        keys_of.setdefault(str(text_of(b)), []).append(b.key)
+    if len(keys_of) == 1:
+        lines = list(keys_of)
     else:
         lines = []
-        for n, (key, text) in enumerate(rendered):
-            last = n == len(rendered) - 1
-            lines.append("else:" if last else f"{'if' if n == 0 else 'elif'} {select} == {pylit(key)}:")
+        for n, (text, keys) in enumerate(keys_of.items()):
+            test = f"{select} == {pylit(keys[0])}" if len(keys) == 1 else f"{select} in {pylit(tuple(keys))}"
+            lines.append("else:" if n == len(keys_of) - 1 else f"{'if' if n == 0 else 'elif'} {test}:")
             lines.append("    " + text)
     return "\n".join(indent + line for line in lines)
 

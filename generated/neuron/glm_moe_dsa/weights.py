@@ -89,19 +89,11 @@ def checkpoint_mappings(config: GlmMoeDsaConfig, available: set[str]) -> dict[st
     for i in range(config.num_hidden_layers):
         prefix = "model.layers." + str(i)
         block = config.layer_block(i)
-        if block == "dense":
+        if block in ("dense", "sparse"):
             _glm_moe_dsa_attention0_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "sparse":
-            _glm_moe_dsa_attention0_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "dense_shared":
-            _glm_moe_dsa_attention1_mappings(mappings, prefix + ".self_attn", config)
         else:
             _glm_moe_dsa_attention1_mappings(mappings, prefix + ".self_attn", config)
-        if block == "dense":
-            _glm_moe_dsa_mlp_mappings(mappings, prefix + ".mlp", config)
-        elif block == "sparse":
-            _glm_moe_dsa_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
-        elif block == "dense_shared":
+        if block in ("dense", "dense_shared"):
             _glm_moe_dsa_mlp_mappings(mappings, prefix + ".mlp", config)
         else:
             _glm_moe_dsa_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)

@@ -75,20 +75,12 @@ def checkpoint_mappings(config: Qwen2MoeConfig, available: set[str]) -> dict[str
     for i in range(config.num_hidden_layers):
         prefix = "model.layers." + str(i)
         block = config.layer_block(i)
-        if block == "decoder":
-            _qwen2_moe_attention0_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "decoder_sliding":
-            _qwen2_moe_attention1_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "sparse":
+        if block in ("decoder", "sparse"):
             _qwen2_moe_attention0_mappings(mappings, prefix + ".self_attn", config)
         else:
             _qwen2_moe_attention1_mappings(mappings, prefix + ".self_attn", config)
-        if block == "decoder":
+        if block in ("decoder", "decoder_sliding"):
             _qwen2_moe_mlp_mappings(mappings, prefix + ".mlp", config)
-        elif block == "decoder_sliding":
-            _qwen2_moe_mlp_mappings(mappings, prefix + ".mlp", config)
-        elif block == "sparse":
-            _qwen2_moe_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         else:
             _qwen2_moe_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         for norm in ("input_layernorm", "post_attention_layernorm"):

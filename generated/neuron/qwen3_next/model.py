@@ -300,19 +300,11 @@ class Qwen3NextDecoderLayer(nn.Module):
         super().__init__()
         block = config.layer_block(layer_idx)
         self.block = block
-        if block == "full_sparse":
+        if block in ("full_sparse", "full_dense"):
             self.self_attn = Qwen3NextAttention(config, layer_idx)
-        elif block == "full_dense":
-            self.self_attn = Qwen3NextAttention(config, layer_idx)
-        elif block == "linear_sparse":
-            self.linear_attn = Qwen3NextGatedDeltaNet(config, layer_idx)
         else:
             self.linear_attn = Qwen3NextGatedDeltaNet(config, layer_idx)
-        if block == "full_sparse":
-            self.mlp = Qwen3NextSparseMoeBlock(config)
-        elif block == "full_dense":
-            self.mlp = Qwen3NextMLP(config, config.intermediate_size)
-        elif block == "linear_sparse":
+        if block in ("full_sparse", "linear_sparse"):
             self.mlp = Qwen3NextSparseMoeBlock(config)
         else:
             self.mlp = Qwen3NextMLP(config, config.intermediate_size)
@@ -321,12 +313,8 @@ class Qwen3NextDecoderLayer(nn.Module):
 
     def get_attention(self) -> nn.Module:
         """This layer's attention module (its name depends on the layer's block)."""
-        if self.block == "full_sparse":
+        if self.block in ("full_sparse", "full_dense"):
             return self.self_attn
-        elif self.block == "full_dense":
-            return self.self_attn
-        elif self.block == "linear_sparse":
-            return self.linear_attn
         else:
             return self.linear_attn
 

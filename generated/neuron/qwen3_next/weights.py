@@ -77,19 +77,11 @@ def checkpoint_mappings(config: Qwen3NextConfig, available: set[str]) -> dict[st
     for i in range(config.num_hidden_layers):
         prefix = "model.layers." + str(i)
         block = config.layer_block(i)
-        if block == "full_sparse":
+        if block in ("full_sparse", "full_dense"):
             _qwen3_next_attention_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "full_dense":
-            _qwen3_next_attention_mappings(mappings, prefix + ".self_attn", config)
-        elif block == "linear_sparse":
-            _qwen3_next_gated_delta_net_mappings(mappings, prefix + ".linear_attn", config)
         else:
             _qwen3_next_gated_delta_net_mappings(mappings, prefix + ".linear_attn", config)
-        if block == "full_sparse":
-            _qwen3_next_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
-        elif block == "full_dense":
-            _qwen3_next_mlp_mappings(mappings, prefix + ".mlp", config)
-        elif block == "linear_sparse":
+        if block in ("full_sparse", "linear_sparse"):
             _qwen3_next_sparse_moe_block_mappings(mappings, prefix + ".mlp", config, available)
         else:
             _qwen3_next_mlp_mappings(mappings, prefix + ".mlp", config)

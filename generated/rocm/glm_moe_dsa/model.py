@@ -176,19 +176,11 @@ class GlmMoeDsaDecoderLayer(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "dense":
+        if block in ("dense", "sparse"):
             self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
-        elif block == "sparse":
-            self.self_attn = GlmMoeDsaAttention0(config, layer_idx)
-        elif block == "dense_shared":
-            self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
         else:
             self.self_attn = GlmMoeDsaAttention1(config, layer_idx)
-        if block == "dense":
-            self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
-        elif block == "sparse":
-            self.mlp = GlmMoeDsaSparseMoeBlock(config)
-        elif block == "dense_shared":
+        if block in ("dense", "dense_shared"):
             self.mlp = GlmMoeDsaMLP(config, config.intermediate_size)
         else:
             self.mlp = GlmMoeDsaSparseMoeBlock(config)

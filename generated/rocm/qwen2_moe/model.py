@@ -209,20 +209,12 @@ class Qwen2MoeDecoderLayer(nn.Module):
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "decoder":
-            self.self_attn = Qwen2MoeAttention0(config, layer_idx)
-        elif block == "decoder_sliding":
-            self.self_attn = Qwen2MoeAttention1(config, layer_idx)
-        elif block == "sparse":
+        if block in ("decoder", "sparse"):
             self.self_attn = Qwen2MoeAttention0(config, layer_idx)
         else:
             self.self_attn = Qwen2MoeAttention1(config, layer_idx)
-        if block == "decoder":
+        if block in ("decoder", "decoder_sliding"):
             self.mlp = Qwen2MoeMLP(config, config.intermediate_size)
-        elif block == "decoder_sliding":
-            self.mlp = Qwen2MoeMLP(config, config.intermediate_size)
-        elif block == "sparse":
-            self.mlp = Qwen2MoeSparseMoeBlock(config)
         else:
             self.mlp = Qwen2MoeSparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)

@@ -433,19 +433,11 @@ class GlmMoeDsaDecoderLayer(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig, vllm_config: VllmConfig, layer_idx: int, prefix: str):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "dense":
+        if block in ("dense", "sparse"):
             self.self_attn = GlmMoeDsaAttention0(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "sparse":
-            self.self_attn = GlmMoeDsaAttention0(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "dense_shared":
-            self.self_attn = GlmMoeDsaAttention1(config, vllm_config, f"{prefix}.self_attn")
         else:
             self.self_attn = GlmMoeDsaAttention1(config, vllm_config, f"{prefix}.self_attn")
-        if block == "dense":
-            self.mlp = GlmMoeDsaMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
-        elif block == "sparse":
-            self.mlp = GlmMoeDsaSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")
-        elif block == "dense_shared":
+        if block in ("dense", "dense_shared"):
             self.mlp = GlmMoeDsaMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
         else:
             self.mlp = GlmMoeDsaSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")

@@ -264,20 +264,12 @@ class Qwen2MoeDecoderLayer(nn.Module):
     def __init__(self, config: Qwen2MoeConfig, vllm_config: VllmConfig, layer_idx: int, prefix: str):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "decoder":
-            self.self_attn = Qwen2MoeAttention0(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "decoder_sliding":
-            self.self_attn = Qwen2MoeAttention1(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "sparse":
+        if block in ("decoder", "sparse"):
             self.self_attn = Qwen2MoeAttention0(config, vllm_config, f"{prefix}.self_attn")
         else:
             self.self_attn = Qwen2MoeAttention1(config, vllm_config, f"{prefix}.self_attn")
-        if block == "decoder":
+        if block in ("decoder", "decoder_sliding"):
             self.mlp = Qwen2MoeMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
-        elif block == "decoder_sliding":
-            self.mlp = Qwen2MoeMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
-        elif block == "sparse":
-            self.mlp = Qwen2MoeSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")
         else:
             self.mlp = Qwen2MoeSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)

@@ -245,19 +245,11 @@ class Qwen3NextDecoderLayer(nn.Module):
         super().__init__()
         block = config.layer_block(layer_idx)
         self.block = block
-        if block == "full_sparse":
+        if block in ("full_sparse", "full_dense"):
             self.self_attn = Qwen3NextAttention(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "full_dense":
-            self.self_attn = Qwen3NextAttention(config, vllm_config, f"{prefix}.self_attn")
-        elif block == "linear_sparse":
-            self.linear_attn = Qwen3NextGatedDeltaNet(config, vllm_config, f"{prefix}.linear_attn")
         else:
             self.linear_attn = Qwen3NextGatedDeltaNet(config, vllm_config, f"{prefix}.linear_attn")
-        if block == "full_sparse":
-            self.mlp = Qwen3NextSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")
-        elif block == "full_dense":
-            self.mlp = Qwen3NextMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
-        elif block == "linear_sparse":
+        if block in ("full_sparse", "linear_sparse"):
             self.mlp = Qwen3NextSparseMoeBlock(config, vllm_config, f"{prefix}.mlp")
         else:
             self.mlp = Qwen3NextMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mlp")
@@ -266,12 +258,8 @@ class Qwen3NextDecoderLayer(nn.Module):
 
     def get_attention(self) -> nn.Module:
         """This layer's attention module (its name depends on the layer's block)."""
-        if self.block == "full_sparse":
+        if self.block in ("full_sparse", "full_dense"):
             return self.self_attn
-        elif self.block == "full_dense":
-            return self.self_attn
-        elif self.block == "linear_sparse":
-            return self.linear_attn
         else:
             return self.linear_attn
 
