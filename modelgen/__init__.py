@@ -8,7 +8,7 @@ this package's search path is extended with the repository root, which holds the
 
 Public Python API::
 
-    from modelgen import LLM, SamplingParams  # and RequestOutput, StreamDelta (what complete/chat/stream return)
+    from modelgen import LLM, SamplingParams  # and RequestOutput, CompletionOutput, StreamDelta (what generate/chat/stream return)
 
 (README.md, "Python API").
 """
@@ -22,7 +22,7 @@ if not (_here / "runtime").is_dir() and (_here.parent / "runtime" / "__init__.py
     # are meant to be imported through this path (tests/, bench/ are not packages of modelgen).
     __path__.append(str(_here.parent))  # type: ignore[name-defined]
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "RequestStats", "StreamDelta"]
 
 
 def __getattr__(name: str):
@@ -35,7 +35,7 @@ def __getattr__(name: str):
         from modelgen.runtime.engine.sampler import SamplingParams
 
         return SamplingParams
-    if name in ("RequestOutput", "StreamDelta"):
+    if name in ("RequestOutput", "CompletionOutput", "Logprob", "RequestStats", "StreamDelta"):
         from modelgen.runtime.engine import outputs
 
         return getattr(outputs, name)

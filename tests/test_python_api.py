@@ -48,7 +48,7 @@ def llm(ckpt) -> LLM:
     return LLM(ckpt, target="rocm", device="cpu", max_num_seqs=4, progress=False)
 
 
-PARAMS = SamplingParams(max_new_tokens=6, ignore_eos=True)
+PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
 
 
 def test_complete_equals_generate(llm):
@@ -56,7 +56,7 @@ def test_complete_equals_generate(llm):
     outs = llm.complete(prompts, PARAMS)
     ids = [llm.tokenizer.encode(p) for p in prompts]
     assert [o.prompt_token_ids for o in outs] == ids
-    assert [o.token_ids for o in outs] == llm.generate(ids, PARAMS)
+    assert [o.token_ids for o in outs] == llm.generate_ids(ids, PARAMS)
     for o in outs:
         assert isinstance(o, RequestOutput)
         assert o.text == llm.tokenizer.decode(o.token_ids) and o.text
@@ -72,12 +72,12 @@ def test_complete_equals_generate(llm):
 
 
 def test_finish_reason_stop(llm):
-    first = llm.generate([[5, 6, 7]], PARAMS)[0]
+    first = llm.generate_ids([[5, 6, 7]], PARAMS)[0]
     # Stop at the 3rd generated token: the output keeps it (as at EOS) and says "stop".
-    out = llm.complete([[5, 6, 7]], SamplingParams(max_new_tokens=6, stop_token_ids=(first[2],)))[0]
+    out = llm.complete([[5, 6, 7]], SamplingParams(max_tokens=6, stop_token_ids=(first[2],)))[0]
     k = first.index(first[2])
     assert out.token_ids == first[: k + 1] and out.finish_reason == "stop"
-    zero = llm.complete([[5, 6, 7]], SamplingParams(max_new_tokens=0))[0]
+    zero = llm.complete([[5, 6, 7]], SamplingParams(max_tokens=0))[0]
     assert zero.token_ids == [] and zero.finish_reason == "length" and zero.stats.time_to_first_token_s is None
 
 
@@ -87,7 +87,7 @@ def test_chat_applies_template(llm):
     rendered = llm.tokenizer.apply_chat_template(messages)
     ids = llm.tokenizer.encode(rendered, add_special_tokens=False)
     assert reply.prompt_token_ids == ids == [1, 3, 5, 6, 2, 1, 4]
-    assert reply.token_ids == llm.generate([ids], PARAMS)[0]
+    assert reply.token_ids == llm.generate_ids([ids], PARAMS)[0]
     both = llm.chat([messages, [{"role": "user", "content": "world"}]], PARAMS)
     assert [o.token_ids for o in both][0] == reply.token_ids and len(both) == 2
     with pytest.raises(ValueError, match="conversation 0"):
@@ -99,20 +99,20 @@ def test_chat_applies_template(llm):
 def test_stream_matches_generate_and_frees_blocks(llm):
     free = llm.blocks.num_free
     deltas = list(llm.stream("hello world w12", PARAMS))
-    want = llm.generate([llm.tokenizer.encode("hello world w12")], PARAMS)[0]
+    want = llm.generate_ids([llm.tokenizer.encode("hello world w12")], PARAMS)[0]
     assert [t for d in deltas for t in d.token_ids] == want
     assert all(len(d.token_ids) == 1 for d in deltas)  # one token per engine step
     assert "".join(d.text for d in deltas) == llm.tokenizer.decode(want)
     assert [d.finish_reason for d in deltas] == [None] * 5 + ["length"]
     assert llm.blocks.num_free == free
     # Abandoned after two deltas: closing the iterator releases the request's blocks at once.
-    it = llm.stream("hello world w12", SamplingParams(max_new_tokens=40, ignore_eos=True))
+    it = llm.stream("hello world w12", SamplingParams(max_tokens=40, ignore_eos=True))
     next(it), next(it)
     assert llm.blocks.num_free < free
     it.close()
     assert llm.blocks.num_free == free
     # The instance still serves after the abandoned stream.
-    assert llm.generate([llm.tokenizer.encode("hello world w12")], PARAMS)[0] == want
+    assert llm.generate_ids([llm.tokenizer.encode("hello world w12")], PARAMS)[0] == want
 
 
 def test_progress_bar_loads_the_same_weights(ckpt, llm):

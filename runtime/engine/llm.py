@@ -14,6 +14,7 @@ recomputed later); a request that cannot fit even alone raises :class:`CacheFull
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 import os
 import time
@@ -38,7 +39,7 @@ from ..targets import get_target
 from ..targets.base import RunnerOptions
 from .block_manager import CacheFullError
 from .pipelined import PipelinedDecode
-from .outputs import IncrementalDecoder, RequestOutput, RequestStats, StreamDelta
+from .outputs import CompletionOutput, IncrementalDecoder, Logprob, RequestOutput, RequestStats, StreamDelta
 from .registry import find_model
 from .runners import Work
 from .sampler import SamplingParams, sample
@@ -173,6 +174,48 @@ def check_rope_table(config, config_path: Path, device: torch.device) -> None:
         )
 
 
+def _is_ids(x) -> bool:
+    """A token-id sequence: a list / tuple (or tensor / array) of integers, not a str or a dict."""
+    if isinstance(x, (str, bytes, dict)) or not hasattr(x, "__iter__"):
+        return False
+    try:
+        return all(not isinstance(t, bool) and operator.index(t) is not None for t in x)
+    except TypeError:
+        return False
+
+
+def _is_id_lists(prompts) -> bool:
+    """A list of token-id sequences (the old ``generate`` input)."""
+    return isinstance(prompts, (list, tuple)) and bool(prompts) and all(
+        not isinstance(p, (str, dict)) and hasattr(p, "__len__") and _is_ids(p) for p in prompts)
+
+
+def _prompt_items(prompts) -> list[tuple[str | None, list[int] | None]]:
+    """``generate``'s prompts as (text, None) / (None, token ids) pairs."""
+    if isinstance(prompts, (str, dict)):
+        prompts = [prompts]
+    elif _is_ids(prompts) and len(prompts):
+        prompts = [prompts]  # a list of ints: one prompt
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts: expected a str, a list of str, token ids (a list of ints or of lists of ints) or "
+                         "{'prompt_token_ids': [...]} / {'prompt': '...'} dicts")
+    items = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            items.append((p, None))
+        elif isinstance(p, dict):
+            if "prompt_token_ids" in p:
+                items.append((p.get("prompt"), list(p["prompt_token_ids"])))
+            elif isinstance(p.get("prompt"), str):
+                items.append((p["prompt"], None))
+            else:
+                raise ValueError(f"prompt {i}: a dict needs 'prompt_token_ids' or 'prompt' (a conversation of "
+                                 f"{{'role', 'content'}} messages goes to chat())")
+        else:
+            items.append((None, list(p)))
+    return items
+
+
 @dataclass(eq=False)  # identity comparison: the scheduler's list membership tests stay O(1) per element
 class _Request:
     seq_id: int
@@ -189,6 +232,11 @@ class _Request:
     t_first: float | None = None
     t_done: float | None = None
     logprobs: list = field(default_factory=list)  # params.logprobs set: one (logprob, top) per output token (sampler)
+    t_admit: float | None = None  # first admission into the running batch (RequestStats.queued_s)
+    preemptions: int = 0
+    stop_reason: str | int | None = None  # the stop string / stop token id that ended it
+    stop_text: str | None = None  # params.stop: the decoded output cut before the stop string that ended it
+    stop_scanned: int = 0  # params.stop: characters of decoded output already searched for the stop strings
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prompt) + list(self.output)
@@ -224,10 +272,71 @@ class GenerateStats:
 
 
 class LLM:
+    """An inference engine over one checkpoint: continuous batching over a paged KV cache (vLLM's ``LLM`` API).
+
+    ``LLM(model)`` / ``LLM(model=...)`` loads a Hugging Face-layout checkpoint directory or a hub id (``org/name``,
+    resolved through the local hub cache: runtime/hub.py) with the generated model of its architecture; then
+    :meth:`generate` (text or token-id prompts -> :class:`RequestOutput`), :meth:`chat`, :meth:`stream`,
+    :meth:`generate_ids` (token ids in, token ids out) and :meth:`score` (teacher-forced logits).
+
+    Args:
+        model: the checkpoint directory or hub id (also accepted as ``checkpoint=``, its old name, or an opened
+            :class:`CheckpointDir`).
+        target: the generated code to run: ``"rocm"`` (default; torch on CPU / CUDA / ROCm) or ``"neuron"``.
+        dtype: compute dtype (``"float32"``, ``"bfloat16"``, ``"float16"`` or a torch dtype); None: the config's
+            ``torch_dtype``, else float32.
+        device: ``"cpu"`` (default) or ``"cuda[:N]"``.
+        max_model_len: longest prompt + output, in tokens; None: the config's ``max_position_embeddings`` capped
+            at 4096.
+        block_size: tokens per KV-cache block (default 16).
+        num_blocks: KV-cache blocks; None: sized from ``kv_cache_memory`` / ``gpu_memory_utilization``, else
+            ``max_num_seqs`` full-length requests.
+        max_num_seqs: requests running at once (default 8); more wait.
+        compile: ``torch.compile`` the model's step (GPU).
+        prefill_buckets: neuron: the prompt lengths graphs are compiled for.
+        decode_buckets: neuron: the batch sizes decode graphs are compiled for.
+        decode_context_buckets: neuron: the context lengths decode graphs are compiled for.
+        cuda_graphs: capture decode steps as CUDA graphs (default True; GPU only).
+        on_device_sampling: sample inside the compiled graph (one RNG stream for the batch: a seed makes the run,
+            not each request, reproducible).
+        max_num_batched_tokens: tokens per engine step; longer prompts are prefilled in chunks. None: the
+            target's default (unlimited on rocm, the largest prefill bucket on neuron).
+        allow_external_shards: accept safetensors shards that resolve outside the checkpoint directory.
+        check_finite: NaN / Inf check of the weights: ``"auto"`` (default: sampled on CPU, full on the device),
+            ``"full"`` / True, ``"sampled"``, ``"off"`` / False.
+        progress: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when stderr
+            is a terminal, False never (runtime/progress.py).
+        speculative_tokens: K draft tokens per step from the checkpoint's MTP head (speculative decoding); None: off.
+        tensor_parallel_size: N > 1 spawns ranks 1..N-1 that build the same engine on their shards; this process
+            is rank 0 and broadcasts every step (runtime/parallel/launch.py).
+        expert_parallel_size: the MoE experts' layout over the ranks (distributed.ParallelConfig); None: the
+            tensor-parallel layout.
+        load_format: ``"auto"`` (the checkpoint's weights), ``"dummy"`` / ``"dummy_zeros"`` (random / zero weights
+            from config.json alone).
+        kv_cache_memory: bytes for the KV cache (sizes ``num_blocks``).
+        gpu_memory_utilization: fraction of the device's memory the KV cache may fill (sizes ``num_blocks``).
+        sequence_parallel: shard activations over the tensor-parallel ranks between layers.
+        mlp_data_parallel_size: data-parallel groups for the dense MLPs inside the tensor-parallel group.
+        pipeline_parallel_size: pipeline stages (each rank builds its stage's layers only).
+        data_parallel_size: attention data parallelism: each rank runs its own requests.
+        strict_config: config.json keys the spec neither reads nor ignores are an error instead of a warning
+            (hf_config.check_config_keys).
+        module: the generated model package to run instead of the one registered for the checkpoint's
+            architectures (``modelgen verify`` runs a spec rendered into a temporary folder).
+        quantized_weights: ``"keep"`` / ``"dequantize"`` / ``"auto"`` (default, or ``MODELGEN_QUANTIZED_WEIGHTS``):
+            whether FP8 / MXFP4 checkpoints keep their quantized weights on the GPU path
+            (runtime/loader/quantization.py keep_quantized_weights); the torch path always dequantizes.
+        kv_cache_memory_cap: bytes the default KV cache (no num_blocks / kv_cache_memory /
+            gpu_memory_utilization) may take at most, but never fewer blocks than one max_model_len request.
+        checkpoint: the old name of ``model`` (keyword).
+
+    Raises ValueError / ConfigError / CheckpointError with one line naming the argument, field or file at fault.
+    """
+
     @abort_ranks_on_error
     def __init__(
         self,
-        checkpoint: str | Path | CheckpointDir,
+        model: str | Path | CheckpointDir | None = None,
         target: str = "rocm",
         dtype: str | torch.dtype | None = None,
         device: str | torch.device = "cpu",
@@ -260,16 +369,16 @@ class LLM:
         module=None,
         quantized_weights: str | None = None,
         kv_cache_memory_cap: int | None = None,
+        checkpoint: str | Path | CheckpointDir | None = None,
     ):
-        """``progress``: a tqdm bar over the checkpoint tensors while loading; None (default) draws it only when
-        stderr is a terminal, False never (runtime/progress.py). ``strict_config``: config.json keys the spec neither
-        reads nor ignores are an error instead of a warning (hf_config.check_config_keys). ``module``: the generated
-        model package to run instead of the one registered for the checkpoint's architectures (``modelgen verify``
-        runs a spec rendered into a temporary folder). ``quantized_weights``: ``keep`` / ``dequantize`` / ``auto``
-        (default, or ``MODELGEN_QUANTIZED_WEIGHTS``): whether FP8 / MXFP4 checkpoints keep their quantized weights on
-        the GPU path (runtime/loader/quantization.py keep_quantized_weights); the torch path always dequantizes.
-        ``kv_cache_memory_cap``: bytes the default KV cache (no num_blocks / kv_cache_memory /
-        gpu_memory_utilization) may take at most, but never fewer blocks than one max_model_len request."""
+        """Load the checkpoint and build the engine: every parameter is described in the class docstring."""
+        if checkpoint is None:
+            if model is None:
+                raise TypeError("LLM(): give the checkpoint directory or hub id (LLM(model=...))")
+            checkpoint = model
+        elif model is not None:
+            raise TypeError("LLM(): give model or checkpoint (its old name), not both")
+        del model  # followers rebuild the engine from checkpoint= (launch._json_args)
         # tensor_parallel_size N > 1: ranks 1..N-1 are spawned now and build the same engine on their shards; this
         # process is rank 0 and broadcasts every step (runtime/parallel/launch.py). expert_parallel_size: the
         # MoE layout (distributed.ParallelConfig). load_format "dummy"/"dummy_zeros": weights from config.json.
@@ -481,18 +590,68 @@ class LLM:
         return ids
 
     # ------------------------------------------------------------------------------------------------------ generate
-    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
-        """Generated token ids (prompt excluded) for each prompt, in order (the token-level API; :meth:`complete`,
-        :meth:`chat` and :meth:`stream` are the text-level ones).
+    def generate_ids(self, prompts: list[list[int]],
+                     params: SamplingParams | list[SamplingParams] | None = None) -> list[list[int]]:
+        """Generated token ids (prompt excluded) for each token-id prompt, in order: the token-level API (no
+        tokenizer needed, no ``n`` or ``stop`` strings); :meth:`generate`, :meth:`chat` and :meth:`stream` are the
+        text-level ones.
+
+        Args:
+            prompts: one list of token ids per request.
+            params: one :class:`SamplingParams` for all, or one per prompt; None is ``SamplingParams()``.
 
         Every request is validated before any is admitted; whatever happens inside the loop (a kernel error, a
         full cache, KeyboardInterrupt), the KV blocks and other per-request resources of this call are released
         and the instance stays usable.
         """
-        reqs = self._make_requests(prompts, params)
+        reqs = self._make_requests(prompts, params if params is not None else SamplingParams())
         for _ in self._run(reqs):
             pass
         return [r.output for r in reqs]
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 params=None) -> list[RequestOutput]:
+        """vLLM's ``LLM.generate``: one :class:`RequestOutput` per prompt, in order, all prompts in one continuous
+        batch.
+
+        Args:
+            prompts: a str; a list of str; token ids (a list of ints is one prompt, a list of lists of ints one
+                prompt each); vLLM's ``{"prompt_token_ids": [...]}`` / ``{"prompt": "..."}`` dicts, or a list of
+                them. Text is encoded as is, with the tokenizer's special tokens (no chat template: see
+                :meth:`chat`).
+            sampling_params: one :class:`SamplingParams` for every prompt or a list of one per prompt; None is
+                ``SamplingParams()`` (greedy, 16 tokens). ``n`` samples per prompt land in ``outputs[i]``.
+            params: deprecated keyword spelling of ``sampling_params``.
+
+        Compatibility (one release): a list of token-id lists with SamplingParams that spell ``max_new_tokens``
+        (or leave ``max_tokens`` unset) returns lists of generated token ids as before, with a DeprecationWarning;
+        use :meth:`generate_ids` for that. Same validation and exception safety as :meth:`generate_ids`.
+        """
+        sampling_params = self._sampling_params_arg(sampling_params, params, "generate")
+        if sampling_params is not None and _is_id_lists(prompts) and not any(
+                p._vllm_names for p in (sampling_params if isinstance(sampling_params, list) else [sampling_params])):
+            import warnings
+
+            warnings.warn("LLM.generate(list of token-id lists, SamplingParams(max_new_tokens=...)) returning lists "
+                          "of token ids is deprecated: use generate_ids() for that, or SamplingParams(max_tokens=...) "
+                          "for RequestOutputs", DeprecationWarning, stacklevel=2)
+            return self.generate_ids(prompts, sampling_params)
+        items = _prompt_items(prompts)
+        texts = [t for t, _ in items]
+        encoded = [ids if ids is not None else self._encode(t) for t, ids in items]
+        return self._complete(encoded, sampling_params, texts)
+
+    @staticmethod
+    def _sampling_params_arg(sampling_params, params, method: str):
+        if params is not None:
+            if sampling_params is not None:
+                raise TypeError(f"{method}(): give sampling_params or its deprecated spelling params, not both")
+            import warnings
+
+            warnings.warn(f"LLM.{method}(params=...) is deprecated: use sampling_params=... (vLLM's name)",
+                          DeprecationWarning, stacklevel=3)
+            return params
+        return sampling_params
 
     def _make_requests(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[_Request]:
         """Validated requests (nothing admitted yet): ValueError naming the prompt for an empty/out-of-vocab prompt or
@@ -501,6 +660,11 @@ class LLM:
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams")
         checked = [self._checked_prompt(i, prompt) for i, prompt in enumerate(prompts)]
+        if any(p.stop for p in plist) and self._maybe_tokenizer() is None:
+            raise ValueError(f"stop = {next(p.stop for p in plist if p.stop)!r}: stop strings need the checkpoint's "
+                             f"tokenizer.json ({self.checkpoint_dir} has none); use stop_token_ids")
+        if any(p.n != 1 for p in plist):
+            raise ValueError("n > 1: use generate() / complete() / chat(), which expand it into n requests")
         for i, (prompt, p) in enumerate(zip(checked, plist)):
             if len(prompt) + p.max_new_tokens > self.max_model_len:
                 raise ValueError(
@@ -537,13 +701,38 @@ class LLM:
             self.speculative.reset_stats()
             self.stats.speculative = self.speculative.stats
         try:
+            stops = any(r.params.stop for r in reqs)
             while waiting or running:
-                yield self._step(waiting, running)
+                emitted = self._step(waiting, running)
+                if stops and emitted:
+                    self._apply_stop_strings(emitted, running)
+                yield emitted
         finally:
             if self.pipelined is not None:
                 self.pipelined.drop()  # a step still in flight: its tokens are not needed any more
             # Finished requests released theirs already; this frees what a failure left behind.
             self._release_all([r.seq_id for r in reqs])
+
+    def _apply_stop_strings(self, emitted: list[_Request], running: list[_Request]) -> None:
+        """End each request whose decoded output now contains one of its ``params.stop`` strings (as the server's
+        stop strings do: checked between steps; the text is cut before the match, the tokens are kept)."""
+        tok = self.tokenizer
+        for r in emitted:
+            if not r.params.stop or r.stop_text is not None:
+                continue
+            text = tok.decode(r.output)
+            start = max(0, r.stop_scanned - max(len(x) for x in r.params.stop) + 1)
+            hits = [(k, x) for x in r.params.stop if (k := text.find(x, start)) >= 0]
+            r.stop_scanned = len(text)
+            if not hits:
+                continue
+            k, which = min(hits)
+            r.stop_text, r.stop_reason, r.finish_reason = text[:k], which, "stop"
+            if not r.done:
+                r.done, r.t_done = True, time.perf_counter()
+                if r in running:
+                    running.remove(r)
+                self._release(r.seq_id)
 
     # -------------------------------------------------------------------------------------------------- text API
     def _maybe_tokenizer(self):
@@ -572,32 +761,90 @@ class LLM:
             return tok.encode(tok.apply_chat_template(prompt), add_special_tokens=False)
         return prompt
 
-    def _output(self, r: _Request) -> RequestOutput:
-        tok = self._maybe_tokenizer()
-        text = tok.decode(r.output) if tok is not None else None
+    def _request_stats(self, r: _Request) -> RequestStats:
         end = r.t_done if r.t_done is not None else time.perf_counter()
-        stats = RequestStats(
+        return RequestStats(
             prompt_tokens=len(r.prompt), generated_tokens=len(r.output),
             time_to_first_token_s=None if r.t_first is None else r.t_first - r.t_submit, total_s=end - r.t_submit,
+            queued_s=None if r.t_admit is None else r.t_admit - r.t_submit, preemptions=r.preemptions,
         )
-        return RequestOutput(list(r.prompt), list(r.output), text, r.finish_reason or "length", stats)
 
-    def complete(self, prompts: str | list[str] | list[list[int]],
-                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """One :class:`RequestOutput` (text, token ids, finish reason, stats) per prompt, in order; a single str is
-        one prompt. Text is encoded as is (no chat template: see :meth:`chat`); all prompts share the continuous
-        batch. Same validation and exception safety as :meth:`generate`."""
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        reqs = self._make_requests([self._encode(p) for p in prompts], params or SamplingParams())
+    def _completion(self, index: int, r: _Request) -> CompletionOutput:
+        tok = self._maybe_tokenizer()
+        text = r.stop_text if r.stop_text is not None else tok.decode(r.output) if tok is not None else None
+        logprobs = cumulative = None
+        if r.params.logprobs is not None:
+            logprobs, cumulative = [], 0.0
+            for t, (lp, top) in zip(r.output, r.logprobs):
+                entry = {tid: Logprob(v, rank) for rank, (tid, v) in enumerate(top, 1)}
+                if t not in entry:
+                    entry = {t: Logprob(lp, None), **entry}
+                if tok is not None:
+                    for tid, v in entry.items():
+                        v.decoded_token = tok.decode([tid])
+                logprobs.append(entry)
+                cumulative += lp
+        return CompletionOutput(index, text, list(r.output), r.finish_reason or "length", r.stop_reason, logprobs,
+                                cumulative, self._request_stats(r))
+
+    def _complete(self, prompts: list[list[int]], params, texts: list[str | None] | None = None) -> list[RequestOutput]:
+        """Run ``prompts`` (token ids) with ``n`` samples each (sample i seeded seed + i) in one batch."""
+        params = params if params is not None else SamplingParams()
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams")
+        expanded, eparams = [], []
+        for prompt, p in zip(prompts, plist):
+            for i in range(p.n):
+                expanded.append(prompt)
+                eparams.append(p if p.n == 1 else dataclasses.replace(
+                    p, n=1, seed=None if p.seed is None else (p.seed + i) % 2**64))
+        reqs = self._make_requests(expanded, eparams)
         for _ in self._run(reqs):
             pass
-        return [self._output(r) for r in reqs]
+        outs, k = [], 0
+        for j, (prompt, p) in enumerate(zip(prompts, plist)):
+            group = reqs[k:k + p.n]
+            k += p.n
+            samples = [self._completion(i, r) for i, r in enumerate(group)]
+            stats = [c.stats for c in samples]
+            ttft = [s.time_to_first_token_s for s in stats if s.time_to_first_token_s is not None]
+            queued = [s.queued_s for s in stats if s.queued_s is not None]
+            total = stats[0] if len(stats) == 1 else RequestStats(
+                prompt_tokens=stats[0].prompt_tokens, generated_tokens=sum(s.generated_tokens for s in stats),
+                time_to_first_token_s=min(ttft) if ttft else None, total_s=max(s.total_s for s in stats),
+                queued_s=min(queued) if queued else None, preemptions=sum(s.preemptions for s in stats))
+            outs.append(RequestOutput(str(group[0].seq_id), texts[j] if texts else None, list(group[0].prompt),
+                                      samples, total))
+        return outs
+
+    def complete(self, prompts: str | list[str] | list[list[int]],
+                 params: SamplingParams | list[SamplingParams] | None = None, *,
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """One :class:`RequestOutput` per prompt, in order, whatever the prompts are (a list of token-id lists
+        too): :meth:`generate` without its compatibility rule. ``prompts``: a str (one prompt), a list of str or of
+        token-id lists; ``params`` / ``sampling_params``: one :class:`SamplingParams` or one per prompt."""
+        if params is not None and sampling_params is not None:
+            raise TypeError("complete(): give params or sampling_params, not both")
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        texts = [p if isinstance(p, str) else None for p in prompts]
+        return self._complete([self._encode(p) for p in prompts], params if params is not None else sampling_params,
+                              texts)
 
     def chat(self, messages: list[dict] | list[list[dict]],
-             params: SamplingParams | list[SamplingParams] | None = None) -> RequestOutput | list[RequestOutput]:
-        """Reply to one conversation (a list of ``{"role", "content"}`` dicts) rendered with the checkpoint's chat
-        template, or to each of a list of conversations (then a list of outputs, batched together)."""
+             sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+             params=None) -> RequestOutput | list[RequestOutput]:
+        """Reply to a conversation rendered with the checkpoint's chat template (with the generation prompt).
+
+        Args:
+            messages: one conversation (a list of ``{"role", "content"}`` dicts): one :class:`RequestOutput` is
+                returned; or a list of conversations: a list of outputs, batched together (vLLM returns a list in
+                both cases).
+            sampling_params: one :class:`SamplingParams` or one per conversation; None is ``SamplingParams()``.
+            params: deprecated keyword spelling of ``sampling_params``.
+        """
+        sampling_params = self._sampling_params_arg(sampling_params, params, "chat")
         if not isinstance(messages, list) or not messages:
             raise ValueError("messages: expected a non-empty list of {'role', 'content'} dicts (or of conversations)")
         single = isinstance(messages[0], dict)
@@ -605,21 +852,34 @@ class LLM:
         for i, conv in enumerate(convs):
             if not conv or not all(isinstance(m, dict) for m in conv):
                 raise ValueError(f"conversation {i}: expected a non-empty list of {{'role', 'content'}} dicts")
-        outs = self.complete([self._encode(c) for c in convs], params)
+        outs = self._complete([self._encode(c) for c in convs], sampling_params)
         return outs[0] if single else outs
 
-    def stream(self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None) -> Iterator[StreamDelta]:
+    def stream(self, prompt: str | list[int] | list[dict], sampling_params: SamplingParams | None = None, *,
+               params=None) -> Iterator[StreamDelta]:
         """Iterate over one request's output as it is generated: a :class:`StreamDelta` (new text, new token ids)
-        per engine step, the last one with its ``finish_reason``. ``prompt`` is text (encoded as is), token ids,
-        or a chat (list of message dicts, rendered with the chat template). The text is decoded incrementally
-        (never splitting a multi-byte character). Breaking out of the loop (or closing the iterator) frees the
-        request's KV blocks."""
-        reqs = self._make_requests([self._encode(prompt)], params or SamplingParams())
+        per engine step, the last one with its ``finish_reason``.
+
+        Args:
+            prompt: text (encoded as is), token ids, or a chat (list of message dicts, rendered with the template).
+            sampling_params: its :class:`SamplingParams` (``n`` must be 1; ``stop`` strings are applied at the
+                end of the text: a delta never contains one); None is ``SamplingParams()``.
+            params: deprecated keyword spelling of ``sampling_params``.
+
+        The text is decoded incrementally (never splitting a multi-byte character). Breaking out of the loop (or
+        closing the iterator) frees the request's KV blocks."""
+        p = self._sampling_params_arg(sampling_params, params, "stream") or SamplingParams()
+        if p.n != 1:
+            raise ValueError(f"n = {p.n}: stream() runs one sample; use generate() for n > 1")
+        reqs = self._make_requests([self._encode(prompt)], p)
         r = reqs[0]
         tok = self._maybe_tokenizer()
         decoder = IncrementalDecoder(tok) if tok is not None else None
         steps = self._run(reqs)
-        sent = 0
+        sent = 0  # tokens handed out
+        text_sent = 0  # characters handed out (stop strings: never past the cut)
+        hold = max((len(x) - 1 for x in p.stop), default=0)  # a tail that could begin a stop string waits
+        pending = ""
         try:
             for emitted in steps:
                 if r not in emitted:
@@ -629,10 +889,22 @@ class LLM:
                 text = decoder.push(new) if decoder is not None else ""
                 if r.done:
                     text += decoder.flush() if decoder is not None else ""
+                if p.stop:
+                    pending += text
+                    if r.stop_text is not None:
+                        text, pending = r.stop_text[text_sent:], ""
+                    elif r.done:
+                        text, pending = pending, ""
+                    else:
+                        cut = max(0, len(pending) - hold)
+                        text, pending = pending[:cut], pending[cut:]
+                    text_sent += len(text)
                 yield StreamDelta(text, new, r.finish_reason if r.done else None)
+                if r.done:
+                    break
         finally:
             steps.close()  # release now, not when the generator object is garbage-collected
-        if not r.output:  # max_new_tokens 0: one empty delta carries the finish reason
+        if not r.output:  # max_tokens 0: one empty delta carries the finish reason
             yield StreamDelta("", [], r.finish_reason)
 
     def _admit(self, waiting: list[_Request], running: list[_Request]) -> list[_Request]:
@@ -652,6 +924,8 @@ class LLM:
             self.blocks.ensure(r.seq_id, need)
             if self.state_pool is not None:
                 self.state_pool.allocate(r.seq_id)  # zeroed: a (re)admitted request starts from an empty state
+            if r.t_admit is None:
+                r.t_admit = time.perf_counter()
             admitted.append(waiting.pop(0))
         return admitted
 
@@ -659,6 +933,7 @@ class LLM:
         victim = running.pop()  # most recently admitted
         self._release(victim.seq_id)
         victim.computed = 0
+        victim.preemptions += 1
         waiting.insert(0, victim)
         self.stats.preemptions += 1
 
@@ -764,6 +1039,8 @@ class LLM:
             if stop or len(r.output) >= r.params.max_new_tokens:
                 r.done = True
                 r.finish_reason = "stop" if stop else "length"
+                if stop and tok not in self.eos_ids:
+                    r.stop_reason = tok
                 r.t_done = now
                 running.remove(r)
                 self._release(r.seq_id)

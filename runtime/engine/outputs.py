@@ -1,4 +1,4 @@
-"""Text-level results of the Python API: one :class:`RequestOutput` per prompt, :class:`StreamDelta` per streamed
+"""Text-level results of the Python API: one :class:`RequestOutput` (of :class:`CompletionOutput` samples) per prompt, :class:`StreamDelta` per streamed
 token, and the incremental detokenizer that both the CLI and :meth:`LLM.stream` use."""
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RequestStats:
-    """Per-request figures, measured by the engine loop (seconds from the call that submitted the request)."""
+    """Per-request figures, measured by the engine loop for this request alone (seconds from the call that
+    submitted it); for ``n`` > 1 a :class:`RequestOutput`'s stats sum the samples' tokens and span their times."""
 
     prompt_tokens: int
     generated_tokens: int
-    time_to_first_token_s: float | None  # None when nothing was generated (max_new_tokens 0)
+    time_to_first_token_s: float | None  # None when nothing was generated (max_tokens 0)
     total_s: float
+    queued_s: float | None = None  # submission to first admission into the running batch (None: never admitted)
+    preemptions: int = 0  # times this request was preempted (its blocks freed, its tokens recomputed)
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -27,12 +30,68 @@ class RequestStats:
 
 
 @dataclass
-class RequestOutput:
-    prompt_token_ids: list[int]
+class Logprob:
+    """One token's log-probability (vLLM's ``Logprob`` fields): ``rank`` is 1 for the most likely token, None when
+    the sampled token is outside the top ``logprobs``; ``decoded_token`` None without a tokenizer."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sample of a request (vLLM's ``CompletionOutput`` fields).
+
+    ``text`` is None without a tokenizer.json; with a ``stop`` string it ends before the stop string, while
+    ``token_ids`` keep every generated token. ``finish_reason``: ``"stop"`` (EOS, a stop token or a stop string) or
+    ``"length"`` (``max_tokens``); ``stop_reason`` the stop string or token id that ended it (None for EOS or
+    length). ``logprobs``: with ``SamplingParams(logprobs=k)``, one ``{token id: Logprob}`` per output token (the
+    sampled token and the ``k`` most likely), else None; ``cumulative_logprob`` their sum over the sampled tokens."""
+
+    index: int
+    text: str | None
     token_ids: list[int]
-    text: str | None  # None when the checkpoint has no tokenizer
-    finish_reason: str  # "stop": an EOS / stop token was sampled; "length": max_new_tokens reached
+    finish_reason: str
+    stop_reason: str | int | None = None
+    logprobs: list[dict[int, Logprob]] | None = None
+    cumulative_logprob: float | None = None
+    stats: RequestStats | None = None
+
+    def finished(self) -> bool:
+        return True
+
+
+@dataclass
+class RequestOutput:
+    """One prompt's result (vLLM's ``RequestOutput`` shape): ``outputs`` holds its ``n`` samples.
+
+    ``text``, ``token_ids``, ``finish_reason`` are the first sample's (``outputs[0]``), the shorter spelling of the
+    common ``n = 1`` case; ``stats`` are this request's own (:class:`RequestStats`)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
     stats: RequestStats
+    finished: bool = True
+
+    @property
+    def text(self) -> str | None:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str:
+        return self.outputs[0].finish_reason
+
+    @property
+    def metrics(self) -> RequestStats:
+        """vLLM's attribute name for :attr:`stats`."""
+        return self.stats
 
 
 @dataclass

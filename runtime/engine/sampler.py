@@ -10,9 +10,38 @@ from dataclasses import dataclass, field
 import torch
 
 
-@dataclass
+_UNSET = object()
+
+
+@dataclass(init=False)
 class SamplingParams:
-    max_new_tokens: int = 16
+    """How one request is sampled; the names are vLLM's (``vllm.SamplingParams``).
+
+    Args:
+        max_tokens: tokens to generate at most (default 16); 0 generates nothing (finish reason ``"length"``).
+        stop: a string or list of strings; the output text is cut before the first one that appears and the request
+            ends with finish reason ``"stop"`` (text-level: needs the checkpoint's tokenizer). ``token_ids`` keep
+            every generated token, the stop string's too.
+        stop_token_ids: token ids that end the request (kept in the output, as EOS is), besides the EOS ids.
+        n: outputs per prompt (default 1): ``n`` independent requests, sample ``i`` seeded ``seed + i`` when a seed
+            is given.
+        temperature: 0 (default) is greedy; above 0 samples from the softmax of logits / temperature.
+        top_p: nucleus sampling, in (0, 1]; 1 (default) is off.
+        top_k: keep the k most likely tokens; 0 (default) is off.
+        min_p: drop tokens below ``min_p`` x the top token's probability, in [0, 1]; 0 is off.
+        seed: the request's own random generator seed (reproducible whatever its batch mates do); None: random.
+        presence_penalty: OpenAI's, in [-2, 2]: subtracted once from the logit of every token already generated.
+        frequency_penalty: OpenAI's, in [-2, 2]: subtracted per occurrence of a token already generated.
+        repetition_penalty: vLLM / HF's, > 0: logits of prompt and generated tokens divided (positive) or
+            multiplied (negative) by it; 1 is off.
+        logprobs: None (off), or k >= 0: each output token's log-probability and the k most likely tokens' ones
+            (from the raw logits, before penalties and temperature: vLLM's default).
+        ignore_eos: keep generating past EOS (and ``stop_token_ids``) up to ``max_tokens``.
+        logit_bias: token id -> a number added to its logit (OpenAI's ``logit_bias``).
+        max_new_tokens: deprecated spelling of ``max_tokens`` (kept for one release; a DeprecationWarning).
+    """
+
+    max_tokens: int = 16
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
@@ -25,6 +54,51 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # vLLM / HF: logits of prompt and generated tokens divided (>0) or multiplied
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit (OpenAI's logit_bias)
     logprobs: int | None = None  # None: off; k >= 0: the sampled token's log-probability and the k most likely
+    stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings (text-level)
+    n: int = 1  # outputs per prompt
+    # True when max_tokens was given by its vLLM name: LLM.generate then returns RequestOutputs even for lists of
+    # token-id lists (the old token-id return is kept for the old spelling, one release). Survives
+    # SamplingParams(**p.__dict__) (the server's per-sample copies).
+    _vllm_names: bool = field(default=False, repr=False, compare=False)
+
+    def __init__(self, max_tokens=_UNSET, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: int | None = None, ignore_eos: bool = False, stop_token_ids=(), min_p: float = 0.0,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+                 logit_bias: dict[int, float] | None = None, logprobs: int | None = None, stop=None, n: int = 1,
+                 *, max_new_tokens=_UNSET, _vllm_names: bool = False):
+        if max_new_tokens is not _UNSET:
+            if max_tokens is not _UNSET and max_tokens != max_new_tokens:
+                raise ValueError(f"max_tokens = {max_tokens!r} and max_new_tokens = {max_new_tokens!r}: give one "
+                                 f"(max_new_tokens is the deprecated name of max_tokens)")
+            import warnings
+
+            warnings.warn("SamplingParams(max_new_tokens=...) is deprecated: use max_tokens (vLLM's name)",
+                          DeprecationWarning, stacklevel=2)
+            if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+                raise ValueError(f"max_new_tokens = {max_new_tokens!r}: expected an integer >= 0")
+            max_tokens = max_new_tokens
+        elif max_tokens is not _UNSET:
+            _vllm_names = True
+        self.max_tokens = 16 if max_tokens is _UNSET else max_tokens
+        self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
+        self.ignore_eos, self.min_p = ignore_eos, min_p
+        self.stop_token_ids = tuple(stop_token_ids) if isinstance(stop_token_ids, (list, tuple)) else stop_token_ids
+        self.presence_penalty, self.frequency_penalty = presence_penalty, frequency_penalty
+        self.repetition_penalty, self.logit_bias, self.logprobs = repetition_penalty, logit_bias, logprobs
+        self.stop = () if stop is None else (stop,) if isinstance(stop, str) else \
+            tuple(stop) if isinstance(stop, (list, tuple)) else stop
+        self.n = n
+        self._vllm_names = bool(_vllm_names)
+        self.__post_init__()
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The old name of :attr:`max_tokens` (read by the engine loop; kept one release)."""
+        return self.max_tokens
+
+    @max_new_tokens.setter
+    def max_new_tokens(self, value: int) -> None:
+        self.max_tokens = value
 
     def __post_init__(self) -> None:
         # Each check names the parameter, the value and what is expected (NaN passes every comparison, so the
@@ -44,11 +118,15 @@ class SamplingParams:
             raise bad("top_p", "a number in (0, 1] (1 = off)")
         if not is_int(self.top_k) or self.top_k < 0:
             raise bad("top_k", "an integer >= 0 (0 = off)")
-        if not is_int(self.max_new_tokens) or self.max_new_tokens < 0:
-            raise bad("max_new_tokens", "an integer >= 0")
+        if not is_int(self.max_tokens) or self.max_tokens < 0:
+            raise bad("max_tokens", "an integer >= 0")
+        if not isinstance(self.stop, tuple) or not all(isinstance(x, str) and x for x in self.stop):
+            raise bad("stop", "a non-empty string or a list of non-empty strings")
+        if not is_int(self.n) or self.n < 1:
+            raise bad("n", "an integer >= 1")
         if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**64):
             raise bad("seed", "an integer in [0, 2**64 - 1] (torch generator seeds are 64-bit)")
-        if not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
+        if not isinstance(self.stop_token_ids, tuple) or not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "non-negative integers")
         if not is_num(self.min_p) or not 0 <= self.min_p <= 1:
             raise bad("min_p", "a number in [0, 1] (0 = off)")
