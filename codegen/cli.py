@@ -313,7 +313,7 @@ def _generate(args: argparse.Namespace, threads: tuple[int, str]) -> int:
 
     # Request parameters are checked before anything is loaded: a bad --temperature fails at once.
     params = SamplingParams(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, ignore_eos=args.ignore_eos,
     )
     # Bars on stderr only when it is a terminal (tqdm's disable=None), never under --json (runtime/progress.py).
@@ -386,7 +386,7 @@ def _generate(args: argparse.Namespace, threads: tuple[int, str]) -> int:
             sys.stdout.flush()
         sys.stdout.write("\n")
     else:
-        outputs = llm.generate(prompts, params)
+        outputs = llm.generate_ids(prompts, params)
     gen_s = time.perf_counter() - t1
     llm.close()  # the ranks --tensor-parallel-size started stop here (a no-op otherwise)
     n_new = sum(len(o) for o in outputs)

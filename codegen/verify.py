@@ -213,7 +213,7 @@ def verify_architecture(modules: dict[str, ModuleType], architecture: str, workd
         if not err <= FP32_ATOL:
             detail += layer_divergence(llm, hf, prompt)
         checks.append(Check(architecture, target, "fp32 logits", err <= FP32_ATOL, detail))
-        out = llm.generate([prompt], SamplingParams(max_new_tokens=GREEDY_TOKENS, ignore_eos=True))[0]
+        out = llm.generate_ids([prompt], SamplingParams(max_tokens=GREEDY_TOKENS, ignore_eos=True))[0]
         first = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
         checks.append(Check(architecture, target, "greedy", out == ref,
                             f"{GREEDY_TOKENS} tokens equal" if out == ref else

@@ -157,7 +157,7 @@ def test_tokenizer_and_template_errors(checkpoint, files, args, needles):
         (["--prompt-ids", "1", "--top-p", "1.5"], ["top_p = 1.5"]),
         (["--prompt-ids", "1", "--top-p", "nan"], ["top_p = nan"]),
         (["--prompt-ids", "1", "--seed", str(2**70)], [f"seed = {2**70}", "expected an integer in [0, 2**64 - 1]"]),
-        (["--prompt-ids", "1", "--max-new-tokens", "-1"], ["max_new_tokens = -1"]),
+        (["--prompt-ids", "1", "--max-new-tokens", "-1"], ["max_tokens = -1"]),
         (["--prompt-ids", "1", "--max-num-seqs", "0"], ["max_num_seqs = 0: expected a positive integer"]),
         (["--prompt-ids", "1", "--block-size", "0"], ["block_size = 0: expected a positive integer"]),
         (["--prompt-ids", "1", "--num-blocks", "0"], ["num_blocks = 0: expected a positive integer"]),

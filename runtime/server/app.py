@@ -207,7 +207,7 @@ def _params(body: dict, max_tokens_default: int, chat: bool, vocab_size: int
         # top_k, min_p, repetition_penalty, stop_token_ids and ignore_eos are vLLM's extensions (the openai client
         # sends them through extra_body)
         params = SamplingParams(
-            max_new_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p),
+            max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p),
             top_k=_num(body, "top_k", 0, int), seed=seed, ignore_eos=bool(ignore_eos),
             stop_token_ids=tuple(stop_ids), min_p=float(_num(body, "min_p", 0.0)),
             presence_penalty=float(_num(body, "presence_penalty", 0.0)),
