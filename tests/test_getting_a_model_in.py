@@ -213,13 +213,13 @@ def test_run_sets_threads_and_restores_them(ckpt, monkeypatch):
     want = 1 if before != 1 else 2
     monkeypatch.setenv("MODELGEN_NUM_THREADS", str(want))
     seen = []
-    real_generate = __import__("modelgen.runtime.engine.llm", fromlist=["LLM"]).LLM.generate
+    real_generate = __import__("modelgen.runtime.engine.llm", fromlist=["LLM"]).LLM.generate_ids  # --no-stream's call
 
     def spy(self, *a, **kw):
         seen.append(torch.get_num_threads())
         return real_generate(self, *a, **kw)
 
-    monkeypatch.setattr("modelgen.runtime.engine.llm.LLM.generate", spy)
+    monkeypatch.setattr("modelgen.runtime.engine.llm.LLM.generate_ids", spy)
     rc, _, err = _run("--checkpoint", str(ckpt), "--prompt-ids", "5,6", "--max-new-tokens", "2", "--no-stream",
                       "--verbose")
     assert rc == 0, err
