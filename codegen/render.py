@@ -36,7 +36,7 @@ from .literal import comment_text, docstring_text, pylit
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .mtp import render_mtp
 from .spec_types import check_identifier
-from .vllm_names import vllm_norm_imports, vllm_norm_module, vllm_qk_norm
+from .vllm_names import vllm_norm_imports, vllm_norm_module, vllm_qk_norm, vllm_qk_norm_import
 
 MAX_LINE = 120
 
@@ -294,7 +294,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
         per_block=_per_block, blocks_differ=_blocks_differ, readme_rows=_readme_rows, call=_call, assign=_assign,
         return_expr=_return_expr, loader_tables=_loader_tables, slot=_slot, accessors=_accessors,
         norm_module=norm_module, vllm_norm_module=vllm_norm_module, vllm_norm_imports=vllm_norm_imports,
-        vllm_qk_norm=vllm_qk_norm,
+        vllm_qk_norm=vllm_qk_norm, vllm_qk_norm_import=vllm_qk_norm_import,
     )
     return env
 

@@ -35,9 +35,18 @@ def vllm_norm_module(norm: Norm, dim_py: str) -> str:
     return f"{cls}({dim_py}, eps={norm.eps.py})"
 
 
+def _qk(qk) -> Norm:
+    return Norm(name=qk.q_name, kind=qk.kind, eps=qk.eps)
+
+
 def vllm_qk_norm(qk, dim_py: str) -> str:
     """Constructor source of a q or k norm (codegen/blocks/gqa.py ``QKNorm``) over ``dim_py`` features."""
-    return vllm_norm_module(Norm(name=qk.q_name, kind=qk.kind, eps=qk.eps), dim_py)
+    return vllm_norm_module(_qk(qk), dim_py)
+
+
+def vllm_qk_norm_import(qk) -> str:
+    """``from M import C`` of the class :func:`vllm_qk_norm` constructs."""
+    return "from {} import {}".format(*vllm_norm_class(_qk(qk)))
 
 
 def vllm_norm_imports(ir: ModelIR) -> str:

@@ -4,6 +4,7 @@
 * ``IgnoreRules``: glob-like patterns (``*`` = one dotted segment or part of one, ``**`` = any run of segments) of keys
   dropped on purpose.
 * ``resolve_packed``: HF module name -> (fused parameter, shard id) via ``packed_modules_mapping``.
+* ``expert_regex``: a per-expert checkpoint name with ``{e}`` -> a regex capturing the MoE block and the expert.
 * ``ExtraLayers``: checkpoint keys of decoder layers beyond the model's ``num_hidden_layers`` (MTP / draft layers).
 """
 from __future__ import annotations
@@ -51,6 +52,12 @@ def resolve_packed(key: str, packed: Mapping[str, tuple[str, object]]) -> tuple[
             fused, shard = packed[part]
             return ".".join(parts[:i] + [fused] + parts[i + 1 :]), shard
     return key, None
+
+
+def expert_regex(pattern: str) -> re.Pattern:
+    """``experts.{e}.gate_proj.weight`` -> a regex over full keys capturing the MoE block and the expert index."""
+    body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
+    return re.compile(rf"^(?P<block>.+)\.{body}$")
 
 
 class ExtraLayers:

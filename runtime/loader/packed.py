@@ -18,7 +18,6 @@ bounded read-ahead), so the ``weight_loader``s copy device to device.
 """
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -28,7 +27,7 @@ from torch import nn
 
 from .checkpoint import Checkpoint, CheckpointError
 from .experts import ExpertStager, default_num_threads
-from .names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
+from .names import ExtraLayers, IgnoreRules, apply_renames, expert_regex, resolve_packed
 from .protocol import ExpertMapping, PackedTables
 from .quantization import process_weights_after_loading
 from .report import Coverage
@@ -63,7 +62,7 @@ class _Router:
         self.extra_layers = ExtraLayers.of(model)
         self.tied = tables.tied
         ex = tables.experts
-        self.per_expert = [(_expert_regex(pattern), param, shard) for param, pattern, shard in ex.per_expert]
+        self.per_expert = [(expert_regex(pattern), param, shard) for param, pattern, shard in ex.per_expert]
         # Whole-tensor expert rows: a fused tensor fills the EXPERTS slot, a shared-expert tensor its own slot.
         self.whole = [(pattern, param, shard, EXPERTS) for param, pattern, shard in ex.fused]
         self.whole += [(pattern, param, shard, shard) for param, pattern, shard in ex.shared]
@@ -90,12 +89,6 @@ class _Router:
             parts = tuple(self.route(shard.part_key(name, part)) for part in shard.parts)
             return _Route(name, split=shard, parts=parts)
         return _Route(param_name, shard, shard) if param_name in self.params else None
-
-
-def _expert_regex(pattern: str) -> re.Pattern:
-    """``experts.{e}.gate_proj.weight`` -> a regex over full keys capturing the MoE block and the expert index."""
-    body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
-    return re.compile(rf"^(?P<block>.+)\.{body}$")
 
 
 def _stacked_of(params: Mapping[str, nn.Parameter], experts: ExpertMapping) -> dict[str, str]:

@@ -16,7 +16,6 @@ vLLM's ``weight_loader`` conventions:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from ..loader.checkpoint import CheckpointError
-from ..loader.names import ExtraLayers, IgnoreRules, apply_renames, resolve_packed
+from ..loader.names import ExtraLayers, IgnoreRules, apply_renames, expert_regex, resolve_packed
 from ..loader.report import Coverage
 from ..loader.split import CheckpointSplit
 
@@ -50,11 +49,6 @@ class WeightTables:
     per_expert: Sequence[ExpertRow] = ()
     fused: Sequence[ExpertRow] = ()
     shared: Sequence[ExpertRow] = ()
-
-
-def _expert_regex(pattern: str) -> re.Pattern:
-    body = re.escape(pattern).replace(r"\{e\}", r"(?P<e>\d+)")
-    return re.compile(rf"^(?P<block>.+)\.{body}$")
 
 
 def _split_fused_experts(tensor: torch.Tensor, shard: str, layout: str) -> list[tuple[str, torch.Tensor]]:
@@ -86,7 +80,7 @@ class _Loader:
         lists = {name: len(m) for name, m in model.named_modules()
                  if isinstance(m, nn.ModuleList) and name.split(".")[-1] == "layers"}
         self.extra_layers = ExtraLayers(lists, missing)
-        self.per_expert = [(_expert_regex(p), param, shard) for param, p, shard in tables.per_expert]
+        self.per_expert = [(expert_regex(p), param, shard) for param, p, shard in tables.per_expert]
         self.fused = [(p, param, shard) for param, p, shard in tables.fused]
         self.layout = getattr(model, "fused_expert_layout", "stacked")
         suffixes = {row[0] for row in (*tables.per_expert, *tables.fused)}

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): 78ea7ec2f47cc7f4
+# source hash (spec + templates + generator): c75b2aa05b1123dc
 # ==================================================================================================================
 """Mistral for the vllm target: vLLM's model interface and layer library.
 
