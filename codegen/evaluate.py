@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from .errors import SpecError, SpecIssue
 from .expr import Expr, ExprError, parse_expr
 from .source_map import Path_, SourceMap
+from .spec_file import load_spec
 
 MAX_SAMPLE_LAYERS = 64  # the block rule is evaluated for this many layers of the sample at most
 
@@ -203,9 +204,7 @@ def evaluate_spec(spec: Any, smap: SourceMap) -> list[SpecIssue]:
 
 
 def check_spec_file(path: str | Path) -> None:
-    """Load + validate ``path`` (lowering's loader) and evaluate it; raises :class:`SpecError` on any issue."""
-    from .lower import load_spec  # lowering imports the YAML layer, which this module's callers may import first
-
+    """Load + validate ``path`` and evaluate it; raises :class:`SpecError` on any issue."""
     spec, smap, _ = load_spec(Path(path))
     issues = evaluate_spec(spec, smap)
     if issues:

@@ -2,7 +2,8 @@
 
 Three passes, each reporting every problem it finds (not just the first) as ``file:line:col: field: message``:
   1. YAML syntax (codegen/yaml_source.py);
-  2. the schema (codegen/schema.py), pydantic errors mapped back to source positions, unknown keys with a suggestion;
+  2. the schema (codegen/schema.py), pydantic errors mapped back to source positions, unknown keys with a suggestion
+     (1 and 2: :func:`~modelgen.codegen.spec_file.load_spec`);
   3. semantics: expressions parse and use only defined config fields, the config binding has no cycles, the layer
      schedule names existing blocks, fusions match the parameters the templates create.
 """
@@ -11,12 +12,9 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
-import typing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from . import GENERATOR_VERSION, ir
 from .blocks import KINDS
@@ -26,9 +24,9 @@ from .errors import SpecError, SpecIssue
 from .expr import FUNCTIONS, Expr, ExprError, parse_expr
 from .mtp import lower_mtp
 from .schema import Spec
-from .yaml_source import SourceMap, load_yaml
+from .spec_file import REPO_ROOT, display_path, load_spec
+from .yaml_source import SourceMap
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
 SPECS_DIR = REPO_ROOT / "specs"
 
@@ -36,113 +34,6 @@ _PY_TYPES = {
     "int": "int", "float": "float", "bool": "bool", "str": "str", "rope_scaling": "dict[str, Any] | None",
     "int_list": "list[int]", "str_list": "list[str]",
 }
-
-
-def display_path(path: Path) -> str:
-    """Repo-relative path for banners and error messages (absolute when outside the repo)."""
-    try:
-        return path.resolve().relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-# ---------------------------------------------------------------------------------------------- schema error mapping
-def _unwrap(tp: Any) -> list[Any]:
-    origin = typing.get_origin(tp)
-    if origin is typing.Annotated:
-        return _unwrap(typing.get_args(tp)[0])
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        out = []
-        for a in typing.get_args(tp):
-            out += _unwrap(a)
-        return out
-    return [tp]
-
-
-def _tags(model: type[BaseModel]) -> tuple[Any, ...]:
-    """The ``kind:`` literal(s) of a block-kind model (the discriminator pydantic puts in error locations)."""
-    field_ = model.model_fields.get("kind")
-    return typing.get_args(field_.annotation) if field_ is not None else ()
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that owns the last element of ``loc`` (for 'did you mean')."""
-    current: list[Any] = [Spec]
-    for part in loc[:-1]:
-        nxt: list[Any] = []
-        for tp in current:
-            if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
-                nxt += _unwrap(tp.model_fields[part].annotation)
-            elif typing.get_origin(tp) is dict:
-                nxt += _unwrap(typing.get_args(tp)[1])
-            elif typing.get_origin(tp) is list:
-                nxt += _unwrap(typing.get_args(tp)[0])
-        if not nxt:  # a discriminated union's tag (blocks.x.attention.<kind>): keep the member it names
-            nxt = [tp for tp in current if isinstance(tp, type) and issubclass(tp, BaseModel) and part in _tags(tp)]
-        current = nxt
-    for tp in current:
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            return tp
-    return None
-
-
-def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop the parts of a pydantic ``loc`` that are not in the data (union tags, validator names)."""
-    path: list[Any] = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            path.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-            path.append(part)
-    return tuple(path)
-
-
-def _schema_issues(err: ValidationError, data: Any, smap: SourceMap) -> list[SpecIssue]:
-    issues = []
-    seen = set()
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        path = _data_path(data, loc)
-        if e["type"] == "extra_forbidden":
-            model = _model_at(loc)
-            key = loc[-1]
-            msg = f"unknown key '{key}'"
-            if model is not None:
-                close = difflib.get_close_matches(str(key), list(model.model_fields), n=1)
-                msg += f" (did you mean '{close[0]}'?)" if close else f"; allowed: {', '.join(model.model_fields)}"
-            issue = smap.issue(path, msg, at_key=True)
-        elif e["type"] == "missing":
-            issue = smap.issue(path, f"missing required key '{loc[-1]}'")
-            issue.field = ".".join(str(p) for p in path + (loc[-1],))
-        elif e["type"] == "union_tag_invalid":
-            # A kind no plug-in registers: point at the `kind:` value, as a single-kind literal error would.
-            tag = e["ctx"]["discriminator"].strip("'")
-            path = _data_path(data, loc + (tag,))
-            issue = smap.issue(path, f"got {e['ctx']['tag']!r}; expected one of {e['ctx']['expected_tags']}")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            if e["type"] == "literal_error":
-                msg = f"got {e.get('input')!r}; {msg.lower()}"
-            issue = smap.issue(path, msg)
-        if str(issue) not in seen:
-            seen.add(str(issue))
-            issues.append(issue)
-    return issues
-
-
-def load_spec(path: str | Path) -> tuple[Spec, SourceMap, str]:
-    """Parse + schema-validate a spec file; returns (spec, source map, raw text)."""
-    path = Path(path)
-    name = display_path(path)
-    data, smap = load_yaml(path, name)
-    try:
-        spec = Spec.model_validate(data)
-    except ValidationError as err:
-        raise SpecError(_schema_issues(err, data, smap)) from None
-    return spec, smap, path.read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------------- semantic lowering
