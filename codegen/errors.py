@@ -12,8 +12,16 @@ from dataclasses import dataclass
 _LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
+MAX_MESSAGE = 1000  # characters of one issue's message: values quoted in it are shortened where they are quoted
+#                     (codegen/expr.py short_repr); this is the last guard, so no message can grow with its input
+
+
 def one_line(text: str) -> str:
     return text.translate(str.maketrans(_LINE_BREAKS)) if any(c in text for c in _LINE_BREAKS) else text
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @dataclass
@@ -26,7 +34,7 @@ class SpecIssue:
 
     def __str__(self) -> str:
         where = f"{one_line(self.file)}:{self.line}:{self.col}"
-        message = one_line(self.message)
+        message = one_line(shorten(self.message))
         return f"{where}: {one_line(self.field)}: {message}" if self.field else f"{where}: {message}"
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .errors import SpecError, SpecIssue
-from .expr import Expr, ExprError, parse_expr
+from .expr import Expr, ExprError, parse_expr, shared_budget, short_repr
 from .source_map import Path_, SourceMap
 from .spec_file import load_spec
 
@@ -137,8 +137,8 @@ class _Evaluator:
         if not ok:
             return
         if not _type_ok(value, f.type, f.nullable):
-            shown = getattr(value, "__name__", None) or repr(value)
-            self.report(path, f"default {f.default!r} evaluates to {shown} ({type(value).__name__}), "
+            shown = getattr(value, "__name__", None) or short_repr(value)
+            self.report(path, f"default {short_repr(f.default)} evaluates to {shown} ({type(value).__name__}), "
                               f"but the field is declared `type: {f.type}`")
             return
         self.env[name] = value
@@ -157,7 +157,8 @@ class _Evaluator:
         if not ok:
             return
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            self.report(("layers", "count"), f"layer count {layers.count!r} evaluates to {count!r}, "
+            self.report(("layers", "count"), f"layer count {short_repr(layers.count)} evaluates to "
+                                             f"{short_repr(count)}, "
                                              "not a non-negative integer")
             return
         rule = getattr(layers, "block_rule", None)
@@ -170,7 +171,7 @@ class _Evaluator:
             if not ok:
                 return
             if (not isinstance(block, str) or block not in self.spec.blocks) and not sampled:
-                self.report(("layers", "block_rule"), f"rule yields {block!r} for layer i={i}; blocks: "
+                self.report(("layers", "block_rule"), f"rule yields {short_repr(block)} for layer i={i}; blocks: "
                                                       f"{', '.join(map(str, self.spec.blocks))}")
                 return
 
@@ -206,6 +207,7 @@ def evaluate_spec(spec: Any, smap: SourceMap) -> list[SpecIssue]:
 def check_spec_file(path: str | Path) -> None:
     """Load + validate ``path`` and evaluate it; raises :class:`SpecError` on any issue."""
     spec, smap, _ = load_spec(Path(path))
-    issues = evaluate_spec(spec, smap)
+    with shared_budget():
+        issues = evaluate_spec(spec, smap)
     if issues:
         raise SpecError(issues)

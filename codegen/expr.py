@@ -13,10 +13,19 @@ Expressions are parsed once with :mod:`ast` and checked against the whitelist. T
 
 Specs are untrusted, so everything is bounded: an expression has at most :data:`MAX_EXPR_CHARS` characters and
 :data:`MAX_EXPR_NODES` syntax nodes nested at most :data:`MAX_EXPR_DEPTH` deep; evaluation refuses integers
-wider than :data:`MAX_INT_BITS` bits (``9 ** 9 ** 9``
-is refused before it is computed, from the operands' sizes), strings/lists longer than :data:`MAX_SEQ_LEN`
-(``'x' * 10 ** 9``), ``%`` string formatting and complex results. Every failure of evaluation (a type error, a
-division by zero, a bound) is an :class:`ExprError` with the column of the offending node, never another exception.
+wider than :data:`MAX_INT_BITS` bits (``9 ** 9 ** 9`` is refused before it is computed, from the operands' sizes),
+strings/lists longer than :data:`MAX_SEQ_LEN` (``'x' * 10 ** 9``), ``%`` string formatting and complex results.
+Length alone is not enough: ``[[1] * 10000] * 10000`` is 10,000 references to one list, cheap to build, yet ``==``
+on it walks 10^8 elements, and one more level 10^12. So every value is also measured by its *footprint* -- the
+elements a comparison, ``in``, ``min``/``max`` or a copy may walk, counting a shared sub-list once per reference
+(:func:`footprint`, memoised, so measuring is linear in the distinct objects) -- and refused above
+:data:`MAX_ELEMENTS`, from the operands before a repetition or concatenation is computed; and one evaluation (a whole
+expression, or the constant folding at parse time) has a :class:`Budget` of :data:`MAX_EVAL_COST` units: one per
+node evaluated plus the footprint of every value produced, compared, searched or passed to a function. Nested
+values deeper than :data:`MAX_VALUE_DEPTH` are refused too (Python's own ``==`` recurses per level). With at most
+300 nodes each costing at most the budget, any expression finishes in well under a second or is refused.
+Every failure of evaluation (a type error, a division by zero, a bound) is an :class:`ExprError` with the column of
+the offending node, never another exception; values in messages are shortened (:func:`short_repr`).
 Sub-expressions without names are evaluated when parsed, so ``default: min`` (a function, not a value), ``1 // 0``
 or ``hidden_size // "x"``-style constants fail at build time, located.
 """
@@ -24,8 +33,13 @@ from __future__ import annotations
 
 import ast
 import operator
+import reprlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
+
+from .errors import shorten
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -45,6 +59,22 @@ MAX_EXPR_NODES = 300
 MAX_EXPR_DEPTH = 40
 MAX_INT_BITS = 4096  # far above any model dimension; keeps `**`/`*` from allocating gigabytes
 MAX_SEQ_LEN = 10_000  # strings/lists built by `*`/`+` (a layer-type list of 10k layers is still fine)
+MAX_ELEMENTS = 1_000_000  # footprint of one value: a 10k-layer list of layer-type names is ~150k
+MAX_EVAL_COST = 10_000_000  # per evaluation: elements walked in C (~0.1 s); a real spec spends a few hundred
+MAX_SPEC_COST = 3 * MAX_EVAL_COST  # all evaluations of one spec together (shared_budget): a spec of thousands of
+#                                    expressions each just under MAX_EVAL_COST must not add up to minutes
+MEASURE_COST = 10  # budget units per item measured in Python (about ten C-level element steps)
+MAX_VALUE_DEPTH = 32  # nesting of list/tuple/dict values (config values are at most 2 deep)
+MAX_SHOWN = 200  # characters of a value quoted in an error message
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 8, 8, 8
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 80, 60, 80
+
+
+def short_repr(value: Any) -> str:
+    """``repr`` bounded in time and length: a 10^8-element value must not become a 300 MB error message."""
+    return shorten(_SHORT.repr(value), MAX_SHOWN)
 
 
 class ExprError(ValueError):
@@ -77,7 +107,90 @@ class Expr:
         return ast.unparse(tree.body)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return _eval(self.tree.body, env)
+        return _eval(self.tree.body, env, Budget())
+
+
+class _Pool:
+    """Units left to every evaluation inside one :func:`shared_budget`, and the footprints measured there."""
+
+    def __init__(self, limit: int):
+        self.left = limit
+        # id -> (the object, kept alive so its id is not reused; footprint; height of nesting below it)
+        self.known: dict[int, tuple[Any, int, int]] = {}
+
+
+_POOL: ContextVar[_Pool | None] = ContextVar("modelgen_expr_pool", default=None)
+
+
+@contextmanager
+def shared_budget(limit: int = MAX_SPEC_COST) -> Iterator[None]:
+    """Every evaluation and constant folding inside shares ``limit`` units (one spec's compile or check); nested
+    uses join the outermost."""
+    if _POOL.get() is not None:
+        yield
+        return
+    token = _POOL.set(_Pool(limit))
+    try:
+        yield
+    finally:
+        _POOL.reset(token)
+
+
+class Budget:
+    """What one evaluation may still spend, and the footprints it has measured.
+
+    Units are elements walked: a comparison charges both operands' footprints, a repetition or concatenation the
+    length it builds, every node one, measuring :data:`MEASURE_COST` per item it visits (measurements are memoised
+    by object, so a list repeated 10,000 times by reference is measured once)."""
+
+    def __init__(self, limit: int = MAX_EVAL_COST):
+        self.left = limit
+        self.pool = _POOL.get()
+        self._known = self.pool.known if self.pool is not None else _Pool(0).known
+
+    def charge(self, units: int, node: ast.AST) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise ExprError(f"evaluation needs more than {MAX_EVAL_COST} steps (values too large or compared too "
+                            "often)", getattr(node, "col_offset", 0))
+        if self.pool is not None:
+            self.pool.left -= units
+            if self.pool.left < 0:
+                raise ExprError(f"this spec's expressions together need more than {MAX_SPEC_COST} evaluation steps",
+                                getattr(node, "col_offset", 0))
+
+    def footprint(self, value: Any, node: ast.AST) -> int:
+        """Elements a walk over ``value`` visits: 1 per scalar, a string's length, a container's items recursively,
+        a shared sub-list once per reference. Refuses values above :data:`MAX_ELEMENTS` or nested deeper than
+        :data:`MAX_VALUE_DEPTH`, stopping as soon as it knows."""
+        if isinstance(value, str):
+            return max(len(value), 1)
+        if not isinstance(value, (list, tuple, dict)):
+            return 1
+        return self._container(value, node, 1)[0]
+
+    def _container(self, value: Any, node: ast.AST, depth: int) -> tuple[int, int]:
+        known = self._known.get(id(value))
+        if known is None:
+            if depth > MAX_VALUE_DEPTH:
+                raise ExprError(f"value nested deeper than {MAX_VALUE_DEPTH} levels", getattr(node, "col_offset", 0))
+            total, height = 1, 0
+            self.charge(MEASURE_COST * len(value), node)
+            for item in (x for kv in value.items() for x in kv) if isinstance(value, dict) else value:
+                if isinstance(item, str):
+                    total += max(len(item), 1)
+                elif isinstance(item, (list, tuple, dict)):
+                    size, below = self._container(item, node, depth + 1)
+                    total, height = total + size, max(height, below + 1)
+                else:
+                    total += 1
+                if total > MAX_ELEMENTS:
+                    raise ExprError(f"value of more than {MAX_ELEMENTS} elements (counting each reference to a "
+                                    "shared list)", getattr(node, "col_offset", 0))
+            known = self._known[id(value)] = (value, total, height)
+        if depth + known[2] > MAX_VALUE_DEPTH:
+            raise ExprError(f"value nested deeper than {MAX_VALUE_DEPTH} levels", getattr(node, "col_offset", 0))
+        return known[1], known[2]
 
 
 def _check(node: ast.AST) -> None:
@@ -114,7 +227,7 @@ def parse_expr(text: str | int | float | bool) -> Expr:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise ExprError(f"invalid expression {text!r}: {e.msg}", max((e.offset or 1) - 1, 0)) from None
+        raise ExprError(f"invalid expression {short_repr(text)}: {e.msg}", max((e.offset or 1) - 1, 0)) from None
     except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; nesting the parser itself refuses
         raise ExprError(f"invalid expression: {type(e).__name__}: {e}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_EXPR_NODES:
@@ -122,8 +235,9 @@ def parse_expr(text: str | int | float | bool) -> Expr:
     if _depth(tree) > MAX_EXPR_DEPTH:  # to_python's deepcopy/unparse and _eval recurse per level
         raise ExprError(f"expression nested deeper than {MAX_EXPR_DEPTH} levels")
     _check(tree)
-    if _fold_constants(tree.body):
-        _eval(tree.body, {})
+    budget = Budget()  # one for all the folding of this expression
+    if _fold_constants(tree.body, budget):
+        _eval(tree.body, {}, budget)
     names = frozenset(
         n.id for n in ast.walk(tree)
         if isinstance(n, ast.Name) and not (n.id in FUNCTIONS or n.id in ("True", "False", "None"))
@@ -132,21 +246,21 @@ def parse_expr(text: str | int | float | bool) -> Expr:
     return Expr(text=text.strip(), tree=tree, names=names)
 
 
-def _fold_constants(node: ast.AST) -> bool:
+def _fold_constants(node: ast.AST, budget: Budget) -> bool:
     """Evaluate every maximal name-free sub-expression now, so its errors are spec errors known at build time.
 
     Returns whether ``node`` is name-free (function names in call position do not count); one post-order pass."""
     children = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
     if isinstance(node, ast.Call):
         children = [c for c in children if c is not node.func]
-    constant = [_fold_constants(c) for c in children]
+    constant = [_fold_constants(c, budget) for c in children]
     if isinstance(node, ast.Name):
         return False
     if all(constant):
         return True
     for child, const in zip(children, constant):
         if const:
-            _eval(child, {})
+            _eval(child, {}, budget)
     return False
 
 
@@ -154,7 +268,9 @@ def _depth(node: ast.AST) -> int:
     return 1 + max((_depth(c) for c in ast.iter_child_nodes(node)), default=0)
 
 
-def _bounded(value: Any, node: ast.AST) -> Any:
+def _bounded(value: Any, node: ast.AST, budget: Budget) -> Any:
+    budget.charge(1, node)
+    budget.footprint(value, node)  # refuses a value too large or too deep to walk
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
         raise ExprError(f"integer result wider than {MAX_INT_BITS} bits", getattr(node, "col_offset", 0))
     if isinstance(value, (str, list, tuple)) and len(value) > MAX_SEQ_LEN:
@@ -168,7 +284,7 @@ def _size(value: Any) -> int:
     return len(value) if isinstance(value, (str, list, tuple)) else 0
 
 
-def _binop(node: ast.BinOp, left: Any, right: Any) -> Any:
+def _binop(node: ast.BinOp, left: Any, right: Any, budget: Budget) -> Any:
     """Refuse, from the operands' sizes, results that would be too large to compute."""
     op = type(node.op)
     col = node.col_offset
@@ -180,26 +296,41 @@ def _binop(node: ast.BinOp, left: Any, right: Any) -> Any:
         if ints and left.bit_length() + right.bit_length() > MAX_INT_BITS + 1:
             raise ExprError(f"product wider than {MAX_INT_BITS} bits", col)
         seq, n = (left, right) if _size(left) else (right, left)
-        if _size(seq) and isinstance(n, int) and _size(seq) * n > MAX_SEQ_LEN:
-            raise ExprError(f"repetition longer than {MAX_SEQ_LEN} items", col)
-    if op is ast.Add and _size(left) + _size(right) > MAX_SEQ_LEN:
-        raise ExprError(f"concatenation longer than {MAX_SEQ_LEN} items", col)
+        if _size(seq) and isinstance(n, int):
+            if _size(seq) * n > MAX_SEQ_LEN:
+                raise ExprError(f"repetition longer than {MAX_SEQ_LEN} items", col)
+            if budget.footprint(seq, node) * n > MAX_ELEMENTS:  # [[1] * 10000] * 10000: short, but 10^8 to walk
+                raise ExprError(f"repetition of more than {MAX_ELEMENTS} elements (counting nested ones)", col)
+            budget.charge(_size(seq) * max(n, 0), node)
+    if op is ast.Add and (_size(left) or _size(right)):
+        if _size(left) + _size(right) > MAX_SEQ_LEN:
+            raise ExprError(f"concatenation longer than {MAX_SEQ_LEN} items", col)
+        if budget.footprint(left, node) + budget.footprint(right, node) > MAX_ELEMENTS:
+            raise ExprError(f"concatenation of more than {MAX_ELEMENTS} elements (counting nested ones)", col)
+        budget.charge(_size(left) + _size(right), node)
     if op is ast.Mod and isinstance(left, str):
         raise ExprError("'%' string formatting is not allowed", col)
     return _BINOPS[op](left, right)
 
 
-def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+def _eval(node: ast.AST, env: Mapping[str, Any], budget: Budget) -> Any:
     try:
-        return _bounded(_eval_node(node, env), node)
+        return _bounded(_eval_node(node, env, budget), node, budget)
     except ExprError:
         raise
     except (TypeError, ValueError, ArithmeticError, LookupError, RecursionError, MemoryError) as e:
-        # A type error (`hidden_size // "x"`), division by zero, a missing index: the spec's fault, located.
-        raise ExprError(f"cannot evaluate: {type(e).__name__}: {e}", getattr(node, "col_offset", 0), type(e)) from None
+        # A type error (`hidden_size // "x"`), division by zero, a missing index: the spec's fault, located. The
+        # message may quote a value (a KeyError's key, int()'s argument): shortened.
+        raise ExprError(f"cannot evaluate: {type(e).__name__}: {shorten(str(e), MAX_SHOWN)}", getattr(node, "col_offset", 0),
+                        type(e)) from None
 
 
-def _eval_node(node: ast.AST, env: Mapping[str, Any]) -> Any:
+def _walked(budget: Budget, node: ast.AST, *values: Any) -> None:
+    """Charge for a C-level walk over ``values`` (a comparison, ``in``, a call's arguments)."""
+    budget.charge(sum(budget.footprint(v, node) for v in values), node)
+
+
+def _eval_node(node: ast.AST, env: Mapping[str, Any], budget: Budget) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -210,41 +341,44 @@ def _eval_node(node: ast.AST, env: Mapping[str, Any]) -> Any:
             raise ExprError(f"undefined name '{node.id}'", node.col_offset)
         return env[node.id]
     if isinstance(node, ast.BinOp):
-        return _binop(node, _eval(node.left, env), _eval(node.right, env))
+        return _binop(node, _eval(node.left, env, budget), _eval(node.right, env, budget), budget)
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, env))
+        return _UNARY[type(node.op)](_eval(node.operand, env, budget))
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             value: Any = True
             for v in node.values:
-                value = _eval(v, env)
+                value = _eval(v, env, budget)
                 if not value:
                     return value
             return value
         value = False
         for v in node.values:
-            value = _eval(v, env)
+            value = _eval(v, env, budget)
             if value:
                 return value
         return value
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
+        left = _eval(node.left, env, budget)
         for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, env)
+            right = _eval(comp, env, budget)
+            _walked(budget, comp, left, right)
             if not _CMPOPS[type(op)](left, right):
                 return False
             left = right
         return True
     if isinstance(node, ast.IfExp):
-        return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
+        return _eval(node.body, env, budget) if _eval(node.test, env, budget) else _eval(node.orelse, env, budget)
     if isinstance(node, ast.Call):
-        return FUNCTIONS[node.func.id](*[_eval(a, env) for a in node.args])  # type: ignore[union-attr]
+        args = [_eval(a, env, budget) for a in node.args]
+        _walked(budget, node, *args)  # min/max compare their items
+        return FUNCTIONS[node.func.id](*args)  # type: ignore[union-attr]
     if isinstance(node, ast.Subscript):
-        return _eval(node.value, env)[_eval(node.slice, env)]
+        return _eval(node.value, env, budget)[_eval(node.slice, env, budget)]
     if isinstance(node, ast.Slice):
-        return slice(*(None if x is None else _eval(x, env) for x in (node.lower, node.upper, node.step)))
+        return slice(*(None if x is None else _eval(x, env, budget) for x in (node.lower, node.upper, node.step)))
     if isinstance(node, ast.List):
-        return [_eval(e, env) for e in node.elts]
+        return [_eval(e, env, budget) for e in node.elts]
     if isinstance(node, ast.Tuple):
-        return tuple(_eval(e, env) for e in node.elts)
+        return tuple(_eval(e, env, budget) for e in node.elts)
     raise ExprError(f"'{type(node).__name__}' is not allowed", getattr(node, "col_offset", 0))

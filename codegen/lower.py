@@ -21,7 +21,7 @@ from .blocks import KINDS
 from .checkpoint_split import lower_splits
 from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
-from .expr import FUNCTIONS, Expr, ExprError, parse_expr
+from .expr import FUNCTIONS, Expr, ExprError, parse_expr, shared_budget
 from .mtp import lower_mtp
 from .schema import Spec
 from .spec_file import REPO_ROOT, display_path, load_spec
@@ -399,7 +399,8 @@ def compile_spec(path: str | Path) -> ir.ModelIR:
     """Load, validate and lower one spec file."""
     path = Path(path)
     spec, smap, text = load_spec(path)
-    model = _Lowerer(spec, smap).lower(display_path(path), source_hash="")
+    with shared_budget():  # every expression of this spec, parsed and evaluated, within one bound
+        model = _Lowerer(spec, smap).lower(display_path(path), source_hash="")
     # The spec's text and, when it extends others, theirs: editing a base spec changes its children's hash.
     source = smap.source_text() or text
     digest = hashlib.sha256()

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError, SpecIssue
+from .expr import short_repr
 from .schema import Spec
 from .yaml_source import SourceMap, load_yaml
 
@@ -103,11 +104,11 @@ def _schema_issues(err: ValidationError, data: Any, smap: SourceMap) -> list[Spe
             # A kind no plug-in registers: point at the `kind:` value, as a single-kind literal error would.
             tag = e["ctx"]["discriminator"].strip("'")
             path = _data_path(data, loc + (tag,))
-            issue = smap.issue(path, f"got {e['ctx']['tag']!r}; expected one of {e['ctx']['expected_tags']}")
+            issue = smap.issue(path, f"got {short_repr(e['ctx']['tag'])}; expected one of {e['ctx']['expected_tags']}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             if e["type"] == "literal_error":
-                msg = f"got {e.get('input')!r}; {msg.lower()}"
+                msg = f"got {short_repr(e.get('input'))}; {msg.lower()}"
             issue = smap.issue(path, msg)
         if str(issue) not in seen:
             seen.add(str(issue))
