@@ -23,6 +23,7 @@ from . import cache
 from .errors import ModelgenError
 from .lower import REPO_ROOT, SPECS_DIR, compile_spec, display_path
 from .render import TARGETS, render_fixed, render_package
+from .yaml_source import read_regular
 
 GENERATED_DIR = REPO_ROOT / "generated"
 
@@ -98,7 +99,8 @@ def package_dirs(spec: Path) -> set[str]:
     file still parses far enough to tell, and for its file stem (the convention) in any case."""
     names = {spec.stem}
     try:
-        m = re.search(r"^name:\s*([a-z][a-z0-9_]*)\s*$", spec.read_text(encoding="utf-8"), re.MULTILINE)
+        text = read_regular(spec).decode("utf-8", "replace")  # a FIFO or device named as a spec must not block
+        m = re.search(r"^name:\s*([a-z][a-z0-9_]*)\s*$", text, re.MULTILINE)
         if m:
             names.add(m.group(1))
     except OSError:

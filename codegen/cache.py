@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import GENERATOR_VERSION
+from .yaml_source import read_regular
 
 CODEGEN_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CODEGEN_DIR.parent
@@ -98,7 +99,7 @@ def fingerprint() -> str:
 
 
 def _key(spec: Path, display: str) -> str:
-    return sha256(f"{fingerprint()}\0{display}\0".encode() + spec.read_bytes())
+    return sha256(f"{fingerprint()}\0{display}\0".encode() + read_regular(spec))  # a FIFO must not block a lookup
 
 
 def _display(spec: Path) -> str:
@@ -120,9 +121,9 @@ def _bases_unchanged(bases: Mapping[str, str]) -> bool:
     for name, digest in bases.items():  # a base spec edited since: this variant does not apply
         base = Path(name) if Path(name).is_absolute() else REPO_ROOT / name
         try:
-            if sha256(base.read_text(encoding="utf-8")) != digest:
+            if sha256(read_regular(base).decode("utf-8")) != digest:
                 return False
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return False
     return True
 

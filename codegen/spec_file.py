@@ -125,4 +125,4 @@ def load_spec(path: str | Path) -> tuple[Spec, SourceMap, str]:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_schema_issues(err, data, smap)) from None
-    return spec, smap, path.read_text(encoding="utf-8")
+    return spec, smap, smap.sources[0][1]  # the text parsed: reading the path again could read something else

@@ -5,6 +5,7 @@ by the path of keys/indices (:class:`~modelgen.codegen.source_map.SourceMap`), s
 ``("blocks", "decoder", "attention", "kind")`` can be reported at the exact place in the file that set it.
 
 Specs are untrusted input (a pull request can add one), so parsing is bounded *before* anything is constructed:
+  * only a regular file is read (:func:`read_regular`: a FIFO, device or directory is refused without blocking on it);
   * the file is at most :data:`MAX_SPEC_BYTES` and valid UTF-8;
   * one pass over the YAML *events* (no objects built yet) refuses explicit tags (``!foo``, ``!!python/object``: only
     ``!remove`` and ``!replace`` below exist), collection keys, nesting deeper than :data:`MAX_DEPTH`, more than
@@ -19,7 +20,9 @@ in :mod:`modelgen.codegen.extends`.
 """
 from __future__ import annotations
 
+import os
 import posixpath
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,7 @@ from .errors import SpecError, SpecIssue
 from .extends import MAX_EXTENDS_DEPTH, REMOVE, REMOVE_TAG, REPLACE_TAG, resolve_extends
 from .source_map import Path_, SourceMap
 
-__all__ = ["SourceMap", "load_yaml", "MAX_SPEC_BYTES", "MAX_DEPTH", "MAX_ALIASES", "MAX_NODES"]
+__all__ = ["SourceMap", "load_yaml", "read_regular", "MAX_SPEC_BYTES", "MAX_DEPTH", "MAX_ALIASES", "MAX_NODES"]
 
 MAX_SPEC_BYTES = 256 * 1024  # the largest spec today is ~4 KiB
 MAX_DEPTH = 32  # nested mappings/lists; a spec needs ~6
@@ -61,10 +64,28 @@ def _line_col(data: str | bytes, offset: int) -> tuple[int, int]:
     return line, col
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_regular(path: Path, limit: int = MAX_SPEC_BYTES) -> bytes:
+    """At most ``limit + 1`` bytes of ``path``; OSError unless it is a regular file (symlinks followed).
+
+    Opened non-blocking, then checked with ``fstat`` on the open descriptor: opening a FIFO blocks until a writer
+    comes, and reading ``/dev/zero`` never ends, so the kind is decided before any read and cannot change between a
+    check and the open."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+            raise OSError(f"{kind}, not a regular file")
+        return f.read(limit + 1)
+
+
 def _read(path: Path, name: str) -> str:
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_SPEC_BYTES + 1)
+        raw = read_regular(path)
     except OSError as e:
         raise _fail(name, 1, 1, f"cannot read spec: {e.strerror or e}") from None
     if len(raw) > MAX_SPEC_BYTES:
