@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cache
-from .errors import ModelgenError
+from .errors import ModelgenError, SpecError
 from .lower import REPO_ROOT, SPECS_DIR, compile_spec, display_path
+from .spec_file import load_spec
 from .render import TARGETS, render_fixed, render_package
 from .yaml_source import read_regular
 
@@ -32,9 +33,42 @@ def all_specs() -> list[Path]:
     return sorted(SPECS_DIR.glob("*.yaml"))
 
 
+def _in_specs_dir(spec: Path) -> bool:
+    return spec.resolve().parent == SPECS_DIR.resolve()
+
+
+def _name_taken(spec: Path, name: str, why: str) -> SpecError:
+    _, smap, _ = load_spec(spec)
+    return SpecError([smap.issue(("name",), f"'{name}' {why}", at_key=False)])
+
+
+def check_package_owner(spec: Path, name: str) -> None:
+    """The package ``generated/<target>/<name>`` belongs to ``specs/<name>.yaml``: a committed spec must be named
+    after its file, so no two of specs/ can generate (and the target index serve) one package."""
+    if _in_specs_dir(spec) and spec.stem != name:
+        raise _name_taken(spec, name, f"is not this file's name; a spec in specs/ is named after its file "
+                                      f"({spec.stem}), so that its package cannot replace another's")
+
+
+def check_out_of_tree_name(spec: Path) -> None:
+    """A spec outside specs/ built into generated/ must not take a committed spec's package name: its package
+    would silently replace that model's (``run`` would load it for the committed architectures)."""
+    if _in_specs_dir(spec):
+        return
+    try:
+        loaded, _, _ = load_spec(spec)
+    except ModelgenError:
+        return  # rendering reports it, located
+    owner = SPECS_DIR / f"{loaded.name}.yaml"
+    if owner.is_file():
+        raise _name_taken(spec, loaded.name, f"belongs to {display_path(owner)}; building this spec into "
+                                             "generated/ would replace that model's package: give it another name")
+
+
 def render_spec(spec: Path, targets: tuple[str, ...]) -> tuple[Any, dict[str, str]]:
     """(IR, files) of one spec on ``targets``; records the files' hashes in the compile cache."""
     ir = compile_spec(spec)  # includes the evaluation of every expression against a sample config
+    check_package_owner(spec, ir.name)
     by_target = {target: render_package(ir, target) for target in targets}
     cache.store(spec, ir, by_target)
     return ir, {rel: text for files in by_target.values() for rel, text in files.items()}
@@ -147,6 +181,9 @@ def build(specs: list[Path], targets: tuple[str, ...], out_dir: Path = GENERATED
     ``keep_going``: when some specs do not build, write the files of the others, then raise :class:`BrokenSpecs`
     (its ``written`` lists what was written); otherwise the first error is raised before anything is written.
     Specs the compile cache knows, whose files on disk have the recorded hashes, are not rendered again."""
+    if out_dir.resolve() == GENERATED_DIR.resolve():
+        for spec in specs:
+            check_out_of_tree_name(spec)
     read = _file_reader(out_dir)
     specs = [s for s in specs if not _fresh_on_disk(cache.lookup(s, targets), targets, read)]
     broken: dict[Path, ModelgenError] = {}

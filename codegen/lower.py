@@ -12,9 +12,12 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import typing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from . import GENERATOR_VERSION, ir
 from .blocks import KINDS
@@ -23,7 +26,9 @@ from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
 from .expr import FUNCTIONS, Expr, ExprError, parse_expr, shared_budget
 from .mtp import lower_mtp
+from .reserved import CONFIG_CLASS_NAMES, GENERATED_IMPORTS, config_name_clash, module_name_clash
 from .schema import Spec
+from .spec_types import check_identifier
 from .spec_file import REPO_ROOT, display_path, load_spec
 from .yaml_source import SourceMap
 
@@ -48,10 +53,37 @@ RESIDUAL_NORMS = {
 # Decoder-layer methods that return a slot's module when its name differs between blocks.
 ACCESSORS = {"attention": "get_attention", "mlp": "get_mlp"}
 # Names the generated config module binds itself: a config field of that name would shadow them.
-RESERVED_CONFIG_NAMES = frozenset(
-    {"cfg", "cls", "self", "hf_config", "i", "as_dict", "require", "ConfigError", "Any", "dataclass", "ARCHITECTURES"}
-    | {f"read_{t}" for t in _PY_TYPES} | set(FUNCTIONS)
-)
+RESERVED_CONFIG_NAMES = CONFIG_CLASS_NAMES | {f"read_{t}" for t in _PY_TYPES}  # builtins: config_name_clash
+# Identifier-valued fields that are not module names: the package name, the class prefix, a block reference.
+_NOT_MODULE_NAMES = frozenset({("name",), ("class_prefix",), ("layers", "block")})
+
+
+def _identifier_values(node: Any, path: tuple[Any, ...]) -> typing.Iterator[tuple[tuple[Any, ...], str]]:
+    """(path, value) of every ``Identifier``-typed field below ``node``: module names of every block kind,
+    found by type so a new kind's sub-module names are checked without a list to keep."""
+    if isinstance(node, BaseModel):
+        for name, info in type(node).model_fields.items():
+            value = getattr(node, name)
+            if isinstance(value, str) and _is_identifier_field(info):
+                yield path + (name,), value
+            else:
+                yield from _identifier_values(value, path + (name,))
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _identifier_values(value, path + (key,))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _identifier_values(value, path + (i,))
+
+
+def _is_identifier_field(info: Any) -> bool:
+    def checks(meta: Any) -> bool:
+        return getattr(meta, "func", None) is check_identifier
+
+    if any(checks(m) for m in info.metadata):
+        return True
+    return any(typing.get_origin(a) is typing.Annotated and any(checks(m) for m in typing.get_args(a)[1:])
+               for a in typing.get_args(info.annotation))
 
 
 class _Lowerer:
@@ -63,8 +95,8 @@ class _Lowerer:
         self.issues: list[SpecIssue] = []
         self.known = list(spec.config) + list(spec.derived)
 
-    def error(self, path: tuple[Any, ...], message: str, col_offset: int = 0) -> None:
-        issue = self.smap.issue(path, message)
+    def error(self, path: tuple[Any, ...], message: str, col_offset: int = 0, at_key: bool = False) -> None:
+        issue = self.smap.issue(path, message, at_key=at_key)
         issue.col += col_offset
         self.issues.append(issue)
 
@@ -119,9 +151,11 @@ class _Lowerer:
         deps: dict[str, set[str]] = {}
         for section, names in (("config", self.spec.config), ("derived", self.spec.derived)):
             for name in names:
-                if name in RESERVED_CONFIG_NAMES:
-                    self.error((section, name), f"'{name}' is a name the generated config class uses itself; "
-                                                "rename the field and read the config key with `read:`")
+                why = ("it is a name the generated config class uses itself" if name in RESERVED_CONFIG_NAMES
+                       else config_name_clash(name))
+                if why:
+                    self.error((section, name), f"'{name}' cannot be a config field: {why}; rename the field and "
+                                                "read the config key with `read:`", at_key=True)
         for name, f in self.spec.config.items():
             default = None
             deps[name] = set()
@@ -322,10 +356,28 @@ class _Lowerer:
         src = expr.to_python()
         return ir.Requirement(fails=ir.Code(py=f"not ({src})", spec=f"not ({src})"), message=req.message)
 
+    def module_names(self) -> None:
+        """Every module name of the spec is free of nn.Module's, Python's and the generated classes' own names."""
+        for path, name in _identifier_values(self.spec, ()):
+            why = None if path in _NOT_MODULE_NAMES else module_name_clash(name)
+            if why:
+                self.error(path, f"'{name}' cannot be a module name: {why}")
+
+    def class_names(self, classes: tuple[ir.Module, ...]) -> None:
+        """No class the prefix makes shadows a name the generated modules import."""
+        P = self.spec.class_prefix
+        made = [P + suffix for suffix in ("Config", "Model", "ForCausalLM", "ForCausalLMFactory", "DecoderLayer")]
+        for name in dict.fromkeys(made + [m.class_name for m in classes]):
+            if name in GENERATED_IMPORTS:
+                self.error(("class_prefix",), f"class_prefix '{P}' makes a class {name}, which would shadow the "
+                                              f"{name} the generated code imports; pick another prefix")
+
     def lower(self, spec_path: str, source_hash: str) -> ir.ModelIR:
         s = self.spec
+        self.module_names()
         config_values = self.config_values()
         blocks, classes = self.blocks()
+        self.class_names(classes)
         rule = None
         if s.layers.block is not None and s.layers.block not in s.blocks:
             self.error(("layers", "block"), f"no block named '{s.layers.block}'; blocks: {', '.join(s.blocks)}")
