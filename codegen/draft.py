@@ -11,6 +11,12 @@ headers when present), as the delta over the closest existing spec.
    declares irrelevant (``config_ignore:`` is one family's knowledge), the base's ``requires:`` refusing this config,
    and the checkpoint tensors / parameters the base's model does not match (layer and expert indices folded to
    ``{i}``/``{e}``). A draft with no TODO builds as is; each TODO is a decision for the author.
+
+``config.json`` is untrusted (it comes from a model hub): every value of it that reaches the draft goes through
+ruamel's YAML emitter (a string that is not a plain name is double-quoted and escaped), every comment through
+:func:`_comment` (line breaks and other non-printables escaped, length bounded), and the text is parsed back before
+it is returned: a key with a newline, ``: ``, ``#``, a tag or a quote cannot add a key to the spec. Values of the
+wrong type where the draft needs a string (``architectures: 5``, ``model_type: {...}``) are refused in one line.
 """
 from __future__ import annotations
 
@@ -19,11 +25,23 @@ import importlib
 import json
 import re
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
 from .errors import ModelgenError
+from .expr import short_repr
+from .literal import comment_text
 from .lower import SPECS_DIR, compile_spec, display_path
+from .yaml_source import read_regular
+
+MAX_CONFIG_BYTES = 64 * 1024 * 1024  # config.json files are a few KiB; this only keeps a hostile one off the heap
+MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # strings written unquoted: names, dotted keys, nothing YAML reads
 
 
 class DraftError(ModelgenError):
@@ -52,16 +70,73 @@ def _read_config(source: Path) -> tuple[dict[str, Any], Path | None]:
     from modelgen.runtime.checkpoint_dir import flatten_text_config
 
     path = source / "config.json" if source.is_dir() else source
-    if not path.is_file():
-        raise DraftError(f"{source}: no config.json")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise DraftError(f"{path}: not a JSON config ({e})") from None
+        data = read_regular(path, MAX_CONFIG_BYTES)  # a FIFO or /dev/zero as config.json: refused, not read
+    except OSError as e:
+        raise DraftError(f"{path}: cannot read config.json: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise DraftError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; not a config.json")
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, or nesting deeper than the parser recurses
+        raise DraftError(f"{path}: not a JSON config ({type(e).__name__}: {short_repr(str(e))})") from None
     if not isinstance(raw, dict):
         raise DraftError(f"{path}: expected a JSON object")
+    config = flatten_text_config(raw)
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise DraftError(f"{path}: architectures: expected a list of strings, got {short_repr(archs)}")
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise DraftError(f"{path}: model_type: expected a string, got {short_repr(model_type)}")
     checkpoint = source if source.is_dir() and any(source.glob("*.safetensors")) else None
-    return flatten_text_config(raw), checkpoint
+    return config, checkpoint
+
+
+def _comment(text: str) -> str:
+    """One ``# ...`` line quoting config text: line breaks (YAML's and Unicode's) escaped, length bounded."""
+    text = comment_text(text)
+    return "# " + (text if len(text) <= MAX_COMMENT else text[:MAX_COMMENT - 3] + "...")
+
+
+def _scalar(value: str) -> str:
+    """A config-derived string as the emitter should write it: a plain name unquoted, anything else double-quoted
+    (ruamel escapes what needs it)."""
+    return value if _PLAIN.fullmatch(value) else DoubleQuotedScalarString(value)
+
+
+def _flow(items: Any) -> Any:
+    """A flow-style (one-line) sequence or mapping."""
+    node = CommentedMap(items) if isinstance(items, dict) else CommentedSeq(items)
+    node.fa.set_flow_style()
+    return node
+
+
+def _emit(doc: CommentedMap) -> str:
+    yaml = YAML(typ="rt")
+    yaml.width = 4096  # no folding: one value per line
+    out = StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
+
+
+def _plain_data(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): _plain_data(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain_data(v) for v in node]
+    return str(node) if isinstance(node, str) else node
+
+
+def _parse_back(text: str, doc: CommentedMap) -> None:
+    """The draft's text must read as exactly the document meant: the guard that no config text became YAML."""
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        parsed = yaml.load(text)
+    except Exception as e:  # noqa: BLE001 - any parse failure of our own output is the same bug
+        raise DraftError(f"internal error: the draft does not parse as YAML ({type(e).__name__})") from None
+    if parsed != _plain_data(doc):
+        raise DraftError("internal error: the draft does not read back as the spec it was meant to be")
 
 
 def _top_keys(keys: tuple[str, ...]) -> set[str]:
@@ -206,29 +281,32 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
 
     todos: list[str] = []
     lines = [
-        f"# Draft spec for {', '.join(archs)} (model_type {model_type}), written by `modelgen new --from-hf {source}`.",
-        f"# Closest existing spec: {display_path(base.spec)} ({'; '.join(base.reasons)}"
-        + (f"; no header-only dry run: {base.refused}" if base.refused else
-           f"; {base.unmatched} unmatched checkpoint names in a header-only dry run" if base.unmatched is not None
-           else "") + ").",
+        _comment(f"Draft spec for {', '.join(archs)} (model_type {model_type}), written by `modelgen new --from-hf "
+                 f"{source}`."),
+        _comment(f"Closest existing spec: {display_path(base.spec)} ({'; '.join(base.reasons)}"
+                 + (f"; no header-only dry run: {base.refused}" if base.refused else
+                    f"; {base.unmatched} unmatched checkpoint names in a header-only dry run"
+                    if base.unmatched is not None else "") + ")."),
         "# Review every TODO (each is a decision: bind the key and use it, or list it under config_ignore: when it",
         "# does not change the forward pass), then: modelgen verify <this file> && modelgen build <this file>.",
-        f"# Check against: transformers/models/{model_type}/modeling_{model_type}.py",
+        _comment(f"Check against: transformers/models/{model_type}/modeling_{model_type}.py"),
     ]
     served = sorted(set(archs) & set(ir.architectures))
     if served:
-        lines.append(f"# NOTE: {', '.join(served)} is already served by {display_path(base.spec)}; two specs cannot "
-                     f"serve one architecture, so this draft replaces it or needs other architectures.")
-    lines += [
-        f"extends: {base.spec.name}",
-        f"name: {name}",
-        f"class_prefix: {prefix}",
-        f"description: {json.dumps(f'{prefix} decoder (drafted from {base.spec.name}; describe what differs)')}",
-        "hf:",
-        f"  architectures: [{', '.join(archs)}]",
-        f"  model_type: {model_type}",
-        f"  modeling: transformers/models/{model_type}/modeling_{model_type}.py",
-    ]
+        lines.append(_comment(f"NOTE: {', '.join(served)} is already served by {display_path(base.spec)}; two specs "
+                              "cannot serve one architecture, so this draft replaces it or needs other architectures."))
+    header_lines = len(lines)
+    doc = CommentedMap()
+    doc["extends"] = base.spec.name
+    doc["name"] = name
+    doc["class_prefix"] = prefix
+    doc["description"] = DoubleQuotedScalarString(
+        f"{prefix} decoder (drafted from {base.spec.name}; describe what differs)")
+    doc["hf"] = CommentedMap([
+        ("architectures", _flow([_scalar(a) for a in archs])),
+        ("model_type", _scalar(model_type)),
+        ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
+    ])
     # Config keys: read by the base, bound from another spec's spelling, or TODO.
     base_read = _read_keys(ir) | set(ir.config_ignore)
     by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
@@ -238,7 +316,7 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
                 for k in _top_keys(v.keys):
                     by_key.setdefault(k, []).append((c.spec.name, v.name))
     base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
-    bindings: list[str] = []
+    bindings = CommentedMap()
     unread: list[str] = []
     for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
         elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
@@ -246,20 +324,21 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
             spec_name, fld = elsewhere[0]
             keys = [key] + [k for k in base_fields[fld].keys if k != key]
             ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
-            bindings.append(f"  {fld}: {{type: {ftype}, read: [{', '.join(keys)}]}}   # {key}: as {spec_name} reads it")
+            bindings[fld] = _flow({"type": ftype, "read": _flow([_scalar(k) for k in keys])})
+            bindings.yaml_add_eol_comment(_comment(f"{key}: as {spec_name} reads it"), fld)
             continue
         value = json.dumps(config[key])
         value = value if len(value) <= 60 else value[:57] + "..."
         others = sorted({s for s, _ in by_key.get(key, [])})
         hint = f" (read by {', '.join(others)})" if others else ""
-        unread.append(f"# TODO config: '{key}' = {value} is not read by {base.spec.name}{hint}")
+        unread.append(_comment(f"TODO config: '{key}' = {value} is not read by {base.spec.name}{hint}"))
     if bindings:
-        lines += ["", "config:"] + bindings
+        doc["config"] = bindings
     # Keys the base declares irrelevant (config_ignore:) are that family's knowledge: for a new family each is a
     # decision again (Qwen3 ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
-    inherited = [f"# TODO config: '{k}' = {json.dumps(config[k])[:60]} is in {base.spec.name}'s config_ignore: (not "
-                 f"read); confirm it does not change this family's forward pass" for k in ir.config_ignore
-                 if k in config and config[k] is not None and not served]
+    inherited = [_comment(f"TODO config: '{k}' = {json.dumps(config[k])[:60]} is in {base.spec.name}'s "
+                          "config_ignore: (not read); confirm it does not change this family's forward pass")
+                 for k in ir.config_ignore if k in config and config[k] is not None and not served]
     unread += inherited
     if unread:
         lines += [""] + unread
@@ -268,25 +347,32 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     try:
         module = importlib.import_module(f"modelgen.generated.rocm.{ir.name}")
         module.CONFIG_CLASS.from_hf_config(config)
-    except ConfigError as e:
-        todo = f"# TODO requires: {base.spec.name} refuses this config: {str(e).splitlines()[0]}"
-        lines += ["", todo]
-        todos.append(todo)
     except ImportError:
         pass
+    except (ConfigError, TypeError, ValueError, ArithmeticError, LookupError, RecursionError) as e:
+        # ConfigError names the field; the others are a hostile value the generated reader did not expect (the
+        # runtime's config validation is its own): either way a decision for the author, not a traceback here.
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        todo = _comment(f"TODO requires: {base.spec.name} refuses this config: {first}")
+        lines += ["", todo]
+        todos.append(todo)
     # Checkpoint names against the base's generated model (headers only).
     if base.coverage_error:
         names = re.findall(r"^    (\S+)", base.coverage_error, re.MULTILINE)
         detail = _folded(names) if names else [base.coverage_error.splitlines()[0]]
         todo = [f"# TODO checkpoint: {base.spec.name}'s model does not match these names/shapes (fix checkpoint: "
-                f"prefix / fuse / rename / ignore / experts, or the blocks):"] + [f"#   {d}" for d in detail[:12]]
+                f"prefix / fuse / rename / ignore / experts, or the blocks):"] + [_comment(f"  {d}") for d in detail[:12]]
         if len(detail) > 12:
             todo.append(f"#   ... and {len(detail) - 12} more")
         lines += [""] + todo
         todos.append(todo[0])
     elif base.refused:
-        lines += ["", f"# checkpoint names not checked: the base cannot build a model for this config yet (see the "
-                      f"TODOs above); then run `modelgen coverage <this file> {checkpoint}`"]
+        lines += ["", _comment(f"checkpoint names not checked: the base cannot build a model for this config yet (see "
+                               f"the TODOs above); then run `modelgen coverage <this file> {checkpoint}`")]
     elif checkpoint is not None:
-        lines += ["", f"# checkpoint: every tensor of {checkpoint} matches {base.spec.name}'s model (header-only dry run)"]
-    return Draft("\n".join(lines) + "\n", base, len(todos))
+        lines += ["", _comment(f"checkpoint: every tensor of {checkpoint} matches {base.spec.name}'s model (header-only "
+                               "dry run)")]
+    header, tail = lines[:header_lines], lines[header_lines:]
+    text = "\n".join(header) + "\n" + _emit(doc) + "".join(line + "\n" for line in tail)
+    _parse_back(text, doc)
+    return Draft(text, base, len(todos))
