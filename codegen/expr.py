@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 import reprlib
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from .errors import shorten
+from .literal import markup_escaped
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -105,6 +107,24 @@ class Expr:
 
         tree = _Rename().visit(copy.deepcopy(self.tree))
         return ast.unparse(tree.body)
+
+    def to_spec(self) -> str:
+        """The expression's own text for documentation (``Value.spec``): :meth:`to_python` with every string
+        constant's markup characters escaped (:func:`~modelgen.codegen.literal.markup_escaped`), so it cannot leave
+        the Markdown code span a README puts it in."""
+        strings: list[str] = []
+
+        class _Mark(ast.NodeTransformer):
+            def visit_Constant(self, node: ast.Constant) -> ast.AST:
+                if not isinstance(node.value, str):
+                    return node
+                strings.append(node.value)
+                return ast.Name(id=f"\0{len(strings) - 1}\0", ctx=ast.Load())  # NUL: never in parsed source
+
+        import copy
+
+        text = ast.unparse(_Mark().visit(copy.deepcopy(self.tree)).body)
+        return re.sub(r"\0(\d+)\0", lambda m: markup_escaped(repr(strings[int(m.group(1))])), text)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         return _eval(self.tree.body, env, Budget())

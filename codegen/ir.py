@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar
 
-from .literal import pylit
+from .literal import pylit, spec_literal
 
 
 class Value:
@@ -46,7 +46,7 @@ class Const(Value):
 
     @property
     def spec(self) -> str:  # type: ignore[override]
-        return pylit(self.value)
+        return spec_literal(self.value)  # markup characters escaped: spec text goes into Markdown code spans
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@
 ``docstring_text``  text safe inside a triple-quoted docstring (backslashes, quotes, non-printables escaped);
 ``comment_text``    text safe after ``#`` (non-printables escaped, so a comment cannot end its line).
 Templates use them through the ``lit``, ``doc`` and ``comment`` filters of codegen/render.py.
+
+``spec_literal`` is ``pylit`` for documentation: the same value, but the characters Markdown or HTML would read
+(a backtick ends a code span, ``|`` a table cell, ``<``/``>``/``&`` start markup) written as ``\\xNN`` escapes, so a
+value's spec text (``Value.spec``, READMEs) stays inside the code span a template puts it in.
 """
 from __future__ import annotations
 
@@ -33,6 +37,20 @@ def pylit(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{pylit(k)}: {pylit(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no Python literal for {type(value).__name__}")
+
+
+_MARKUP = {c: f"\\x{ord(c):02x}" for c in "`|<>&"}
+
+
+def markup_escaped(string_literal: str) -> str:
+    """A Python string literal with markup characters escaped: still a literal of the same value (none of them is
+    part of an escape sequence, so replacing them inside the quotes is exact)."""
+    return string_literal.translate(str.maketrans(_MARKUP))
+
+
+def spec_literal(value: Any) -> str:
+    """``pylit(value)``, markup-escaped when it is a string."""
+    return markup_escaped(pylit(value)) if isinstance(value, str) else pylit(value)
 
 
 def _escaped(ch: str) -> str:

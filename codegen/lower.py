@@ -120,7 +120,7 @@ class _Lowerer:
         body = expr.tree.body
         if isinstance(body, ast.Constant):
             return ir.Const(body.value)
-        return ir.Code(py=expr.to_python(rename), spec=expr.to_python())
+        return ir.Code(py=expr.to_python(rename), spec=expr.to_spec())
 
     # -- the LoweringContext of the block kinds
     def value(self, path: tuple[Any, ...], value: Any) -> ir.Value:
@@ -354,7 +354,7 @@ class _Lowerer:
             fails = replace(expr, tree=ast.Expression(body=body.operand))
             return ir.Requirement(fails=self._typed(fails, rename=lambda n: n), message=req.message)
         src = expr.to_python()
-        return ir.Requirement(fails=ir.Code(py=f"not ({src})", spec=f"not ({src})"), message=req.message)
+        return ir.Requirement(fails=ir.Code(py=f"not ({src})", spec=f"not ({expr.to_spec()})"), message=req.message)
 
     def module_names(self) -> None:
         """Every module name of the spec is free of nn.Module's, Python's and the generated classes' own names."""
@@ -384,7 +384,7 @@ class _Lowerer:
         if s.layers.block_rule is not None:
             expr = self.parse(("layers", "block_rule"), s.layers.block_rule, extra_names=("i",))
             if expr is not None:
-                rule = ir.Code(py=expr.to_python(lambda n: n if n == "i" else f"self.{n}"), spec=expr.to_python())
+                rule = ir.Code(py=expr.to_python(lambda n: n if n == "i" else f"self.{n}"), spec=expr.to_spec())
                 for lit in _string_literals(expr):
                     if lit not in s.blocks:
                         self.error(("layers", "block_rule"), f"rule yields '{lit}', which is not a block ({', '.join(s.blocks)})")

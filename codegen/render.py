@@ -7,7 +7,7 @@ branch on a kind.
 Spec-derived text reaches Python source through exactly three filters (codegen/literal.py): ``lit`` (a Python
 literal), ``doc`` (docstring text) and ``comment``; names go through ``ident``, which refuses anything that is not a
 plain identifier (the schema already validated them; this is the generator's own guard). Values of the IR render
-with ``.py``.
+with ``.py``. Spec text in the README goes through the ``md_*`` filters (codegen/markdown.py).
 
 Every Python file is parsed with libcst before it is returned: a template that renders invalid Python is a generator
 bug, reported as :class:`CodegenError` naming the template and line. Output is normalised (no trailing whitespace,
@@ -33,6 +33,7 @@ from .blocks import KINDS
 from .errors import CodegenError
 from .ir import Block, ModelIR, norm_module
 from .literal import comment_text, docstring_text, pylit
+from .markdown import md_code, md_comment, md_text, md_url
 from .lower import ACCESSORS, SPECS_DIR, TEMPLATES_DIR, compile_spec
 from .mtp import render_mtp
 from .spec_types import check_identifier
@@ -287,6 +288,7 @@ def _cached_environment(templates_dir: str) -> jinja2.Environment:
     env.filters.update(
         lit=pylit, doc=docstring_text, comment=comment_text, wrap=_wrap_text, ident=_ident, imports=_merge_imports,
         block=_block, snake=lambda name: re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower(),
+        md_text=md_text, md_code=md_code, md_comment=md_comment, md_url=md_url,
     )
     env.filters["tuple"] = tuple
     env.tests["endswith"] = lambda value, suffix: str(value).endswith(suffix)
