@@ -52,8 +52,8 @@ def regular_file(path: str | os.PathLike, error: type[Exception], what: str = "f
     return p
 
 
-def open_regular(path: str | os.PathLike, error: type[Exception], what: str = "file"):
-    """Regular file ``path`` opened for binary reading (None if absent); ``error`` for anything else."""
+def open_regular_fd(path: str | os.PathLike, error: type[Exception], what: str = "file") -> int | None:
+    """A read-only descriptor of regular file ``path`` (None if absent); ``error`` for anything else."""
     p = regular_file(path, error, what)
     if p is None:
         return None
@@ -63,12 +63,17 @@ def open_regular(path: str | os.PathLike, error: type[Exception], what: str = "f
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise error(f"{p}: cannot read {what}: {e.strerror or e}") from None
-    f = os.fdopen(fd, "rb")
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
-        f.close()
+        os.close(fd)
         raise error(f"{p}: {what} is {_kind(mode)}, not a regular file; refused")
-    return f
+    return fd
+
+
+def open_regular(path: str | os.PathLike, error: type[Exception], what: str = "file"):
+    """Regular file ``path`` opened for binary reading (None if absent); ``error`` for anything else."""
+    fd = open_regular_fd(path, error, what)
+    return None if fd is None else os.fdopen(fd, "rb")
 
 
 def read_bytes(path: str | os.PathLike, limit: int, error: type[Exception], what: str = "file") -> bytes | None:
