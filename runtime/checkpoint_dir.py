@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .hf_config import ConfigError
+from .hf_config import ConfigError, check_wrapper_fields, shown
 from .loader.checkpoint import Checkpoint, CheckpointError, read_json_if_exists
+from .loader.header_check import check_config_against_headers
 from .loader.quantization import QuantConfig, check_quantization, wrap_checkpoint
 
 if TYPE_CHECKING:
@@ -51,10 +52,26 @@ class CheckpointDir:
         if raw is None:
             raise CheckpointError(f"{self.path}: checkpoint directory has no config.json")
         self.raw_config: dict[str, Any] = raw
+        # The fields read before any spec's typed reader (the registry's architectures, the dtype): a dict or a
+        # number there is one line naming the field, not a TypeError inside a lookup table.
+        check_wrapper_fields(raw, str(self.config_path))
+        if isinstance(raw.get("text_config"), dict):
+            check_wrapper_fields(raw["text_config"], f"{self.config_path} (text_config)")
         # Before anything else reads the config: a quantized checkpoint fails here with its quant_method named,
         # not later as a wall of unexpected qweight/scale tensors.
         self.quantization: QuantConfig | None = check_quantization(raw, str(self.config_path))
         self.hf_config: dict[str, Any] = flatten_text_config(raw)
+        self._check_against_headers()
+
+    def _check_against_headers(self) -> None:
+        """Layer count and sizes against the safetensors headers (runtime/loader/header_check.py), here, before
+        any caller builds a layer. Weights that cannot be opened (none yet, a broken shard, a shard outside the
+        directory) are not this check's to report: the loader refuses them, naming the file, when it opens them."""
+        try:
+            headers = Checkpoint(self.path, headers_only=True, check_finite="off")
+        except CheckpointError:
+            return
+        check_config_against_headers(self.hf_config, headers, str(self.config_path))
 
     @property
     def architectures(self) -> list[str] | None:
@@ -70,7 +87,7 @@ class CheckpointDir:
             for e in values:
                 if isinstance(e, bool) or not isinstance(e, int) or e < 0:
                     raise ConfigError(
-                        f"{self.path / name}: field 'eos_token_id' = {eos!r}: expected a non-negative integer or a "
+                        f"{self.path / name}: field 'eos_token_id' = {shown(eos)}: expected a non-negative integer or a "
                         f"list of them"
                     )
                 ids.add(e)

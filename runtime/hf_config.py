@@ -32,8 +32,25 @@ def _first(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any]:
     return keys[0], None
 
 
+_MAX_SHOWN = 200  # characters of a bad value an error shows: a 10 MB string must not become a 10 MB "one line"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to a few hundred characters (a huge int is described by its digit count, not
+    converted: ``repr`` of a 10**5000 would itself exceed Python's conversion limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + f"... ({len(text)} characters)"
+
+
 def _fail(field: str, key: str, value: Any, want: str) -> ConfigError:
-    return ConfigError(f"config.json field '{key}' (spec field '{field}'): expected {want}, got {value!r}")
+    return ConfigError(f"config.json field '{key}' (spec field '{field}'): expected {want}, got {shown(value)}")
+
+
+# Any integer a config gives becomes a Python int that later meets torch (shapes, indices): past int64 it can only
+# overflow there, with a traceback far from the field. 1e300 is a float that ``is_integer()``; it is refused here.
+MAX_CONFIG_INT = 2**63 - 1
 
 
 def read_int(cfg: Mapping[str, Any], field: str, keys: Sequence[str], minimum: int | None = None) -> int | None:
@@ -43,9 +60,18 @@ def read_int(cfg: Mapping[str, Any], field: str, keys: Sequence[str], minimum: i
         return None
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise _fail(field, key, v, "an integer")
+    if abs(v) > MAX_CONFIG_INT:
+        raise _fail(field, key, v, f"an integer of magnitude at most 2**63 - 1")
     if minimum is not None and v < minimum:
         raise _fail(field, key, v, f"an integer >= {minimum}")
     return int(v)
+
+
+# Spec fields whose value is only meaningful above zero, whatever the architecture: an epsilon is added under a
+# square root (0 gives inf/NaN on an all-zero row, a negative one NaN), the RoPE base is raised to powers and its
+# log divides (0 or a negative base gives NaN/inf frequencies), Gemma's query_pre_attn_scalar is square-rooted.
+# Outside these domains the model runs and prints nonsense, so they are refused by name before anything is built.
+POSITIVE_FLOAT_FIELDS = frozenset({"rms_norm_eps", "layer_norm_eps", "norm_eps", "rope_theta", "query_pre_attn_scalar"})
 
 
 def read_float(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> float | None:
@@ -54,8 +80,12 @@ def read_float(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> float
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _fail(field, key, v, "a number")
+    if isinstance(v, int) and abs(v) > MAX_CONFIG_INT:  # float(10**400) would raise OverflowError
+        raise _fail(field, key, v, "a finite number")
     if not math.isfinite(v):  # json.loads accepts NaN/Infinity; an eps or theta of NaN gives garbage silently
         raise _fail(field, key, v, "a finite number")
+    if field in POSITIVE_FLOAT_FIELDS and v <= 0:
+        raise _fail(field, key, v, "a number > 0")
     return float(v)
 
 
@@ -109,10 +139,57 @@ def read_rope_scaling(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -
     out = dict(v)
     rope_type = out.pop("rope_type", None) or out.pop("type", None) or "default"
     out.pop("type", None)
+    if not isinstance(rope_type, str):
+        raise _fail(field, f"{key}.rope_type", rope_type, "a string (default, linear, dynamic, llama3, yarn)")
     if rope_type == "default":
         return None
+    _check_rope_values(out, rope_type, field, key)
     out["rope_type"] = rope_type
     return out
+
+
+# The scaling parameters runtime/ops/rope.py and ops/mla.py compute with, by the domain that keeps the frequencies
+# and the attention factor finite and meaningful: factors and wavelength bounds are divided by or logged (> 0),
+# DeepSeek's mscale weights may be 0 (off) but not negative or non-finite.
+_ROPE_POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "attention_factor", "beta_fast", "beta_slow")
+_ROPE_NON_NEGATIVE = ("mscale", "mscale_all_dim")
+# Keys each type cannot compute without (transformers' rope_config_validation requires the same ones).
+_ROPE_REQUIRED = {
+    "linear": ("factor",), "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+def _check_rope_values(scaling: Mapping[str, Any], rope_type: str, field: str, key: str) -> None:
+    """ConfigError naming ``<key>.<name>`` for a missing required or out-of-domain scaling parameter."""
+    for name in _ROPE_REQUIRED.get(rope_type, ()):
+        if scaling.get(name) is None:
+            raise ConfigError(f"config.json field '{key}' (spec field '{field}'): rope_type {rope_type!r} needs "
+                              f"'{name}', which is missing")
+
+    def number(name: str, lowest: float, strict: bool) -> None:
+        value = scaling.get(name)
+        if value is None:
+            return
+        ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+              and (not isinstance(value, int) or abs(value) <= MAX_CONFIG_INT) and math.isfinite(value)
+              and (value > lowest if strict else value >= lowest))
+        if not ok:
+            raise _fail(field, f"{key}.{name}", value, f"a finite number {'>' if strict else '>='} {lowest:g}")
+
+    for name in _ROPE_POSITIVE:
+        number(name, 0, strict=True)
+    for name in _ROPE_NON_NEGATIVE:
+        number(name, 0, strict=False)
+    original = scaling.get("original_max_position_embeddings")
+    if original is not None and (isinstance(original, bool) or not isinstance(original, (int, float))
+                                 or not (isinstance(original, int) or original.is_integer())
+                                 or not 1 <= original <= MAX_CONFIG_INT):
+        raise _fail(field, f"{key}.original_max_position_embeddings", original, "a positive integer")
+    if rope_type == "llama3" and scaling["low_freq_factor"] == scaling["high_freq_factor"]:
+        # the smoothing ramp divides by (high - low): equal factors give NaN frequencies
+        raise _fail(field, f"{key}.high_freq_factor", scaling["high_freq_factor"],
+                    "a value different from low_freq_factor")
 
 
 # Counts and sizes every architecture has, where 0 or a negative value is never meaningful. Checked on the raw
@@ -124,16 +201,38 @@ CORE_POSITIVE_FIELDS = (
 )
 
 
+# No tensor dimension, head count or context length of a real model comes near 2**31 (torch indexes many kernels
+# with int32); a value past it is an attack or a typo, and would be a multi-terabyte allocation or an overflow.
+MAX_CORE_SIZE = 2**31 - 1
+
+
 def check_core_fields(config: Any, where: str = "config.json") -> None:
-    """ConfigError naming ``where`` and the field unless each present core field is a positive integer."""
+    """ConfigError naming ``where`` and the field unless each present core field is a positive integer of at most
+    :data:`MAX_CORE_SIZE`."""
     for name in CORE_POSITIVE_FIELDS:
         v = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
         if v is None:
             continue
-        if isinstance(v, float) and v.is_integer():
+        if isinstance(v, float) and v.is_integer() and abs(v) <= MAX_CONFIG_INT:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{where}: field '{name}' = {v!r}: expected a positive integer")
+            raise ConfigError(f"{where}: field '{name}' = {shown(v)}: expected a positive integer")
+        if v > MAX_CORE_SIZE:
+            raise ConfigError(f"{where}: field '{name}' = {shown(v)}: expected a positive integer of at most "
+                              f"{MAX_CORE_SIZE} (2**31 - 1)")
+
+
+def check_wrapper_fields(config: Mapping[str, Any], where: str = "config.json") -> None:
+    """ConfigError naming ``where`` and the field unless the fields read before any spec's reader runs have the
+    types their readers assume: ``architectures`` a list of strings (the model registry hashes them),
+    ``model_type`` a string, ``torch_dtype`` / ``dtype`` a string (looked up in the dtype table)."""
+    arch = config.get("architectures")
+    if arch is not None and (not isinstance(arch, list) or not all(isinstance(a, str) for a in arch)):
+        raise ConfigError(f"{where}: field 'architectures' = {shown(arch)}: expected a list of class-name strings")
+    for name in ("model_type", "torch_dtype", "dtype"):
+        v = config.get(name)
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(f"{where}: field '{name}' = {shown(v)}: expected a string")
 
 
 def require(field: str, keys: Sequence[str], value: Any) -> Any:

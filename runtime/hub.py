@@ -23,7 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-from .loader.checkpoint import CheckpointError
+from .loader.checkpoint import CheckpointError, read_json_if_exists
+from .loader.files import MAX_INDEX_BYTES
 
 # What a checkpoint directory is read for (config.json, generation_config.json, tokenizer*.json,
 # model.safetensors.index.json, chat_template.jinja, the safetensors shards).
@@ -78,13 +79,13 @@ def _has_weights(path: Path) -> bool:
         return False
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        import json
-
+        # Read as the loader reads it (a regular file, bounded bytes and depth): a cache entry is untrusted too.
         try:
-            shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
-        except (OSError, ValueError, AttributeError):
+            weight_map = (read_json_if_exists(index, MAX_INDEX_BYTES) or {}).get("weight_map", {})
+            shards = set(weight_map.values())
+        except (CheckpointError, AttributeError, TypeError):
             return True  # a broken index is the loader's to report, with its file named
-        return bool(shards) and all((path / s).is_file() for s in shards)
+        return bool(shards) and all(isinstance(s, str) and (path / s).is_file() for s in shards)
     return any(path.glob("*.safetensors"))
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from .loader.files import MAX_CONFIG_BYTES, MAX_TOKENIZER_BYTES, read_bytes, read_json_object
+
 RENDER_SECONDS = 1.0
 RENDER_CHARS = 16 << 20  # characters produced by one render, at least; grows with the input (see _render_budget)
 MAX_TEMPLATE_CHARS = 1 << 20
@@ -348,16 +350,19 @@ def _bounded_environment():
 
 
 # ------------------------------------------------------------------------------------------------------ tokenizer
-def _read_json_object(path: Path) -> dict:
+def _read_json_object(path: Path) -> dict | None:
+    """A tokenizer JSON file (None if absent): a regular file, bounded in bytes and depth (runtime/loader/files.py)."""
+    return read_json_object(path, TokenizerFileError, MAX_CONFIG_BYTES, what=path.name)
+
+
+def _read_text(path: Path, limit: int) -> str | None:
+    data = read_bytes(path, limit, TokenizerFileError, what=path.name)
+    if data is None:
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenizerFileError(f"{path}: cannot read: {_one_line(e)}") from None
-    except json.JSONDecodeError as e:
-        raise TokenizerFileError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise TokenizerFileError(f"{path}: expected a JSON object at top level, got {type(data).__name__}")
-    return data
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerFileError(f"{path}: not UTF-8 text: {e.reason} at byte {e.start}") from None
 
 
 class Tokenizer:
@@ -373,21 +378,22 @@ class Tokenizer:
     def from_checkpoint(cls, directory: str | Path) -> "Tokenizer | None":
         directory = Path(directory)
         path = directory / "tokenizer.json"
-        if not path.exists():
+        # Every file is checked to be a regular file before it is opened (a FIFO would block the open, /dev/zero
+        # the read) and read with a byte bound; tokenizer.json is then parsed from memory, never opened by tokenizers.
+        text = _read_text(path, MAX_TOKENIZER_BYTES)
+        if text is None:
             return None
         cfg_path = directory / "tokenizer_config.json"
-        config = _read_json_object(cfg_path) if cfg_path.exists() else {}
+        config = _read_json_object(cfg_path) or {}
         try:
-            tok = _HFTokenizer.from_file(str(path))
+            tok = _HFTokenizer.from_str(text)
         except Exception as e:  # tokenizers raises its own Exception type for malformed files
             raise TokenizerFileError(f"{path}: not a valid tokenizers file: {_one_line(e)}") from None
+        del text
         # transformers v5 saves the template beside the config; it takes precedence there too.
         jinja_path = directory / "chat_template.jinja"
-        if jinja_path.is_file():
-            try:
-                template = jinja_path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise TokenizerFileError(f"{jinja_path}: cannot read: {_one_line(e)}") from None
+        template = _read_text(jinja_path, MAX_CONFIG_BYTES)
+        if template is not None:
             return cls(tok, config, template, str(jinja_path))
         return cls(tok, config, None, str(cfg_path))
 

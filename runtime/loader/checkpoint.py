@@ -45,6 +45,8 @@ from typing import Any, Iterator
 
 import torch
 
+from .files import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, open_regular, read_json_object, regular_file
+
 __all__ = ["CheckpointError", "Checkpoint", "read_json_if_exists", "SAFETENSORS_DTYPES"]
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -208,25 +210,19 @@ class _TensorInfo:
     end: int
 
 
-def read_json_if_exists(path: str | os.PathLike) -> dict | None:
+def read_json_if_exists(path: str | os.PathLike, limit: int = MAX_CONFIG_BYTES) -> dict | None:
     """Return the JSON object stored at ``path``, or None if there is no such file.
 
-    Raises CheckpointError (naming the file) if it exists but is not a JSON object.
+    Raises CheckpointError (naming the file) if it exists but is not a regular file (a FIFO, a device, a
+    directory), is over ``limit`` bytes, or is not a JSON object (runtime/loader/files.py).
     """
-    p = pathlib.Path(path)
-    if not p.is_file():
-        return None
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{p}: cannot read JSON file: {e}") from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{p}: not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{p}: expected a JSON object at top level, got {type(data).__name__}")
-    return data
+    return read_json_object(path, CheckpointError, limit, what=pathlib.Path(path).name)
+
+
+def is_checkpoint_file(path: pathlib.Path) -> bool:
+    """Whether ``path`` is a regular file; False if absent, CheckpointError naming it for a FIFO, device,
+    directory or socket (a shard or index that is one of those is an attack or an accident, never skipped)."""
+    return regular_file(path, CheckpointError, "checkpoint file") is not None
 
 
 def _read_header(path: pathlib.Path) -> tuple[dict[str, _TensorInfo], dict[str, str]]:
@@ -235,8 +231,11 @@ def _read_header(path: pathlib.Path) -> tuple[dict[str, _TensorInfo], dict[str, 
     Returns (tensor name -> info, __metadata__).  Raises CheckpointError naming the file.
     """
     try:
-        file_size = path.stat().st_size
-        with open(path, "rb") as f:
+        f = open_regular(path, CheckpointError, "safetensors file")
+        if f is None:
+            raise CheckpointError(f"{path}: no such safetensors file")
+        with f:
+            file_size = os.fstat(f.fileno()).st_size
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise CheckpointError(
@@ -337,7 +336,9 @@ class Checkpoint:
     """Read-only view of a safetensors checkpoint; see the module docstring for layouts."""
 
     def __init__(self, path: str | os.PathLike, *, allow_external_shards: bool = False,
-                 check_finite: bool | str = True):
+                 check_finite: bool | str = True, headers_only: bool = False):
+        """``headers_only``: names, shapes and dtypes (every check above), no file kept open; reading a tensor
+        then fails as on a closed checkpoint."""
         self.path = pathlib.Path(path)
         self.allow_external_shards = allow_external_shards
         self.check_finite = finite_mode(check_finite)
@@ -365,6 +366,9 @@ class Checkpoint:
         if index_map is not None:
             self._check_index(index_map)
 
+        if headers_only:
+            self._closed = True
+            return
         # Open every file with safetensors (memory-mapped; data is read lazily).
         from safetensors import safe_open
 
@@ -382,7 +386,7 @@ class Checkpoint:
     def _discover(self) -> tuple[list[pathlib.Path], dict[str, pathlib.Path] | None]:
         """Return (files to open, index weight_map resolved to paths or None)."""
         p = self.path
-        if p.is_file():
+        if not p.is_dir() and is_checkpoint_file(p):  # a FIFO or a device given as the checkpoint is refused here
             if p.name.endswith(_INDEX_SUFFIX) or p.name.endswith(".index.json"):
                 return self._from_index(p)
             if p.suffix in _PICKLE_SUFFIXES:
@@ -395,8 +399,8 @@ class Checkpoint:
 
         roots = _confinement_roots(p)
         index = p / INDEX_NAME
-        if not index.is_file():
-            candidates = sorted(x for x in p.glob("*" + _INDEX_SUFFIX) if x.is_file())
+        if not is_checkpoint_file(index):
+            candidates = sorted(x for x in p.glob("*" + _INDEX_SUFFIX) if is_checkpoint_file(x))
             if len(candidates) == 1:
                 index = candidates[0]
             elif len(candidates) > 1:
@@ -404,11 +408,11 @@ class Checkpoint:
                     f"{p}: no {INDEX_NAME} but several index files ({_list([c.name for c in candidates])}); "
                     f"pass the index file to use"
                 )
-        if index.is_file():
+        if is_checkpoint_file(index):
             _check_confined(index, roots, f"{index}: index file", self.allow_external_shards)
             return self._from_index(index)
 
-        files = sorted(x for x in p.glob("*.safetensors") if x.is_file())
+        files = sorted(x for x in p.glob("*.safetensors") if is_checkpoint_file(x))
         for f in files:  # a symlinked shard may point anywhere: only inside the checkpoint directory
             _check_confined(f, roots, f"{f}: shard file", self.allow_external_shards)
         if not files:
@@ -421,7 +425,7 @@ class Checkpoint:
 
     def _from_index(self, index: pathlib.Path) -> tuple[list[pathlib.Path], dict[str, pathlib.Path]]:
         self.index_path = index
-        data = read_json_if_exists(index)
+        data = read_json_if_exists(index, MAX_INDEX_BYTES)
         if data is None:
             raise CheckpointError(f"{index}: index file does not exist")
         weight_map = data.get("weight_map")
@@ -451,7 +455,7 @@ class Checkpoint:
                                       f"--allow-external-shards to trust it)")
             sp = root / shard
             _check_confined(sp, roots, where, self.allow_external_shards)
-            if not sp.is_file():
+            if not is_checkpoint_file(sp):
                 missing.append(
                     f"{sp} (should hold {len(by_shard[shard])} tensor(s): {_list(sorted(by_shard[shard]))})"
                 )

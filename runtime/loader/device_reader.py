@@ -16,7 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from .checkpoint import SAFETENSORS_DTYPES, Checkpoint
+from .checkpoint import SAFETENSORS_DTYPES, Checkpoint, CheckpointError
+from .files import open_regular_fd
 
 CHUNK = 32 << 20
 
@@ -44,7 +45,9 @@ class DeviceReader:
     def _fd(self, path) -> tuple[int, int]:
         p = str(path)
         if p not in self._fds:
-            fd = os.open(p, os.O_RDONLY)
+            fd = open_regular_fd(p, CheckpointError, "safetensors file")  # still the regular file the header was
+            if fd is None:
+                raise CheckpointError(f"{p}: safetensors file disappeared while loading")
             header_len = int.from_bytes(os.pread(fd, 8, 0), "little")
             self._fds[p], self._data_start[p] = fd, 8 + header_len
         return self._fds[p], self._data_start[p]

@@ -170,7 +170,7 @@ def dequantize_checkpoint_dir(src: str, dst: str, dtype: torch.dtype = torch.bfl
 
     from safetensors.torch import save_file
 
-    from .checkpoint import Checkpoint
+    from .checkpoint import Checkpoint, CheckpointError, read_json_if_exists
 
     src_p, dst_p = pathlib.Path(src), pathlib.Path(dst)
     dst_p.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,9 @@ def dequantize_checkpoint_dir(src: str, dst: str, dtype: torch.dtype = torch.bfl
         tensors = {k: view.get_tensor(k).contiguous() for k in view.keys()}
         converted = sorted(view._pairs)
     save_file(tensors, str(dst_p / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((src_p / "config.json").read_text())
+    config = read_json_if_exists(src_p / "config.json")  # regular file, bounded (runtime/loader/files.py)
+    if config is None:
+        raise CheckpointError(f"{src_p}: checkpoint directory has no config.json")
     config.pop("quantization_config", None)
     (dst_p / "config.json").write_text(json.dumps(config, indent=2))
     for extra in src_p.iterdir():
