@@ -28,6 +28,8 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from modelgen import settings  # noqa: E402
+
 HIDDEN = 4096
 ROWS = [1, 8, 32, 64, 256, 1024]
 
@@ -100,7 +102,7 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
         return lambda x, r, w: gpu_norm.add_rms_norm(reduce(x), r, w, eps)
 
     rows_out = []
-    limit = int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", allreduce.DEFAULT_MAX_BYTES))
+    limit = settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
     for rows in ROWS:
         if rows * HIDDEN * 2 > limit:  # beyond the one-shot's buffers: the engine takes NCCL there
             if rank == 0:

@@ -11,6 +11,8 @@ from typing import NamedTuple
 # the one list (torch-free), shared with the runtime; ENGINE_TARGETS: those modelgen's own engine runs (not vllm)
 from modelgen.runtime.targets import ENGINE_TARGETS, TARGETS
 
+from modelgen import settings
+
 from . import errors
 from .errors import CodegenError, SpecError
 
@@ -496,9 +498,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"modelgen serve: {e}", file=sys.stderr)
         return 1
     port = sock.getsockname()[1]
-    import os
-
-    args.api_key = args.api_key or os.environ.get("MODELGEN_API_KEY") or None
+    args.api_key = args.api_key or settings.get("MODELGEN_API_KEY") or None
     with _prepare_host(args):
         return _serve_bound(args, sock, port, template, template_source, serve, kv_cache_options)
 

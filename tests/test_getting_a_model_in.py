@@ -204,7 +204,7 @@ def test_thread_count_sources(monkeypatch):
     monkeypatch.setenv("MODELGEN_NUM_THREADS", "1")
     assert host.cpu_threads() == (1, "MODELGEN_NUM_THREADS")
     monkeypatch.setenv("MODELGEN_NUM_THREADS", "zero")
-    with pytest.raises(ValueError, match="MODELGEN_NUM_THREADS = 'zero': expected a positive integer"):
+    with pytest.raises(ValueError, match="MODELGEN_NUM_THREADS='zero': expected a positive integer"):
         host.cpu_threads()
 
 

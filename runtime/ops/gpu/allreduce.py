@@ -20,15 +20,16 @@ caller uses NCCL. Multicast (NVLS) is never used (the device note: TORCH_SYMM_ME
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 
+from modelgen import settings
+
 # Above this the ring's bandwidth wins over one-shot's world-size-fold reads (SGLang/vLLM tables put the crossover at
 # 256 KB-1 MB for 2-8 H100/H200s); bench/allreduce.py measures it.
-DEFAULT_MAX_BYTES = 512 * 1024
+DEFAULT_MAX_BYTES = settings.declared("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES").default
 
 
 def _agree(ok: bool, group: dist.ProcessGroup, device: torch.device) -> bool:
@@ -113,7 +114,7 @@ _STATE: dict[str, object] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") != "0"
+    return settings.get("MODELGEN_CUSTOM_ALLREDUCE")
 
 
 def one_shot(x: torch.Tensor) -> torch.Tensor | None:
@@ -131,7 +132,7 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
     world = dist.get_world_size()
     if not 2 <= world <= 8:
         return None
-    if os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_KERNEL", "triton") == "triton":
+    if settings.get("MODELGEN_CUSTOM_ALLREDUCE_KERNEL") == "triton":
         from . import allreduce_norm
 
         y = allreduce_norm.all_reduce(x)
@@ -143,7 +144,7 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
         if key in _STATE or torch.cuda.is_current_stream_capturing():
             return None
         try:
-            max_bytes = int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", DEFAULT_MAX_BYTES))
+            max_bytes = settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
             op = OneShotAllReduce(dist.group.WORLD, x.device, x.dtype, max_bytes)
         except Exception:  # no P2P between these GPUs, an old driver, symmetric memory unavailable: NCCL it is
             _STATE[key] = None

@@ -56,11 +56,12 @@ eligible call, never during CUDA-graph capture). NVLink multicast is never used 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from modelgen import settings
 
 from . import next_pow2, pdl
 
@@ -232,14 +233,11 @@ _STATE: dict[str, object] = {}
 
 
 def fused_enabled() -> bool:
-    return (os.environ.get("MODELGEN_FUSED_ALLREDUCE_NORM", "1") != "0"
-            and os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") != "0")
+    return settings.get("MODELGEN_FUSED_ALLREDUCE_NORM") and settings.get("MODELGEN_CUSTOM_ALLREDUCE")
 
 
 def _max_bytes() -> int:
-    from .allreduce import DEFAULT_MAX_BYTES
-
-    return int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", DEFAULT_MAX_BYTES))
+    return settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
 
 
 def world_applies(x: torch.Tensor) -> bool:
@@ -288,7 +286,7 @@ def all_reduce_add_rms_norm(x, residual, weight, eps, zero_centred=False, weight
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor | None:
     """The plain all-reduce through this kernel, or None where it does not apply."""
-    if os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") == "0" or not world_applies(x):
+    if not settings.get("MODELGEN_CUSTOM_ALLREDUCE") or not world_applies(x):
         return None
     es = x.element_size()
     if x.dtype not in DTYPES or x.numel() == 0 or x.numel() * es > _max_bytes() or x.numel() > MAX_SLOTS * CHUNK:
