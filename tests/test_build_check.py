@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def modelgen(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "modelgen.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_repo_is_up_to_date():

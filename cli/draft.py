@@ -4,7 +4,7 @@ headers when present), as the delta over the closest existing spec.
 1. The closest spec: every spec in specs/ is scored on what it would read of this config (its read and ignored keys
    against the config's keys, fields it reads that the config lacks), its ``model_type`` family (qwen2_moe ~
    qwen3_moe) and its architectures; the best three are then dry-run against the checkpoint's headers
-   (``codegen/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
+   (``cli/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
 2. The draft ``extends:`` it and binds config fields: a key the base does not read but another spec reads into a
    field the base has (Mixtral's ``num_local_experts`` for Qwen3-MoE's ``num_experts``) becomes ``read: [key, ...]``.
 3. Everything left is a ``# TODO`` comment: each config key nobody reads (with its value), each key the base
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelgenError
-from .lower import SPECS_DIR, compile_spec, display_path
+from modelgen.codegen.errors import ModelgenError
+from modelgen.codegen.lower import SPECS_DIR, compile_spec, display_path
 
 
 class DraftError(ModelgenError):
@@ -91,7 +91,7 @@ def checkpoint_tokens(checkpoint: Path | None) -> set[str]:
 
 def _generated_tokens(name: str) -> set[str]:
     """Identifiers of a spec's generated rocm package (its module names, packed/expert/ignore tables)."""
-    from .build import GENERATED_DIR
+    from modelgen.codegen.build import GENERATED_DIR
 
     out: set[str] = set()
     for p in (GENERATED_DIR / "rocm" / name).glob("*.py"):
