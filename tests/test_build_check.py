@@ -29,7 +29,7 @@ def test_two_builds_are_byte_identical():
 @pytest.fixture()
 def repo_copy(tmp_path):
     dst = tmp_path / "repo"
-    for name in ("modelgen", "codegen", "runtime", "specs", "templates", "generated"):
+    for name in ("modelgen", "cli", "codegen", "runtime", "specs", "templates", "generated"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dst
 

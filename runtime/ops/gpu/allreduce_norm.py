@@ -161,7 +161,7 @@ class Exchange:
         """Collective: every rank of ``group`` allocates and maps the buffer together."""
         import torch.distributed as dist
 
-        from .allreduce import symmetric_buffers
+        from .symmetric_memory import symmetric_buffers
 
         made = symmetric_buffers(TOTAL_BYTES, torch.uint8, device, group)  # agreed by every rank, or None on all
         if made is None:
@@ -245,9 +245,9 @@ def world_applies(x: torch.Tensor) -> bool:
     Triton's interpreter: the barrier needs two GPUs running at once)."""
     import torch.distributed as dist
 
-    from ... import distributed
+    from ...tp_state import tp_group
 
-    if not x.is_cuda or not dist.is_available() or not dist.is_initialized() or distributed.tp_group() is not None:
+    if not x.is_cuda or not dist.is_available() or not dist.is_initialized() or tp_group() is not None:
         return False
     return dist.get_backend() == "nccl" and 2 <= dist.get_world_size() <= MAX_WORLD
 
