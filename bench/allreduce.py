@@ -62,7 +62,6 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
     watchdog = threading.Timer(540, lambda: os._exit(3))  # a hung barrier spins for ever: exit (frees the GPU)
     watchdog.daemon = True
     watchdog.start()
-    os.environ["MODELGEN_CUSTOM_ALLREDUCE_KERNEL"] = "torch"  # allreduce.one_shot = PyTorch's kernel, the column
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     from modelgen.runtime.ops.gpu import allreduce, allreduce_norm
@@ -74,8 +73,8 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
         dist.all_reduce(t)
         return t
 
-    def one_shot(t):
-        y = allreduce.one_shot(t)
+    def one_shot(t):  # PyTorch's kernel, the column beside the Triton one
+        y = allreduce.pytorch_one_shot(t)
         assert y is not None, "one-shot all-reduce did not apply"
         return y
 

@@ -136,9 +136,6 @@ _ALL: tuple[Setting, ...] = (
             shown="timed", experimental=True),
     Setting("MODELGEN_MOE", CHOICE, None, "force the small-batch MoE path", choices=("pairs", "sorted"),
             shown="timed", experimental=True),
-    Setting("MODELGEN_CUSTOM_ALLREDUCE_KERNEL", CHOICE, "triton",
-            "the one-shot kernel: `triton` (runtime/ops/gpu/allreduce_norm.py) or `torch` (PyTorch's)",
-            choices=("triton", "torch"), experimental=True),
     Setting("MODELGEN_FUSED_ALLREDUCE_NORM", FLAG, True,
             "`0`: a row-parallel all-reduce, then a separate residual add + RMSNorm launch", experimental=True),
 )

@@ -64,27 +64,34 @@ def enabled() -> bool:
     return settings.get("MODELGEN_CUSTOM_ALLREDUCE")
 
 
+def _applies(x: torch.Tensor) -> bool:
+    """The group conditions of both one-shot kernels: switched on, ``x`` on a GPU, an NCCL world of 2..8 ranks."""
+    return enabled() and x.is_cuda and dist.get_backend() == "nccl" and 2 <= dist.get_world_size() <= 8
+
+
 def one_shot(x: torch.Tensor) -> torch.Tensor | None:
     """The one-shot all-reduce of ``x`` over the default group, or None where it does not apply.
 
     Set up lazily on the first eligible call, which every rank reaches at the same point of the same forward (tensor
     parallel collectives run in the same order on every rank); never set up while a CUDA graph is being captured.
 
-    By default the Triton kernel of ``allreduce_norm.py`` (norm off) where it applies, PyTorch's otherwise: on two
-    H200s in graph replays (bench/allreduce.py, h200x2-allreduce-fused.json) it took 6.29 / 6.60 / 7.32 / 8.48 us at
-    1 / 8 / 32 / 64 rows of 4096 bf16 against PyTorch's 7.72 / 8.08 / 10.60 / 12.19 (NCCL 8.04 / 8.63 / 10.09 / 11.74),
-    equal to NCCL bit for bit on integer inputs. ``MODELGEN_CUSTOM_ALLREDUCE_KERNEL=torch`` keeps PyTorch's."""
-    if not enabled() or not x.is_cuda or dist.get_backend() != "nccl":
+    The Triton kernel of ``allreduce_norm.py`` (norm off) where it applies, PyTorch's (:func:`pytorch_one_shot`)
+    otherwise: on two H200s in graph replays (bench/allreduce.py, h200x2-allreduce-fused.json) it took 6.29 / 6.60 /
+    7.32 / 8.48 us at 1 / 8 / 32 / 64 rows of 4096 bf16 against PyTorch's 7.72 / 8.08 / 10.60 / 12.19 (NCCL 8.04 /
+    8.63 / 10.09 / 11.74), equal to NCCL bit for bit on integer inputs."""
+    if not _applies(x):
         return None
-    world = dist.get_world_size()
-    if not 2 <= world <= 8:
-        return None
-    if settings.get("MODELGEN_CUSTOM_ALLREDUCE_KERNEL") == "triton":
-        from . import allreduce_norm
+    from . import allreduce_norm  # imports Triton: only on a GPU path that gets here
 
-        y = allreduce_norm.all_reduce(x)
-        if y is not None:
-            return y
+    y = allreduce_norm.all_reduce(x)
+    return y if y is not None else pytorch_one_shot(x)
+
+
+def pytorch_one_shot(x: torch.Tensor) -> torch.Tensor | None:
+    """PyTorch's ``symm_mem`` one-shot kernel alone, or None where it does not apply: :func:`one_shot`'s fallback,
+    and bench/allreduce.py's column for it."""
+    if not _applies(x):
+        return None
     key = str(x.dtype)
     op = _STATE.get(key)
     if op is None:
