@@ -74,10 +74,10 @@ def test_every_rank_falls_back_together(tmp_path, fail):
 def test_in_use_follows_the_set_up_and_reset(monkeypatch):
     """``allreduce.in_use()`` (bench/tp.py records it): True only while a set-up op exists, False after a fallback
     (the state holds None) and after ``reset()``."""
-    from modelgen.runtime.ops.gpu import allreduce
+    from modelgen.runtime.ops.gpu import allreduce, symmetric_memory
 
     monkeypatch.setattr(allreduce, "_STATE", {})
-    monkeypatch.setattr(allreduce, "_SPENT", {"rendezvous_now": False, "earlier_world": False})
+    monkeypatch.setattr(symmetric_memory, "SPENT", {"rendezvous_now": False, "earlier_world": False})
     assert not allreduce.in_use()
     allreduce._STATE["torch.bfloat16"] = None  # the set-up fell back to NCCL
     assert not allreduce.in_use()
