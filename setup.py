@@ -2,8 +2,8 @@
 
 Import names live under ``modelgen.`` — PyPI has unrelated ``codegen`` and ``runtime`` packages, and ``generated`` is
 generic — while the repository keeps its top-level folders. Every package under ``codegen/``, ``runtime/``,
-``generated/`` and ``cli/`` is installed as ``modelgen.<folder>...``; ``modelgen/__init__.py`` does the same mapping in a source
-checkout by extending its search path to the repository root.
+``generated/`` and ``cli/`` is installed as ``modelgen.<folder>...``; ``modelgen/__init__.py`` does the same mapping
+in a source checkout by extending its search path to the repository root.
 """
 from setuptools import find_packages, setup
 

@@ -183,7 +183,7 @@ elif [ "$phase" = s22d ]; then  # (ran at d7180bd; its A/B leg's switch went wit
   echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/4-tp.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22d.log"; rm -rf "$L"
   cat "$OUT/s22d.log"
-elif [ "$phase" = s22e ]; then  # (ran at eab9c84; its A/B legs' switches went with the changes: bench/NOTES-switches.md)
+elif [ "$phase" = s22e ]; then  # (ran at eab9c84; its legs' switches went with the changes: bench/NOTES-switches.md)
   # nvidia-h200-x2, ~360 s: router top-k in the norm + GEMV launch, attention's split merge
   # in the decode kernel: MoE 24 layers (GPU 0) while the kernel/engine tests run (GPU 1);
   # then the TP NCCL engine tests

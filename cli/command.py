@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: SmolLM2-135M-Instruct)")
     r.add_argument("--target", choices=ENGINE_TARGETS, default="rocm", help="generated target to run")
     r.add_argument("--prompt", action="append", metavar="TEXT", help="prompt text (repeatable)")
-    r.add_argument("--prompt-ids", action="append", type=parse_ids, metavar="1,2,3", help="prompt token ids (repeatable)")
+    r.add_argument("--prompt-ids", action="append", type=parse_ids, metavar="1,2,3",
+                   help="prompt token ids (repeatable)")
     chat = r.add_mutually_exclusive_group()
     chat.add_argument("--chat", action="store_true", help="wrap each --prompt in the checkpoint's chat template "
                       "(the default when it has one; with --chat a checkpoint without one is an error)")

@@ -1,4 +1,5 @@
-"""The engine's commands: run (generate text) and serve (the OpenAI-compatible server), and the host set-up they share."""
+"""The engine's commands: run (generate text) and serve (the OpenAI-compatible server), and the host set-up they
+share."""
 from __future__ import annotations
 
 import argparse

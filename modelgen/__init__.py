@@ -1,8 +1,9 @@
 """modelgen: a declarative model-definition compiler for LLM inference.
 
-The repository keeps its code folders at the top (``codegen/``, ``runtime/``, ``generated/``, ``cli/``); they are imported
-as ``modelgen.codegen``, ``modelgen.runtime``, ``modelgen.generated`` and ``modelgen.cli`` so that installing modelgen never shadows the
-unrelated PyPI packages named ``codegen``/``runtime`` (or a user's own ``generated``). A wheel places them physically
+The repository keeps its code folders at the top (``codegen/``, ``runtime/``, ``generated/``, ``cli/``); they are
+imported as ``modelgen.codegen``, ``modelgen.runtime``, ``modelgen.generated`` and ``modelgen.cli`` so that
+installing modelgen never shadows the unrelated PyPI packages named ``codegen``/``runtime`` (or a user's own
+``generated``). A wheel places them physically
 under ``modelgen/`` (``[tool.setuptools.package-dir]`` in pyproject.toml); in a source checkout or an editable install
 this package's search path is extended with the repository root, which holds them.
 

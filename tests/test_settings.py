@@ -139,5 +139,5 @@ def test_every_variable_the_product_names_is_declared():
     names = set()
     for path in [*_python_files(PRODUCT + ("bench",)), *docs]:
         names |= set(re.findall(r"\bMODELGEN_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
-    names -= {"MODELGEN_NORMS", "MODELGEN_NAME"}  # a Python constant (codegen/vllm_names.py); bench/moe.py's placeholder
+    names -= {"MODELGEN_NORMS", "MODELGEN_NAME"}  # a constant (codegen/vllm_names.py); bench/moe.py's placeholder
     assert names - set(settings.SETTINGS) == set()
