@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from modelgen import settings
 from modelgen.codegen import errors
 from modelgen.codegen.errors import CodegenError, SpecError
 from modelgen.targets import ENGINE_TARGETS, TARGETS
@@ -244,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except SpecError as e:
         print(e, file=sys.stderr)
+        return 1
+    except settings.SettingError as e:  # a MODELGEN_* value it does not allow, whichever command read it
+        print(f"modelgen {args.command}: {e}", file=sys.stderr)
         return 1
     except CodegenError as e:
         print(f"codegen error: {e}", file=sys.stderr)

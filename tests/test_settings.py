@@ -3,6 +3,7 @@ variable and what it allows), read nowhere else, and the README's environment ta
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -69,6 +70,14 @@ def test_readme_table_is_the_modules():
     table = text.split(BEGIN)[1].split(END)[0].strip("\n") + "\n"
     assert table == settings.markdown_table(), "README's environment table is stale: paste `python -m " \
                                                "modelgen.settings --markdown` between its markers"
+
+
+def test_a_bad_value_stops_any_command_in_one_line():
+    env = {**os.environ, "MODELGEN_COMPILE_CACHE": "off"}  # `list` reads the compile cache (codegen/cache.py)
+    r = subprocess.run([sys.executable, "-m", "modelgen.cli", "list"], capture_output=True, text=True, cwd=REPO,
+                       env=env)
+    assert r.returncode == 1
+    assert r.stderr == "modelgen list: MODELGEN_COMPILE_CACHE='off': expected 0 or 1\n"
 
 
 def test_markdown_command_prints_the_table():
