@@ -28,6 +28,8 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from modelgen import settings  # noqa: E402
+
 HIDDEN = 4096
 ROWS = [1, 8, 32, 64, 256, 1024]
 
@@ -60,7 +62,6 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
     watchdog = threading.Timer(540, lambda: os._exit(3))  # a hung barrier spins for ever: exit (frees the GPU)
     watchdog.daemon = True
     watchdog.start()
-    os.environ["MODELGEN_CUSTOM_ALLREDUCE_KERNEL"] = "torch"  # allreduce.one_shot = PyTorch's kernel, the column
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     from modelgen.runtime.ops.gpu import allreduce, allreduce_norm
@@ -72,8 +73,8 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
         dist.all_reduce(t)
         return t
 
-    def one_shot(t):
-        y = allreduce.one_shot(t)
+    def one_shot(t):  # PyTorch's kernel, the column beside the Triton one
+        y = allreduce.pytorch_one_shot(t)
         assert y is not None, "one-shot all-reduce did not apply"
         return y
 
@@ -100,7 +101,7 @@ def worker(rank: int, world: int, port: int, out_path: str | None) -> None:
         return lambda x, r, w: gpu_norm.add_rms_norm(reduce(x), r, w, eps)
 
     rows_out = []
-    limit = int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", allreduce.DEFAULT_MAX_BYTES))
+    limit = settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
     for rows in ROWS:
         if rows * HIDDEN * 2 > limit:  # beyond the one-shot's buffers: the engine takes NCCL there
             if rank == 0:

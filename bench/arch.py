@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
 import re
 import shutil
@@ -45,6 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.decode import hf_generate, log, measure_ceilings, wall, warm_page_cache  # noqa: E402
+from modelgen import settings  # noqa: E402
 
 # The released configs' shapes (num_hidden_layers is replaced by --layers).
 SHAPES = {
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         entry["weights"] = "bf16" + (f" ({quant} round trip: the dequantized weights)" if quant != "none" else "")
         if args.model == "qwen3_next":
             entry["gdn_kernels"] = "fla (transformers binds fla when it imports)" if ggd.fla_chunk() else "torch"
-        res["modelgen_gdn_prefill"] = os.environ.get("MODELGEN_GDN_PREFILL") or "torch chunked reference"
+        res["modelgen_gdn_prefill"] = settings.get("MODELGEN_GDN_PREFILL") or "torch chunked reference"
         for b in args.batches:
             if left() < 40:
                 entry.setdefault("skipped", []).append(b)

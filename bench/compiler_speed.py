@@ -63,7 +63,7 @@ def _median(cmd, cwd, env, repeats, setup=None, teardown=None) -> dict:
 def measure(checkout: Path, ckpt: str, repeats: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout), MODELGEN_CACHE=tempfile.mkdtemp(prefix="modelgen-bench-cache-"))
     env.pop("MODELGEN_COMPILE_CACHE", None)
-    modelgen = [sys.executable, "-m", "modelgen.codegen.cli"]
+    modelgen = [sys.executable, "-m", "modelgen.cli"]
     _cpu_run(modelgen + ["check"], checkout, env)  # warm-up: fills a compile cache where there is one
     out = {"check": _median(modelgen + ["check"], checkout, env, repeats)}
     spec = checkout / "specs" / "qwen3.yaml"

@@ -162,7 +162,7 @@ elif [ "$phase" = s22c ]; then  # nvidia-h200-x2, ~130 s: the tensor2 selection 
     tests/test_gpu_parallel_modes.py -k "tensor2-llama or tensor2-qwen3_moe" 2>&1 | grep -v "Warning\|warn\|it/s" \
     | tail -150 > "$OUT/s22c.log"
   cat "$OUT/s22c.log"
-elif [ "$phase" = s22d ]; then  # (ran at d7180bd; MODELGEN_NORM_LINEAR went with the pairing: bench/NOTES-moe.md)
+elif [ "$phase" = s22d ]; then  # (ran at d7180bd; its A/B leg's switch went with the pairing: bench/NOTES-switches.md)
   # nvidia-h200-x2, ~540 s: norm + GEMV pairing (fuse_norm_linear): MoE 24 layers A/B on
   # GPU 0 while the kernel/engine GPU tests run on GPU 1; then the TP NCCL engine tests; Llama-8B TP=1 vs TP=2
   L="$OUT/logs"; mkdir -p "$L"
@@ -171,7 +171,7 @@ elif [ "$phase" = s22d ]; then  # (ran at d7180bd; MODELGEN_NORM_LINEAR went wit
     tests/test_gpu.py tests/test_gpu_moe.py tests/test_pipelined_decode.py 2>&1 | grep -v Warning | tail -15 \
     > "$L/2-gpu-tests.log") &
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 225 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen \
-    --env-legs MODELGEN_NORM_LINEAR=0 --budget-s 215 --out "$OUT/h200-qwen3-30b-a3b-moe-norm-linear.json" 2>&1 \
+    --budget-s 215 --out "$OUT/h200-qwen3-30b-a3b-moe-norm-linear.json" 2>&1 \
     | grep -v Warning | grep -v "it/s" | tail -30 > "$L/1-moe.log"
   wait
   echo "[$(( $(date +%s) - t0 ))s] moe + gpu tests done" | tee -a "$L/1-moe.log"
@@ -183,9 +183,9 @@ elif [ "$phase" = s22d ]; then  # (ran at d7180bd; MODELGEN_NORM_LINEAR went wit
   echo "[$(( $(date +%s) - t0 ))s] tp done" | tee -a "$L/4-tp.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s22d.log"; rm -rf "$L"
   cat "$OUT/s22d.log"
-elif [ "$phase" = s22e ]; then  # (ran at eab9c84; the switches below went with the changes: bench/NOTES-moe.md)
+elif [ "$phase" = s22e ]; then  # (ran at eab9c84; its legs' switches went with the changes: bench/NOTES-switches.md)
   # nvidia-h200-x2, ~360 s: router top-k in the norm + GEMV launch, attention's split merge
-  # in the decode kernel: MoE 24 layers with both off as legs (GPU 0) while the kernel/engine tests run (GPU 1);
+  # in the decode kernel: MoE 24 layers (GPU 0) while the kernel/engine tests run (GPU 1);
   # then the TP NCCL engine tests
   L="$OUT/logs"; mkdir -p "$L"
   export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
@@ -194,7 +194,7 @@ elif [ "$phase" = s22e ]; then  # (ran at eab9c84; the switches below went with 
     tests/test_pipelined_decode.py tests/test_pdl.py tests/test_gpu_mla.py 2>&1 | grep -v Warning | tail -15 \
     > "$L/2-gpu-tests.log") &
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 225 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen \
-    --env-legs MODELGEN_NORM_LINEAR=0 MODELGEN_ATTENTION_FOLD_MAX_SPLITS=0 --budget-s 215 \
+    --budget-s 215 \
     --out "$OUT/h200-qwen3-30b-a3b-moe-fused-launches.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -30 \
     > "$L/1-moe.log"
   wait

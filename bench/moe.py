@@ -36,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.decode import hf_generate, log, measure_ceilings, wall, warm_page_cache  # noqa: E402
+from modelgen import settings  # noqa: E402
 
 QWEN3_30B_A3B = dict(
     architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
@@ -291,7 +292,7 @@ def main() -> int:
             log(f"  modelgen bs{b}: {mg['decode_tok_s'][str(b)]:.1f} tok/s ({mg['step_ms'][str(b)]:.2f} ms/step; "
                 f"roofline {res['roofline_tok_s'][str(b)]:.0f})")
             save()
-        mg["pdl_level"] = os.environ.get("MODELGEN_PDL", "1")  # runtime/ops/gpu/pdl.py's default
+        mg["pdl_level"] = settings.get("MODELGEN_PDL")
         legs = [(f"modelgen_pdl{level}", {"MODELGEN_PDL": str(level)}) for level in args.pdl_levels]
         for item in args.env_legs:
             name, _, value = item.partition("=")

@@ -291,7 +291,7 @@ def start_server(run: Run, ckpt: str, load_dummy: bool, log_path: Path) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", ckpt, "--port", str(port),
+    cmd = [sys.executable, "-m", "modelgen.cli", "serve", "--checkpoint", ckpt, "--port", str(port),
            "--max-num-seqs", str(max(a.clients)), "--model-name", "m", "--target", a.target, "--device", a.device,
            "--max-waiting", str(4 * max(a.clients))]
     for flag, value in (("--dtype", a.dtype), ("--max-model-len", a.max_model_len)):

@@ -290,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS),
                     help="TP>1 runs, each against the same TP=1 run: default (shared-memory control + one-shot "
                          "all-reduce), gloo-nccl (the launcher before), shm-nccl, unfused-norm. Only the first TP>1 "
-                         "run of a process can set up symmetric memory (runtime/ops/gpu/allreduce.py _SPENT): later "
-                         "ones run NCCL and record symmetric_memory=false")
+                         "run of a process can set up symmetric memory (runtime/ops/gpu/symmetric_memory.py SPENT): "
+                         "later ones run NCCL and record symmetric_memory=false")
     ap.add_argument("--pipelined-ab", action="store_true",
                     help="also time every batch with pipelined greedy decode off (same engine, same run)")
     ap.add_argument("--profile-steps", type=int, default=0,

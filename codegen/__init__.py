@@ -7,7 +7,7 @@ Pipeline (one module per stage):
   lower.py        spec -> IR (resolved, checked against the config binding)
   render.py       IR -> Jinja2 templates -> libcst check -> file contents
   build.py        write / check generated/ atomically and deterministically
-  cli.py          the `modelgen` command
+(the `modelgen` command, above both this compiler and the runtime, is the cli/ package: modelgen.cli)
 """
 
 GENERATOR_VERSION = "0.1.0"

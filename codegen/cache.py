@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from modelgen import settings
+
 from . import GENERATOR_VERSION
 from .yaml_source import read_regular
 
@@ -41,11 +43,11 @@ def sha256(data: bytes | str) -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_OFF, "1") != "0"
+    return settings.get(ENV_OFF)
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("MODELGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "modelgen")
+    base = settings.get("MODELGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "modelgen")
     return Path(base) / "compile"
 
 

@@ -25,8 +25,8 @@ from typing import Callable, Iterable
 import jinja2
 import libcst
 
-# The one list of targets (runtime/targets/__init__.py, torch-free); build.py and the tests read it from here.
-from modelgen.runtime.targets import TARGETS, check_target
+# The one list of targets (modelgen/targets.py, below compiler and runtime); build.py and the tests read it from here.
+from modelgen.targets import TARGETS, check_target
 
 from . import GENERATOR_VERSION
 from .blocks import KINDS

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import os
 
+from modelgen import settings
+
 
 def resolve_device(device: str | None) -> str:
     """``auto`` (or None): ``cuda`` when torch sees a CUDA GPU, else ``cpu``; anything else unchanged (the engine
@@ -72,15 +74,9 @@ def cpu_threads(ranks: int = 1) -> tuple[int | None, str]:
     """(intra-op threads to set, where the number comes from). None: leave torch's setting (``OMP_NUM_THREADS``
     given). ``ranks``: processes of this command sharing the cores (this one included). ValueError for a bad
     ``MODELGEN_NUM_THREADS``."""
-    own = os.environ.get("MODELGEN_NUM_THREADS", "").strip()
-    if own:
-        try:
-            n = int(own)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"MODELGEN_NUM_THREADS = {own!r}: expected a positive integer")
-        return n, "MODELGEN_NUM_THREADS"
+    own = settings.get("MODELGEN_NUM_THREADS")
+    if own is not None:
+        return own, "MODELGEN_NUM_THREADS"
     if os.environ.get("OMP_NUM_THREADS", "").strip():
         return None, "OMP_NUM_THREADS"
     cores = usable_cores()

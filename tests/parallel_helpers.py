@@ -23,7 +23,7 @@ def record_receives(monkeypatch) -> list:
 def cli_outputs(checkpoint, prompts: list[list[int]], *runs: list[str]) -> list:
     """``modelgen run --json`` greedy outputs of ``prompts`` once per extra-flag list in ``runs``; each run must
     print exactly one line (rank 0's)."""
-    base = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(checkpoint), "--max-new-tokens",
+    base = [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(checkpoint), "--max-new-tokens",
             "6", "--ignore-eos", "--dtype", "float32", "--json"]
     for prompt in prompts:
         base += ["--prompt-ids", ",".join(map(str, prompt))]

@@ -271,7 +271,7 @@ def test_a_new_kind_is_one_module_and_three_partials(tmp_path):
     import sys
 
     repo = tmp_path / "repo"
-    for name in ("modelgen", "codegen", "runtime", "specs", "templates", "generated"):
+    for name in ("modelgen", "cli", "codegen", "runtime", "specs", "templates", "generated"):
         shutil.copytree(REPO / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "codegen" / "blocks" / "plain.py").write_text(PLAIN_KIND)
     (repo / "templates" / "rocm" / "blocks" / "plain.py.j2").write_text(PLAIN_ROCM)
@@ -286,7 +286,7 @@ def test_a_new_kind_is_one_module_and_three_partials(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True)
 
-    built = run("-m", "modelgen.codegen.cli", "build", "--all")
+    built = run("-m", "modelgen.cli", "build", "--all")
     assert built.returncode == 0, built.stderr
     source = (repo / "generated" / "rocm" / "plain_llama" / "model.py").read_text()
     assert "class PlainLlamaPlainMLP(nn.Module)" in source and "self.mlp = PlainLlamaPlainMLP(config)" in source

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def modelgen(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "modelgen.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_repo_is_up_to_date():
@@ -29,7 +29,7 @@ def test_two_builds_are_byte_identical():
 @pytest.fixture()
 def repo_copy(tmp_path):
     dst = tmp_path / "repo"
-    for name in ("modelgen", "codegen", "runtime", "specs", "templates", "generated"):
+    for name in ("modelgen", "cli", "codegen", "runtime", "specs", "templates", "generated"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dst
 

@@ -1,7 +1,7 @@
 """``modelgen run`` on bad checkpoints, configs, tokenizers, chat templates and requests: exit 1 and one line on
 stderr naming the file/field/value and what is expected; a traceback only with ``--verbose``.
 
-A representative set runs ``python -m modelgen.codegen.cli`` in a subprocess (the real entry point, interpreter
+A representative set runs ``python -m modelgen.cli`` in a subprocess (the real entry point, interpreter
 exit code and stderr); the rest call ``cli.main`` in-process with captured stderr, which is the same code path
 minus ~3 s of interpreter start per case on this 2-core machine. ``MODELGEN_CLI_SUBPROCESS=1`` runs every case in
 a subprocess."""
@@ -29,9 +29,9 @@ def _run(*args: str, subprocess_: bool = False, timeout: float = 120) -> subproc
     argv = ["run", "--device", "cpu", *args]  # pinned (`auto` picks a GPU where there is one); a later --device wins
     if subprocess_ or ALL_SUBPROCESS:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        return subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", *argv], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "modelgen.cli", *argv], capture_output=True,
                               text=True, timeout=timeout, env=env)
-    from modelgen.codegen.cli import main
+    from modelgen.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

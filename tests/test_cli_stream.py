@@ -10,7 +10,7 @@ import json
 import pytest
 
 from modelgen import LLM, SamplingParams
-from modelgen.codegen.cli import main
+from modelgen.cli import main
 from tests.test_python_api import make_api_checkpoint
 
 

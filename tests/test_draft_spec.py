@@ -1,4 +1,4 @@
-"""`modelgen new --from-hf` (codegen/draft.py): drafts for tiny checkpoints of existing families build (lowering
+"""`modelgen new --from-hf` (cli/draft.py): drafts for tiny checkpoints of existing families build (lowering
 succeeds) with at most a few TODOs; onboarding a family as if it were new (its own spec excluded from the bases)
 still builds, with its TODOs naming what the base lacks."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from modelgen.codegen.cli import main
-from modelgen.codegen.draft import draft_spec
+from modelgen.cli import main
+from modelgen.cli.draft import draft_spec
 from modelgen.codegen.lower import REPO_ROOT, compile_spec
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
 

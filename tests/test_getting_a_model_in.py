@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelgen.codegen.cli import build_parser, main
+from modelgen.cli import build_parser, main
 from modelgen.runtime import host, hub
 from modelgen.runtime.loader.checkpoint import CheckpointError
 from tests.test_python_api import make_api_checkpoint
@@ -103,7 +103,7 @@ def test_local_directory_wins_over_the_hub(ckpt, hf_env, tmp_path, monkeypatch):
 def test_offline_with_nothing_cached_is_one_line(hf_env):
     """Through the real entry point: exit 1, one line naming the id, HF_HUB_OFFLINE and the download command."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", "no-org/no-model",
+    proc = subprocess.run([sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", "no-org/no-model",
                            "--prompt", "hi"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1, proc.stderr
@@ -204,7 +204,7 @@ def test_thread_count_sources(monkeypatch):
     monkeypatch.setenv("MODELGEN_NUM_THREADS", "1")
     assert host.cpu_threads() == (1, "MODELGEN_NUM_THREADS")
     monkeypatch.setenv("MODELGEN_NUM_THREADS", "zero")
-    with pytest.raises(ValueError, match="MODELGEN_NUM_THREADS = 'zero': expected a positive integer"):
+    with pytest.raises(ValueError, match="MODELGEN_NUM_THREADS='zero': expected a positive integer"):
         host.cpu_threads()
 
 

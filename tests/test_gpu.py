@@ -247,7 +247,7 @@ def test_modelgen_run_device_cuda(llama_checkpoint):
     path, _ = llama_checkpoint("gqa")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "1,2,3",
+        [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "1,2,3",
          "--device", "cuda", "--max-new-tokens", "5", "--ignore-eos", "--json"],
         cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root},
     )

@@ -41,7 +41,7 @@ def test_parallel_mode_on_nccl_equals_one_gpu(tmp_path, monkeypatch, mode, case)
     # A rank stuck in a collective fails the test after this long instead of hanging the run. (The second TP engine
     # of one process used to wait in the symmetric-memory rendezvous on both ranks: bench/results/
     # h200x2-tp-second-world-hang.log; only the first TP case of a process uses symmetric memory now, later ones
-    # agree on NCCL -- runtime/ops/gpu/allreduce.py ``_SPENT``.)
+    # agree on NCCL -- runtime/ops/gpu/symmetric_memory.py ``SPENT``.)
     monkeypatch.setenv("MODELGEN_DIST_TIMEOUT", "120")
     gpus = world_size_for(mode.get("tensor_parallel_size", 1), mode.get("expert_parallel_size"),
                           mode.get("pipeline_parallel_size", 1), mode.get("data_parallel_size", 1))

@@ -118,7 +118,7 @@ def test_modelgen_run_reports_checkpoint_errors_without_traceback(ckpt):
     import sys
 
     (ckpt / "model.safetensors").write_bytes(b"\xff" * 64)
-    r = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(ckpt), "--prompt-ids", "1,2"],
+    r = subprocess.run([sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(ckpt), "--prompt-ids", "1,2"],
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "modelgen run: CheckpointError:" in r.stderr and "model.safetensors" in r.stderr

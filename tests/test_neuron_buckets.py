@@ -84,7 +84,7 @@ def test_warmup_reports_every_bucket_then_never_recompiles(tmp_path):
 def test_cli_compile_prints_the_bucket_table(tmp_path):
     make_llama(tmp_path, "gqa")
     proc = subprocess.run(
-        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(tmp_path), "--target", "neuron",
+        [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(tmp_path), "--target", "neuron",
          "--compile", "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", "4", "--ignore-eos",
          "--dtype", "float32", "--max-model-len", "32", "--json"],
         capture_output=True, text=True, timeout=600)

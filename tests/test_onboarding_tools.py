@@ -13,7 +13,7 @@ import pytest
 from modelgen.codegen import build as build_module
 from modelgen.codegen import render as render_module
 from modelgen.codegen.build import BrokenSpecs, build, check
-from modelgen.codegen.cli import main
+from modelgen.cli import main
 from modelgen.codegen.freshness import stale_reason
 from modelgen.codegen.lower import REPO_ROOT
 from modelgen.runtime.hf_config import ConfigError, ConfigKeysWarning, GENERIC_CONFIG_KEYS, unread_config_keys
@@ -249,7 +249,7 @@ def test_pre_commit_hook_runs_modelgen_check_on_spec_changes():
 
 # ---------------------------------------------------------------------------------------------------------- verify
 def test_verify_fails_on_a_spec_that_computes_something_else(tmp_path, capsys):
-    from modelgen.codegen.verify import verify_spec
+    from modelgen.cli.verify import verify_spec
 
     spec = tmp_path / "llama.yaml"  # RoPE over (2i, 2i+1) pairs instead of HF's rotate_half halves
     spec.write_text((SPECS / "llama.yaml").read_text().replace("style: rotate_half", "style: pairwise"))
@@ -263,7 +263,7 @@ def test_verify_fails_on_a_spec_that_computes_something_else(tmp_path, capsys):
 
 
 def test_verify_fails_on_a_config_key_the_spec_drops(tmp_path):
-    from modelgen.codegen.verify import verify_spec
+    from modelgen.cli.verify import verify_spec
 
     spec = tmp_path / "llama.yaml"
     spec.write_text((SPECS / "llama.yaml").read_text().replace("  - pretraining_tp", "  - not_a_key"))

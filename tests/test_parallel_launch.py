@@ -134,7 +134,7 @@ def test_tp_sharded_experts_need_not_divide_the_world(tmp_path):
 def test_cli_tensor_and_expert_parallel_print_one_output(tmp_path):
     make_moe(tmp_path / "ckpt", "qwen3_moe_norm")
     ids = ",".join(map(str, PROMPTS[0]))
-    base = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(tmp_path / "ckpt"),
+    base = [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(tmp_path / "ckpt"),
             "--prompt-ids", ids, "--max-new-tokens", "6", "--ignore-eos", "--dtype", "float32", "--json"]
     outs = []
     for extra in ([], ["--tensor-parallel-size", "2"], ["--tensor-parallel-size", "2", "--expert-parallel-size", "1"]):

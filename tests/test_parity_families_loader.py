@@ -223,7 +223,7 @@ def test_split_coverage_from_headers(checkpoints, tmp_path, target):
     the fused qkv_proj, and a mis-shaped fused tensor fails on every rank with the split's one-line error."""
     import importlib
 
-    from modelgen.codegen.coverage import checkpoint_coverage
+    from modelgen.cli.coverage import checkpoint_coverage
 
     module = importlib.import_module(f"modelgen.generated.{target}.phi3")
     path, _ = checkpoints("phi3_window")

@@ -155,7 +155,7 @@ def test_modelgen_run_cli(checkpoints, name, target):
 
     path, hf = checkpoints(name, False)
     r = subprocess.run(
-        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--target", target, "--prompt-ids",
+        [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(path), "--target", target, "--prompt-ids",
          ",".join(map(str, PROMPT)), "--prompt-ids", "1,2,3", "--max-new-tokens", "6", "--ignore-eos", "--json",
          "--dtype", "float32"],
         capture_output=True, text=True,

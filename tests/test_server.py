@@ -43,7 +43,7 @@ def _start(ckpt, *extra: str) -> tuple[subprocess.Popen, str]:
     # Output to a file, not a pipe: nobody reads a pipe while a test runs, and once its buffer is full of access-log
     # lines the server would block writing the next one. proc.stdout reads the file (from its start).
     log = tempfile.NamedTemporaryFile("w+", prefix="modelgen-serve-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", str(ckpt),
+    proc = subprocess.Popen([sys.executable, "-m", "modelgen.cli", "serve", "--checkpoint", str(ckpt),
                              "--port", str(port), "--max-num-seqs", "8", "--model-name", "tiny", *extra],
                             stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
     log.close()
@@ -116,7 +116,7 @@ def test_greedy_equals_modelgen_run(client, ckpt):
     import contextlib
     import io
 
-    from modelgen.codegen.cli import main
+    from modelgen.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

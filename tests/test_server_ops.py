@@ -45,7 +45,7 @@ def test_taken_port_fails_before_loading(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint",
+        r = subprocess.run([sys.executable, "-m", "modelgen.cli", "serve", "--checkpoint",
                             str(tmp_path / "nope"), "--port", str(port)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "choose another --port" in r.stderr, r.stderr

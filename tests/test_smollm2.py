@@ -72,7 +72,7 @@ def test_greedy_equals_transformers(smollm2, reference, target):
 def test_modelgen_run_json_contract(smollm2, reference):
     prompts, refs = reference
     r = subprocess.run(
-        [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(smollm2), "--prompt-ids",
+        [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(smollm2), "--prompt-ids",
          ",".join(map(str, prompts[0])), "--max-new-tokens", "8", "--json"],
         capture_output=True, text=True,
     )

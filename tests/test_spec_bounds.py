@@ -240,7 +240,7 @@ def test_cli_build_prints_one_located_line_and_exits_1(tmp_path, content):
     # The command as users run it, but writing into tmp_path should a regression let the spec through.
     cli = ("import sys; from pathlib import Path; from modelgen.codegen import build; "
            f"build.build.__defaults__ = (Path({str(tmp_path / 'out')!r}), False); "
-           "from modelgen.codegen.cli import main; sys.exit(main(sys.argv[1:]))")
+           "from modelgen.cli import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", cli, "build", str(p)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()

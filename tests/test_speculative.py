@@ -415,7 +415,7 @@ def test_cli_run_speculative_json(ckpts):
     path, _ = ckpts("deepseek")
 
     def run(*extra):
-        cmd = [sys.executable, "-m", "modelgen.codegen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "5,6,7",
+        cmd = [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "5,6,7",
                "--prompt-ids", "9,10", "--max-new-tokens", "8", "--ignore-eos", "--json", *extra]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr

@@ -1,5 +1,5 @@
-"""Symmetric-memory set-up is agreed by every rank (runtime/ops/gpu/allreduce.py ``symmetric_buffers``): when one rank
-cannot allocate or rendezvous, every rank falls back together instead of its peers waiting in the collective
+"""Symmetric-memory set-up is agreed by every rank (runtime/ops/gpu/symmetric_memory.py ``symmetric_buffers``): when
+one rank cannot allocate or rendezvous, every rank falls back together instead of its peers waiting in the collective
 rendezvous for ever (what hung a TP=2 GPU test: bench/results/h200x2-tp-moe-test-hang.log). Two gloo processes on
 the CPU with the symmetric-memory calls replaced: which step fails on which rank is the parameter."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
-    from modelgen.runtime.ops.gpu import allreduce
+    from modelgen.runtime.ops.gpu import allreduce, symmetric_memory
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     calls = {"empty": 0, "rendezvous": 0}
@@ -37,9 +37,9 @@ def _rank(rank: int, world: int, init_file: str, fail: str, out: str) -> None:
 
     symm_mem.empty, symm_mem.rendezvous = empty, rendezvous
     if fail == f"spent{rank}":  # this rank's process ran a rendezvous in a group it has left (reset at teardown)
-        allreduce._SPENT["rendezvous_now"] = True
+        symmetric_memory.SPENT["rendezvous_now"] = True
         allreduce.reset()
-    made = allreduce.symmetric_buffers(16, torch.float32, torch.device("cpu"), dist.group.WORLD, count=2)
+    made = symmetric_memory.symmetric_buffers(16, torch.float32, torch.device("cpu"), dist.group.WORLD, count=2)
     dist.barrier()
     with open(f"{out}.{rank}.tmp", "w") as f:
         json.dump({"made": made is not None, **calls}, f)
@@ -74,10 +74,10 @@ def test_every_rank_falls_back_together(tmp_path, fail):
 def test_in_use_follows_the_set_up_and_reset(monkeypatch):
     """``allreduce.in_use()`` (bench/tp.py records it): True only while a set-up op exists, False after a fallback
     (the state holds None) and after ``reset()``."""
-    from modelgen.runtime.ops.gpu import allreduce
+    from modelgen.runtime.ops.gpu import allreduce, symmetric_memory
 
     monkeypatch.setattr(allreduce, "_STATE", {})
-    monkeypatch.setattr(allreduce, "_SPENT", {"rendezvous_now": False, "earlier_world": False})
+    monkeypatch.setattr(symmetric_memory, "SPENT", {"rendezvous_now": False, "earlier_world": False})
     assert not allreduce.in_use()
     allreduce._STATE["torch.bfloat16"] = None  # the set-up fell back to NCCL
     assert not allreduce.in_use()

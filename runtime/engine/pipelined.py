@@ -24,8 +24,9 @@ plain step runs. Tokens are identical to the plain path's: the same logits, the 
 """
 from __future__ import annotations
 
-import os
 import time
+
+from modelgen import settings
 
 from .runners import Work
 from ..ops.tokens import from_chain
@@ -42,7 +43,7 @@ class PipelinedDecode:
         # wrapper that cannot pipeline -- attention DP -- sets it False itself); runners that compute greedy ids
         # remotely (pipeline stages, attention DP) never pipeline.
         runner = llm.runner
-        return (os.environ.get("MODELGEN_PIPELINED_DECODE", "1") != "0" and llm.speculative is None
+        return (settings.get("MODELGEN_PIPELINED_DECODE") and llm.speculative is None
                 and getattr(runner, "async_greedy", False) is True and not getattr(runner, "remote_greedy", False)
                 and callable(getattr(type(runner), "step_greedy_async", None)))
 

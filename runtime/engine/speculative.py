@@ -57,13 +57,14 @@ forward of the runner's buckets, with segmented prefill on (a verify window cont
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import record_function
+
+from modelgen import settings
 
 from ..kv_cache import allocate_kv_cache
 from ..layers.mtp import MissingDraftWeights
@@ -219,7 +220,7 @@ class SpeculativeDecoder:
         # Not with engine-started ranks: the followers mirror the eager calls (their runners' own decode graphs, which
         # capture the collectives alike on every rank, still replay draft-free steps).
         self._follower: dict | None = None  # follower ranks: what follow() keeps between calls
-        if getattr(llm.runner, "graphs", None) is not None and os.environ.get("MODELGEN_SPEC_GRAPHS", "1") != "0" \
+        if getattr(llm.runner, "graphs", None) is not None and settings.get("MODELGEN_SPEC_GRAPHS") \
                 and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 

@@ -27,7 +27,6 @@ staging, no threads, ``on_complete`` never called) -- the simple path to fall ba
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -35,12 +34,13 @@ from typing import Any, Union
 
 import torch
 
+from modelgen import settings
+
 from .checkpoint import CheckpointError
 
 __all__ = ["ExpertStager", "ExpertStagingError", "default_num_threads", "NUM_THREADS_ENV"]
 
 NUM_THREADS_ENV = "MODELGEN_LOADER_NUM_THREADS"
-_DEFAULT_NUM_THREADS = 16
 
 TensorSource = Union[torch.Tensor, Callable[[], torch.Tensor]]
 
@@ -50,16 +50,7 @@ class ExpertStagingError(CheckpointError):
 
 
 def default_num_threads() -> int:
-    raw = os.environ.get(NUM_THREADS_ENV)
-    if raw is None or raw.strip() == "":
-        return _DEFAULT_NUM_THREADS
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{NUM_THREADS_ENV}={raw!r}: expected a positive integer") from None
-    if n < 1:
-        raise ValueError(f"{NUM_THREADS_ENV}={raw!r}: expected a positive integer")
-    return n
+    return settings.get(NUM_THREADS_ENV)
 
 
 def _format_ids(ids: Sequence[int]) -> str:

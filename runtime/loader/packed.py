@@ -275,11 +275,9 @@ class _ReaderRoute:
 
 
 def _device_reader(model: nn.Module, checkpoint: Checkpoint, fetched: list[str]):
-    """A GPU read-ahead route when the model's parameters live on a CUDA device (``MODELGEN_GPU_LOADER=0`` disables)."""
-    import os
-
+    """A GPU read-ahead route when the model's parameters live on a CUDA device."""
     probe = next(model.parameters(), None)
-    if probe is None or probe.device.type != "cuda" or os.environ.get("MODELGEN_GPU_LOADER", "1") == "0":
+    if probe is None or probe.device.type != "cuda":
         return None
     if not getattr(checkpoint, "raw_reads", True):  # a dequantizing view (FP8, MXFP4): its tensors are not file bytes
         return None

@@ -12,12 +12,13 @@ repacking / dequantizing once all shards are in; :func:`process_weights_after_lo
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
+
+from modelgen import settings
 
 from ..layers.fp8 import FP8_DTYPES, dequantize_block_fp8, scale_shape
 from .checkpoint import CheckpointError
@@ -206,7 +207,7 @@ AUTO_KEEP = {"fp8": True, "mxfp4": False}
 
 def quantized_weights_mode(mode: str | None = None) -> str:
     """``LLM(quantized_weights=...)``, else ``MODELGEN_QUANTIZED_WEIGHTS``, else ``auto``; validated."""
-    value = mode if mode is not None else (os.environ.get(QUANTIZED_WEIGHTS_ENV) or "auto")
+    value = mode if mode is not None else settings.get(QUANTIZED_WEIGHTS_ENV)
     if value not in QUANTIZED_WEIGHTS_MODES:
         source = "quantized_weights" if mode is not None else QUANTIZED_WEIGHTS_ENV
         raise ValueError(f"{source} {value!r}: expected one of {', '.join(QUANTIZED_WEIGHTS_MODES)}")

@@ -35,10 +35,11 @@ in float32 from ``A_log`` (``-exp(A_log)`` overflows to ``-inf`` in fp16 otherwi
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import torch.nn.functional as F
+
+from modelgen import settings
 
 L2NORM_EPS = 1e-6  # transformers' l2norm default, aligned with fla's kernel
 
@@ -303,7 +304,7 @@ def chunk_gated_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`chunk_gated_delta_rule_ref`; on a CUDA GPU with ``MODELGEN_GDN_PREFILL=fla`` and flash-linear-attention
     installed, fla's chunked Triton kernel (same algorithm, chunk size 64; see the module docstring for its accuracy)."""
-    if q.is_cuda and chunk_size == 64 and os.environ.get("MODELGEN_GDN_PREFILL") == "fla" and _triton(q):
+    if q.is_cuda and chunk_size == 64 and settings.get("MODELGEN_GDN_PREFILL") == "fla" and _triton(q):
         from .gpu import gated_delta as ggd
 
         if ggd.fla_chunk() is not None:

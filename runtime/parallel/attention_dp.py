@@ -33,6 +33,7 @@ from torch import nn
 
 from .. import distributed
 from ..engine.block_manager import BlockManager, CacheFullError
+from .class_swap import swapped_classes
 
 _COUNTS: list[int] = []  # tokens each DP group feeds this step (set by the runner before the forward)
 _DP: dict = {}  # "group": this rank's data-parallel-dimension group (ranks with its TP rank), "size": T, "index": d
@@ -156,8 +157,6 @@ def _world_built(cls):
 def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -> nn.Module:
     """The generated model with its ``*SparseMoeBlock`` / ``*MLP`` classes built over the whole world and their
     outermost instances switched to gather-run-slice forwards."""
-    from .pipeline import _patched
-
     if target.name != "rocm":
         raise ValueError(f"data_parallel_size is implemented for the rocm target, not {target.name}")
     name = module.MODEL_CLASS.__module__
@@ -166,7 +165,7 @@ def build_dp_model(target, module, config, hf_config: dict, engine_args: dict) -
                      and (k.endswith("SparseMoeBlock") or k.endswith("MLP"))}
     if not world_classes:
         raise ValueError(f"data_parallel_size: {name} has no *MLP or *SparseMoeBlock class to run over the ranks")
-    with _patched(namespace, {k: _world_built(v) for k, v in world_classes.items()}):
+    with swapped_classes(namespace, {k: _world_built(v) for k, v in world_classes.items()}):
         model = target.build_model(module, config, hf_config, engine_args)
     from ..layers.linear import RowParallelLinear
 

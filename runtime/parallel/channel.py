@@ -21,12 +21,13 @@ yield the CPU between polls, so an idle follower does not hold a core.
 from __future__ import annotations
 
 import mmap
-import os
 import platform
 import time
 from pathlib import Path
 
 import torch
+
+from modelgen import settings
 
 _HEAD = 2  # seq, length
 _SPIN = 20000  # polls before yielding the CPU between polls
@@ -39,9 +40,9 @@ def supported() -> bool:
 def wanted(device_type: str) -> bool:
     """Shared-memory control for GPU groups on x86-64 (default), never for CPU groups unless forced: on CPU-only
     hosts the followers' polling would compete with the ranks' own compute for the few cores."""
-    env = os.environ.get("MODELGEN_SHM_CONTROL")
-    if env is not None:
-        return env == "1" and supported()
+    forced = settings.get("MODELGEN_SHM_CONTROL")
+    if forced is not None:
+        return forced and supported()
     return device_type == "cuda" and supported()
 
 

@@ -31,6 +31,8 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
+from modelgen import settings
+
 from .. import distributed
 from .channel import ShmChannel, wanted as _shm_wanted
 
@@ -44,21 +46,15 @@ _FOLLOWER = False  # this process is a rank spawned by Ranks (it follows rank 0'
 
 
 def _timeout() -> timedelta:
-    return timedelta(seconds=float(os.environ.get("MODELGEN_DIST_TIMEOUT", "600")))
+    return timedelta(seconds=settings.get("MODELGEN_DIST_TIMEOUT"))
 
 
 def dump_stacks_later(who: str) -> None:
     """``MODELGEN_DUMP_STACKS_AFTER=S``: this process prints every thread's stack to stderr S seconds from now (once,
     without exiting) -- where each rank waits when a group hangs; a spawned rank's stack is otherwise out of reach."""
-    text = os.environ.get("MODELGEN_DUMP_STACKS_AFTER")
-    if not text:
+    after = settings.get("MODELGEN_DUMP_STACKS_AFTER")
+    if after is None:
         return
-    try:
-        after = float(text)
-    except ValueError:
-        after = -1.0
-    if not after > 0:
-        raise ValueError(f"MODELGEN_DUMP_STACKS_AFTER={text!r}: expected a number of seconds > 0")
     import faulthandler
     import sys
 

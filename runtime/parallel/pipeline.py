@@ -27,7 +27,6 @@ off under PP.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import distributed
+from .class_swap import swapped_classes
 
 
 def layer_range(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
@@ -256,16 +256,6 @@ def init_groups(pp_size: int) -> None:
     distributed.set_groups(tp, rank % tp, groups[rank // tp])
 
 
-@contextlib.contextmanager
-def _patched(namespace: dict, replacements: dict):
-    saved = {k: namespace[k] for k in replacements}
-    namespace.update(replacements)
-    try:
-        yield
-    finally:
-        namespace.update(saved)
-
-
 def _on_meta(cls, owned):
     """A stand-in for class ``cls`` while the model is built: instances it does not own (``owned(args)`` False) are
     built on the meta device -- the structure the generated constructor wires up, without memory."""
@@ -310,7 +300,7 @@ def build_stage_model(target, module, config, hf_config: dict, engine_args: dict
                                                           lambda *a, **kw: first or (last and tied))
     if "ParallelLMHead" in namespace:
         replacements["ParallelLMHead"] = _on_meta(namespace["ParallelLMHead"], lambda *a, **kw: last)
-    with _patched(namespace, replacements):
+    with swapped_classes(namespace, replacements):
         model = target.build_model(module, config, hf_config, engine_args)
     split_stage(model, pp_rank, pp)
     _check_shared_index(model, pp_rank)

@@ -20,7 +20,8 @@ or its Transformers backend through ``--model-impl``) is an error, not a silent 
 from __future__ import annotations
 
 import importlib
-import os
+
+from modelgen import settings
 
 ENV = "MODELGEN_VLLM_MODELS"
 GENERATED = "modelgen.generated.vllm"
@@ -68,7 +69,7 @@ def register() -> None:
     log = init_logger("vllm.plugins.modelgen")  # under "vllm": vLLM's handlers show it in the server log
     available = generated_models()
     native = {a for a in ModelRegistry.get_supported_archs() if _claimed.get(a) is None}
-    chosen = selected(os.environ.get(ENV), available, native)
+    chosen = selected(settings.get(ENV), available, native)
     for arch, package in sorted(chosen.items()):
         path = class_path(package)
         if _claimed.get(arch) == path:

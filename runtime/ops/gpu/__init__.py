@@ -14,6 +14,8 @@ import os
 
 import torch
 
+from modelgen import settings
+
 _FORCED: dict[str, str | None] = {}
 
 
@@ -43,8 +45,8 @@ def refresh() -> None:
     would record the cache as empty in its guards and then fill it, so the next call of the same graph would fail the
     guard and recompile (a neuron runner warmed before any eager call recompiled its first real prefill).
     """
-    _FORCED["mode"] = os.environ.get("MODELGEN_BACKEND") or "auto"
-    _FORCED["cpu"] = "1" if interpreting() and os.environ.get("MODELGEN_TRITON_ON_CPU") == "1" else ""
+    _FORCED["mode"] = settings.get("MODELGEN_BACKEND") or "auto"
+    _FORCED["cpu"] = "1" if interpreting() and settings.get("MODELGEN_TRITON_ON_CPU") else ""
 
 
 def interpreting() -> bool:

@@ -20,70 +20,18 @@ caller uses NCCL. Multicast (NVLS) is never used (the device note: TORCH_SYMM_ME
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 
+from modelgen import settings
+
+from .symmetric_memory import retire, symmetric_buffers
+
 # Above this the ring's bandwidth wins over one-shot's world-size-fold reads (SGLang/vLLM tables put the crossover at
 # 256 KB-1 MB for 2-8 H100/H200s); bench/allreduce.py measures it.
-DEFAULT_MAX_BYTES = 512 * 1024
-
-
-def _agree(ok: bool, group: dist.ProcessGroup, device: torch.device) -> bool:
-    """Whether every rank of ``group`` says ``ok`` (a MIN all-reduce on the group's own backend)."""
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
-
-
-# Whether this process ran a symmetric-memory rendezvous in a process group it has since left. torch keeps per-process
-# rendezvous state that a later group (whose default group has the same name, "0") cannot share with a fresh peer: on
-# two H200s the second TP=2 engine of one pytest process waited in ``rendezvous`` on both ranks
-# (bench/results/h200x2-tp-second-world-hang.log). So one symmetric-memory world per process; later ones take NCCL.
-_SPENT = {"rendezvous_now": False, "earlier_world": False}
-
-
-def symmetric_buffers(numel: int, dtype: torch.dtype, device: torch.device, group: dist.ProcessGroup, count: int = 1):
-    """``count`` symmetric-memory buffers of ``numel`` elements with their rendezvous handles, set up by every rank
-    of ``group`` together -- or None on every rank if any rank cannot (a RuntimeError names the first local cause).
-
-    Why the agreement steps: ``rendezvous`` is a collective. If one rank's allocation failed (memory, driver, no P2P)
-    and it fell back to NCCL while its peers entered the rendezvous, the peers would wait for ever. So: agree that no
-    rank is in a later world of its process (``_SPENT``: the cause of the TP=2 GPU-test hang,
-    bench/results/h200x2-tp-second-world-hang.log); allocate, agree; rendezvous, agree; any failure anywhere and
-    every rank drops the buffers and takes the fallback together."""
-    import torch.distributed._symmetric_memory as symm_mem
-
-    bufs, handles, error = [], [], None
-    if not _agree(not _SPENT["earlier_world"], group, device):
-        _warn_fallback(RuntimeError("this process set up symmetric memory in an earlier process group")
-                       if _SPENT["earlier_world"] else None, "set-up")
-        return None
-    try:
-        bufs = [symm_mem.empty(numel, dtype=dtype, device=device) for _ in range(count)]
-    except Exception as e:  # noqa: BLE001 -- any local failure becomes the group's fallback
-        error = e
-    if not _agree(error is None, group, device):
-        _warn_fallback(error, "allocation")
-        return None
-    _SPENT["rendezvous_now"] = True
-    try:
-        handles = [symm_mem.rendezvous(buf, group.group_name) for buf in bufs]
-    except Exception as e:  # noqa: BLE001
-        error = e
-    if not _agree(error is None, group, device):
-        _warn_fallback(error, "rendezvous")
-        return None
-    return list(zip(bufs, handles))
-
-
-def _warn_fallback(error: BaseException | None, step: str) -> None:
-    import sys
-
-    where = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}" if error else "on a peer rank"
-    print(f"modelgen: symmetric-memory all-reduce unavailable ({step} failed {where}); using NCCL", file=sys.stderr)
+DEFAULT_MAX_BYTES = settings.declared("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES").default
 
 
 class OneShotAllReduce:
@@ -113,7 +61,12 @@ _STATE: dict[str, object] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") != "0"
+    return settings.get("MODELGEN_CUSTOM_ALLREDUCE")
+
+
+def _applies(x: torch.Tensor) -> bool:
+    """The group conditions of both one-shot kernels: switched on, ``x`` on a GPU, an NCCL world of 2..8 ranks."""
+    return enabled() and x.is_cuda and dist.get_backend() == "nccl" and 2 <= dist.get_world_size() <= 8
 
 
 def one_shot(x: torch.Tensor) -> torch.Tensor | None:
@@ -122,28 +75,30 @@ def one_shot(x: torch.Tensor) -> torch.Tensor | None:
     Set up lazily on the first eligible call, which every rank reaches at the same point of the same forward (tensor
     parallel collectives run in the same order on every rank); never set up while a CUDA graph is being captured.
 
-    By default the Triton kernel of ``allreduce_norm.py`` (norm off) where it applies, PyTorch's otherwise: on two
-    H200s in graph replays (bench/allreduce.py, h200x2-allreduce-fused.json) it took 6.29 / 6.60 / 7.32 / 8.48 us at
-    1 / 8 / 32 / 64 rows of 4096 bf16 against PyTorch's 7.72 / 8.08 / 10.60 / 12.19 (NCCL 8.04 / 8.63 / 10.09 / 11.74),
-    equal to NCCL bit for bit on integer inputs. ``MODELGEN_CUSTOM_ALLREDUCE_KERNEL=torch`` keeps PyTorch's."""
-    if not enabled() or not x.is_cuda or dist.get_backend() != "nccl":
+    The Triton kernel of ``allreduce_norm.py`` (norm off) where it applies, PyTorch's (:func:`pytorch_one_shot`)
+    otherwise: on two H200s in graph replays (bench/allreduce.py, h200x2-allreduce-fused.json) it took 6.29 / 6.60 /
+    7.32 / 8.48 us at 1 / 8 / 32 / 64 rows of 4096 bf16 against PyTorch's 7.72 / 8.08 / 10.60 / 12.19 (NCCL 8.04 /
+    8.63 / 10.09 / 11.74), equal to NCCL bit for bit on integer inputs."""
+    if not _applies(x):
         return None
-    world = dist.get_world_size()
-    if not 2 <= world <= 8:
-        return None
-    if os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_KERNEL", "triton") == "triton":
-        from . import allreduce_norm
+    from . import allreduce_norm  # imports Triton: only on a GPU path that gets here
 
-        y = allreduce_norm.all_reduce(x)
-        if y is not None:
-            return y
+    y = allreduce_norm.all_reduce(x)
+    return y if y is not None else pytorch_one_shot(x)
+
+
+def pytorch_one_shot(x: torch.Tensor) -> torch.Tensor | None:
+    """PyTorch's ``symm_mem`` one-shot kernel alone, or None where it does not apply: :func:`one_shot`'s fallback,
+    and bench/allreduce.py's column for it."""
+    if not _applies(x):
+        return None
     key = str(x.dtype)
     op = _STATE.get(key)
     if op is None:
         if key in _STATE or torch.cuda.is_current_stream_capturing():
             return None
         try:
-            max_bytes = int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", DEFAULT_MAX_BYTES))
+            max_bytes = settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
             op = OneShotAllReduce(dist.group.WORLD, x.device, x.dtype, max_bytes)
         except Exception:  # no P2P between these GPUs, an old driver, symmetric memory unavailable: NCCL it is
             _STATE[key] = None
@@ -163,10 +118,10 @@ def in_use() -> bool:
 
 def reset() -> None:
     """Forget the buffers, this module's and the fused all-reduce + norm kernel's (tests that tear a process group
-    down and start another). After a rendezvous in this group, later groups of this process take NCCL (``_SPENT``)."""
+    down and start another). After a rendezvous in this group, later groups of this process take NCCL
+    (``symmetric_memory.SPENT``)."""
     _STATE.clear()
-    if _SPENT["rendezvous_now"]:
-        _SPENT["earlier_world"], _SPENT["rendezvous_now"] = True, False
+    retire()
     fused = sys.modules.get(f"{__package__}.allreduce_norm")  # only if it was imported (it imports Triton)
     if fused is not None:
         fused.reset()

@@ -56,11 +56,12 @@ eligible call, never during CUDA-graph capture). NVLink multicast is never used 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from modelgen import settings
 
 from . import next_pow2, pdl
 
@@ -160,7 +161,7 @@ class Exchange:
         """Collective: every rank of ``group`` allocates and maps the buffer together."""
         import torch.distributed as dist
 
-        from .allreduce import symmetric_buffers
+        from .symmetric_memory import symmetric_buffers
 
         made = symmetric_buffers(TOTAL_BYTES, torch.uint8, device, group)  # agreed by every rank, or None on all
         if made is None:
@@ -232,14 +233,11 @@ _STATE: dict[str, object] = {}
 
 
 def fused_enabled() -> bool:
-    return (os.environ.get("MODELGEN_FUSED_ALLREDUCE_NORM", "1") != "0"
-            and os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") != "0")
+    return settings.get("MODELGEN_FUSED_ALLREDUCE_NORM") and settings.get("MODELGEN_CUSTOM_ALLREDUCE")
 
 
 def _max_bytes() -> int:
-    from .allreduce import DEFAULT_MAX_BYTES
-
-    return int(os.environ.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES", DEFAULT_MAX_BYTES))
+    return settings.get("MODELGEN_CUSTOM_ALLREDUCE_MAX_BYTES")
 
 
 def world_applies(x: torch.Tensor) -> bool:
@@ -247,9 +245,9 @@ def world_applies(x: torch.Tensor) -> bool:
     Triton's interpreter: the barrier needs two GPUs running at once)."""
     import torch.distributed as dist
 
-    from ... import distributed
+    from ...tp_state import tp_group
 
-    if not x.is_cuda or not dist.is_available() or not dist.is_initialized() or distributed.tp_group() is not None:
+    if not x.is_cuda or not dist.is_available() or not dist.is_initialized() or tp_group() is not None:
         return False
     return dist.get_backend() == "nccl" and 2 <= dist.get_world_size() <= MAX_WORLD
 
@@ -288,7 +286,7 @@ def all_reduce_add_rms_norm(x, residual, weight, eps, zero_centred=False, weight
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor | None:
     """The plain all-reduce through this kernel, or None where it does not apply."""
-    if os.environ.get("MODELGEN_CUSTOM_ALLREDUCE", "1") == "0" or not world_applies(x):
+    if not settings.get("MODELGEN_CUSTOM_ALLREDUCE") or not world_applies(x):
         return None
     es = x.element_size()
     if x.dtype not in DTYPES or x.numel() == 0 or x.numel() * es > _max_bytes() or x.numel() > MAX_SLOTS * CHUNK:

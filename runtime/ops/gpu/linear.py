@@ -8,12 +8,13 @@ compute, which is free here. For ``M = 1`` a split-K GEMV (no tensor cores) is a
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from modelgen import settings
 
 from . import pdl
 
@@ -237,7 +238,7 @@ def weight_copies(weight: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _pick(key, x2, weight, bias) -> str:
-    forced = os.environ.get("MODELGEN_GEMV")
+    forced = settings.get("MODELGEN_GEMV")
     M, K = x2.shape
     N = weight.shape[0]
     impls = {"cublas": lambda w: F.linear(x2, w, bias), "triton": lambda w: skinny_linear(x2, w, bias)}

@@ -35,11 +35,12 @@ of the two is timed once per shape, as ``linear.py`` does for the dense skinny G
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from modelgen import settings
 
 from . import next_pow2, pdl
 
@@ -944,7 +945,7 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     sorted_cfg = default_config(T, KT, L + S, hidden.dtype)
     if T > SMALL_T:
         return sorted_cfg
-    forced = os.environ.get("MODELGEN_MOE")
+    forced = settings.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
     key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device)

@@ -50,21 +50,20 @@ import torch
 import triton
 import triton.language as tl
 
+from modelgen import settings
+
 _STATE: dict[str, int] = {}
 
 
 def refresh() -> None:
     """Re-read ``MODELGEN_PDL`` (0 off, 1 release after the wait -- the default, 2 release early where allowed) and
     ``MODELGEN_PDL_PREFETCH`` (0/1, default 0). Graphs captured before keep what they captured."""
-    level = os.environ.get("MODELGEN_PDL", "1")
-    if level not in ("0", "1", "2"):
-        raise ValueError(f"MODELGEN_PDL={level!r}: expected 0 (off), 1 (on) or 2 (on, early release)")
-    _STATE["pdl"] = int(level)
+    _STATE["pdl"] = int(settings.get("MODELGEN_PDL"))
     # Off by default: measured on the H200 (bench/moe_layer.py, Qwen3-30B-A3B layer, bs 1) PDL alone took 55.8 us
     # per layer against 61.7 without, PDL + this prefetch 59.1 (o_proj 5.7 -> 8.4 us, down 13.9 -> 15.5): issued
     # just before the same kernel's own loads it duplicates their requests instead of hiding latency.
-    _STATE["prefetch"] = int(os.environ.get("MODELGEN_PDL_PREFETCH", "0") == "1")
-    _STATE["ahead"] = int(os.environ.get("MODELGEN_PREFETCH_AHEAD", "0") == "1")
+    _STATE["prefetch"] = int(settings.get("MODELGEN_PDL_PREFETCH"))
+    _STATE["ahead"] = int(settings.get("MODELGEN_PREFETCH_AHEAD"))
 
 
 def set_mode(pdl: int | bool | None = None, prefetch: bool | None = None, ahead: bool | None = None) -> None:

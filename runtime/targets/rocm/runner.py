@@ -1,9 +1,10 @@
 """The rocm runner (ATOM style): a scheduled step -> one flattened varlen batch -> next-token logits."""
 from __future__ import annotations
 
-import os
 
 import torch
+
+from modelgen import settings
 
 from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
@@ -43,7 +44,7 @@ class RocmRunner:
         self.async_greedy = self.pipeline is None
         self.chain = torch.zeros(max([max_num_seqs, *(decode_buckets or [])]), dtype=torch.int64, device=device)
         self._readback = None  # two pinned host rows the async steps' tokens are copied into, alternately
-        if cuda_graphs and os.environ.get("MODELGEN_CUDA_GRAPHS", "1") != "0" and _gpu_kernels_on(model, device):
+        if cuda_graphs and settings.get("MODELGEN_CUDA_GRAPHS") and _gpu_kernels_on(model, device):
             width = blocks.blocks_needed(max_model_len) if max_model_len else blocks.num_blocks
             self.graphs = DecodeGraphs(model, device, max_num_seqs, width, blocks.block_size, decode_buckets,
                                        with_state=state_pool is not None, chain=self.chain)

@@ -268,7 +268,7 @@ class _SkipLog(logging.Handler):
 # ------------------------------------------------------------------------------------------ spec locations of fixes
 def spec_hints(spec_path: str | Path, error: str) -> list[str]:
     """``file:line:col: field: ...`` lines pointing at where the spec decides about the tensors an error names."""
-    from .spec_file import load_spec
+    from modelgen.codegen.spec_file import load_spec
 
     try:
         spec, smap, _ = load_spec(spec_path)

@@ -31,8 +31,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
-from .lower import compile_spec, display_path
-from .render import render_package
+from modelgen.codegen.lower import compile_spec, display_path
+from modelgen.codegen.render import render_package
 
 FP32_ATOL = 1e-4  # float32 end to end: only summation order differs (the hand-written parity tests' bound)
 GREEDY_TOKENS = 16

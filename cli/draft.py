@@ -4,7 +4,7 @@ headers when present), as the delta over the closest existing spec.
 1. The closest spec: every spec in specs/ is scored on what it would read of this config (its read and ignored keys
    against the config's keys, fields it reads that the config lacks), its ``model_type`` family (qwen2_moe ~
    qwen3_moe) and its architectures; the best three are then dry-run against the checkpoint's headers
-   (``codegen/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
+   (``cli/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
 2. The draft ``extends:`` it and binds config fields: a key the base does not read but another spec reads into a
    field the base has (Mixtral's ``num_local_experts`` for Qwen3-MoE's ``num_experts``) becomes ``read: [key, ...]``.
 3. Everything left is a ``# TODO`` comment: each config key nobody reads (with its value), each key the base
@@ -33,11 +33,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from .errors import ModelgenError
-from .expr import short_repr
-from .literal import comment_text
-from .lower import SPECS_DIR, compile_spec, display_path
-from .yaml_source import read_regular
+from modelgen.codegen.errors import ModelgenError
+from modelgen.codegen.expr import short_repr
+from modelgen.codegen.literal import comment_text
+from modelgen.codegen.lower import SPECS_DIR, compile_spec, display_path
+from modelgen.codegen.yaml_source import read_regular
 
 MAX_CONFIG_BYTES = 64 * 1024 * 1024  # config.json files are a few KiB; this only keeps a hostile one off the heap
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
@@ -166,7 +166,7 @@ def checkpoint_tokens(checkpoint: Path | None) -> set[str]:
 
 def _generated_tokens(name: str) -> set[str]:
     """Identifiers of a spec's generated rocm package (its module names, packed/expert/ignore tables)."""
-    from .build import GENERATED_DIR
+    from modelgen.codegen.build import GENERATED_DIR
 
     out: set[str] = set()
     for p in (GENERATED_DIR / "rocm" / name).glob("*.py"):
