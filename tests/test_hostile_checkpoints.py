@@ -318,7 +318,7 @@ def test_modelgen_run_refuses_a_billion_layers_quickly(copy, layers):
     (d / "config.json").write_text(json.dumps(cfg)[:-1] + f', "num_hidden_layers": {layers}}}')
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "run", "--device", "cpu", "--checkpoint",
+    proc = subprocess.run([sys.executable, "-m", "modelgen.cli", "run", "--device", "cpu", "--checkpoint",
                            str(d), "--prompt-ids", "1,2"], capture_output=True, text=True, timeout=60, env=env)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
