@@ -519,6 +519,10 @@ def _serve_bound(args, sock, port, template, template_source, serve, kv_cache_op
     from modelgen.runtime.checkpoint_dir import CheckpointDir
 
     _refuse_stale(CheckpointDir(checkpoint), args.target)
+    if not (Path(checkpoint) / "tokenizer.json").is_file():  # before the load and the banner, not after them
+        print(f"modelgen serve: {checkpoint} has no tokenizer.json; the server takes text prompts and chat "
+              f"messages, so it needs the checkpoint's tokenizer", file=sys.stderr)
+        return 1
     extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens",
                                                     "tensor_parallel_size", "expert_parallel_size")
              if getattr(args, name) is not None}
@@ -540,7 +544,7 @@ def _serve_bound(args, sock, port, template, template_source, serve, kv_cache_op
           f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
     serve(llm, name, host=args.host, port=port, max_waiting=args.max_waiting, sock=sock, api_key=args.api_key,
           chat_template=template, chat_template_source=template_source or "--chat-template",
-          log_level=args.log_level, shutdown_grace=args.shutdown_timeout)
+          log_level=args.log_level, shutdown_grace=args.shutdown_timeout, max_body_bytes=args.max_body_bytes)
     return 0
 
 
@@ -722,6 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "/health and /metrics stay open)")
     sv.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                     help="server log level; info logs one access line per request")
+    from modelgen.runtime.server.request_body import DEFAULT_MAX_BODY_BYTES  # json only: no server import cost
+
+    sv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
+                    help="largest request body accepted; a larger one gets 413 before any of it is parsed")
     sv.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="S",
                     help="on SIGINT / SIGTERM, seconds running requests get to finish before they are aborted")
     for f in _PARALLEL_FLAGS:

@@ -392,7 +392,9 @@ class Tokenizer:
         return cls(tok, config, None, str(cfg_path))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch, not encode: the same ids, but it releases the GIL while the Rust tokenizer runs, so a long
+        # prompt tokenized in a server thread does not stall the event loop (encode holds it throughout).
+        return self.tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
