@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "/health and /metrics stay open)")
     sv.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                     help="server log level; info logs one access line per request")
+    from modelgen.runtime.server.request_body import DEFAULT_MAX_BODY_BYTES  # json only: no server import cost
+
+    sv.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="N",
+                    help="largest request body accepted; a larger one gets 413 before any of it is parsed")
     sv.add_argument("--shutdown-timeout", type=float, default=5.0, metavar="S",
                     help="on SIGINT / SIGTERM, seconds running requests get to finish before they are aborted")
     for f in PARALLEL_FLAGS:

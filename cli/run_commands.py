@@ -367,6 +367,10 @@ def _serve_bound(args, sock, port, template, template_source, serve, kv_cache_op
     from modelgen.runtime.checkpoint_dir import CheckpointDir
 
     _refuse_stale(CheckpointDir(checkpoint), args.target)
+    if not (Path(checkpoint) / "tokenizer.json").is_file():  # before the load and the banner, not after them
+        print(f"modelgen serve: {checkpoint} has no tokenizer.json; the server takes text prompts and chat "
+              f"messages, so it needs the checkpoint's tokenizer", file=sys.stderr)
+        return 1
     extra = {name: getattr(args, name) for name in ("max_model_len", "num_blocks", "speculative_tokens",
                                                     "tensor_parallel_size", "expert_parallel_size")
              if getattr(args, name) is not None}
@@ -388,5 +392,5 @@ def _serve_bound(args, sock, port, template, template_source, serve, kv_cache_op
           f"{', API key required' if args.api_key else ''})", file=sys.stderr, flush=True)
     serve(llm, name, host=args.host, port=port, max_waiting=args.max_waiting, sock=sock, api_key=args.api_key,
           chat_template=template, chat_template_source=template_source or "--chat-template",
-          log_level=args.log_level, shutdown_grace=args.shutdown_timeout)
+          log_level=args.log_level, shutdown_grace=args.shutdown_timeout, max_body_bytes=args.max_body_bytes)
     return 0

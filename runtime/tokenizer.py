@@ -32,6 +32,7 @@ from .loader.files import MAX_CONFIG_BYTES, MAX_TOKENIZER_BYTES, read_bytes, rea
 RENDER_SECONDS = 1.0
 RENDER_CHARS = 16 << 20  # characters produced by one render, at least; grows with the input (see _render_budget)
 MAX_TEMPLATE_CHARS = 1 << 20
+MAX_ERROR_CHARS = 500  # an error message quotes at most this much of what the template produced
 MAX_INT_BITS = 1 << 16  # ints beyond ~19,700 decimal digits are refused (squaring loops would stall in C)
 # Sequences are sized item by item (Python speed); one with more items than this counts as over any budget, which
 # keeps every size check under ~0.1 s. Jinja's own range() stops at 100,000 items.
@@ -52,7 +53,24 @@ class _LimitExceeded(Exception):
 
 
 def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
+    return " ".join(str(text)[:MAX_ERROR_CHARS * 4].split())[:MAX_ERROR_CHARS]
+
+
+def _release(error: BaseException) -> None:
+    """Free what a failed render holds: the locals of every finished frame in the tracebacks of ``error`` and the
+    exceptions it chains (``__context__`` / ``__cause__``), and the links themselves (they form reference cycles
+    that only the garbage collector would break, after who knows how many more requests)."""
+    import traceback
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if error.__traceback__ is not None:
+            traceback.clear_frames(error.__traceback__)
+        error.__traceback__ = None
+        nxt = error.__cause__ or error.__context__
+        error.__cause__ = error.__context__ = None
+        error = nxt
 
 
 # ------------------------------------------------------------------------------------------------- render budget
@@ -84,9 +102,17 @@ def _budget() -> _Budget:
     return budget
 
 
+_BYTES = (bytes, bytearray)  # charged by length like strings: ('x' * 10**6).encode() * 2500 is 2.5 GB too
+_SEQUENCES = (str, bytes, bytearray, list, tuple)  # what `*` and `+` can make larger than their operands
+_RESULTS = (str, bytes, bytearray, list, tuple, dict, set, frozenset)  # results charged after a call / filter
+TICK_EVERY = 4096  # items between clock checks inside the loops below (the time limit holds inside one operation)
+
+
 def _size(value: Any, cap: int) -> int:
     """Printed size of ``value`` (as ``str()`` would make it), computed without building it; stops past ``cap``."""
     if isinstance(value, str):
+        return len(value)
+    if isinstance(value, _BYTES):
         return len(value)
     if isinstance(value, (list, tuple, set, frozenset, dict, range)):
         if len(value) > MAX_ITEMS:
@@ -95,63 +121,89 @@ def _size(value: Any, cap: int) -> int:
         items = value.items() if isinstance(value, dict) else value
         if isinstance(value, range):
             return 2 + len(value) * (len(str(value[-1])) + 2) if len(value) else 7
-        for item in items:
+        budget = _BUDGET.get(None)
+        for i, item in enumerate(items):
             total += 2 + (_size(item[0], cap) + _size(item[1], cap) + 2 if isinstance(value, dict) else _size(item, cap))
             if total > cap:
                 return total
+            if budget is not None and i % TICK_EVERY == TICK_EVERY - 1:
+                budget.tick()
         return total
     if isinstance(value, int) and not isinstance(value, bool):
         return value.bit_length() // 3 + 2
     return 32  # numbers, None, booleans, namespaces: small reprs
 
 
-def _check_ints(values, budget: _Budget, what: str) -> None:
-    """Values that may be used as widths (``'%*s'``, ``'{0:{1}}'``) must fit the budget: refused before formatting."""
-    for x in values:
-        if isinstance(x, int) and not isinstance(x, bool) and abs(x) > budget.left:
-            shown = x if x.bit_length() < 200 else f"of {x.bit_length()} bits"
-            raise _LimitExceeded(f"{what}: numeric argument {shown} is over the {budget.left} characters left "
-                                 f"of the {budget.limit}-character render size limit")
+def _width_args(values, budget: _Budget, what: str) -> int:
+    """Characters the integer arguments could add as widths (``'%*s'``, ``'{0:{1}}'``): all of them, summed (250
+    widths of 10**7 each are 2.5 GB although each one alone fits); refused here when over the budget."""
+    ints = [abs(x) for x in values if isinstance(x, int) and not isinstance(x, bool)]
+    total = sum(ints)
+    if total > budget.left:
+        largest = max(ints)
+        shown = largest if largest.bit_length() < 200 else f"of {largest.bit_length()} bits"
+        raise _LimitExceeded(f"{what}: numeric argument {shown} (width arguments {len(ints)}, together "
+                             f"{total if total.bit_length() < 200 else 'huge'}) is over the {budget.left} characters "
+                             f"left of the {budget.limit}-character render size limit")
+    return total
 
 
-_FORMAT_WIDTH = re.compile(r"\d{8,}")  # a width/precision of 10**7 or more in a %- or {}-format string
+# A %-field's width and precision ('%-9999999.5s'), and the spec of a {}-field ('{0:>9999999}'): the numbers that
+# make a format string print more than its arguments.
+_PERCENT_FIELD = re.compile(rb"%(?:\([^)]*\))?[#0\- +]*(\d*)(?:\.(\d*))?")
+_BRACE_SPEC = re.compile(rb"\{[^{}:]*:([^{}]*)\}")
+_DIGITS = re.compile(rb"\d+")
 
 
-def _precheck_format(fmt: str, values: list, budget: _Budget, what: str) -> None:
-    m = _FORMAT_WIDTH.search(fmt)
-    if m and int(m.group()) > budget.left:
-        raise _LimitExceeded(f"{what}: width {m.group()} in the format string is over the render size limit")
-    if "*" in fmt or re.search(r"\{[^{}]*:[^{}]*\{", fmt):  # a width taken from the arguments
-        _check_ints(values, budget, what)
-    fields = fmt.count("%") + fmt.count("{")  # each field may print the largest argument once
+def _format_widths(fmt: str | bytes) -> int:
+    """Characters the widths and precisions written in a format string could add, all fields summed
+    (``'%9999999s' * 250`` is 2.5 G characters although each width alone fits the budget)."""
+    raw = fmt.encode("utf-8", "replace") if isinstance(fmt, str) else bytes(fmt)
+    numbers = [d for m in _PERCENT_FIELD.finditer(raw) for d in m.groups() if d]
+    numbers += [d for m in _BRACE_SPEC.finditer(raw) for d in _DIGITS.findall(m.group(1))]
+    return sum(int(d) if len(d) <= 18 else 1 << 64 for d in numbers)
+
+
+def _precheck_format(fmt: str | bytes, values: list, budget: _Budget, what: str) -> None:
+    widths = _format_widths(fmt)
+    if widths > budget.left:
+        raise _LimitExceeded(f"{what}: width {widths} in the format string (all fields together) is over the "
+                             f"render size limit")
+    star = "*" if isinstance(fmt, str) else b"*"
+    if star in fmt or re.search(r"\{[^{}]*:[^{}]*\{", fmt if isinstance(fmt, str) else ""):
+        widths += _width_args(values, budget, what)  # widths taken from the arguments
+    percent, brace = ("%", "{") if isinstance(fmt, str) else (b"%", b"{")
+    fields = fmt.count(percent) + fmt.count(brace)  # each field may print the largest argument once
     largest = max((_size(v, budget.left) for v in values), default=0)
-    budget.charge(len(fmt) + fields * largest, what)
+    budget.charge(len(fmt) + widths + fields * largest, what)
 
 
 def _precheck_join(items: list, sep: str, budget: _Budget, what: str) -> None:
     budget.charge(sum(_size(x, budget.left) for x in items) + len(sep) * max(len(items) - 1, 0), what)
 
 
-def _precheck_replace(s: str, old: str, new: str, count: int | None, budget: _Budget, what: str) -> None:
+def _precheck_replace(s, old, new, count: int | None, budget: _Budget, what: str) -> None:
     hits = len(s) + 1 if old == "" else s.count(old)
     if count is not None and count >= 0:
         hits = min(hits, count)
     budget.charge(len(s) + hits * max(len(new) - len(old), 0), what)
 
 
-def _precheck_str_method(s: str, name: str, args: list, kwargs: dict, budget: _Budget) -> None:
-    what = f"str.{name}()"
+def _precheck_str_method(s: str | bytes, name: str, args: list, kwargs: dict, budget: _Budget) -> None:
+    """``s.name(*args)`` for a str or bytes ``s`` (the same methods grow both)."""
+    what = f"{type(s).__name__}.{name}()"
+    text = (str, *_BYTES)
     if name in ("ljust", "rjust", "center", "zfill") and args and isinstance(args[0], int):
         budget.charge(max(len(s), args[0]), what)
     elif name == "expandtabs":
         tab = args[0] if args else kwargs.get("tabsize", 8)
-        budget.charge(len(s) + s.count("\t") * max(int(tab), 0), what)
-    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        budget.charge(len(s) + s.count("\t" if isinstance(s, str) else b"\t") * max(int(tab), 0), what)
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], text) and isinstance(args[1], text):
         _precheck_replace(s, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count"), budget, what)
-    elif name == "translate" and args and isinstance(args[0], dict):
+    elif name == "translate" and args and isinstance(args[0], dict) and isinstance(s, str):
         longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
         budget.charge(len(s) * max(longest, 1), what)
-    elif name in ("format", "format_map"):
+    elif name in ("format", "format_map") and isinstance(s, str):
         values = list(args) + list(kwargs.values())
         if name == "format_map" and args and isinstance(args[0], dict):
             values = list(args[0].values())
@@ -197,7 +249,7 @@ def _guard_filter(name: str, fn):
         args = list(args)
         if len(args) > skip:
             if name in ("join", "sum") and not isinstance(args[skip], (str, list, tuple)):
-                args[skip] = list(args[skip])  # materialise once: the precheck and the filter see the same items
+                args[skip] = _materialise(args[skip], budget)  # once: the precheck and the filter see the same items
             value, rest = args[skip], args[skip + 1 :]
             if name == "join" and not kwargs.get("attribute") and len(rest) <= 1:
                 _precheck_join(list(value), str(rest[0] if rest else kwargs.get("d", "")), budget, f"filter '{name}'")
@@ -208,17 +260,31 @@ def _guard_filter(name: str, fn):
                     # Python's sum() concatenates sequences pairwise (quadratic time): build the result in one pass.
                     budget.charge(_size(value, budget.left) + _size(start, budget.left), f"filter '{name}'")
                     out = list(start)
-                    for item in value:
+                    for i, item in enumerate(value):
                         out.extend(item)
+                        if i % TICK_EVERY == TICK_EVERY - 1:
+                            budget.tick()
                     return type(start)(out)
             else:
                 _precheck_filter(name, value, rest, kwargs, budget)
         result = fn(*args, **kwargs)
-        if isinstance(result, (str, list, tuple)):
+        if isinstance(result, _RESULTS):
             budget.charge(_size(result, budget.left), f"filter '{name}'")
         return result
 
     return guarded
+
+
+def _materialise(iterable, budget: _Budget) -> list:
+    """``list(iterable)`` with the clock checked as it goes (a lazy ``map`` / ``select`` chain runs here)."""
+    items = []
+    for item in iterable:
+        items.append(item)
+        if len(items) % TICK_EVERY == 0:
+            budget.tick()
+        if len(items) > MAX_ITEMS:
+            raise _LimitExceeded(f"a sequence of over {MAX_ITEMS} items")
+    return items
 
 
 def _guard_iter(iterable):
@@ -273,19 +339,19 @@ def _bounded_environment():
             what = f"the '{operator}' operator"
             if operator == "*":
                 seq, n = (left, right) if isinstance(right, int) else (right, left)
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+                if isinstance(seq, _SEQUENCES) and isinstance(n, int):
                     budget.charge(_size(seq, budget.left) * max(n, 0), what)
                 elif isinstance(left, int) and isinstance(right, int) \
                         and left.bit_length() + right.bit_length() > MAX_INT_BITS:
                     raise _LimitExceeded(f"{what}: integer result over {MAX_INT_BITS} bits")
             elif operator == "+":
-                if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                if isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
                     budget.charge(_size(left, budget.left) + _size(right, budget.left), what)
             elif operator == "**":
                 if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0 \
                         and right * abs(left).bit_length() > MAX_INT_BITS:
                     raise _LimitExceeded(f"{what}: {left} ** {right} has over {MAX_INT_BITS} bits")
-            elif operator == "%" and isinstance(left, str):
+            elif operator == "%" and isinstance(left, (str, *_BYTES)):
                 values = list(right) if isinstance(right, tuple) else list(right.values()) \
                     if isinstance(right, dict) else [right]
                 _precheck_format(left, values, budget, what)
@@ -297,15 +363,15 @@ def _bounded_environment():
                 return __context.call(__obj, *args, **kwargs)
             name = getattr(__obj, "__name__", type(__obj).__name__)
             owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
-            if isinstance(owner, str):
+            if isinstance(owner, (str, *_BYTES)):
                 if name == "join" and args:
-                    items = list(args[0])
+                    items = _materialise(args[0], budget)
                     _precheck_join(items, owner, budget, "str.join()")
                     args = (items, *args[1:])
                 else:
                     _precheck_str_method(owner, name, list(args), kwargs, budget)
             result = super().call(__context, __obj, *args, **kwargs)
-            if isinstance(result, (str, list, tuple)):
+            if isinstance(result, _RESULTS):
                 budget.charge(_size(result, budget.left), f"{name}()")
             return result
 
@@ -398,7 +464,9 @@ class Tokenizer:
         return cls(tok, config, None, str(cfg_path))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch, not encode: the same ids, but it releases the GIL while the Rust tokenizer runs, so a long
+        # prompt tokenized in a server thread does not stall the event loop (encode holds it throughout).
+        return self.tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -441,30 +509,50 @@ class Tokenizer:
 
         input_chars = len(json.dumps(messages, default=str))
         token = _BUDGET.set(_Budget(max(RENDER_CHARS, 16 * input_chars), time_limit))
+        failure: ChatTemplateError | None = None
+        # The render function itself, not template.generate(): generate() hands errors to Jinja's traceback
+        # rewriting, whose fake frames keep copies of the template's variables in reference cycles.
+        context = template.new_context({
+            "messages": messages, "add_generation_prompt": add_generation_prompt,
+            "bos_token": self._special("bos_token"), "eos_token": self._special("eos_token"),
+            "raise_exception": raise_exception,
+        })
         try:
-            return "".join(template.generate(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self._special("bos_token"), eos_token=self._special("eos_token"),
-                raise_exception=raise_exception,
-            ))
-        except ChatTemplateError:
-            raise
+            return "".join(template.root_render_func(context))
+        # Each error is rebuilt from its message and raised after the except block, once the failed render's frames
+        # are cleared (_release): an exception keeps every frame of its traceback alive, and with them whatever the
+        # template built (a failed 3 GB bomb kept 3 GB per request until the garbage collector ran).
+        except ChatTemplateError as e:
+            failure = ChatTemplateError(str(e))
+            _release(e)
         except _LimitExceeded as e:
-            raise self._fail("exceeded a render limit", e) from None
+            failure = self._fail("exceeded a render limit", e)
+            _release(e)
         except SecurityError as e:
-            raise self._fail("attempted an unsafe operation", e) from None
+            failure = self._fail("attempted an unsafe operation", e)
+            _release(e)
         except UndefinedError as e:
-            raise self._fail("uses an undefined value", e) from None
+            failure = self._fail("uses an undefined value", e)
+            _release(e)
         except TemplateError as e:
-            raise self._fail("failed", e) from None
-        except RecursionError:
-            raise self._fail("recursed too deeply", "Python's recursion limit was reached") from None
-        except MemoryError:
-            raise self._fail("ran out of memory", "MemoryError") from None
+            failure = self._fail("failed", e)
+            _release(e)
+        except RecursionError as e:
+            failure = self._fail("recursed too deeply", "Python's recursion limit was reached")
+            _release(e)
+        except MemoryError as e:
+            failure = self._fail("ran out of memory", "MemoryError")
+            _release(e)
         except Exception as e:  # TypeError, ValueError, ZeroDivisionError, OverflowError from template expressions
-            raise self._fail("failed", f"{type(e).__name__}: {e}") from None
+            failure = self._fail("failed", f"{type(e).__name__}: {e}")
+            _release(e)
         finally:
             _BUDGET.reset(token)
+            # A macro's closure and the context refer to each other (a cycle the garbage collector alone frees):
+            # emptied here, the cycle no longer holds what the template built.
+            context.vars.clear()
+            context.exported_vars.clear()
+        raise failure
 
     def has_chat_template(self) -> bool:
         """Whether the checkpoint ships a chat template (chat_template.jinja or tokenizer_config.json's field); a

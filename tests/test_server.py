@@ -54,7 +54,7 @@ def _start(ckpt, *extra: str) -> tuple[subprocess.Popen, str]:
         try:
             urllib.request.urlopen(base + "/health", timeout=2)
             return proc, base
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # the port is bound before the model loads
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
                 pytest.fail(f"server did not start:\n{proc.stdout.read()}")

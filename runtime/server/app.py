@@ -10,6 +10,7 @@ server is stopping. A streaming client that disconnects cancels its request (its
 steps); a string ``stop`` ends a request when its text contains it (the text is cut before it)."""
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hmac
 import json
@@ -33,11 +34,25 @@ from ..engine.llm import LLM
 from ..engine.outputs import IncrementalDecoder
 from ..engine.sampler import SamplingParams
 from .engine_loop import EngineLoop, QueueFull, ShuttingDown
+from .request_body import DEFAULT_MAX_BODY_BYTES, BodyError, BodyLimit, parse_json_object
+from .stop_matcher import StopMatcher
 
 log = logging.getLogger("modelgen.server")
 access_log = logging.getLogger("modelgen.access")
 
 MAX_LOGPROBS = 20  # top log-probabilities per token at most (OpenAI's chat limit; vLLM's default max_logprobs)
+MAX_STOPS = 4  # OpenAI's limit
+MAX_STOP_CHARS = 1024  # per stop string: matching is linear whatever the length, this bounds memory and hold-back
+# The smallest temperature above 0 (greedy): logits / 1e-300 overflow to inf and the softmax to NaN, which
+# torch.multinomial refuses inside the shared engine step. 1e-3 keeps |logits| up to ~1e35 finite.
+MIN_TEMPERATURE = 1e-3
+REPETITION_PENALTY_RANGE = (1e-2, 1e2)  # the same overflow (logits divided or multiplied by it)
+# A prompt longer than max_model_len x this many characters cannot fit the context whatever the tokenizer (unless
+# one token covers more characters than this: the longest token of the vocabulary raises the bound), so it is
+# refused before tokenizing: tokenizing 8 M characters took 53 s.
+MIN_CHARS_PER_TOKEN_BOUND = 16
+MAX_MESSAGE_CHARS_SHOWN = 300  # error messages quote a value at most this long
+PREP_WORKERS = 2  # threads that parse, render and tokenize requests (the event loop only moves bytes)
 
 # ------------------------------------------------------------------------------------------------ request fields
 # Fields whose value is served (read and acted on). The vLLM extensions (the openai client sends them through
@@ -85,6 +100,8 @@ STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
 class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error",
                  code: str | None = None):
+        if len(message) > MAX_MESSAGE_CHARS_SHOWN * 2:  # a value quoted in full would amplify the request
+            message = message[: MAX_MESSAGE_CHARS_SHOWN * 2] + "... (truncated)"
         super().__init__(message)
         self.param, self.status, self.kind, self.code = param, status, kind, code
 
@@ -135,12 +152,26 @@ def _params(body: dict, max_tokens_default: int, chat: bool, vocab_size: int
     temperature = _num(body, "temperature", 1.0)
     if not 0 <= temperature <= 2:
         raise BadRequest(f"'temperature' = {temperature!r}: expected a number in [0, 2]", "temperature")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise BadRequest(f"'temperature' = {temperature!r}: expected 0 (greedy) or at least {MIN_TEMPERATURE:g} "
+                         f"(smaller ones overflow the logits)", "temperature")
     top_p = _num(body, "top_p", 1.0)
     seed = _num(body, "seed", None, int)
+    # sample i of n is seeded seed + i, and torch generator seeds are 64-bit
+    if seed is not None and not 0 <= seed <= 2**64 - n:
+        raise BadRequest(f"'seed' = {seed!r}: expected an integer in [0, 2**64 - n] (sample i of n is seeded "
+                         f"seed + i, a 64-bit generator seed)", "seed")
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise BadRequest(f"'stop' = {stop!r}: expected a string or up to 4 non-empty strings", "stop")
+    if not isinstance(stops, list) or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops) \
+            or len(stops) > MAX_STOPS:
+        raise BadRequest(f"'stop' = {str(stop)[:80]!r}: expected a string or up to {MAX_STOPS} non-empty strings of "
+                         f"at most {MAX_STOP_CHARS} characters", "stop")
+    repetition_penalty = _num(body, "repetition_penalty", 1.0)
+    low, high = REPETITION_PENALTY_RANGE
+    if not low <= repetition_penalty <= high:
+        raise BadRequest(f"'repetition_penalty' = {repetition_penalty!r}: expected a number in [{low:g}, {high:g}] "
+                         f"(1 = off)", "repetition_penalty")
     stop_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
                                                  for t in stop_ids):
@@ -212,7 +243,7 @@ def _params(body: dict, max_tokens_default: int, chat: bool, vocab_size: int
             stop_token_ids=tuple(stop_ids), min_p=float(_num(body, "min_p", 0.0)),
             presence_penalty=float(_num(body, "presence_penalty", 0.0)),
             frequency_penalty=float(_num(body, "frequency_penalty", 0.0)),
-            repetition_penalty=float(_num(body, "repetition_penalty", 1.0)), logit_bias=logit_bias,
+            repetition_penalty=float(repetition_penalty), logit_bias=logit_bias,
             logprobs=logprobs)
     except ValueError as e:
         name = str(e).split(" ", 1)[0]
@@ -225,7 +256,7 @@ class _Choice:
 
     def __init__(self, tokenizer, stops: list[str]):
         self.decoder = IncrementalDecoder(tokenizer)
-        self.stops = stops
+        self.matcher = StopMatcher(stops) if stops else None
         self.text = ""
         self.sent = 0  # characters of text already handed out
         self.token_ids: list[int] = []
@@ -235,19 +266,19 @@ class _Choice:
     def push(self, ids: list[int], finish: str | None) -> str:
         """New text for these tokens ('' while a stop string may still be forming at the end)."""
         self.token_ids += ids
-        self.text += self.decoder.push(ids) + (self.decoder.flush() if finish else "")
-        for s in self.stops:
-            k = self.text.find(s)
-            if k >= 0:
+        new = self.decoder.push(ids) + (self.decoder.flush() if finish else "")
+        self.text += new
+        if self.matcher is not None:
+            k = self.matcher.feed(new)  # each character once: linear in the text generated
+            if k is not None:
                 self.text, finish = self.text[:k], "stop"
         self.finish_reason = finish
-        hold = 0
-        if finish is None and self.stops:  # hold back a tail that could be the start of a stop string
-            hold = max((j for s in self.stops for j in range(1, len(s)) if self.text.endswith(s[:j])), default=0)
+        # hold back a tail that could be the start of a stop string
+        hold = self.matcher.partial if finish is None and self.matcher is not None else 0
         end = len(self.text) - hold
-        new = self.text[self.sent:end] if end > self.sent else ""
+        out = self.text[self.sent:end] if end > self.sent else ""
         self.sent = max(self.sent, end)
-        return new
+        return out
 
 
 class _Metrics:
@@ -313,7 +344,8 @@ class _Gate:
         except Exception as e:  # a server bug: OpenAI's shape for the client, the traceback in the server's log
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if status["code"] is None:
-                await _error(500, f"internal server error: {type(e).__name__}: {e}", None, "server_error")(
+                await _error(500, f"internal server error: {type(e).__name__}: {str(e)[:MAX_MESSAGE_CHARS_SHOWN]}",
+                             None, "server_error")(
                     scope, receive, send_tracked)
         finally:
             path = scope["path"]
@@ -338,24 +370,39 @@ def load_chat_template(value: str) -> tuple[str, str]:
                      f".jinja file, or the template text itself)")
 
 
+def _longest_token(tokenizer) -> int:
+    """Characters of the vocabulary's longest token (how many characters one token may cover, near enough)."""
+    try:
+        return max(map(len, tokenizer.tok.get_vocab()), default=1)
+    except AttributeError:  # a stand-in tokenizer without a vocabulary
+        return 1
+
+
 def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: str | None = None,
-               chat_template: str | None = None, chat_template_source: str = "--chat-template", on_shutdown=None):
+               chat_template: str | None = None, chat_template_source: str = "--chat-template", on_shutdown=None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
     """The FastAPI app over ``llm``. ``api_key``: required as ``Authorization: Bearer KEY`` on /v1 routes.
     ``chat_template``: a Jinja chat template replacing the checkpoint's (``--chat-template``). ``on_shutdown``:
-    called after the engine loop stopped (serve() closes the LLM's ranks there)."""
-    tokenizer = llm.tokenizer
+    called after the engine loop stopped (serve() closes the LLM's ranks there). ``max_body_bytes``: larger request
+    bodies get 413 (``--max-body-bytes``)."""
+    tokenizer = llm.tokenizer  # ValueError naming the checkpoint when it has no tokenizer.json
     if chat_template is not None:
         tokenizer.chat_template, tokenizer.template_source, tokenizer._compiled = \
             chat_template, chat_template_source, None
         tokenizer._template()  # a syntax error fails at start, naming the template
     engine = EngineLoop(llm, max_waiting)
     metrics = _Metrics(engine)
+    # Parsing, validation, chat-template rendering and tokenization run here, never on the event loop: a slow
+    # request then delays only itself, and /health, streams and SIGTERM keep being served.
+    prep = concurrent.futures.ThreadPoolExecutor(PREP_WORKERS, thread_name_prefix="modelgen-prep")
+    max_prompt_chars = llm.max_model_len * max(MIN_CHARS_PER_TOKEN_BOUND, _longest_token(tokenizer))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
         # uvicorn on Ctrl-C / SIGTERM: stop accepting; serve() aborts what still runs after the grace period (each
         # stream gets an error event, each waiting JSON request a 503); then the loop stops and frees the blocks.
+        prep.shutdown(wait=False, cancel_futures=True)
         engine.shutdown()
         if on_shutdown is not None:
             on_shutdown()
@@ -363,7 +410,9 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
     app = FastAPI(title="modelgen", version="1", lifespan=lifespan)
     app.state.engine = engine
     app.state.metrics = metrics
-    app.add_middleware(_Gate, api_key=api_key, metrics=metrics)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes,
+                       error_response=lambda e: _error(e.status, str(e), None, "invalid_request_error", e.code))
+    app.add_middleware(_Gate, api_key=api_key, metrics=metrics)  # added last: outermost (logs the 413s too)
 
     @app.exception_handler(BadRequest)
     async def _bad(_request, e: BadRequest):
@@ -392,17 +441,15 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
         return _error(e.status_code, message, None, "invalid_request_error" if e.status_code < 500 else "server_error",
                       e.status_code)
 
-    async def _body(request: Request) -> dict:
+    def _body(raw: bytes) -> dict:
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadRequest(f"the request body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
+            body = parse_json_object(raw)
+        except BodyError as e:
+            raise BadRequest(str(e), None, e.status, code=e.code) from None
         model = body.get("model")
         if model is not None and model != model_name:
-            raise BadRequest(f"The model '{model}' does not exist (this server serves '{model_name}')", "model", 404,
-                             code="model_not_found")
+            raise BadRequest(f"The model '{str(model)[:80]}' does not exist (this server serves '{model_name}')",
+                             "model", 404, code="model_not_found")
         return body
 
     @app.get("/health")
@@ -419,18 +466,37 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "modelgen", "max_model_len": llm.max_model_len}]}
 
-    def _encode_prompts(body: dict) -> list[list[int]]:
+    def _check_chars(chars: int, param: str) -> None:
+        if chars > max_prompt_chars:
+            raise BadRequest(f"'{param}': {chars} characters cannot fit max_model_len {llm.max_model_len} tokens (at "
+                             f"most {max_prompt_chars} characters); refused before tokenizing", param)
+
+    def _check_count(count: int) -> None:
+        """Refused before tokenizing: more requests than the server ever holds (the engine's own check, early)."""
+        capacity = max_waiting + llm.max_num_seqs
+        if count > capacity:
+            raise QueueFull(f"{count} requests (prompts x n) at once; the server accepts {capacity} requests in flight")
+
+    def _encode_prompts(body: dict, n: int) -> list[list[int]]:
         prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            return [tokenizer.encode(prompt)]
-        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            return [tokenizer.encode(p) for p in prompt]
+        texts = [prompt] if isinstance(prompt, str) else prompt
+        if isinstance(texts, list) and texts and all(isinstance(p, str) for p in texts):
+            _check_count(len(texts) * n)
+            for p in texts:
+                _check_chars(len(p), "prompt")
+            return [tokenizer.encode(p) for p in texts]
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return [prompt]
-        if isinstance(prompt, list) and prompt and all(isinstance(p, list) and p for p in prompt):
-            return prompt
-        raise BadRequest(f"'prompt' = {str(prompt)[:80]!r}: expected a string, a list of strings, or token ids",
-                         "prompt")
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, list) and p for p in prompt):
+            prompts = prompt
+        else:
+            raise BadRequest(f"'prompt' = {str(prompt)[:80]!r}: expected a string, a list of strings, or token ids",
+                             "prompt")
+        _check_count(len(prompts) * n)
+        for i, p in enumerate(prompts):
+            if len(p) > llm.max_model_len:  # before the engine checks each id of it
+                raise BadRequest(f"prompt {i} ({len(p)} tokens) exceeds max_model_len {llm.max_model_len}", "prompt")
+        return prompts
 
     def _content(m: dict, i: int) -> str:
         content = m.get("content")
@@ -454,6 +520,7 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
             if extra:
                 raise BadRequest(f"'messages[{i}]': field(s) {', '.join(sorted(extra))} not supported (tool calling: "
                                  f"{_VLLM_HINT})", "messages")
+        _check_chars(sum(len(_content(m, i)) for i, m in enumerate(messages)), "messages")
         try:
             if not tokenizer.has_chat_template():
                 raise BadRequest(f"{tokenizer.template_source}: the checkpoint has no chat template, so "
@@ -463,7 +530,34 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
                 [{"role": m["role"], "content": _content(m, i)} for i, m in enumerate(messages)])
         except (ChatTemplateError, TokenizerFileError) as e:
             raise BadRequest(str(e), "messages") from None
+        _check_chars(len(rendered), "messages")
         return [tokenizer.encode(rendered, add_special_tokens=False)]
+
+    def _check_fits(prompts: list[list[int]], params: SamplingParams) -> None:
+        """A request that can never fit the KV cache is refused now, not failed in the shared step."""
+        blocks = llm.blocks
+        for i, p in enumerate(prompts):
+            need = len(p) + params.max_tokens
+            if need <= llm.max_model_len and blocks.blocks_needed(need) > blocks.num_blocks:
+                raise BadRequest(f"prompt {i} ({len(p)} tokens) + max_tokens ({params.max_tokens}) need "
+                                 f"{blocks.blocks_needed(need)} KV-cache blocks but the cache has only "
+                                 f"{blocks.num_blocks} (--num-blocks / --kv-cache-memory): it could never run",
+                                 "max_tokens")
+
+    def _prepare(raw: bytes, chat: bool):
+        """Everything a request costs before the engine (in a prep thread): body, fields, prompts, parameters."""
+        body = _body(raw)
+        _check_fields(body, "chat" if chat else "completions")
+        if chat:
+            prompts = _encode_chat(body)
+            # OpenAI's default for chat: up to the end of the context
+            default_max = max(1, llm.max_model_len - len(prompts[0]))
+            params, stops, n, include_usage = _params(body, default_max, True, llm.vocab_size)
+        else:
+            params, stops, n, include_usage = _params(body, 16, False, llm.vocab_size)  # OpenAI's default: 16
+            prompts = _encode_prompts(body, n)
+        _check_fits(prompts, params)
+        return body, prompts, params, stops, n, include_usage
 
     def _submit(prompts: list[list[int]], params: SamplingParams, n: int):
         if params.uses_logits and (llm.speculative is not None or getattr(llm.runner, "on_device_sampling", False)):
@@ -519,8 +613,37 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
             metrics.ttft.observe(min(firsts))
         metrics.latency.observe(time.perf_counter() - t0)
 
-    async def _run(body: dict, prompts: list[list[int]], chat: bool, default_max: int, t0: float):
-        params, stops, n, include_usage = _params(body, default_max, chat, llm.vocab_size)
+    async def _until_disconnect(request: Request) -> None:
+        """Returns when the client has gone (the body was read already: the next ASGI message is the disconnect)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    async def _collect_all(request: Request, handles, choices) -> bool:
+        """Every choice collected (True), or False when the client went away first: then the requests are
+        cancelled (their KV blocks freed between steps) instead of running to max_tokens for nobody."""
+        import asyncio
+
+        collect = asyncio.ensure_future(asyncio.gather(*(_collect(h, c) for h, c in zip(handles, choices))))
+        gone = asyncio.ensure_future(_until_disconnect(request))
+        try:
+            await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not collect.done():
+                return False
+            collect.result()  # an engine error event raises here
+            return True
+        finally:
+            collect.cancel()
+            gone.cancel()
+            for h in handles:
+                engine.cancel(h)  # no-op for finished requests (release is idempotent)
+
+    async def _run(request: Request, chat: bool):
+        import asyncio
+
+        t0 = time.perf_counter()
+        raw = await request.body()  # at most max_body_bytes (BodyLimit)
+        body, prompts, params, stops, n, include_usage = await asyncio.get_running_loop().run_in_executor(
+            prep, _prepare, raw, chat)
         handles = _submit(prompts, params, n)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -528,12 +651,8 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
         choices = [_Choice(tokenizer, stops) for _ in handles]
         prompt_tokens = sum(len(h.request.prompt) for h in handles[::n])
         if not body.get("stream"):
-            try:
-                for h, c in zip(handles, choices):
-                    await _collect(h, c)
-            finally:
-                for h in handles:
-                    engine.cancel(h)  # no-op for finished requests (release is idempotent)
+            if not await _collect_all(request, handles, choices):
+                return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
             out = []
             for i, (h, c) in enumerate(zip(handles, choices)):
                 item = {"index": i, "finish_reason": c.finish_reason,
@@ -612,19 +731,11 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        t0 = time.perf_counter()
-        body = await _body(request)
-        _check_fields(body, "completions")
-        return await _run(body, _encode_prompts(body), chat=False, default_max=16, t0=t0)  # OpenAI's default
+        return await _run(request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        t0 = time.perf_counter()
-        body = await _body(request)
-        _check_fields(body, "chat")
-        prompts = _encode_chat(body)
-        # OpenAI's default for chat: up to the end of the context
-        return await _run(body, prompts, chat=True, default_max=max(1, llm.max_model_len - len(prompts[0])), t0=t0)
+        return await _run(request, chat=True)
 
     return app
 
@@ -666,7 +777,7 @@ def configure_logging(level: str) -> None:
 def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000, max_waiting: int = 256, *,
           sock: socket.socket | None = None, api_key: str | None = None, chat_template: str | None = None,
           chat_template_source: str = "--chat-template", log_level: str = "info",
-          shutdown_grace: float = 5.0) -> None:
+          shutdown_grace: float = 5.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
     """Serve until SIGINT / SIGTERM. ``sock``: an already bound socket (:func:`bind_socket`); else host:port.
 
     On the first signal the server stops accepting and refuses new requests (503); requests in flight may finish
@@ -678,7 +789,8 @@ def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000, 
     # llm.close(): the ranks --tensor-parallel-size started stop with the server (uvicorn re-raises a captured
     # SIGTERM once it has shut down, so nothing after run() would be reached)
     app = create_app(llm, model_name, max_waiting, api_key=api_key, chat_template=chat_template,
-                     chat_template_source=chat_template_source, on_shutdown=llm.close)
+                     chat_template_source=chat_template_source, on_shutdown=llm.close,
+                     max_body_bytes=max_body_bytes)
     engine: EngineLoop = app.state.engine
 
     class _Server(uvicorn.Server):
