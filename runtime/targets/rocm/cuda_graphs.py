@@ -43,7 +43,7 @@ class _Bucket:
         cu = torch.arange(B + 1, dtype=torch.int32, device=device)
         state = None
         if with_state:  # recurrent layers: each row's state slot (-1 = padding row) and fresh flag (0/1)
-            from ...layers.gated_deltanet import StateMetadata
+            from ...state_cache import StateMetadata
 
             self.h_state, self.h_fresh = self.host[4 * B:5 * B], self.host[5 * B:6 * B]
             self.state_slot, self.fresh_i64 = d[4 * B:5 * B], d[5 * B:6 * B]
@@ -245,7 +245,7 @@ class _StepBucket:
         cu = torch.arange(0, R * step + 1, step, dtype=torch.int32, device=device)
         state = None
         if with_state:  # Gated DeltaNet: the fixed-shape multi-token path (StateMetadata.tokens_per_seq), varlen only
-            from ...layers.gated_deltanet import StateMetadata
+            from ...state_cache import StateMetadata
 
             st = tab0 + R * width
             self.h_state, self.h_fresh, self.h_lens = (h[st + i * B:st + (i + 1) * B] for i in range(3))

@@ -8,8 +8,8 @@ import torch
 from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
 from ...layers.attention import AttentionMetadata
-from ...layers.gated_deltanet import StateMetadata
 from ...ops.tokens import chain_token_ids
+from ...state_cache import StateMetadata
 from .cuda_graphs import DecodeGraphs, slots_for
 
 

@@ -7,14 +7,14 @@
     cache  <- [c | kpe] per token (the latent cache: r + dr values per token and layer, not K/V heads)
     out    = o_proj(W_UV . attention([W_UK^T q_nope | q_pe], [c | kpe], value c))
 
-The attention is the weight-absorbed form of runtime/ops/mla.py for prefill and decode alike (one path, equal to the
+The attention is the weight-absorbed form of runtime/layers/mla/ops.py for prefill and decode alike (one path, equal to the
 un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor parallelism shards heads
 (``q_proj``/``q_b_proj``/``kv_b_proj`` column-parallel by head, ``o_proj`` row-parallel); the latent path
 (``q_a_proj``, ``kv_a_proj_with_mqa``, both norms) and the latent cache are replicated on every rank.
 
 DSA (DeepSeek-V3.2, GLM-5: ``index_topk`` given) adds ``indexer.{wq_b, wk, k_norm, weights_proj}`` (replicated: every
 rank selects the same keys), an index key per token after the latent in the cache row, and restricts each query's
-attention to its top-``index_topk`` keys by index score (runtime/ops/mla.py).
+attention to its top-``index_topk`` keys by index score (runtime/layers/mla/ops.py).
 
 Shared DSA layers (GLM-5 ``indexer_types: shared``, ``index_shared=True``) have no indexer: like HF's
 ``prev_topk_indices`` they reuse the top-k of the nearest earlier layer that has one. That layer leaves its step's
@@ -33,11 +33,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops import mla as ops
-from .attention import AttentionMetadata
-from .linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
-from .norm import RMSNorm
-from .rotary import get_rope
+from . import ops
+from ..attention import AttentionMetadata
+from ..linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
+from ..norm import RMSNorm
+from ..rotary import get_rope
 
 CACHE_KIND = "paged_latent"
 
@@ -65,7 +65,7 @@ class LatentCacheSpec:
 
 
 class DSAIndexer(nn.Module):
-    """The indexer's weights under the checkpoint's names (HF ``DeepseekV32Indexer``); the math is in ops.mla."""
+    """The indexer's weights under the checkpoint's names (HF ``DeepseekV32Indexer``); the math is in ops.py."""
 
     def __init__(self, hidden_size: int, q_lora_rank: int, num_heads: int, head_dim: int):
         super().__init__()
