@@ -218,15 +218,15 @@ def _linear_targets(model: nn.Module, keys: list[str]) -> dict[str, list[str]]:
     ``packed_modules_mapping``, as the rocm loader routes them). Layers whose weight is read as a matrix by their
     parent (MLA's ``kv_b_proj``, split into the absorbed W_UK / W_UV) or stored fused and split at load
     (``checkpoint.split``) are left out: they stay dequantized."""
+    from ..layers.kind import layer_kinds
     from ..layers.linear import LinearBase
-    from ..layers.mla import MLAttention
     from .names import apply_renames, resolve_packed
     from .protocol import PackedTables
     from .split import CheckpointSplit
 
     tables = PackedTables.of(model)
     modules = dict(model.named_modules())
-    read_as_matrix = {id(m.kv_b_proj) for m in modules.values() if isinstance(m, MLAttention)}
+    read_as_matrix = {id(linear) for layer in layer_kinds(model) for linear in layer.linears_read_as_matrix()}
     out: dict[str, list[str]] = {}
     for key in keys:
         if not key.endswith(".weight"):

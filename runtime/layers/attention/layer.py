@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from ... import distributed as dist
-from . import ops
 from ...ops import gpu
+from ..kind import STEP_LAYOUTS, LayerKind
+from . import ops
 
 
 @dataclass
@@ -62,7 +63,9 @@ class AttentionMetadata:
     state: Any = None
 
 
-class PagedAttention(nn.Module):
+class PagedAttention(LayerKind):
+    cache_kind = "paged_kv"
+
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
         rotary_emb: nn.Module | None = None, sliding_window: int | None = None, softcap: float | None = None,
@@ -113,6 +116,11 @@ class PagedAttention(nn.Module):
                 sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
+
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # One token per sequence: either layout. More: not "rows" -- the Triton decode kernel writes a row's own K/V
+        # inside the launch that the sequence's later rows read (a race); the varlen write-then-attend path is exact.
+        return STEP_LAYOUTS if tokens_per_seq == 1 else frozenset({"varlen"})
 
     def _fused_qk_norm(self, q: torch.Tensor) -> tuple | None:
         """``(q_weight, k_weight, eps, mode)`` for the kernels when the bound norms are affine RMSNorms over

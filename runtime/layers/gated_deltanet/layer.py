@@ -29,9 +29,10 @@ import torch
 from torch import nn
 
 from ... import distributed as dist
-from . import ops as gd
 from ...state_cache import PAD_SLOT, StateMetadata, StateSpec
+from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
+from . import ops as gd
 
 LAYOUTS = ("qwen3_next", "qwen3_5")
 
@@ -116,7 +117,9 @@ def _head_param(num_heads: int) -> nn.Parameter:
     return p
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(LayerKind):
+    cache_kind = StateSpec.kind
+
     def __init__(
         self,
         hidden_size: int,
@@ -191,6 +194,14 @@ class GatedDeltaNet(nn.Module):
             raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: conv_state has {conv_state.shape[0]} slots, "
                              f"recurrent_state {recurrent_state.shape[0]}")
         self.conv_state, self.recurrent_state = conv_state, recurrent_state
+
+    # ------------------------------------------------------------------------- what the engine asks (LayerKind)
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # The fixed-shape multi-token path (StateMetadata.tokens_per_seq) reads each sequence's window of q slots.
+        return frozenset({"varlen"})
+
+    def sequence_parallel_refusal(self) -> str | None:
+        return "its state writes come from replicated projections of every token"
 
     # -------------------------------------------------------------------------------------------------- forward
     def _read_states(self, slots: list[int], fresh: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,11 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import ops
 from ..attention import AttentionMetadata
+from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
 from ..norm import RMSNorm
 from ..rotary import get_rope
+from . import ops
 
 CACHE_KIND = "paged_latent"
 
@@ -86,7 +87,9 @@ def shared_index_inputs(metadata: Any, layer_name: str) -> tuple[torch.Tensor, t
     return got
 
 
-class MLAttention(nn.Module):
+class MLAttention(LayerKind):
+    cache_kind = CACHE_KIND
+
     def __init__(
         self,
         *,
@@ -189,3 +192,21 @@ class MLAttention(nn.Module):
     def latent_cache_spec(self) -> LatentCacheSpec:
         return LatentCacheSpec(name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim + self.index_dim,
                                dtype=self.kv_a_proj_with_mqa.weight.dtype)
+
+    # ------------------------------------------------------------------------- what the engine asks (LayerKind)
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # Every row writes its latent (write_latent_static) before the decode kernel reads the paged latents, so each
+        # token may be its own decode row; the varlen path is not graphed for MLA.
+        return frozenset({"rows"})
+
+    def sequence_parallel_refusal(self) -> str | None:
+        return "its latent-cache writes come from replicated projections of every token"
+
+    def step_metadata_writes(self) -> bool:
+        return getattr(self, "indexer", None) is not None  # attn_metadata.dsa_index, for the shared layers after it
+
+    def step_metadata_reads(self) -> str | None:
+        return "shares the top-k of an indexer" if self.index_shared else None
+
+    def linears_read_as_matrix(self) -> list[nn.Module]:
+        return [self.kv_b_proj]  # split into the absorbed W_UK / W_UV (ops.split_kv_b), never called as a GEMM

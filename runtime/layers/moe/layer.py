@@ -25,8 +25,9 @@ from ... import backends
 from ... import distributed as dist
 from ...ops import gpu
 from ...ops.activation import gated_activation
-from .ops import fused_moe, fused_moe_static, route, stacked_from_fused
+from ..kind import LayerKind
 from ..linear import linear
+from .ops import fused_moe, fused_moe_static, route, stacked_from_fused
 
 
 class TopKRouter(nn.Module):
@@ -96,7 +97,7 @@ class TopKRouter(nn.Module):
         return weights, ids
 
 
-class FusedMoE(nn.Module):
+class FusedMoE(LayerKind):
     is_fused_moe = True
 
     def __init__(
@@ -234,6 +235,9 @@ class FusedMoE(nn.Module):
         shared_ids = torch.arange(L, L + S, device=topk_ids.device).expand(T, S)
         shared_w = torch.ones(T, S, dtype=topk_weights.dtype, device=topk_weights.device)
         return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
+
+    def sequence_parallel_gathers_tokens(self) -> bool:
+        return True  # tokens, their routing weights and ids all token-major; forward() all-reduces the experts' sums
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         if self.quant_method is not None:

@@ -8,6 +8,7 @@ import torch
 from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
 from ...layers.attention import AttentionMetadata
+from ...layers.kind import layer_kinds
 from ...ops.tokens import chain_token_ids
 from ...state_cache import StateMetadata
 from .cuda_graphs import DecodeGraphs, slots_for
@@ -169,7 +170,8 @@ def _gpu_kernels_on(model: torch.nn.Module, device: torch.device) -> bool:
     from ...ops import gpu
 
     probe = next(model.parameters(), None)
-    return probe is not None and gpu.enabled(probe)
+    return probe is not None and gpu.enabled(probe) and all(layer.decode_graph_capturable()
+                                                            for layer in layer_kinds(model))
 
 
 class GreedyStep:
