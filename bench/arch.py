@@ -299,9 +299,9 @@ def diagnose(llm, hf, model: str, prompt: list[int]) -> dict:
     import importlib
     import os
 
-    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
     from modelgen.runtime.ops import gpu as real_gpu
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     class Off:
         def __getattr__(self, name):
@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
     import triton
 
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     res: dict = {
         "gpu": torch.cuda.get_device_name(0),
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def hf_reference() -> list[int]:
         """transformers' 8 greedy tokens on the first prompt (once; its torch GDN functions for qwen3_next: fla's
-        bf16 prefill moves random-weight logits by ~0.5, see runtime/ops/gated_delta.py)."""
+        bf16 prefill moves random-weight logits by ~0.5, see runtime/layers/gated_deltanet/ops.py)."""
         if "tokens" not in reference:
             ids = prompts[args.batches[0]][:1].cuda()
             saved = _hf_torch_gdn(True) if args.model == "qwen3_next" else []

@@ -108,7 +108,7 @@ def moe_profile(llm, batches: list[int], copy_tb_s: float, configs: list[dict]) 
     """Per-layer time of each MoE stage (graph replays over every layer's real weights, so no weight is re-read
     from L2), the byte-time of what each stage must read, and the fused op's time under alternative block configs."""
     from modelgen.runtime.layers.linear import linear
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     blocks = [layer.mlp for layer in llm.model.model.layers if hasattr(layer.mlp, "experts")]
     nl = len(blocks)
@@ -319,7 +319,7 @@ def main() -> int:
     if "profile" in args.systems and left() > 60:
         log("MoE block profile (graph replays over all layers)")
         from modelgen.runtime.layers.linear import linear
-        from modelgen.runtime.ops.gpu import moe as gm
+        from modelgen.runtime.layers.moe import kernels as gm
 
         res["moe_path_timings_ms"] = {str(k[:3]): v for k, v in gm.TIMINGS.items()}
         res["moe_profile"] = moe_profile(llm, args.batches, copy / 1e12, SWEEP)

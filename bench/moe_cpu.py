@@ -1,4 +1,4 @@
-"""CPU time of one MoE layer: modelgen.runtime.ops.moe (route + fused_moe) vs transformers' Qwen3MoeSparseMoeBlock.
+"""CPU time of one MoE layer: modelgen.runtime.layers.moe.ops (route + fused_moe) vs transformers' Qwen3MoeSparseMoeBlock.
 
 Qwen3-MoE-like layer (H=1024, I=768 per expert, E=64, top_k=8), float32, 2 intra-op threads, median of N runs.
 HF is timed with both experts implementations: "eager" (per-expert loop, index_add_) and "grouped_mm" (the default a
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
-from modelgen.runtime.ops.moe import fused_moe, fused_moe_static, route
+from modelgen.runtime.layers.moe.ops import fused_moe, fused_moe_static, route
 
 
 def interleaved_median_ms(fns: dict, runs: int, warmup: int = 2) -> dict:

@@ -7,12 +7,12 @@ rocm module runs a decode step on the GPU path --
 
   norm      fused residual add + RMSNorm (input_layernorm)       runtime/ops/gpu/norm.py
   qkv       fused QKV projection (skinny GEMM / GEMV / cuBLAS)   runtime/ops/gpu/linear.py (timed choice)
-  attention RoPE + QK norm + KV write + paged decode (+ reduce)  runtime/ops/gpu/attention.py
+  attention RoPE + QK norm + KV write + paged decode (+ reduce)  runtime/layers/attention/kernels.py
   o_proj    output projection                                    runtime/ops/gpu/linear.py
   norm2     post_attention_layernorm                             runtime/ops/gpu/norm.py
   router    router GEMM + top-k (two launches, or one)           runtime/ops/gpu/{linear,moe}.py
-  gate_up   expert gate-up GEMV + SiLU (pair path at bs 1)      runtime/ops/gpu/moe.py
-  down      expert down GEMV + combine                           runtime/ops/gpu/moe.py
+  gate_up   expert gate-up GEMV + SiLU (pair path at bs 1)      runtime/layers/moe/kernels.py
+  down      expert down GEMV + combine                           runtime/layers/moe/kernels.py
 
 -- and replays it from a CUDA graph over all layers. Per-kernel figures are differences of graphs that run the
 chain up to each kernel (with PDL they overlap, so they are shares, not isolated times); ``total`` is the whole
@@ -113,7 +113,9 @@ class Chain:
         self.out = None
 
     def run(self, upto: str) -> None:
-        from modelgen.runtime.ops.gpu import attention as ga, moe as gm, norm as gn, norm_linear as nl
+        from modelgen.runtime.layers.attention import kernels as ga
+        from modelgen.runtime.layers.moe import kernels as gm
+        from modelgen.runtime.ops.gpu import norm as gn, norm_linear as nl
         from modelgen.runtime.ops.gpu.linear import linear
 
         stop = STAGES.index(upto)
@@ -170,7 +172,8 @@ def graph_us(fn, reps: int) -> float:
 
 
 def set_mode(m: dict) -> None:
-    from modelgen.runtime.ops.gpu import linear as gl, moe as gm, pdl
+    from modelgen.runtime.layers.moe import kernels as gm
+    from modelgen.runtime.ops.gpu import linear as gl, pdl
 
     pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=bool(m["ahead"]))
     gm.FUSED_ROUTER_T = m["fused_router"]
@@ -201,7 +204,8 @@ def main() -> int:
     t0 = time.perf_counter()
     import triton
 
-    from modelgen.runtime.ops.gpu import linear as gl, moe as gm, pdl
+    from modelgen.runtime.layers.moe import kernels as gm
+    from modelgen.runtime.ops.gpu import linear as gl, pdl
 
     cap = torch.cuda.get_device_capability()
     res: dict = {"gpu": torch.cuda.get_device_name(0), "capability": list(cap),

@@ -490,7 +490,7 @@ def fixed_kernels(path: Path, args, prompts: list[list[int]], k: int) -> dict:
     import os
 
     from modelgen.runtime.ops.gpu import linear as glinear
-    from modelgen.runtime.ops.gpu import moe as gmoe
+    from modelgen.runtime.layers.moe import kernels as gmoe
 
     saved = {m: dict(m._CHOICE) for m in (glinear, gmoe)}
     env = {"MODELGEN_GEMV": "triton", "MODELGEN_MOE": "pairs"}

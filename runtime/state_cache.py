@@ -4,17 +4,19 @@ A K/V cache grows with the sequence and is paged; a recurrent layer instead keep
 its cache is a pool of *slots*: one slot per running request, the same slot index in every recurrent layer.
 
 A layer declares what one slot holds with :class:`StateSpec` (the ``state_spec()`` of
-``runtime/layers/gated_deltanet.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every declared
+``runtime/layers/gated_deltanet/layer.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every declared
 layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at admission,
 ``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
 :class:`~modelgen.runtime.engine.block_manager.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
 applies unchanged.
 
 Slot ``-1`` (:data:`PAD_SLOT`) marks a padding sequence in a batch: layers never read or write it.
+:class:`StateMetadata` is a step's view of the pool (each sequence's slot, fresh flag, token offsets): the runners
+build it, the recurrent layers read it, so it lives here with the pool rather than in one layer kind's folder.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -166,3 +168,58 @@ class StatePool:
         for name in self.conv:
             self.conv[name][slot].zero_()
             self.recurrent[name][slot].zero_()
+
+
+@dataclass
+class StateMetadata:
+    """Per-step description of the sequences of a flattened batch, for recurrent layers (built by the engine).
+
+    cu_seqlens  : [num_seqs + 1] int32 token offsets of each sequence (the same tensor as
+                  ``AttentionMetadata.cu_seqlens_q``); tokens at or past ``cu_seqlens[-1]`` are padding
+    state_slots : [num_seqs] int64 state-pool slot of each sequence (``PAD_SLOT`` = -1: padding sequence, ignored)
+    fresh       : [num_seqs] bool, True when the sequence has no computed token yet (its first prefill chunk): its
+                  state is read as zeros whatever the slot holds, then written
+    decode_only : every sequence has exactly one new token (``not AttentionMetadata.is_prefill``); sequence i is token
+                  i. Runs the sync-free static path (no host reads: capturable in a CUDA graph, traceable fullgraph);
+                  rows past the real batch are padding sequences with slot -1; slots are trusted to be distinct
+                  (the host path checks it)
+    tokens_per_seq : q > 0 for a fixed-shape multi-token step (a speculative verify window: the last token and the
+                  drafts): sequence i owns token slots ``[i*q, (i+1)*q)``, the first ``seq_lens[i]`` of them real,
+                  the rest padding (1 <= seq_lens[i] <= q; a padding sequence has slot -1). Also sync-free: the
+                  layer runs its decode path once per slot column (Gated DeltaNet: ``_window_rows``)
+    seq_lens    : [num_seqs] int64 real tokens of each sequence, with ``tokens_per_seq``
+    """
+
+    cu_seqlens: torch.Tensor
+    state_slots: torch.Tensor
+    fresh: torch.Tensor
+    decode_only: bool = False
+    tokens_per_seq: int = 0
+    seq_lens: torch.Tensor | None = None
+    _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls, query_lens: list[int], slots: list[int], fresh: list[bool], device: torch.device | str = "cpu"
+    ) -> "StateMetadata":
+        if not len(query_lens) == len(slots) == len(fresh):
+            raise ValueError(
+                f"StateMetadata: {len(query_lens)} query lengths, {len(slots)} slots, {len(fresh)} fresh flags "
+                "(expected one of each per sequence)"
+            )
+        cu = [0]
+        for n in query_lens:
+            cu.append(cu[-1] + n)
+        return cls(
+            torch.tensor(cu, dtype=torch.int32, device=device),
+            torch.tensor(slots, dtype=torch.int64, device=device),
+            torch.tensor(fresh, dtype=torch.bool, device=device),
+            decode_only=all(n == 1 for n in query_lens),
+            _host=(cu, list(slots), [bool(f) for f in fresh]),
+        )
+
+    def host(self) -> tuple[list[int], list[int], list[bool]]:
+        """(cu_seqlens, slots, fresh) as Python lists, read once per step and shared by every layer."""
+        if self._host is None:
+            self._host = (self.cu_seqlens.tolist(), self.state_slots.tolist(), [bool(f) for f in self.fresh.tolist()])
+        return self._host

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.sampler import SamplingParams
-from modelgen.runtime.ops.moe import route
+from modelgen.runtime.layers.moe.ops import route
 from modelgen.runtime.testing import assert_close_three_way
 from tests.deepseek_fixtures import make_deepseek
 from tests.parity_helpers import hf_greedy_forward, hf_logits, llm

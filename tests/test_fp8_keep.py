@@ -40,7 +40,8 @@ def _llm(path, mode, dtype=torch.float32, **kw):
 
 def test_fp8_kept_equals_dequantized_deepseek(fp8_path, monkeypatch):
     from modelgen.runtime.layers.linear import LinearBase
-    from modelgen.runtime.ops.gpu import fp8 as gpu_fp8, moe_fp8
+    from modelgen.runtime.layers.moe import kernels_fp8 as moe_fp8
+    from modelgen.runtime.ops.gpu import fp8 as gpu_fp8
 
     calls, moe_calls = [], []
     real, real_moe = gpu_fp8.block_fp8_linear, moe_fp8.fused_moe_fp8
@@ -122,8 +123,8 @@ def test_fused_moe_fp8_matches_bf16_kernel_on_dequantized_experts(T, E, k, S, ep
     """The FP8 MoE kernel against moe.py's kernel run on the dequantized experts (same align / combine / rounding
     steps): shared-expert slots, expert ranges, partial tiles (H = 96, I = 64 in 32 x 32 blocks)."""
     from modelgen.runtime.layers.fp8 import dequantize_block_fp8, quantize_block_fp8
-    from modelgen.runtime.ops.gpu.moe import fused_moe
-    from modelgen.runtime.ops.gpu.moe_fp8 import fused_moe_fp8
+    from modelgen.runtime.layers.moe.kernels import fused_moe
+    from modelgen.runtime.layers.moe.kernels_fp8 import fused_moe_fp8
     from tests.gpu_helpers import LOW, rel
 
     dtype = LOW if dtype == "low" else dtype
@@ -156,7 +157,7 @@ def test_fp8_gemm_and_moe_replay_in_a_cuda_graph():
     and a replay on new inputs equals an eager call on them (DeepSeek-V3's o_proj and expert shapes, 128 blocks)."""
     from modelgen.runtime.layers.fp8 import quantize_block_fp8
     from modelgen.runtime.ops.gpu.fp8 import block_fp8_linear
-    from modelgen.runtime.ops.gpu.moe_fp8 import fused_moe_fp8
+    from modelgen.runtime.layers.moe.kernels_fp8 import fused_moe_fp8
 
     blk = (128, 128)
     g = torch.Generator(device="cuda").manual_seed(0)

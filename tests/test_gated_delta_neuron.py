@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modelgen.runtime.layers.gated_deltanet import StateMetadata
-from modelgen.runtime.neuron import gated_delta as ngd
-from modelgen.runtime.ops import gated_delta as gd
-from modelgen.runtime.state_cache import PAD_SLOT, StatePool
+from modelgen.runtime.layers.gated_deltanet import neuron as ngd
+from modelgen.runtime.layers.gated_deltanet import ops as gd
+from modelgen.runtime.state_cache import PAD_SLOT, StateMetadata, StatePool
 from tests.test_gated_deltanet_layer import HIDDEN, make_hf, make_ours
 
 R = 4  # rows of every bucket (max_num_seqs)

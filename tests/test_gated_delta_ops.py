@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modelgen.runtime.ops import gated_delta as gd
+from modelgen.runtime.layers.gated_deltanet import ops as gd
 
 hf = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
 

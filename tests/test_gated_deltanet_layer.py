@@ -14,7 +14,8 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
-from modelgen.runtime.layers.gated_deltanet import QWEN3_5_PACKED_MODULES, GatedDeltaNet, StateMetadata
+from modelgen.runtime.layers.gated_deltanet import QWEN3_5_PACKED_MODULES, GatedDeltaNet
+from modelgen.runtime.state_cache import StateMetadata
 from modelgen.runtime.loader.names import resolve_packed
 from modelgen.runtime.state_cache import PAD_SLOT, StatePool
 

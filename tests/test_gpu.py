@@ -42,8 +42,8 @@ def _cache(nb, kvh, bs, d, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("H,KVH,D,BS", [(32, 8, 128, 16), (4, 2, 16, 4), (4, 1, 32, 8), (6, 6, 64, 16)])
 def test_decode_kernel(dtype, H, KVH, D, BS):
-    from modelgen.runtime.ops import attention as ref
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import ops as ref
+    from modelgen.runtime.layers.attention import kernels as ga
     from modelgen.runtime.ops.rope import apply_rope, cos_sin_cache
 
     B, W, NB = 5, 40, 256
@@ -81,8 +81,8 @@ def test_decode_kernel(dtype, H, KVH, D, BS):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("H,KVH,D,BS", [(32, 8, 128, 16), (4, 2, 16, 4), (4, 1, 32, 8)])
 def test_prefill_kernel(dtype, H, KVH, D, BS):
-    from modelgen.runtime.ops import attention as ref
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import ops as ref
+    from modelgen.runtime.layers.attention import kernels as ga
 
     ns, ctxs = [300, 1, 17, 130], [300, 40, 90, 130]  # prefixes: 0, 39 (a decode row), 73, 0
     W = 300 // BS + 1

@@ -1,6 +1,6 @@
 """Sliding-window, attention-sink and logit soft-capping paths of the Triton paged attention
-(``runtime/ops/gpu/attention.py``: GPT-OSS, Mistral/Gemma-style windows, Gemma 2's softcap) against the torch
-references of ``runtime/ops/attention.py``. Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs
+(``runtime/layers/attention/kernels.py``: GPT-OSS, Mistral/Gemma-style windows, Gemma 2's softcap) against the torch
+references of ``runtime/layers/attention/ops.py``. Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs
 them on the CPU through Triton's interpreter.
 
 Every cache row the kernels have no business reading is NaN: positions before the window, the slots past the context
@@ -44,8 +44,8 @@ def _poison_outside(cache, tables, lo_pos, hi_pos):
 
 def _decode_case(dtype, window, sinks, splits, softcap=None):
     """(kernel output, reference, reference without the softcap) of one decode step over poisoned caches."""
-    from modelgen.runtime.ops import attention as ref
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import ops as ref
+    from modelgen.runtime.layers.attention import kernels as ga
 
     B, H, KVH, D, BS, W = 4, 8, 2, 32, 8, 12
     kc, vc, tables, g = _setup(B, KVH, D, BS, W, dtype, seed=(window or 0) + 7 * sinks)
@@ -70,8 +70,8 @@ def _decode_case(dtype, window, sinks, splits, softcap=None):
 
 
 def _prefill_case(dtype, window, sinks, softcap=None):
-    from modelgen.runtime.ops import attention as ref
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import ops as ref
+    from modelgen.runtime.layers.attention import kernels as ga
 
     H, KVH, D, BS = 4, 2, 32, 8
     ns, ctxs = [150, 1, 17, 70], [150, 40, 90, 70]  # prefixes 0, 39 (a decode row), 73, 0
@@ -139,8 +139,8 @@ def test_prefill_softcap(dtype, window, sinks):
 def test_softcapped_layer_takes_the_kernel(monkeypatch):
     """``PagedAttention`` with a softcap runs the Triton decode (no longer the reference) and matches the reference."""
     from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
-    from modelgen.runtime.ops import attention as ref
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import ops as ref
+    from modelgen.runtime.layers.attention import kernels as ga
 
     B, H, KVH, D, BS, W = 4, 8, 2, 32, 8, 12
     kc, vc, tables, g = _setup(B, KVH, D, BS, W, torch.float32, seed=11)

@@ -1,5 +1,5 @@
-"""Gated DeltaNet on the GPU (``runtime/ops/gpu/gated_delta.py`` and fla's chunked prefill) against the torch
-references of ``runtime/ops/gated_delta.py``, and the Qwen3-Next engine against transformers with those kernels in
+"""Gated DeltaNet on the GPU (``runtime/layers/gated_deltanet/kernels.py`` and fla's chunked prefill) against the torch
+references of ``runtime/layers/gated_deltanet/ops.py``, and the Qwen3-Next engine against transformers with those kernels in
 prefill and in graphed decode. Skipped without CUDA.
 
 ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs the kernel tests (not fla's, not the CUDA-graph or engine ones) on
@@ -21,8 +21,8 @@ def tol(dtype) -> float:
 
 
 def test_gating_matches_reference():
-    from modelgen.runtime.ops import gated_delta as gd
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     for T, H, dtype in ((1, 32, LOW), (37, 8, torch.float32), (5, 48, torch.float16)):
         ba = torch.randn(T, 2 * H, device=DEV).mul(4).to(dtype)  # b, a as views of one projection
@@ -39,8 +39,8 @@ def test_gating_matches_reference():
 
 @pytest.mark.parametrize("dtype,wdtype", [(torch.float32, torch.float32), (LOW, LOW), (LOW, torch.float32)])
 def test_gated_rms_norm_matches_reference(dtype, wdtype):
-    from modelgen.runtime.ops import gated_delta as gd
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     x = torch.randn(7, 4, 128, device=DEV).to(dtype)
     z = torch.randn(7, 4, 128, device=DEV).to(dtype)
@@ -67,8 +67,8 @@ def test_decode_steps_match_reference(Hk, Hv, Dk, Dv, dtype):
     """Three decode steps over a pool: rows with real slots (one fresh), a padding row (slot -1) and a row whose token
     is padding (seq_id -1); outputs and every pool slot equal the static reference's after each step, and slots
     no row names stay bit-for-bit unchanged (NaN-poisoned: a stray read would also poison an output)."""
-    from modelgen.runtime.ops import gated_delta as gd
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     R, S, K = 5, 8, 4
     C, conv_pool, rec_pool, weight, rnd = _decode_case(R, S, Hk, Hv, Dk, Dv, K, dtype, seed=Hk * 100 + Dk)
@@ -101,8 +101,8 @@ def test_decode_steps_match_reference(Hk, Hv, Dk, Dv, dtype):
 
 def test_mixer_static_dispatches_to_the_kernels(monkeypatch):
     """``gdn_mixer_static(decode=True)`` on a GPU tensor runs the Triton decode (the layer's graphed path)."""
-    from modelgen.runtime.ops import gated_delta as gd
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     calls = []
     monkeypatch.setattr(ggd, "decode", lambda *a, **k: calls.append(1) or torch.zeros(1))
@@ -121,8 +121,8 @@ def test_mixer_static_dispatches_to_the_kernels(monkeypatch):
 def test_fla_chunk_prefill_matches_reference(dtype, lens, monkeypatch):
     """fla's chunked kernel (through the dispatching ``chunk_gated_delta_rule``, opted in) equals the torch chunked
     reference: grouped value heads, a non-zero initial state, varlen sequences crossing the 64-token chunk boundary."""
-    from modelgen.runtime.ops import gated_delta as gd
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     if ggd.fla_chunk() is None:
         pytest.skip("flash-linear-attention (fla-core) not installed")
@@ -152,7 +152,7 @@ def test_fla_chunk_prefill_matches_reference(dtype, lens, monkeypatch):
 @cuda_only
 def test_decode_replays_from_a_cuda_graph():
     """Captured once, replayed on new inputs and new slots: the replay reads the slot tensors, not captured values."""
-    from modelgen.runtime.ops import gated_delta as gd
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
 
     Hk, Hv, Dk, Dv, K, R, S = 2, 4, 128, 128, 4, 4, 6
     dtype = torch.bfloat16
@@ -210,7 +210,7 @@ def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     the captured graphs; a batch of mixed-length prompts decodes as each prompt alone."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.ops.gpu import gated_delta as ggd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
     from tests.parity_helpers import hf_greedy_forward, hf_logits
     from tests.qwen3_next_fixtures import make_qwen3_next
     from tests.test_parity_llama import PREFILL_ATOL

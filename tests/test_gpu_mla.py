@@ -1,4 +1,4 @@
-"""MLA decode on the GPU (``runtime/ops/gpu/mla.py``) against the torch reference of ``runtime/ops/mla.py``, and the
+"""MLA decode on the GPU (``runtime/layers/mla/kernels.py``) against the torch reference of ``runtime/layers/mla/ops.py``, and the
 DeepSeek engine against transformers with the kernel in graphed decode. Skipped without CUDA.
 
 ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs the kernel tests (not the CUDA-graph or engine ones) on the CPU
@@ -41,8 +41,8 @@ def _case(B, H, R, DR, block_size, ctx, dtype, seed, width=None):
 @pytest.mark.parametrize("splits", [None, 1, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 def test_mla_decode_matches_reference(H, R, DR, splits, dtype):
-    from modelgen.runtime.ops import mla as ref
-    from modelgen.runtime.ops.gpu import mla as gm
+    from modelgen.runtime.layers.mla import ops as ref
+    from modelgen.runtime.layers.mla import kernels as gm
 
     ctx = [1, 37, 160, 16]
     q, cache, tables, lens = _case(len(ctx), H, R, DR, 16, ctx, dtype, seed=H + R + (splits or 0))
@@ -54,9 +54,9 @@ def test_mla_decode_matches_reference(H, R, DR, splits, dtype):
 
 
 def test_mla_decode_dispatch(monkeypatch):
-    """``ops.mla.paged_decode`` runs the kernel on a GPU tensor, and keeps the reference when DSA selects keys."""
-    from modelgen.runtime.ops import mla as ref
-    from modelgen.runtime.ops.gpu import mla as gm
+    """``layers.mla.ops.paged_decode`` runs the kernel on a GPU tensor, and keeps the reference when DSA selects keys."""
+    from modelgen.runtime.layers.mla import ops as ref
+    from modelgen.runtime.layers.mla import kernels as gm
 
     calls = []
     monkeypatch.setattr(gm, "paged_decode", lambda *a, **k: calls.append(1) or torch.zeros(1))
@@ -69,8 +69,8 @@ def test_mla_decode_dispatch(monkeypatch):
 @cuda_only
 def test_mla_decode_deepseek_v3_shape():
     """V3's per-rank decode shape: 128 heads, r = 512, dr = 64, bf16, contexts across many 16-token blocks."""
-    from modelgen.runtime.ops import mla as ref
-    from modelgen.runtime.ops.gpu import mla as gm
+    from modelgen.runtime.layers.mla import ops as ref
+    from modelgen.runtime.layers.mla import kernels as gm
 
     ctx = [1, 700, 4096]
     q, cache, tables, lens = _case(len(ctx), 128, 512, 64, 16, ctx, torch.bfloat16, seed=5)
@@ -108,8 +108,8 @@ def _replay_steps(B, width, steps, seed):
 def test_mla_decode_reuse_reads_only_the_context():
     """Interpreter-runnable version of the graph replay below: the same buffers reused with new contexts and tables,
     everything outside the contexts NaN; splits=3 over 8 blocks leaves the third split empty for every sequence."""
-    from modelgen.runtime.ops import mla as ref
-    from modelgen.runtime.ops.gpu import mla as gm
+    from modelgen.runtime.layers.mla import ops as ref
+    from modelgen.runtime.layers.mla import kernels as gm
 
     for splits in (1, 3):
         for q, cache, tables, lens, owned, new, clean in _replay_steps(3, 8, ([41, 4, 91], [90, 1, 17], [0, 128, 33]),
@@ -129,8 +129,8 @@ def test_mla_decode_reuse_reads_only_the_context():
 def test_mla_decode_replays_from_a_cuda_graph():
     """Captured once; replays read new contexts and tables (no length baked into the graph). The rows a replay's
     contexts cover hold real (finite) values, as the decode step wrote them; every other row is NaN."""
-    from modelgen.runtime.ops import mla as ref
-    from modelgen.runtime.ops.gpu import mla as gm
+    from modelgen.runtime.layers.mla import ops as ref
+    from modelgen.runtime.layers.mla import kernels as gm
 
     steps = _replay_steps(3, 8, ([40, 3, 90], [41, 4, 91], [90, 1, 17]), seed=9)
     q, cache, tables, lens, owned, new, clean = next(steps)
@@ -160,7 +160,7 @@ def test_engine_deepseek_runs_the_kernel_and_matches_transformers(tmp_path, monk
     """fp32 prefill logits and 16 greedy tokens (graphed decode through the Triton MLA kernel) equal transformers."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.ops.gpu import mla as gm
+    from modelgen.runtime.layers.mla import kernels as gm
     from tests.deepseek_fixtures import make_deepseek
     from tests.parity_helpers import hf_greedy_forward, hf_logits
     from tests.test_parity_llama import PREFILL_ATOL

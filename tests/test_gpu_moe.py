@@ -1,4 +1,4 @@
-"""Fused MoE on the GPU (``runtime/ops/gpu/moe.py``) against the torch references of ``runtime/ops/moe.py``, and the
+"""Fused MoE on the GPU (``runtime/layers/moe/kernels.py``) against the torch references of ``runtime/layers/moe/ops.py``, and the
 engine's MoE models against transformers with those kernels in prefill and in graphed decode. The kernel tests also
 run in Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``, CPU tensors, float16 for bfloat16, the
 largest token counts left out); CUDA graphs and the engine need a GPU.
@@ -41,7 +41,7 @@ def routing(T: int, E: int, k: int, seed: int, dtype=torch.float32):
 
 def reference(hidden, w13, w2, w, ids, **kw) -> torch.Tensor:
     """The torch reference evaluated in float64 (the truth the bf16 kernel is measured against)."""
-    from modelgen.runtime.ops import moe as ref
+    from modelgen.runtime.layers.moe import ops as ref
 
     return ref.fused_moe(hidden.double(), w13.double(), w2.double(), w.double(), ids.long(), accumulate="sum", **kw)
 
@@ -51,8 +51,8 @@ def reference(hidden, w13, w2, w, ids, **kw) -> torch.Tensor:
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
 @pytest.mark.parametrize("renormalize", [True, False])
 def test_softmax_route(T, E, k, renormalize):
-    from modelgen.runtime.ops import moe as ref
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
 
     logits = torch.randn(T, E, device=DEV, dtype=LOW) * 2
     w, ids = gm.route(logits, k, scoring="softmax", renormalize=renormalize)
@@ -72,8 +72,8 @@ def test_softmax_route(T, E, k, renormalize):
 @pytest.mark.parametrize("E,k,n_group,topk_group", [(8, 2, 2, 1), (64, 8, 8, 4), (256, 8, 8, 4), (16, 4, None, None)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
-    from modelgen.runtime.ops import moe as ref
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
 
     logits = torch.randn(T, E, device=DEV, dtype=torch.float32)
     b = torch.randn(E, device=DEV) * 0.5 if bias else None
@@ -89,8 +89,8 @@ def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
 
 @pytest.mark.parametrize("T", [1, 2, 3])  # 1, 2: router GEMM + top-k in one launch; 3: GEMM then the top-k kernel
 def test_router_gemm_and_topk(T, monkeypatch):
-    from modelgen.runtime.ops import moe as ref
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
 
     monkeypatch.setattr(gm, "FUSED_ROUTER_T", 2)  # off by default (slower at Qwen3's shape), tested all the same
 
@@ -122,7 +122,7 @@ def test_router_gemm_and_topk(T, monkeypatch):
 @pytest.mark.parametrize("T", sizes(1, 7, 64, 300, interpreter_max=7))
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
 def test_fused_moe_bf16(T, E, k):
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     H, I = 256, 96  # I not a multiple of the column blocks: masked edges
     w13, w2 = experts(E, H, I, LOW, seed=T * 1000 + E)
@@ -136,8 +136,8 @@ def test_fused_moe_bf16(T, E, k):
 
 @pytest.mark.parametrize("T", sizes(1, 64, 300, interpreter_max=8))
 def test_fused_moe_fp32_and_gelu(T):
-    from modelgen.runtime.ops import moe as ref
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
 
     E, k, H, I = 16, 4, 128, 64
     w13, w2 = experts(E, H, I, torch.float32, seed=T)
@@ -153,7 +153,7 @@ def test_fused_moe_fp32_and_gelu(T):
 def test_all_tokens_on_one_expert_and_block_configs(T):
     """Worst-case imbalance (every pair on the same experts) fits the worst-case buffers; every table entry, the
     small-batch pair path (at any T) and explicit configs give the same result."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     E, k, H, I = 64, 2, 256, 128
     w13, w2 = experts(E, H, I, LOW, seed=5)
@@ -174,7 +174,7 @@ def test_down_over_slots_matches_the_per_pair_down(T, wdtype):
     slots) round the same steps in the same order; only their fp32 dot products may associate differently (tile
     shapes), so they agree within a few 16-bit ulps, and both match the float64 reference -- also with expert
     parallelism and shared slots, whose slots the slot kernel must skip or weigh 1 exactly as the pair kernel."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     wdtype = LOW if wdtype == "low" else wdtype
     E, k, H, I, S, L = 32, 4, 128, 96, 1, 16
@@ -202,7 +202,7 @@ def test_down_over_slots_matches_the_per_pair_down(T, wdtype):
 def test_expert_parallel_ranges_sum_to_the_whole(T):
     """Two ranks holding experts [0, E/2) and [E/2, E) compute only their experts; their sum is the full result.
     A rank's pairs on the other rank's experts are dropped (never read back as garbage)."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     E, k, H, I = 64, 8, 256, 128
     w13, w2 = experts(E, H, I, LOW, seed=11)
@@ -223,7 +223,7 @@ def test_expert_parallel_ranges_sum_to_the_whole(T):
 def test_shared_expert_slots(T, S):
     """GLM4-MoE's fused shared experts: S extra slots after the L routed ones, visited by every token at weight 1;
     also with expert parallelism (this rank's routed range only)."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     E, k, H, I = 16, 4, 128, 64
     L, off = 8, 8  # rank 1 of 2
@@ -247,7 +247,7 @@ def test_shared_expert_slots(T, S):
 def test_router_and_experts_replay_from_a_cuda_graph(T, monkeypatch):
     """Captured once, replayed on new hidden states and router weights (so new routing): no shape or host value of
     the first routing is baked into the graph."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     monkeypatch.setattr(gm, "FUSED_ROUTER_T", 2)
 
@@ -290,7 +290,7 @@ def test_engine_moe_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     and experts) demonstrably in both prefill and the captured decode graphs."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
     from tests.moe_fixtures import make_moe
     from tests.test_parity_llama import PREFILL_ATOL, hf_greedy, hf_logits
 

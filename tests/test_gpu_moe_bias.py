@@ -1,6 +1,6 @@
-"""GPT-OSS's bf16 experts on the GPU path: the Triton MoE of ``runtime/ops/gpu/moe.py`` with per-expert biases
+"""GPT-OSS's bf16 experts on the GPU path: the Triton MoE of ``runtime/layers/moe/kernels.py`` with per-expert biases
 (``w13_bias [E, 2I]`` gate columns then up columns, ``w2_bias [E, H]``) and the clamped SwiGLU, against the torch
-reference of ``runtime/ops/moe.py`` (sorted and small-batch pair paths, both pair-path down kernels, expert-parallel
+reference of ``runtime/layers/moe/ops.py`` (sorted and small-batch pair paths, both pair-path down kernels, expert-parallel
 ranges), and a tiny gpt-oss through the engine against transformers.
 
 Runs on a CUDA GPU, or on the CPU through Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``).
@@ -34,14 +34,14 @@ def _case(T, E, k, H, I, dtype, seed):
 
 def _reference(x, w13, w2, b13, b2, w, ids, limit, **kw):
     from modelgen.runtime.ops.activation import gated_activation
-    from modelgen.runtime.ops.moe import fused_moe
+    from modelgen.runtime.layers.moe.ops import fused_moe
 
     act = gated_activation("clamped_swiglu", {"alpha": ALPHA, "limit": limit})
     return fused_moe(x, w13, w2, w, ids.long(), act, accumulate="sum", w13_bias=b13, w2_bias=b2, **kw)
 
 
 def _configs():
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     sorted_cfg = dict(BLOCK_M=16, up=(32, 32, 4, 2), down=(32, 32, 4, 2))
     return {"sorted": sorted_cfg, "pairs": dict(gm._PAIRS),
@@ -56,7 +56,7 @@ CASES = [(1, 4, 2, 64, 64, False), (3, 8, 4, 96, 48, False), (9, 8, 2, 64, 32, F
 @pytest.mark.parametrize("dtype", [torch.float32, LOW])
 @pytest.mark.parametrize("path", ["sorted", "pairs", "slots"])
 def test_bias_and_clamped_swiglu_match_the_reference(T, E, k, H, I, ep, dtype, path):
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     limit = 1.0  # well inside gate/up's range: both clamps bind (GPT-OSS's 7.0 rarely does at these sizes)
     x, w13, w2, b13, b2, w, ids = _case(T, E, k, H, I, dtype, seed=T * 31 + E + H)
@@ -88,7 +88,7 @@ def test_engine_gpt_oss_bf16_experts_take_the_kernels(tmp_path, monkeypatch):
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
     from modelgen.runtime.layers.moe import FusedMoE
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
     from tests.gpt_oss_fixtures import PROMPT, make_gpt_oss
     from tests.test_parity_llama import hf_greedy, hf_logits
 

@@ -1,4 +1,4 @@
-"""Per-head QK RMSNorm folded into the RoPE / KV-cache-write kernels (issue 16 item 9, ``runtime/ops/gpu/attention.py``
+"""Per-head QK RMSNorm folded into the RoPE / KV-cache-write kernels (issue 16 item 9, ``runtime/layers/attention/kernels.py``
 ``qk_norm=``): the fused launches against the unfused sequence (torch RMSNorm of q and k, then RoPE, then the cache
 write / attention), and a Qwen3 model whose attention binds its norms to ``PagedAttention`` against transformers.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modelgen.runtime.ops import attention as ref_attn
+from modelgen.runtime.layers.attention import ops as ref_attn
 from modelgen.runtime.ops import norm as ref_norm
 from modelgen.runtime.ops.rope import apply_rope, cos_sin_cache
 from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, rel
@@ -53,7 +53,7 @@ CASES = [  # (dtype, head_dim, rotary_dim, style, mode)
 
 @pytest.mark.parametrize("dtype,D,rot,style,mode", CASES)
 def test_write_kv_fuses_qk_norm(dtype, D, rot, style, mode):
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import kernels as ga
 
     g = torch.Generator(device=DEV).manual_seed(D + rot)
     T, NB = 11, 4
@@ -82,7 +82,7 @@ def test_write_kv_fuses_qk_norm(dtype, D, rot, style, mode):
 @pytest.mark.parametrize("dtype,D,rot,style,mode", CASES[::2] + [CASES[3]])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_decode_fuses_qk_norm(dtype, D, rot, style, mode, splits):
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import kernels as ga
 
     g = torch.Generator(device=DEV).manual_seed(3 * D + rot)
     B, W = 3, 6
@@ -109,7 +109,7 @@ def test_decode_fuses_qk_norm(dtype, D, rot, style, mode, splits):
 
 
 def test_qk_norm_needs_rope():
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import kernels as ga
 
     k = torch.randn(2, KVH, 16, device=DEV)
     w = torch.ones(16, device=DEV)
@@ -125,7 +125,7 @@ def test_layer_binds_norms(monkeypatch, zero_centred):
     from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
     from modelgen.runtime.layers.norm import RMSNorm
     from modelgen.runtime.layers.rotary import RotaryEmbedding
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import kernels as ga
 
     D, NB = 32, 6
     g = torch.Generator(device=DEV).manual_seed(5)
@@ -195,7 +195,7 @@ def test_qwen3_gpu_path_matches_transformers(tmp_path, monkeypatch):
     within 1e-4 of transformers and 6 greedy tokens equal to HF's."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.ops.gpu import attention as ga
+    from modelgen.runtime.layers.attention import kernels as ga
     from tests.test_parity_llama import hf_greedy, hf_logits
 
     hf = _qwen3_checkpoint(tmp_path)

@@ -1,4 +1,4 @@
-"""runtime/ops/mla.py: the weight-absorbed latent attention equals the un-absorbed decompression (HF's
+"""runtime/layers/mla/ops.py: the weight-absorbed latent attention equals the un-absorbed decompression (HF's
 ``DeepseekV3Attention.expand_kv`` math, written out here), paged and static variants agree, and the softmax scale
 folds YaRN's mscale_all_dim in exactly as transformers does."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modelgen.runtime.ops import mla
+from modelgen.runtime.layers.mla import ops as mla
 
 H, DN, DR, DV, R = 3, 8, 4, 6, 10
 D = R + DR

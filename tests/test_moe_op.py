@@ -1,4 +1,4 @@
-"""runtime/ops/moe.py against transformers' MoE blocks, and runtime/loader/experts.py staging."""
+"""runtime/layers/moe/ops.py against transformers' MoE blocks, and runtime/loader/experts.py staging."""
 from __future__ import annotations
 
 import random
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import modelgen.runtime.ops.moe as moe_mod
+import modelgen.runtime.layers.moe.ops as moe_mod
 from modelgen.runtime.loader.experts import NUM_THREADS_ENV, ExpertStager, ExpertStagingError
-from modelgen.runtime.ops.moe import fused_moe, fused_moe_static, route
+from modelgen.runtime.layers.moe.ops import fused_moe, fused_moe_static, route
 
 transformers = pytest.importorskip("transformers")
 from transformers import DeepseekV3Config, Glm4MoeConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402

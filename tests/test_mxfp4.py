@@ -135,13 +135,13 @@ def test_engine_loads_mxfp4_directly(mxfp4_checkpoint):
 
 @pytest.mark.parametrize("tp_rank,tp_size,offset,local", [(0, 1, 0, 4), (1, 2, 0, 4), (0, 1, 2, 2), (1, 2, 2, 2)])
 def test_kept_mxfp4_experts_slice_like_the_bf16_loader(tp_rank, tp_size, offset, local):
-    """MXFP4 experts kept packed (runtime/layers/moe_mxfp4.py) load this rank's experts and intermediate slice: the
+    """MXFP4 experts kept packed (runtime/layers/moe/mxfp4.py) load this rank's experts and intermediate slice: the
     kept blocks, dequantized and put in the stacked layout, equal what the bf16 FusedMoE loader keeps from the
     dequantized checkpoint (expert ranges and TP-sharded experts, simulated rank by rank)."""
     from modelgen.runtime import distributed as dist
     from modelgen.runtime.layers.moe import FusedMoE
-    from modelgen.runtime.layers.moe_mxfp4 import keep_mxfp4
-    from modelgen.runtime.ops.moe import stacked_from_fused
+    from modelgen.runtime.layers.moe.mxfp4 import keep_mxfp4
+    from modelgen.runtime.layers.moe.ops import stacked_from_fused
 
     E, H, I = 4, 64, 64
     g = torch.Generator().manual_seed(tp_rank + offset)

@@ -1,4 +1,4 @@
-"""MXFP4 experts kept as released on the GPU path: ``runtime/ops/gpu/moe_mxfp4.py`` (uint8 codes + E8M0 scales
+"""MXFP4 experts kept as released on the GPU path: ``runtime/layers/moe/kernels_mxfp4.py`` (uint8 codes + E8M0 scales
 expanded in registers) against the torch reference on the dequantized experts, and the engine on a tiny gpt-oss MXFP4
 checkpoint with ``quantized_weights="keep"`` against ``"dequantize"``.
 
@@ -23,7 +23,7 @@ def _experts(E, H, I, seed):
     """gpt-oss's fused tensors (``gate_up_proj [E, H, 2I]`` gate/up interleaved, ``down_proj [E, I, H]``) as MXFP4,
     plus the stacked dequantized weights and biases the reference takes."""
     from modelgen.runtime.loader.mxfp4 import dequantize_mxfp4, quantize_mxfp4
-    from modelgen.runtime.ops.moe import stacked_from_fused
+    from modelgen.runtime.layers.moe.ops import stacked_from_fused
 
     g = torch.Generator().manual_seed(seed)
     gate_up = torch.randn(E, H, 2 * I, generator=g) * H ** -0.5
@@ -48,8 +48,8 @@ def test_fused_moe_mxfp4_matches_dequantized_reference(T, E, k, H, I, ep, dtype,
     import functools
 
     from modelgen.runtime.ops.activation import gated_activation
-    from modelgen.runtime.ops.gpu.moe_mxfp4 import fused_moe_mxfp4
-    from modelgen.runtime.ops.moe import fused_moe
+    from modelgen.runtime.layers.moe.kernels_mxfp4 import fused_moe_mxfp4
+    from modelgen.runtime.layers.moe.ops import fused_moe
 
     (b13, s13, b2, s2), (w13, w2), (bias13, bias2) = _experts(E, H, I, seed=T + E + H)
     g = torch.Generator().manual_seed(T)
@@ -81,7 +81,7 @@ def test_fused_moe_mxfp4_matches_dequantized_reference(T, E, k, H, I, ep, dtype,
 def test_fp4_decode_every_code_and_scale():
     """All 16 codes x a range of exponents, one row each: the kernel's bit construction equals the E2M1 table."""
     from modelgen.runtime.loader.mxfp4 import FP4_VALUES
-    from modelgen.runtime.ops.gpu.moe_mxfp4 import fused_moe_mxfp4
+    from modelgen.runtime.layers.moe.kernels_mxfp4 import fused_moe_mxfp4
 
     # a down projection of identity-like input: expert output row h = sum_i a_i * W[h, i]; with gate/up chosen so
     # inter = one-hot(i), y[h] = W[h, i] exactly (fp32)
@@ -130,7 +130,7 @@ def _llm(path, mode, dtype=torch.float32):
 def test_gpt_oss_mxfp4_kept_equals_dequantized(mxfp4_path, monkeypatch):
     """fp32: logits within 1e-4 (summation order only, see the module docstring) and 8 greedy tokens equal."""
     from modelgen.runtime.layers.moe import FusedMoE
-    from modelgen.runtime.ops.gpu import moe_mxfp4
+    from modelgen.runtime.layers.moe import kernels_mxfp4 as moe_mxfp4
     from tests.gpt_oss_fixtures import PROMPT
 
     calls = []
@@ -170,7 +170,7 @@ def test_mxfp4_keep_torch_backend_after_loading(mxfp4_path, monkeypatch):
 def test_mxfp4_moe_replays_in_a_cuda_graph():
     """Decode steps replay captured graphs: the kernel captures (no host sync) and a replay on new tokens and routing
     equals an eager call on them, at gpt-oss-20b's widths (H = I = 2880: partial K tiles)."""
-    from modelgen.runtime.ops.gpu.moe_mxfp4 import fused_moe_mxfp4
+    from modelgen.runtime.layers.moe.kernels_mxfp4 import fused_moe_mxfp4
 
     (b13, s13, b2, s2), _, (bias13, bias2) = _experts(4, 2880, 2880, seed=3)  # 4 experts: a quick host quantizer
     on = lambda t: t.cuda()  # noqa: E731

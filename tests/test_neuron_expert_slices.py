@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from modelgen.runtime import distributed
-from modelgen.runtime.ops.moe import stacked_from_fused
+from modelgen.runtime.layers.moe.ops import stacked_from_fused
 from modelgen.runtime.targets.neuron.experts import expert_loaders
 
 E, H, I = 4, 6, 8  # experts, hidden, intermediate (4 ranks share each expert: slices of 2)

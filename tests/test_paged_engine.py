@@ -7,7 +7,7 @@ import torch
 from modelgen.runtime.engine.block_manager import BlockManager, CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
-from modelgen.runtime.ops.attention import write_paged_kv, write_paged_kv_static
+from modelgen.runtime.layers.attention.ops import write_paged_kv, write_paged_kv_static
 
 PROMPTS = [[1, 5, 9, 33], [1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 12], [1, 99], [1, 40, 41, 42, 43, 44, 45]]
 

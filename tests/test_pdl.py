@@ -89,7 +89,8 @@ def _ptx(kernel, const: dict, capability: int, warps: int = 4, stages: int = 3) 
 
 
 def _chain_kernels():
-    from modelgen.runtime.ops.gpu import activation as ga, linear as gl, moe as gm, norm as gn, norm_linear as nl
+    from modelgen.runtime.layers.moe import kernels as gm
+    from modelgen.runtime.ops.gpu import activation as ga, linear as gl, norm as gn, norm_linear as nl
 
     route = dict(NG=1, PG=128, BG=1, BP=128, TOPK=8, BK=8, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=True)
     # (kernel, constexprs, warps, stages, global loads allowed before the wait: what two-back kernels wrote)
@@ -161,7 +162,7 @@ def test_prefetch_ahead_after_the_wait(case):
 def test_gate_up_prefetch_distance():
     """The pair gate-up's ``up_prefetch`` candidates: bulk L2 prefetches inside the K loop (after the wait, as the
     loads), with or without PDL."""
-    from modelgen.runtime.ops.gpu import moe as gm
+    from modelgen.runtime.layers.moe import kernels as gm
 
     const = dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False, PF_DIST=2)
     for level in (0, 1):
@@ -236,7 +237,8 @@ def _sm90():
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (8, "sorted")])
 def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypatch):
-    from modelgen.runtime.ops.gpu import linear as gl, moe as gm, norm as gn, pdl
+    from modelgen.runtime.layers.moe import kernels as gm
+    from modelgen.runtime.ops.gpu import linear as gl, norm as gn, pdl
 
     if path == "slots":  # the pair path with the down GEMV over each token's slots
         monkeypatch.setattr(gm, "_PAIRS", next(c for c in gm._PAIR_CANDIDATES if c.get("down_slots")))

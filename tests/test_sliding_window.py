@@ -1,4 +1,4 @@
-"""Sliding-window attention and attention sinks in the paged torch references (runtime/ops/attention.py), against
+"""Sliding-window attention and attention sinks in the paged torch references (runtime/layers/attention/ops.py), against
 transformers' eager formula, and in the engine: chunked prefill and decode far past the window give one-shot's and
 HF's results on both targets (GPT-OSS fixtures: window 8, 40-token prompt, block size 4 so windows cross blocks)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.runners import Work
 from modelgen.runtime.engine.sampler import SamplingParams
-from modelgen.runtime.ops import attention as ops
+from modelgen.runtime.layers.attention import ops
 from tests.gpt_oss_fixtures import PROMPT, make_gpt_oss
 from tests.test_parity_llama import hf_greedy, hf_logits
 
@@ -137,13 +137,13 @@ def test_chunked_prefill_and_decode_past_the_window(gpt_oss, target):
 
 def test_gpu_dispatch_windows_and_sinks_reach_the_kernel(gpt_oss, monkeypatch):
     """On the GPU path every GPT-OSS attention layer (sliding and full, all with sinks) dispatches to the Triton
-    attention entry point with its own window and sinks (runtime/ops/gpu/attention.py implements both), while the
+    attention entry point with its own window and sinks (runtime/layers/attention/kernels.py implements both), while the
     biased router still runs the torch reference (the experts' biases and clamped SwiGLU run the Triton MoE kernels:
     tests/test_gpu_moe_bias.py). The "kernel" here records its arguments and computes the torch reference, so the
     logits are still checked against transformers."""
-    from modelgen.runtime.layers import attention as attn_layer
-    from modelgen.runtime.ops import attention as ops
-    from modelgen.runtime.layers import moe as moe_layer
+    from modelgen.runtime.layers.attention import layer as attn_layer
+    from modelgen.runtime.layers.attention import ops
+    from modelgen.runtime.layers.moe import layer as moe_layer
 
     path, hf = gpt_oss
     llm = LLM(path, target="rocm", dtype="float32", max_model_len=128)

@@ -4,8 +4,8 @@ q/k/v, the gated delta rule over a fixed-size per-request recurrent state, a gat
 
 Its cache is not K/V blocks but one state slot per request (``recurrent_state``: conv history ``[conv_dim, K-1]`` and
 delta-rule state ``[v_heads, k_dim, v_dim]``), declared by the generated class's ``kv_spec()`` and managed by the
-engine's state pool (runtime/state_cache.py). The runtime layer is runtime/layers/gated_deltanet.py (rocm) and the
-static mixer of runtime/ops/gated_delta.py (neuron).
+engine's state pool (runtime/state_cache.py). The runtime layer is runtime/layers/gated_deltanet/layer.py (rocm) and the
+static mixer of runtime/layers/gated_deltanet/ops.py (neuron).
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class GatedDeltaNet(Module):
     slot = "attention"
     class_suffix = "GatedDeltaNet"
     # qwen3_5's split projections load into the two GEMMs of the runtime layer by shard id
-    # (runtime/layers/gated_deltanet.py QWEN3_5_PACKED_MODULES); qwen3_next checkpoints are already fused.
+    # (runtime/layers/gated_deltanet/layer.py QWEN3_5_PACKED_MODULES); qwen3_next checkpoints are already fused.
     fused_params = {"in_proj_qkvz": frozenset({"qkv", "z"}), "in_proj_ba": frozenset({"b", "a"})}
 
     layout: str

@@ -1,7 +1,7 @@
 """Batched staging of per-expert checkpoint tensors into fused expert parameters (ATOM-style expert loading).
 
 Checkpoints store one matrix per expert and projection (``...experts.7.gate_proj.weight``); the runtime keeps all
-experts of a layer in one tensor (``w13 [E, 2I, H]``, ``w2 [E, H, I]``, see ``runtime/ops/moe.py``). Copying each
+experts of a layer in one tensor (``w13 [E, 2I, H]``, ``w2 [E, H, I]``, see ``runtime/layers/moe/ops.py``). Copying each
 expert into its slice one by one costs ``E * shards`` small copies per layer; ``ExpertStager`` instead collects the
 tensors of one fused parameter, reads lazy ones on a thread pool, and once every ``(expert, shard)`` is present
 stacks each shard (one allocation) and hands the stacked tensors to ``on_complete``, which copies them in once.

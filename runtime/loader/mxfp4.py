@@ -134,7 +134,7 @@ class Mxfp4DequantCheckpoint(DequantView):
 
     def keep(self, names: set[str]) -> None:
         """List these tensors as their stored ``X_blocks`` / ``X_scales`` again instead of ``X`` dequantized: for
-        layers that keep MXFP4 experts (``runtime/layers/moe_mxfp4.py``), switched before loading."""
+        layers that keep MXFP4 experts (``runtime/layers/moe/mxfp4.py``), switched before loading."""
         self._kept = frozenset(self._kept | (set(names) & set(self._pairs)))
         keys = []
         for k in self._keys:

@@ -7,7 +7,7 @@ internal names: which stacked parameter an expert tensor fills, with which shard
 a shared expert adds are all rows of those tables; shard ids are passed through to the parameters' loaders.
 
 A stacked expert parameter's module provides ``num_local_experts``, ``expert_offset``, ``local_index(expert)`` and
-``load_stacked(param, {shard: [L, ...]})`` (``runtime/layers/moe.py`` FusedMoE). Per-expert tensors go through
+``load_stacked(param, {shard: [L, ...]})`` (``runtime/layers/moe/layer.py`` FusedMoE). Per-expert tensors go through
 :class:`~modelgen.runtime.loader.experts.ExpertStager`: with more than one loader thread
 (``MODELGEN_LOADER_NUM_THREADS``, default 16) they are read on a thread pool and copied once per stacked parameter;
 with one thread each expert is copied through the parameter's ``weight_loader`` as it is read.

@@ -219,15 +219,15 @@ def _linear_targets(model: nn.Module, keys: list[str]) -> dict[str, list[str]]:
     ``packed_modules_mapping``, as the rocm loader routes them). Layers whose weight is read as a matrix by their
     parent (MLA's ``kv_b_proj``, split into the absorbed W_UK / W_UV) or stored fused and split at load
     (``checkpoint.split``) are left out: they stay dequantized."""
+    from ..layers.kind import layer_kinds
     from ..layers.linear import LinearBase
-    from ..layers.mla import MLAttention
     from .names import apply_renames, resolve_packed
     from .protocol import PackedTables
     from .split import CheckpointSplit
 
     tables = PackedTables.of(model)
     modules = dict(model.named_modules())
-    read_as_matrix = {id(m.kv_b_proj) for m in modules.values() if isinstance(m, MLAttention)}
+    read_as_matrix = {id(linear) for layer in layer_kinds(model) for linear in layer.linears_read_as_matrix()}
     out: dict[str, list[str]] = {}
     for key in keys:
         if not key.endswith(".weight"):
@@ -249,9 +249,9 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
     * FP8 block scales: linear layers whose every checkpoint weight is FP8 keep ``weight`` in float8 +
       ``weight_scale_inv`` (``LinearBase.keep_fp8``) and run ``runtime/ops/gpu/fp8.py``'s GEMM; MoE layers whose
       experts are FP8 re-encode them to the checkpoint's FP8 codes after loading and run
-      ``runtime/ops/gpu/moe_fp8.py`` (``runtime/layers/moe_fp8.py``).
-    * MXFP4: the fused MoE experts keep ``*_blocks`` / ``*_scales`` (``runtime/layers/moe_mxfp4.py``) and run the
-      MXFP4 MoE kernels of ``runtime/ops/gpu/moe_mxfp4.py``.
+      ``runtime/layers/moe/kernels_fp8.py`` (``runtime/layers/moe/fp8.py``).
+    * MXFP4: the fused MoE experts keep ``*_blocks`` / ``*_scales`` (``runtime/layers/moe/mxfp4.py``) and run the
+      MXFP4 MoE kernels of ``runtime/layers/moe/kernels_mxfp4.py``.
 
     The GPU path is the rocm target with Triton kernels enabled for ``device`` (a CUDA GPU, or Triton's interpreter
     with ``MODELGEN_TRITON_ON_CPU=1``). Everywhere else, and with mode ``dequantize``, nothing changes: the torch path
@@ -280,12 +280,12 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
             if all(k in fp8 for k in keys) and modules[name].keep_fp8(checkpoint.block, checkpoint._inner.dtype(keys[0])):
                 kept |= set(keys)
         checkpoint.keep(kept)
-        from ..layers.moe_fp8 import keep_fp8_experts
+        from ..layers.moe.fp8 import keep_fp8_experts
 
-        # experts load dequantized and are re-encoded in FP8 after loading (runtime/layers/moe_fp8.py)
+        # experts load dequantized and are re-encoded in FP8 after loading (runtime/layers/moe/fp8.py)
         report.update(kept=len(kept), dequantized=len(fp8 - kept), moe_layers_fp8=keep_fp8_experts(model, checkpoint))
     else:
-        from ..layers.moe_mxfp4 import keep_mxfp4_experts
+        from ..layers.moe.mxfp4 import keep_mxfp4_experts
 
         kept = keep_mxfp4_experts(model, checkpoint)
         report.update(kept=len(kept), dequantized=len(checkpoint.pairs()) - len(kept))

@@ -10,8 +10,8 @@ import torch
 
 from .. import backends
 from .. import distributed as dist
-from ..ops import attention as attn_ops
-from ..ops import moe as moe_ops
+from ..layers.attention import ops as attn_ops
+from ..layers.moe import ops as moe_ops
 from ..ops.activation import GATED_ACTIVATIONS, gated_activation
 from ..ops.norm import rms_norm as _rms_norm
 from ..ops.rope import apply_rope
@@ -91,7 +91,7 @@ def flash_attention(
     sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
     """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks / soft-capped when
-    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see ``runtime/ops/attention.py``)."""
+    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see ``runtime/layers/attention/ops.py``)."""
     return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks, softcap)
 
 

@@ -312,19 +312,21 @@ def build_stage_model(target, module, config, hf_config: dict, engine_args: dict
 
 
 def _check_shared_index(model: nn.Module, pp_rank: int) -> None:
-    """GLM-5's shared DSA layers reuse the top-k of the nearest earlier indexer through the step's metadata, which
-    does not cross stages: a stage whose first DSA layer is a shared one is refused (choose another split)."""
-    from ..layers.mla import MLAttention
+    """Layers that read what an earlier layer wrote into the step's metadata (GLM-5's shared DSA layers reuse the
+    top-k of the nearest earlier indexer) need that writer on their own stage, as the metadata does not cross stages:
+    a stage where such a reader comes before any writer is refused (choose another split)."""
+    from ..layers.kind import layer_kinds
 
     stage = model.pp_stage
     for i in range(stage.start, stage.end):
-        mla = [m for m in _backbone(model).layers[i].modules() if isinstance(m, MLAttention)]
-        if any(getattr(m, "indexer", None) is not None for m in mla):
+        kinds = list(layer_kinds(_backbone(model).layers[i]))
+        if any(m.step_metadata_writes() for m in kinds):
             return
-        if any(m.index_shared for m in mla):
-            raise ValueError(f"pipeline stage {pp_rank} starts at layer {stage.start}, whose DSA layer {i} shares "
-                             f"the top-k of an indexer on an earlier stage; pipeline_parallel_size must split the "
-                             f"layers where an indexer layer starts each stage")
+        reads = next((what for m in kinds if (what := m.step_metadata_reads()) is not None), None)
+        if reads is not None:
+            raise ValueError(f"pipeline stage {pp_rank} starts at layer {stage.start}, whose layer {i} {reads} on an "
+                             f"earlier stage; pipeline_parallel_size must split the layers so that each stage starts "
+                             f"at a layer that writes what its later layers read")
 
 
 class PipelineComm:

@@ -11,11 +11,13 @@ the generated code:
   VocabParallelEmbedding   partial rows -> reduce-scatter (the embedding scatter)
   ColumnParallelLinear     all-gather the token shards, then the sharded GEMM (QKV, gate/up)
   RowParallelLinear        sharded GEMM -> reduce-scatter (o_proj, down), bias on the shard
-  FusedMoE                 all-gather tokens and routing, the experts' partial sums all-reduced, own chunk kept
+  token-gathering layers    all-gather every argument (MoE: tokens and routing), the layer's own all-reduce, own
+                           chunk kept (``LayerKind.sequence_parallel_gathers_tokens``)
   the backbone             all-gather its final (normed) hidden states, so the runner and LM head see every token
 
-Attention itself runs on every token (its QKV input is gathered). Models with MLA or Gated DeltaNet layers (cache
-writes from replicated projections on token shards) are refused. ``tests/test_sequence_parallel.py`` checks TP=2
+Attention itself runs on every token (its QKV input is gathered). Models with layers that refuse it
+(``LayerKind.sequence_parallel_refusal``: MLA and Gated DeltaNet, whose cache writes come from replicated projections
+of every token) are refused. ``tests/test_sequence_parallel.py`` checks TP=2
 with SP against TP=1 on CPU (gloo).
 """
 from __future__ import annotations
@@ -82,9 +84,10 @@ def _row_forward(self, x: torch.Tensor) -> torch.Tensor:
     return y + self.bias if self.bias is not None else y
 
 
-def _moe_forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor):
-    out = self._sp_inner_forward(gather_tokens(hidden_states), gather_tokens(topk_weights), gather_tokens(topk_ids))
-    return scatter_tokens(out)  # the forward all-reduced the experts' partial sums over every token
+def _gathered_tokens_forward(self, *tensors: torch.Tensor):
+    # A layer whose every argument is token-major (MoE: tokens, routing weights, expert ids) and whose forward sums
+    # over ranks itself (the experts' partial sums): it runs on every token, and this rank keeps its own chunk.
+    return scatter_tokens(self._sp_inner_forward(*(gather_tokens(t) for t in tensors)))
 
 
 def _backbone_forward(self, *args, **kwargs):
@@ -100,17 +103,15 @@ def enable_sequence_parallel(model: nn.Module) -> int:
     """Switch a built TP rocm model to sequence parallelism in place; returns the number of modules swapped (0 at
     world size 1, where there is nothing to split)."""
     from ..layers.embedding import ParallelLMHead, VocabParallelEmbedding
-    from ..layers.gated_deltanet import GatedDeltaNet
+    from ..layers.kind import LayerKind, layer_kinds
     from ..layers.linear import ColumnParallelLinear, RowParallelLinear
-    from ..layers.mla import MLAttention
-    from ..layers.moe import FusedMoE
 
     if distributed.tp_size() == 1:
         return 0
-    refused = sorted({type(m).__name__ for m in model.modules() if isinstance(m, (MLAttention, GatedDeltaNet))})
+    refused = sorted({f"{type(m).__name__} ({why})" for m in layer_kinds(model)
+                      if (why := m.sequence_parallel_refusal()) is not None})
     if refused:
-        raise ValueError(f"sequence_parallel: {', '.join(refused)} layers are not supported (their cache writes "
-                         f"come from replicated projections of every token)")
+        raise ValueError(f"sequence_parallel: not supported by {', '.join(refused)}")
     swapped = 0
     backbone = None
     for m in model.modules():
@@ -122,8 +123,8 @@ def enable_sequence_parallel(model: nn.Module) -> int:
             _swap(m, _column_forward)
         elif isinstance(m, RowParallelLinear):
             m.forward = types.MethodType(_row_forward, m)
-        elif isinstance(m, FusedMoE):
-            _swap(m, _moe_forward)
+        elif isinstance(m, LayerKind) and m.sequence_parallel_gathers_tokens():
+            _swap(m, _gathered_tokens_forward)
         else:
             if backbone is None and isinstance(getattr(m, "layers", None), nn.ModuleList) and m is not model:
                 backbone = m

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 54a8641a42d5a341
+# source hash (spec + templates + generator): 13d4532b5e646ccc
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -23,7 +23,7 @@ from torch import nn
 import modelgen.runtime.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec
-from modelgen.runtime.layers.mla import LatentCacheSpec, shared_index_inputs
+from modelgen.runtime.layers.mla import LatentCacheSpec, ops as mla_ops, shared_index_inputs
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
@@ -33,7 +33,6 @@ from modelgen.runtime.neuron.weight_loader import (
     sharding_weight_loader,
     transposed_loader,
 )
-from modelgen.runtime.ops import mla as mla_ops
 from modelgen.runtime.ops.rope import cos_sin_cache
 from modelgen.runtime.targets.neuron.experts import expert_loaders
 

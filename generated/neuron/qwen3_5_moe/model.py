@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): 07dac3a124ef2782
+# source hash (spec + templates + generator): 900a4f74ed8bc076
 # ==================================================================================================================
 """Qwen35Moe for the neuron target, in vLLM Neuron's style.
 
@@ -23,10 +23,11 @@ from torch import nn
 import modelgen.runtime.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.gated_deltanet.neuron import gdn_mixer_static, head_parts_weight_loader
+from modelgen.runtime.layers.gated_deltanet.ops import gated_rms_norm, gdn_gating, split_projections
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
-from modelgen.runtime.neuron.gated_delta import gdn_mixer_static, head_parts_weight_loader
 from modelgen.runtime.neuron.weight_loader import (
     fused_qkv_weight_loader,
     padded_vocab_loader,
@@ -34,7 +35,6 @@ from modelgen.runtime.neuron.weight_loader import (
     sharding_weight_loader,
     transposed_loader,
 )
-from modelgen.runtime.ops.gated_delta import gated_rms_norm, gdn_gating, split_projections
 from modelgen.runtime.ops.rope import cos_sin_cache
 from modelgen.runtime.state_cache import StateSpec
 from modelgen.runtime.targets.neuron.experts import expert_loaders

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm_moe_dsa.yaml --target vllm
-# source hash (spec + templates + generator): 54a8641a42d5a341
+# source hash (spec + templates + generator): 13d4532b5e646ccc
 # ==================================================================================================================
 """GlmMoeDsa for the vllm target: vLLM's model interface and layer library.
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from modelgen.runtime.ops.mla import softmax_scale
+from modelgen.runtime.layers.mla.ops import softmax_scale
 from modelgen.runtime.vllm.config import spec_config
 from modelgen.runtime.vllm.loader import WeightTables, load_generated_weights
 from modelgen.runtime.vllm.mla import DSAIndexer, sparse_buffers

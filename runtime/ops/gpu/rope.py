@@ -7,7 +7,26 @@ import triton
 import triton.language as tl
 
 from . import next_pow2
-from .attention import _rope_coeffs
+
+
+@triton.jit
+def _rope_coeffs(cs_ptr, pos, offs_d, ROT: tl.constexpr, PAIRWISE: tl.constexpr):
+    """cos, signed sin and partner index of each dim for position ``pos`` (dims >= ROT pass through)."""
+    HALF: tl.constexpr = ROT // 2
+    in_rot = offs_d < ROT
+    if PAIRWISE:
+        fi = offs_d // 2
+        partner = offs_d ^ 1
+        sign = tl.where(offs_d % 2 == 0, -1.0, 1.0)
+    else:
+        fi = offs_d % HALF
+        partner = tl.where(offs_d < HALF, offs_d + HALF, offs_d - HALF)
+        sign = tl.where(offs_d < HALF, -1.0, 1.0)
+    base = cs_ptr + pos.to(tl.int64) * ROT
+    cos = tl.load(base + fi, mask=in_rot, other=1.0)
+    sin = tl.load(base + HALF + fi, mask=in_rot, other=0.0) * sign
+    partner = tl.where(in_rot, partner, offs_d)
+    return cos, sin, partner
 
 
 @triton.jit

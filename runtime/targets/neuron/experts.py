@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from ... import distributed
-from ...neuron.expert_layouts import fused_expert_loader
+from ...layers.moe.neuron import fused_expert_loader
 from ...neuron.weight_loader import SafetensorsWeightLoader, SliceView, expert_weight_loader
 
 

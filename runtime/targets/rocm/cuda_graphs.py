@@ -17,6 +17,7 @@ import torch
 
 from ... import distributed
 from ...layers.attention import AttentionMetadata
+from ...layers.kind import STEP_LAYOUTS, layer_kinds
 from ...ops.tokens import chain_token_ids
 
 
@@ -43,7 +44,7 @@ class _Bucket:
         cu = torch.arange(B + 1, dtype=torch.int32, device=device)
         state = None
         if with_state:  # recurrent layers: each row's state slot (-1 = padding row) and fresh flag (0/1)
-            from ...layers.gated_deltanet import StateMetadata
+            from ...state_cache import StateMetadata
 
             self.h_state, self.h_fresh = self.host[4 * B:5 * B], self.host[5 * B:6 * B]
             self.state_slot, self.fresh_i64 = d[4 * B:5 * B], d[5 * B:6 * B]
@@ -187,27 +188,19 @@ def multi_token_layout(model: torch.nn.Module, tokens_per_seq: int) -> str | Non
     Gated DeltaNet layers (Qwen3-Next, Qwen3.5: GQA full attention beside them) take ``"varlen"``: the bucket then
     also carries each sequence's state slot, fresh flag and real token count (``StateMetadata.tokens_per_seq``), and
     the layer runs its one-token decode op once per token slot (no host reads; :func:`has_recurrent_state`).
-    * None: a model mixing MLA and GQA attention (none exists), or Gated DeltaNet beside MLA (none exists)."""
-    from ...layers.attention import PagedAttention
-    from ...layers.mla import MLAttention
+    * None: a model mixing MLA and GQA attention (none exists), or Gated DeltaNet beside MLA (none exists).
 
-    mla = gqa = False
-    for m in model.modules():
-        mla |= isinstance(m, MLAttention)
-        gqa |= isinstance(m, PagedAttention)
-    recurrent = has_recurrent_state(model)
-    if tokens_per_seq == 1 and not recurrent:
-        return "rows"
-    if mla and (gqa or recurrent):
-        return None
-    return "rows" if mla else ("varlen" if gqa or recurrent else None)
+    Each layer says which layouts it computes correctly (``LayerKind.step_graph_layouts``); the step takes one that
+    every layer accepts, "rows" when both are."""
+    layouts = set(STEP_LAYOUTS)
+    for layer in layer_kinds(model):
+        layouts &= layer.step_graph_layouts(tokens_per_seq)
+    return "rows" if "rows" in layouts else ("varlen" if "varlen" in layouts else None)
 
 
 def has_recurrent_state(model: torch.nn.Module) -> bool:
-    """Whether the model has Gated DeltaNet layers (a step's buckets then carry state slots)."""
-    from ...layers.gated_deltanet import GatedDeltaNet
-
-    return any(isinstance(m, GatedDeltaNet) for m in model.modules())
+    """Whether the model has layers holding a per-request state (a step's buckets then carry state slots)."""
+    return any(layer.holds_request_state() for layer in layer_kinds(model))
 
 
 def _cuda_capture(pool, fn):
@@ -245,7 +238,7 @@ class _StepBucket:
         cu = torch.arange(0, R * step + 1, step, dtype=torch.int32, device=device)
         state = None
         if with_state:  # Gated DeltaNet: the fixed-shape multi-token path (StateMetadata.tokens_per_seq), varlen only
-            from ...layers.gated_deltanet import StateMetadata
+            from ...state_cache import StateMetadata
 
             st = tab0 + R * width
             self.h_state, self.h_fresh, self.h_lens = (h[st + i * B:st + (i + 1) * B] for i in range(3))
@@ -291,7 +284,8 @@ class StepGraphs:
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
         self.with_state = has_recurrent_state(model)
         if self.with_state and layout != "varlen":
-            raise ValueError(f"StepGraphs: a model with Gated DeltaNet layers needs the 'varlen' layout, not {layout!r}")
+            raise ValueError(f"StepGraphs: a model with per-request state layers needs the 'varlen' layout, not "
+                             f"{layout!r}")
         self.model, self.device = model, torch.device(device)
         self.q, self.layout, self.width, self.block_size = tokens_per_seq, layout, width, block_size
         self.hidden = hidden

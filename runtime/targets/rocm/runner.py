@@ -9,8 +9,9 @@ from modelgen import settings
 from ...engine.block_manager import BlockManager
 from ...engine.runners import Work, pad_tables
 from ...layers.attention import AttentionMetadata
-from ...layers.gated_deltanet import StateMetadata
+from ...layers.kind import layer_kinds
 from ...ops.tokens import chain_token_ids
+from ...state_cache import StateMetadata
 from .cuda_graphs import DecodeGraphs, slots_for
 
 
@@ -170,7 +171,8 @@ def _gpu_kernels_on(model: torch.nn.Module, device: torch.device) -> bool:
     from ...ops import gpu
 
     probe = next(model.parameters(), None)
-    return probe is not None and gpu.enabled(probe)
+    return probe is not None and gpu.enabled(probe) and all(layer.decode_graph_capturable()
+                                                            for layer in layer_kinds(model))
 
 
 class GreedyStep:

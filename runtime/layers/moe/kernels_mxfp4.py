@@ -12,12 +12,12 @@ bits (sign, exponent ``e + 126``, one mantissa bit; code 1 = 0.5, code 0 = 0) an
 built as float32 bits: no transcendental per element): FP4
 values times powers of two are exact in bf16/fp16/fp32 alike, so the widened tile equals the dequantized weight.
 
-Launches: the expert alignment and the deterministic combine of ``runtime/ops/gpu/moe.py`` (imported, not copied:
+Launches: the expert alignment and the deterministic combine of ``runtime/layers/moe/kernels.py`` (imported, not copied:
 tokens sorted and padded by expert so every ``BLOCK_M`` rows belong to one expert; the combine sums each token's k
 weighted expert outputs in fp32), and here a gate-up kernel (bias, gpt-oss's clamped SwiGLU or SiLU fused) and a
 down kernel (bias, routing weight). No host synchronisation and shapes fixed by ``(T, k, E)``: CUDA-graph capturable.
 
-Rounding follows the torch reference run on the dequantized weights (``runtime/ops/moe.py`` ``fused_moe`` with
+Rounding follows the torch reference run on the dequantized weights (``runtime/layers/moe/ops.py`` ``fused_moe`` with
 ``F.linear(x, w, b)``): gate/up and the expert output are rounded once after their bias, and the activation rounds
 at each of the torch expression's steps (``gate * alpha``, the sigmoid, ``gate * sigmoid``, ``up + 1``, the product).
 """
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config
+from .kernels import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config
 
 GROUP = 32  # inputs per E8M0 scale (16 bytes of codes)
 

@@ -1,6 +1,6 @@
 """Triton kernels of the Gated DeltaNet decode step (Qwen3-Next / Qwen3.5), and the optional fla prefill.
 
-The torch references of ``runtime/ops/gated_delta.py`` define every function here; these compute the same values
+The torch references of ``runtime/layers/gated_deltanet/ops.py`` define every function here; these compute the same values
 with no host reads and no data-dependent shapes, so a decode step is capturable in a CUDA graph:
 
 * :func:`gdn_gating` -- ``g = -exp(A_log) * softplus(a + dt_bias)`` (float32) and ``beta = sigmoid(b)`` in one launch
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2
+from ...ops.gpu import next_pow2
 
 
 # ------------------------------------------------------------------------------------------------------- gating

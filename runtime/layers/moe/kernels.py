@@ -1,6 +1,6 @@
 """Triton fused mixture-of-experts: router top-k, expert alignment, gate-up GEMM + activation, down GEMM + combine.
 
-The same function as ``runtime/ops/moe.py`` (``route`` and ``fused_moe(..., accumulate="sum")``), in five launches
+The same function as ``runtime/layers/moe/ops.py`` (``route`` and ``fused_moe(..., accumulate="sum")``), in five launches
 with no host synchronisation and shapes fixed by ``(num_tokens, top_k, num_experts)`` alone, so decode steps capture
 into CUDA graphs:
 
@@ -42,7 +42,7 @@ import triton.language as tl
 
 from modelgen import settings
 
-from . import next_pow2, pdl
+from ...ops.gpu import next_pow2, pdl
 
 # ----------------------------------------------------------------------------------------------------------- router
 
@@ -175,7 +175,7 @@ def route(
     topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``runtime.ops.moe.route`` in one launch -> (weights ``[T, k]`` in ``out_dtype``, ids ``[T, k]`` int32).
+    """``runtime.layers.moe.ops.route`` in one launch -> (weights ``[T, k]`` in ``out_dtype``, ids ``[T, k]`` int32).
 
     The ids come in descending-score order (the sigmoid reference's ``topk(sorted=False)`` order is unspecified:
     compare ids as sets there). Arguments are validated by the reference's caller (``TopKRouter``).
@@ -954,7 +954,7 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
         return cfg
     if not hidden.is_cuda or torch.cuda.is_current_stream_capturing():
         return dict(_PAIRS)  # no timing inside a capture (warm-up runs choose first) or in the interpreter
-    from .linear import _time
+    from ...ops.gpu.linear import _time
 
     g = torch.Generator(device=hidden.device).manual_seed(0)
     routings = [torch.randint(0, L, (T, k), device=hidden.device, generator=g, dtype=torch.int32) for _ in range(8)]

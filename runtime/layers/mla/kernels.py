@@ -1,6 +1,6 @@
 """Triton MLA decode (DeepSeek-V2/V3 weight-absorbed attention) over the paged latent cache.
 
-``runtime/ops/mla.py``'s ``paged_decode`` defines the function: one absorbed query per sequence ``q [B, H, r + dr]``
+``runtime/layers/mla/ops.py``'s ``paged_decode`` defines the function: one absorbed query per sequence ``q [B, H, r + dr]``
 (``[W_UK^T q_nope | q_pe]``) attends the sequence's cached rows ``[c (r) | k_pe (dr)]``, every head the same single
 latent "head" (score ``q_c . c_j + q_pe . k_pe_j``, value ``c_j``), and returns ``[B, H, r]`` (expanded through W_UV
 by the caller). The reference gathers each sequence's whole padded cache into a dense tensor first; this kernel reads
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreting, next_pow2, num_sms
+from ...ops.gpu import interpreting, next_pow2, num_sms
 
 
 @triton.jit

@@ -54,7 +54,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .activation import gated_activation
+from ...ops.activation import gated_activation
 
 __all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused"]
 

@@ -9,7 +9,7 @@ flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing i
     out = out_proj(rmsnorm(o) * w * silu(z))
 
 Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
-recurrent op, batched; both from ``runtime/ops/gated_delta.py``. A fixed-shape multi-token step (``tokens_per_seq``:
+recurrent op, batched; both from ``runtime/layers/gated_deltanet/ops.py``. A fixed-shape multi-token step (``tokens_per_seq``:
 a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads. Sequences whose slot is ``PAD_SLOT`` and tokens past
 ``cu_seqlens[-1]`` (padding) produce zeros and never read or write any state.
 
@@ -25,15 +25,14 @@ Both give the conv input ``[q (Hk*Dk), k (Hk*Dk), v (Hv*Dv)]`` of HF's ``conv1d`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
-from .. import distributed as dist
-from ..ops import gated_delta as gd
-from ..state_cache import PAD_SLOT, StateSpec
-from .linear import ColumnParallelLinear, RowParallelLinear, _check_shape
+from ... import distributed as dist
+from ...state_cache import PAD_SLOT, StateMetadata, StateSpec
+from ..kind import LayerKind
+from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
+from . import ops as gd
 
 LAYOUTS = ("qwen3_next", "qwen3_5")
 
@@ -44,61 +43,6 @@ QWEN3_5_PACKED_MODULES = {
     "in_proj_b": ("in_proj_ba", "b"),
     "in_proj_a": ("in_proj_ba", "a"),
 }
-
-
-@dataclass
-class StateMetadata:
-    """Per-step description of the sequences of a flattened batch, for recurrent layers (built by the engine).
-
-    cu_seqlens  : [num_seqs + 1] int32 token offsets of each sequence (the same tensor as
-                  ``AttentionMetadata.cu_seqlens_q``); tokens at or past ``cu_seqlens[-1]`` are padding
-    state_slots : [num_seqs] int64 state-pool slot of each sequence (``PAD_SLOT`` = -1: padding sequence, ignored)
-    fresh       : [num_seqs] bool, True when the sequence has no computed token yet (its first prefill chunk): its
-                  state is read as zeros whatever the slot holds, then written
-    decode_only : every sequence has exactly one new token (``not AttentionMetadata.is_prefill``); sequence i is token
-                  i. Runs the sync-free static path (no host reads: capturable in a CUDA graph, traceable fullgraph);
-                  rows past the real batch are padding sequences with slot -1; slots are trusted to be distinct
-                  (the host path checks it)
-    tokens_per_seq : q > 0 for a fixed-shape multi-token step (a speculative verify window: the last token and the
-                  drafts): sequence i owns token slots ``[i*q, (i+1)*q)``, the first ``seq_lens[i]`` of them real,
-                  the rest padding (1 <= seq_lens[i] <= q; a padding sequence has slot -1). Also sync-free: the
-                  layer runs the decode path once per slot column (:meth:`GatedDeltaNet._window_rows`)
-    seq_lens    : [num_seqs] int64 real tokens of each sequence, with ``tokens_per_seq``
-    """
-
-    cu_seqlens: torch.Tensor
-    state_slots: torch.Tensor
-    fresh: torch.Tensor
-    decode_only: bool = False
-    tokens_per_seq: int = 0
-    seq_lens: torch.Tensor | None = None
-    _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def build(
-        cls, query_lens: list[int], slots: list[int], fresh: list[bool], device: torch.device | str = "cpu"
-    ) -> "StateMetadata":
-        if not len(query_lens) == len(slots) == len(fresh):
-            raise ValueError(
-                f"StateMetadata: {len(query_lens)} query lengths, {len(slots)} slots, {len(fresh)} fresh flags "
-                "(expected one of each per sequence)"
-            )
-        cu = [0]
-        for n in query_lens:
-            cu.append(cu[-1] + n)
-        return cls(
-            torch.tensor(cu, dtype=torch.int32, device=device),
-            torch.tensor(slots, dtype=torch.int64, device=device),
-            torch.tensor(fresh, dtype=torch.bool, device=device),
-            decode_only=all(n == 1 for n in query_lens),
-            _host=(cu, list(slots), [bool(f) for f in fresh]),
-        )
-
-    def host(self) -> tuple[list[int], list[int], list[bool]]:
-        """(cu_seqlens, slots, fresh) as Python lists, read once per step and shared by every layer."""
-        if self._host is None:
-            self._host = (self.cu_seqlens.tolist(), self.state_slots.tolist(), [bool(f) for f in self.fresh.tolist()])
-        return self._host
 
 
 def _load_head_parts(param: torch.Tensor, loaded: torch.Tensor, parts: list[int], offset: int, what: str) -> None:
@@ -173,7 +117,9 @@ def _head_param(num_heads: int) -> nn.Parameter:
     return p
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(LayerKind):
+    cache_kind = StateSpec.kind
+
     def __init__(
         self,
         hidden_size: int,
@@ -248,6 +194,14 @@ class GatedDeltaNet(nn.Module):
             raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: conv_state has {conv_state.shape[0]} slots, "
                              f"recurrent_state {recurrent_state.shape[0]}")
         self.conv_state, self.recurrent_state = conv_state, recurrent_state
+
+    # ------------------------------------------------------------------------- what the engine asks (LayerKind)
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # The fixed-shape multi-token path (StateMetadata.tokens_per_seq) reads each sequence's window of q slots.
+        return frozenset({"varlen"})
+
+    def sequence_parallel_refusal(self) -> str | None:
+        return "its state writes come from replicated projections of every token"
 
     # -------------------------------------------------------------------------------------------------- forward
     def _read_states(self, slots: list[int], fresh: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:

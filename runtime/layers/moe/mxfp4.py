@@ -4,7 +4,7 @@
 checkpoint stores as MXFP4 (gpt-oss: ``mlp.experts.{gate_up_proj,down_proj}_{blocks,scales}``) before loading: the
 bf16 ``w13_weight`` / ``w2_weight`` are replaced by parameters named like the checkpoint tensors, which the rocm loader
 then fills directly (this rank's experts and, when experts are TP-sharded, its intermediate slice), and the layer's
-``quant_method`` runs ``runtime/ops/gpu/moe_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts the
+``quant_method`` runs ``runtime/layers/moe/kernels_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts the
 kernels do not take (other fused layouts or activations, shared-expert slots, an intermediate slice that splits a
 32-value scale group) are left dequantized.
 
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..loader.mxfp4 import GROUP, dequantize_mxfp4
-from ..ops import gpu
-from .moe import FusedMoE
+from ...loader.mxfp4 import GROUP, dequantize_mxfp4
+from ...ops import gpu
+from .layer import FusedMoE
 
 PARTS = {"gate_up_proj": "w13", "down_proj": "w2"}
 
@@ -32,7 +32,7 @@ class Mxfp4MoEMethod:
               topk_ids: torch.Tensor) -> torch.Tensor:
         params = layer.activation_params or {}
         if gpu.enabled(hidden):
-            from ..ops.gpu.moe_mxfp4 import fused_moe_mxfp4
+            from .kernels_mxfp4 import fused_moe_mxfp4
 
             return fused_moe_mxfp4(
                 hidden, layer.gate_up_proj_blocks, layer.gate_up_proj_scales, layer.down_proj_blocks,
@@ -40,7 +40,7 @@ class Mxfp4MoEMethod:
                 alpha=params.get("alpha", 1.702), limit=params.get("limit", 7.0), w13_bias=layer.w13_bias,
                 w2_bias=layer.w2_bias, expert_offset=layer.expert_offset,
             )
-        from ..ops.moe import fused_moe, stacked_from_fused
+        from .ops import fused_moe, stacked_from_fused
 
         w13 = stacked_from_fused(dequantize_mxfp4(layer.gate_up_proj_blocks, layer.gate_up_proj_scales,
                                                   hidden.dtype), "w13", layer.fused_layout)
@@ -104,8 +104,8 @@ def keep_mxfp4_experts(model: nn.Module, checkpoint: Any) -> set[str]:
     """Switch every FusedMoE whose ``gate_up_proj`` and ``down_proj`` the MXFP4 ``checkpoint`` view stores quantized
     (module name + part, through the model's renames) and make the view hand those tensors over as stored; returns
     the dequantized names now kept (``...experts.gate_up_proj``)."""
-    from ..loader.names import apply_renames
-    from ..loader.protocol import PackedTables
+    from ...loader.names import apply_renames
+    from ...loader.protocol import PackedTables
 
     renames = PackedTables.of(model).renames
     modules = dict(model.named_modules())

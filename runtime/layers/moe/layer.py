@@ -1,7 +1,7 @@
 """MoE modules for the rocm target: a top-k router and the fused experts (ATOM's FusedMoE role).
 
 Experts are stacked ``w13_weight [E_local, 2I, H]`` (gate rows, then up rows) and ``w2_weight [E_local, H, I]``
-(``runtime/ops/moe.py``). Parallelism is expert parallelism: rank r owns the contiguous experts
+(``runtime/layers/moe/ops.py``). Parallelism is expert parallelism: rank r owns the contiguous experts
 ``[r * E_local, (r + 1) * E_local)``, computes their contribution for every token, and the partial outputs are summed
 across ranks. ``weight_loader`` accepts a per-expert checkpoint tensor (shard ``w1``/``w3``/``w2`` + expert id) or a
 transformers v5 fused tensor of all experts (shard ``w13``/``w2``, no expert id); other ranks' experts are skipped.
@@ -11,9 +11,9 @@ its experts' gate/up and the same columns of down, so ``num_experts`` need not d
 are summed by the same all-reduce.
 
 On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) both modules run the kernels of
-``runtime/ops/gpu/moe.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up + down +
+``runtime/layers/moe/kernels.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up + down +
 combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references of
-``runtime/ops/moe.py`` run.
+``runtime/layers/moe/ops.py`` run.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .. import backends
-from .. import distributed as dist
-from ..ops import gpu
-from ..ops.activation import gated_activation
-from ..ops.moe import fused_moe, fused_moe_static, route, stacked_from_fused
-from .linear import linear
+from ... import backends
+from ... import distributed as dist
+from ...ops import gpu
+from ...ops.activation import gated_activation
+from ..kind import LayerKind
+from ..linear import linear
+from .ops import fused_moe, fused_moe_static, route, stacked_from_fused
 
 
 class TopKRouter(nn.Module):
@@ -76,7 +77,7 @@ class TopKRouter(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
         if self._gpu(x):
-            from ..ops.gpu import moe as gpu_moe
+            from . import kernels as gpu_moe
 
             # Qwen3-MoE's weights are cast to the logits' dtype by HF: the kernel stores them in that dtype directly.
             return gpu_moe.router(
@@ -96,7 +97,7 @@ class TopKRouter(nn.Module):
         return weights, ids
 
 
-class FusedMoE(nn.Module):
+class FusedMoE(LayerKind):
     is_fused_moe = True
 
     def __init__(
@@ -106,7 +107,7 @@ class FusedMoE(nn.Module):
     ):
         """``activation_params``: the parameters of a parametric activation (clamped_swiglu: alpha, limit);
         ``bias``: per-expert ``w13_bias [E, 2I]`` and ``w2_bias [E, H]`` (GPT-OSS); ``fused_layout``: the layout of
-        the checkpoint's fused all-experts tensors (``runtime/ops/moe.py`` ``stacked_from_fused``)."""
+        the checkpoint's fused all-experts tensors (``runtime/layers/moe/ops.py`` ``stacked_from_fused``)."""
         super().__init__()
         world = dist.tp_size()
         layout = dist.moe_layout(num_experts)
@@ -147,7 +148,7 @@ class FusedMoE(nn.Module):
             p.is_expert_param = True
         self.backend = backends.active("rocm")
         # Experts kept in a checkpoint's quantized format (ATOM's quant_method): set with the matching parameters
-        # before loading by runtime/layers/moe_mxfp4.py (MXFP4 on the GPU path); None = the bf16 weights above.
+        # before loading by runtime/layers/moe/mxfp4.py (MXFP4 on the GPU path); None = the bf16 weights above.
         self.quant_method = None
 
     def local_index(self, expert_id: int) -> int | None:
@@ -235,6 +236,9 @@ class FusedMoE(nn.Module):
         shared_w = torch.ones(T, S, dtype=topk_weights.dtype, device=topk_weights.device)
         return torch.cat([topk_weights, shared_w], dim=1), torch.cat([local, shared_ids], dim=1)
 
+    def sequence_parallel_gathers_tokens(self) -> bool:
+        return True  # tokens, their routing weights and ids all token-major; forward() all-reduces the experts' sums
+
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         if self.quant_method is not None:
             out = self.quant_method.apply(self, hidden_states, topk_weights, topk_ids)
@@ -242,7 +246,7 @@ class FusedMoE(nn.Module):
         # GPT-OSS's bf16 experts (biases, clamped SwiGLU) take the kernels too: the torch reference under a CUDA graph
         # would run every expert (fused_moe_static).
         if self.backend != "aiter" and gpu.enabled(hidden_states):
-            from ..ops.gpu import moe as gpu_moe
+            from . import kernels as gpu_moe
 
             if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
                 # Global ids in, this rank's experts [offset, offset + L) and (rank 0) the shared slots computed.

@@ -1,4 +1,4 @@
-"""Triton kernels for attention over the paged KV cache (layout of ``runtime/ops/attention.py``: HND blocks
+"""Triton kernels for attention over the paged KV cache (layout of ``runtime/layers/attention/ops.py``: HND blocks
 ``[num_blocks, num_kv_heads, block_size, head_dim]``, slot ``s`` = block ``s // block_size``, offset ``s % block_size``).
 
 * :func:`write_kv` (optionally RoPE-ing q and k first, and per-head RMS-normalising them before that): one launch
@@ -27,29 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2, num_sms
+from ...ops.gpu import next_pow2, num_sms
+from ...ops.gpu.rope import _rope_coeffs  # the RoPE kernel's rotation, fused into the cache write and decode
 
 LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _rope_coeffs(cs_ptr, pos, offs_d, ROT: tl.constexpr, PAIRWISE: tl.constexpr):
-    """cos, signed sin and partner index of each dim for position ``pos`` (dims >= ROT pass through)."""
-    HALF: tl.constexpr = ROT // 2
-    in_rot = offs_d < ROT
-    if PAIRWISE:
-        fi = offs_d // 2
-        partner = offs_d ^ 1
-        sign = tl.where(offs_d % 2 == 0, -1.0, 1.0)
-    else:
-        fi = offs_d % HALF
-        partner = tl.where(offs_d < HALF, offs_d + HALF, offs_d - HALF)
-        sign = tl.where(offs_d < HALF, -1.0, 1.0)
-    base = cs_ptr + pos.to(tl.int64) * ROT
-    cos = tl.load(base + fi, mask=in_rot, other=1.0)
-    sin = tl.load(base + HALF + fi, mask=in_rot, other=0.0) * sign
-    partner = tl.where(in_rot, partner, offs_d)
-    return cos, sin, partner
 
 
 @triton.jit
@@ -300,7 +281,7 @@ def paged_prefill(
     context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, max_seqlen_q: int,
     sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
-    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.ops.attention.paged_prefill_attention`
+    """``q [T, H, D]`` -> ``[T, H, D]``; same contract as :func:`modelgen.runtime.layers.attention.ops.paged_prefill_attention`
     (``sliding_window``: key k visible to query q iff ``q - W < k <= q``, blocks wholly before a tile's window are not
     read; ``sinks [H]``: per-head logits in the softmax denominator; ``softcap`` c: scaled scores become
     ``c * tanh(s / c)`` before the mask, Gemma 2)."""

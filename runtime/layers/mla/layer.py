@@ -7,14 +7,14 @@
     cache  <- [c | kpe] per token (the latent cache: r + dr values per token and layer, not K/V heads)
     out    = o_proj(W_UV . attention([W_UK^T q_nope | q_pe], [c | kpe], value c))
 
-The attention is the weight-absorbed form of runtime/ops/mla.py for prefill and decode alike (one path, equal to the
+The attention is the weight-absorbed form of runtime/layers/mla/ops.py for prefill and decode alike (one path, equal to the
 un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor parallelism shards heads
 (``q_proj``/``q_b_proj``/``kv_b_proj`` column-parallel by head, ``o_proj`` row-parallel); the latent path
 (``q_a_proj``, ``kv_a_proj_with_mqa``, both norms) and the latent cache are replicated on every rank.
 
 DSA (DeepSeek-V3.2, GLM-5: ``index_topk`` given) adds ``indexer.{wq_b, wk, k_norm, weights_proj}`` (replicated: every
 rank selects the same keys), an index key per token after the latent in the cache row, and restricts each query's
-attention to its top-``index_topk`` keys by index score (runtime/ops/mla.py).
+attention to its top-``index_topk`` keys by index score (runtime/layers/mla/ops.py).
 
 Shared DSA layers (GLM-5 ``indexer_types: shared``, ``index_shared=True``) have no indexer: like HF's
 ``prev_topk_indices`` they reuse the top-k of the nearest earlier layer that has one. That layer leaves its step's
@@ -33,11 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops import mla as ops
-from .attention import AttentionMetadata
-from .linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
-from .norm import RMSNorm
-from .rotary import get_rope
+from ..attention import AttentionMetadata
+from ..kind import LayerKind
+from ..linear import ColumnParallelLinear, ReplicatedLinear, RowParallelLinear
+from ..norm import RMSNorm
+from ..rotary import get_rope
+from . import ops
 
 CACHE_KIND = "paged_latent"
 
@@ -65,7 +66,7 @@ class LatentCacheSpec:
 
 
 class DSAIndexer(nn.Module):
-    """The indexer's weights under the checkpoint's names (HF ``DeepseekV32Indexer``); the math is in ops.mla."""
+    """The indexer's weights under the checkpoint's names (HF ``DeepseekV32Indexer``); the math is in ops.py."""
 
     def __init__(self, hidden_size: int, q_lora_rank: int, num_heads: int, head_dim: int):
         super().__init__()
@@ -86,7 +87,9 @@ def shared_index_inputs(metadata: Any, layer_name: str) -> tuple[torch.Tensor, t
     return got
 
 
-class MLAttention(nn.Module):
+class MLAttention(LayerKind):
+    cache_kind = CACHE_KIND
+
     def __init__(
         self,
         *,
@@ -189,3 +192,21 @@ class MLAttention(nn.Module):
     def latent_cache_spec(self) -> LatentCacheSpec:
         return LatentCacheSpec(name=self.layer_name, latent_dim=self.kv_lora_rank + self.rope_dim + self.index_dim,
                                dtype=self.kv_a_proj_with_mqa.weight.dtype)
+
+    # ------------------------------------------------------------------------- what the engine asks (LayerKind)
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # Every row writes its latent (write_latent_static) before the decode kernel reads the paged latents, so each
+        # token may be its own decode row; the varlen path is not graphed for MLA.
+        return frozenset({"rows"})
+
+    def sequence_parallel_refusal(self) -> str | None:
+        return "its latent-cache writes come from replicated projections of every token"
+
+    def step_metadata_writes(self) -> bool:
+        return getattr(self, "indexer", None) is not None  # attn_metadata.dsa_index, for the shared layers after it
+
+    def step_metadata_reads(self) -> str | None:
+        return "shares the top-k of an indexer" if self.index_shared else None
+
+    def linears_read_as_matrix(self) -> list[nn.Module]:
+        return [self.kv_b_proj]  # split into the absorbed W_UK / W_UV (ops.split_kv_b), never called as a GEMM

@@ -1,7 +1,7 @@
 """Neuron closure loaders for fused expert tensors in a non-stacked checkpoint layout (GPT-OSS) and expert biases.
 
 The stacked parameters are ``w13 [E_local, 2I, H]`` (gate rows, then up rows), ``w2 [E_local, H, I]``, and the biases
-``w13_bias [E_local, 2I]``, ``w2_bias [E_local, H]``; ``runtime/ops/moe.py`` ``stacked_from_fused`` converts one
+``w13_bias [E_local, 2I]``, ``w2_bias [E_local, H]``; ``runtime/layers/moe/ops.py`` ``stacked_from_fused`` converts one
 rank's experts (sliced on dim 0, which every layout keeps for experts) into them.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ops.moe import stacked_from_fused
-from .weight_loader import (
+from .ops import stacked_from_fused
+from ...neuron.weight_loader import (
     SafetensorsWeightLoader, expert_parallel_tensor_dim_loader, expert_weight_loader, full_tensor_loader,
 )
 

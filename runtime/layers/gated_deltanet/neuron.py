@@ -1,6 +1,6 @@
 """Gated DeltaNet pieces of the neuron target.
 
-* :func:`gdn_mixer_static` (defined in ``runtime/ops/gated_delta.py``, re-exported here for the generated neuron
+* :func:`gdn_mixer_static` (defined in ``runtime/layers/gated_deltanet/ops.py``, re-exported here for the generated neuron
   modules): the shape-static conv + gated delta rule over state-pool slots, one graph per bucket with
   ``torch.compile(fullgraph=True)``. Its metadata (``seq_ids`` per token, ``state_slots`` and ``state_fresh`` per row)
   is described beside it.
@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ops.gated_delta import gdn_mixer_static, read_state_rows, write_state_rows
-from .weight_loader import SafetensorsWeightLoader, _read
+from .ops import gdn_mixer_static, read_state_rows, write_state_rows
+from ...neuron.weight_loader import SafetensorsWeightLoader, _read
 
 __all__ = ["gdn_mixer_static", "head_parts_weight_loader", "read_state_rows", "write_state_rows"]
 

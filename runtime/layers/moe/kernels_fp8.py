@@ -3,7 +3,7 @@ float8_e4m3fn in memory with one float32 ``scale_inv`` per ``(bn, bk)`` block, h
 in registers next to the tensor-core dot.
 
 Layout: ``FusedMoE``'s stacked experts, ``w13 [L + S, 2I, H]`` (gate rows, then up rows) with ``s13 [L + S, 2I / bn,
-H / bk]`` and ``w2 [L + S, H, I]`` with ``s2 [L + S, H / bn, I / bk]`` (``runtime/layers/moe_fp8.py`` builds them).
+H / bk]`` and ``w2 [L + S, H, I]`` with ``s2 [L + S, H / bn, I / bk]`` (``runtime/layers/moe/fp8.py`` builds them).
 ``BLOCK_K = bk`` and ``BLOCK_N`` divides ``bn`` (and ``I`` is a multiple of ``bn``), so each tile's product is scaled
 by one scalar after the dot, in float32: the dequantized product without rounding a dequantized weight first (as
 ``runtime/ops/gpu/fp8.py``'s dense GEMM).
@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config, slot_sizes
-from .moe_mxfp4 import _dot
+from .kernels import _down_store, _gate_up_store, _row_block, _tile, align, combine, default_config, slot_sizes
+from .kernels_mxfp4 import _dot
 
 
 @triton.jit

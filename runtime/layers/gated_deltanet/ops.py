@@ -20,7 +20,7 @@ Value heads are grouped over key heads: key head ``h`` serves value heads ``h * 
 ``r = num_v_heads // num_k_heads`` (``repeat_interleave``, as transformers).
 
 GPU dispatch: on a CUDA tensor (``runtime/ops/gpu.enabled``) :func:`gdn_gating`, :func:`gated_rms_norm` and the decode
-path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/ops/gpu/gated_delta.py`` (sync-free, capturable in
+path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/layers/gated_deltanet/kernels.py`` (sync-free, capturable in
 CUDA graphs). With ``MODELGEN_GDN_PREFILL=fla`` :func:`chunk_gated_delta_rule` runs flash-linear-attention's chunked
 kernel (optional: ``pip install 'modelgen[fla]'``); it is off by default because on a random bf16 Qwen3-Next (4 layers,
 real shape, H200) fla's prefill moved the last logits by up to 0.47 (max |logit| 4.2) from the float32 torch chunked
@@ -45,7 +45,7 @@ L2NORM_EPS = 1e-6  # transformers' l2norm default, aligned with fla's kernel
 
 
 def _triton(x: torch.Tensor) -> bool:
-    from . import gpu
+    from ...ops import gpu
 
     return gpu.enabled(x)
 
@@ -61,7 +61,7 @@ def gdn_gating(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gdn_gating_ref`, one Triton launch on a GPU (``a, b [T, Hv]``)."""
     if a.dim() == 2 and _triton(a):
-        from .gpu import gated_delta as ggd
+        from . import kernels as ggd
 
         return ggd.gdn_gating(A_log, a, dt_bias, b)
     return gdn_gating_ref(A_log, a, dt_bias, b)
@@ -92,7 +92,7 @@ def expand_kv_heads(x: torch.Tensor, num_v_heads: int, dim: int = -2) -> torch.T
 def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """:func:`gated_rms_norm_ref`, one Triton launch on a GPU."""
     if _triton(x):
-        from .gpu import gated_delta as ggd
+        from . import kernels as ggd
 
         return ggd.gated_rms_norm(x, z, weight, eps)
     return gated_rms_norm_ref(x, z, weight, eps)
@@ -305,7 +305,7 @@ def chunk_gated_delta_rule(
     """:func:`chunk_gated_delta_rule_ref`; on a CUDA GPU with ``MODELGEN_GDN_PREFILL=fla`` and flash-linear-attention
     installed, fla's chunked Triton kernel (same algorithm, chunk size 64; see the module docstring for its accuracy)."""
     if q.is_cuda and chunk_size == 64 and settings.get("MODELGEN_GDN_PREFILL") == "fla" and _triton(q):
-        from .gpu import gated_delta as ggd
+        from . import kernels as ggd
 
         if ggd.fla_chunk() is not None:
             if initial_state is None:
@@ -453,7 +453,7 @@ def gdn_mixer_static(
     (``T == R``).
     """
     if decode and _triton(mixed):  # conv update + delta-rule step: two launches, states advanced in place
-        from .gpu import gated_delta as ggd
+        from . import kernels as ggd
 
         return ggd.decode(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, state_slots, state_fresh,
                           num_k_heads=num_k_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim)

@@ -4,7 +4,7 @@ FP8 checkpoint whose experts are FP8).
 The experts load as the bf16 path loads them (the checkpoint view dequantizes each expert tensor, the rocm loader
 stacks experts, shared-expert slots, expert ranges and TP slices as for any checkpoint), then
 ``process_weights_after_loading`` re-encodes each expert matrix to float8_e4m3fn with one ``scale_inv`` per block of
-the checkpoint's block size, frees the bf16 copy, and ``FusedMoE.quant_method`` runs ``runtime/ops/gpu/moe_fp8.py``.
+the checkpoint's block size, frees the bf16 copy, and ``FusedMoE.quant_method`` runs ``runtime/layers/moe/kernels_fp8.py``.
 
 Why re-encoding gives back the checkpoint's FP8 codes: a stacked expert's blocks are the checkpoint's blocks (the
 intermediate size, and each rank's slice of it, are whole blocks: checked), the loaded weight is ``round_bf16(q * s)``,
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops import gpu
-from .fp8 import dequantize_block_fp8, quantize_block_fp8, scale_shape
-from .moe import FusedMoE
+from ...ops import gpu
+from ..fp8 import dequantize_block_fp8, quantize_block_fp8, scale_shape
+from .layer import FusedMoE
 
 
 class Fp8MoEMethod:
@@ -38,14 +38,14 @@ class Fp8MoEMethod:
               topk_ids: torch.Tensor) -> torch.Tensor:
         S = layer.num_shared_experts if layer.shared_active else 0
         if gpu.enabled(hidden):
-            from ..ops.gpu.moe_fp8 import fused_moe_fp8, supported
+            from .kernels_fp8 import fused_moe_fp8, supported
 
             if supported(hidden, layer.activation, layer.w13_weight, self.block):
                 return fused_moe_fp8(hidden, layer.w13_weight, layer.w13_scale_inv, layer.w2_weight,
                                      layer.w2_scale_inv, topk_weights, topk_ids, self.block,
                                      expert_offset=layer.expert_offset, num_local_experts=layer.num_local_experts,
                                      num_shared=S)
-        from ..ops.moe import fused_moe
+        from .ops import fused_moe
 
         w13 = _dequantize_stacked(layer.w13_weight, layer.w13_scale_inv, self.block, hidden.dtype)
         w2 = _dequantize_stacked(layer.w2_weight, layer.w2_scale_inv, self.block, hidden.dtype)

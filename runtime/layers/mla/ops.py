@@ -80,7 +80,7 @@ def write_latent(latent: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.
 
 
 def write_latent_static(latent: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Shape-static write for traced graphs: as runtime/ops/attention.py ``write_paged_kv_static`` (subtract the old
+    """Shape-static write for traced graphs: as runtime/layers/attention/ops.py ``write_paged_kv_static`` (subtract the old
     value, add the new, both with ``accumulate=True``; padding tokens add exact zeros to slot 0)."""
     block_size = cache.shape[1]
     valid = (slot_mapping >= 0)[:, None]
@@ -108,7 +108,7 @@ def index_inputs(
     """The indexer's projections (``wq_b(q_resid) [T, Hi * Di]``, ``wk(x) [T, Di]``, ``weights_proj(x) [T, Hi]``) ->
     ``q_idx [T, Hi, Di]``, ``k_idx [T, Di]`` (LayerNorm ``k_norm``, eps 1e-6), float32 head weights ``[T, Hi]``.
     RoPE rotates the first ``rope_dim`` dims of each (HF ``DeepseekV32Indexer``: half-split; GLM-5: interleaved)."""
-    from .rope import apply_rope
+    from ...ops.rope import apply_rope
 
     T, Di = k_idx.shape
     q_idx = apply_rope(q_idx.view(T, -1, Di), cos_sin, positions, rope_dim, style)
@@ -174,13 +174,13 @@ def paged_decode(
     index: Index | None = None,
 ) -> torch.Tensor:
     """:func:`paged_decode_ref`; on a GPU (``runtime/ops/gpu.enabled``) the Triton flash-decoding kernel of
-    ``runtime/ops/gpu/mla.py``, which reads the paged latents in place instead of gathering them (DSA's sparse
+    ``runtime/layers/mla/kernels.py``, which reads the paged latents in place instead of gathering them (DSA's sparse
     selection, ``index``, stays on the reference)."""
     if index is None:
-        from . import gpu
+        from ...ops import gpu
 
         if gpu.enabled(q):
-            from .gpu import mla as gpu_mla
+            from . import kernels as gpu_mla
 
             return gpu_mla.paged_decode(q, cache, block_tables, context_lens, scale, latent_dim)
     return paged_decode_ref(q, cache, block_tables, context_lens, scale, latent_dim, index)

@@ -3,8 +3,8 @@
 The engine passes an :class:`AttentionMetadata` for the whole (flattened) batch; the module owns no sequence state.
 
 Two implementations of the same function:
-  * torch reference (CPU, or ``MODELGEN_BACKEND=torch``): the ops in ``runtime/ops/attention.py``;
-  * GPU (tensors on CUDA/HIP and Triton importable): ``runtime/ops/gpu/attention.py``. Prefill writes the new K/V
+  * torch reference (CPU, or ``MODELGEN_BACKEND=torch``): the ops in ``runtime/layers/attention/ops.py``;
+  * GPU (tensors on CUDA/HIP and Triton importable): ``runtime/layers/attention/kernels.py``. Prefill writes the new K/V
     with one kernel and runs a varlen flash kernel over the block tables; decode is one flash-decoding launch that
     also writes the step's K/V (plus a reduce launch when the context is split). No host syncs, no data-dependent
     shapes, so decode steps can be captured in CUDA graphs.
@@ -22,7 +22,7 @@ folded into the RoPE / cache-write kernel"), so the two norm launches and the ro
 
 Sliding windows, attention sinks and logit soft-capping (Mistral/Gemma-style windows, GPT-OSS, Gemma 2) are options
 of both implementations: the Triton kernels take them as compile-time switches (a layer without them pays nothing),
-with the references' semantics (``runtime/ops/attention.py``).
+with the references' semantics (``runtime/layers/attention/ops.py``).
 """
 from __future__ import annotations
 
@@ -32,9 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import distributed as dist
-from ..ops import attention as ops
-from ..ops import gpu
+from ... import distributed as dist
+from ...ops import gpu
+from ..kind import STEP_LAYOUTS, LayerKind
+from . import ops
 
 
 @dataclass
@@ -62,7 +63,9 @@ class AttentionMetadata:
     state: Any = None
 
 
-class PagedAttention(nn.Module):
+class PagedAttention(LayerKind):
+    cache_kind = "paged_kv"
+
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
         rotary_emb: nn.Module | None = None, sliding_window: int | None = None, softcap: float | None = None,
@@ -114,12 +117,17 @@ class PagedAttention(nn.Module):
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
+    def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        # One token per sequence: either layout. More: not "rows" -- the Triton decode kernel writes a row's own K/V
+        # inside the launch that the sequence's later rows read (a race); the varlen write-then-attend path is exact.
+        return STEP_LAYOUTS if tokens_per_seq == 1 else frozenset({"varlen"})
+
     def _fused_qk_norm(self, q: torch.Tensor) -> tuple | None:
         """``(q_weight, k_weight, eps, mode)`` for the kernels when the bound norms are affine RMSNorms over
         ``head_dim`` in the activation dtype (every per-head QK norm a spec declares today); None = apply the modules."""
         if not self._qk_norm:
             return None
-        from .norm import RMSNorm
+        from ..norm import RMSNorm
 
         qn, kn = self._qk_norm
         if not all(isinstance(n, RMSNorm) and n.weight is not None and n.weight.dtype == q.dtype
@@ -131,7 +139,7 @@ class PagedAttention(nn.Module):
         return qn.weight, kn.weight, qn.eps, mode
 
     def _forward_gpu(self, q, k, v, meta, rotary, positions, sinks=None, qk_norm=None) -> torch.Tensor:
-        from ..ops.gpu import attention as gpu_attn
+        from . import kernels as gpu_attn
 
         rope = None
         if rotary is not None:
