@@ -1,8 +1,8 @@
 """Engine-started ranks: ``LLM(..., tensor_parallel_size=N)`` runs N processes and behaves as one engine.
 
 The calling process is rank 0: it schedules (admission, block tables, sampling) exactly as at N = 1. Ranks 1..N-1
-are spawned here (``torch.multiprocessing`` "spawn"; they build the same LLM from the same arguments, each on its
-shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
+are spawned here (``torch.multiprocessing`` "spawn"; each calls the build callback rank 0 handed to
+:func:`start_ranks` -- the ``LLM`` class -- with the same arguments, on its shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
 start position, block table and state slot, plus the sampling parameters for on-device sampling — and every rank
 runs the same runner call, so their collectives (row-parallel all-reduces, the vocab all-gather) pair up. Only rank
 0's result is used. The step messages are int64/float64 tensors on a gloo group (no pickling, no GPU sync on the
@@ -27,11 +27,13 @@ import weakref
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from .. import distributed
+from ..engine.runners import Work
 from .channel import ShmChannel, wanted as _shm_wanted
 
 # Control commands (the first element of every header broadcast).
@@ -102,8 +104,8 @@ def _json_args(args: dict) -> str:
     for key, value in args.items():
         if key in ("self", "__class__"):
             continue
-        if key == "checkpoint":
-            value = str(getattr(value, "path", value))
+        if key in ("model", "checkpoint") and value is not None:
+            value = str(getattr(value, "path", value))  # a CheckpointDir travels as its directory
         elif isinstance(value, torch.dtype):
             value = str(value).removeprefix("torch.")
         elif isinstance(value, (torch.device, Path)):
@@ -119,9 +121,13 @@ def _json_args(args: dict) -> str:
 
 
 def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int | None,
-                device) -> tuple["Ranks | None", object]:
+                device, build: Callable[..., object]) -> tuple["Ranks | None", object]:
     """Set the MoE layout and, for N > 1 without an initialised group, spawn ranks 1..N-1 and join the group as
-    rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device."""
+    rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device.
+
+    ``build``: what a follower calls with ``args`` (as plain values) to build its engine -- the ``LLM`` class; it
+    travels to the spawned process by reference (pickled by its module and name), so it must be a module-level
+    class or function. This module never imports the engine that drives it."""
     pp = args.get("pipeline_parallel_size", 1)
     dp = args.get("data_parallel_size", 1)
     world = world_size_for(tensor_parallel_size, expert_parallel_size, pp, dp)
@@ -169,7 +175,7 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
         backend, base = "gloo", 0
     else:
         raise ValueError(f"device {device!r}: engine-started ranks run on cpu or cuda")
-    ranks = Ranks(world, backend, dev.type, base, _json_args(args))
+    ranks = Ranks(world, backend, dev.type, base, _json_args(args), build)
     try:
         _init_groups(pp, dp)
     except BaseException:
@@ -211,7 +217,8 @@ def abort_ranks_on_error(init):
 class Ranks:
     """Rank 0's handle on the followers: spawn, handshake, step broadcasts, shutdown."""
 
-    def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str):
+    def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str,
+                 build: Callable[..., object]):
         global _ACTIVE
         import torch.multiprocessing as mp
 
@@ -226,7 +233,8 @@ class Ranks:
         for rank in range(1, world):
             recv, send = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker, daemon=True, name=f"modelgen-rank{rank}",
-                            args=(rank, world, init, backend, device_type, base_index, threads, args_json, send))
+                            args=(rank, world, init, backend, device_type, base_index, threads, args_json, build,
+                                  send))
             p.start()
             send.close()
             self.procs.append(p)
@@ -467,8 +475,6 @@ def _recv(n: int, dtype: torch.dtype, group, channel: "ShmChannel | None" = None
 
 def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
     """A follower's loop: receive each step's inputs from rank 0 and run the same runner call (results dropped)."""
-    from ..engine.runners import Work
-
     runner, blocks, pool = llm.runner, llm.blocks, llm.state_pool
     owners = getattr(blocks, "owner", None)  # attention DP: which rank runs each work item
     while True:
@@ -521,8 +527,9 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
 
 
 def _worker(rank: int, world: int, init: str, backend: str, device_type: str, base_index: int, threads: int,
-            args_json: str, errors) -> None:
-    """Process body of rank ``rank``: join the group, build the engine, report at READY, then follow."""
+            args_json: str, build: Callable[..., object], errors) -> None:
+    """Process body of rank ``rank``: join the group, build the engine (``build(**args)``), report at READY, then
+    follow."""
     global _FOLLOWER
     _FOLLOWER = True
     dump_stacks_later(f"rank {rank}")
@@ -537,9 +544,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         if _shm_wanted(device_type) else None
     llm, failed = None, False
     try:
-        from ..engine.llm import LLM
-
-        llm = LLM(**kwargs)
+        llm = build(**kwargs)
     except BaseException as e:  # reported by rank 0 at READY, in one line
         failed = True
         errors.send_bytes(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".encode())
