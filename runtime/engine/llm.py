@@ -22,6 +22,7 @@ failed ones with finish reason ``"error"``). A failure of the step itself (the m
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 import warnings
 from pathlib import Path
@@ -479,6 +480,20 @@ class LLM:
             steps.close()  # release now, not when the generator object is garbage-collected
         if not r.output:  # max_tokens 0: one empty delta carries the finish reason
             yield StreamDelta("", [], r.finish_reason)
+
+
+def _engine_signature() -> inspect.Signature:
+    """``LLM.__init__`` as callers see it (help(), inspect, editors): the :class:`EngineArgs` fields, the first four
+    positional as before, the rest keyword-only -- it receives them as ``**kwargs`` to hand them on whole."""
+    positional = ("model", "target", "dtype", "device")
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for f in dataclasses.fields(EngineArgs):
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if f.name in positional else inspect.Parameter.KEYWORD_ONLY
+        params.append(inspect.Parameter(f.name, kind, default=f.default, annotation=f.type))
+    return inspect.Signature(params)
+
+
+LLM.__init__.__signature__ = _engine_signature()
 
 
 def _raise_failed(reqs: list[Request], outputs: list) -> None:

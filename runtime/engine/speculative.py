@@ -68,6 +68,7 @@ from ..kv_cache import allocate_kv_cache
 from ..layers.mtp import MissingDraftWeights
 from ..parallel import launch
 from ..parallel.launch import SPEC
+from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
 from .args import check_speculative_tokens
 from .block_manager import CacheFullError
 from .model_build import LoadedModel, default_dtype
@@ -214,8 +215,6 @@ class SpeculativeDecoder:
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
         chained step (1), with the target's hidden states as a static input. ``capture``: the graphs' capture seam
         (None: CUDA graphs); lazily captured per batch bucket on first use."""
-        from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
-
         loaded = self.loaded
         q = self.k + 1
         common = dict(max_num_seqs=loaded.max_num_seqs, block_size=loaded.blocks.block_size, buckets=buckets,

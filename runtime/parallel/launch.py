@@ -18,10 +18,13 @@ followers and destroys the group. Scripts using it need the ``if __name__ == "__
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
+import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from datetime import timedelta
@@ -31,10 +34,13 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from .. import distributed
 from ..engine.runners import Work
+from .attention_dp import DataParallelBlocks, init_groups as init_data_parallel_groups
 from .channel import ShmChannel, wanted as _shm_wanted
+from .pipeline import init_groups as init_pipeline_groups
 
 # Control commands (the first element of every header broadcast).
 STOP, READY, STEP, SAMPLE, WARMUP, GREEDY, SPEC = range(7)  # SPEC: a speculative-decoding model call (flag: its kind)
@@ -61,9 +67,6 @@ def dump_stacks_later(who: str) -> None:
         after = -1.0
     if not after > 0:
         raise ValueError(f"MODELGEN_DUMP_STACKS_AFTER={text!r}: expected a number of seconds > 0")
-    import faulthandler
-    import sys
-
     print(f"modelgen: {who} (pid {os.getpid()}) dumps its stacks in {after:g} s", file=sys.__stderr__, flush=True)
     faulthandler.dump_traceback_later(after, exit=False, file=sys.__stderr__)
 
@@ -188,13 +191,9 @@ def _init_groups(pp: int, dp: int) -> None:
     """The TP group of a pipeline stage (PP) or of a data-parallel group (attention DP); every rank calls this in the
     same order after joining the world."""
     if pp > 1:
-        from .pipeline import init_groups
-
-        init_groups(pp)
+        init_pipeline_groups(pp)
     elif dp > 1:
-        from .attention_dp import init_groups
-
-        init_groups(dp)
+        init_data_parallel_groups(dp)
 
 
 def abort_ranks_on_error(init):
@@ -220,8 +219,6 @@ class Ranks:
     def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str,
                  build: Callable[..., object]):
         global _ACTIVE
-        import torch.multiprocessing as mp
-
         dump_stacks_later("rank 0")  # first: a bad value is refused before any rank is spawned
         self.world, self.backend = world, backend
         self.closed = False
@@ -400,8 +397,6 @@ class DriverRunner:
 def _use_fewer_blocks(blocks, usable: int) -> None:
     """Re-initialise rank 0's (still empty) block manager with ``usable`` blocks: ids every rank's cache holds (the
     blocks past them stay allocated, unused)."""
-    from .attention_dp import DataParallelBlocks
-
     if any(blocks.tables.values()):
         raise RuntimeError("the KV block manager is resized only before any request is admitted")
     if isinstance(blocks, DataParallelBlocks):
@@ -418,8 +413,6 @@ def release_graphs(llm) -> None:
 
     Each graph holder (the runner, the speculative decoder) drops its own graphs in ``release_graphs()``; a holder
     without that method holds none (CPU and neuron runners)."""
-    import gc
-
     for holder in (getattr(llm, "runner", None), getattr(llm, "speculative", None)):
         release = getattr(holder, "release_graphs", None)
         if release is not None:
@@ -436,7 +429,7 @@ def _teardown(backend: str) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     if backend == "nccl":
-        from ..ops.gpu import allreduce
+        from ..ops.gpu import allreduce  # only on NCCL: the GPU ops package (Triton kernels) stays off CPU paths
 
         allreduce.reset()
         try:
