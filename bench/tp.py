@@ -184,7 +184,7 @@ def profile_steps(llm, prompt: list[list[int]], steps: int, device: str) -> dict
         return {"error": "no decode graphs"}
     times: dict[str, list[float]] = {"step": [], "send": [], "launch": []}
     events: list = []
-    saved_run, saved_step = graphs.run, llm._step
+    saved_run, saved_step = graphs.run, llm.scheduler.step
     ranks = getattr(runner, "ranks", None)
     saved_send = ranks.send_step if ranks is not None else None
 
@@ -205,13 +205,13 @@ def profile_steps(llm, prompt: list[list[int]], steps: int, device: str) -> dict
         events.append((e0, e1))
         return out
 
-    graphs.run, llm._step = run, timed("step", saved_step)
+    graphs.run, llm.scheduler.step = run, timed("step", saved_step)
     if ranks is not None:
         ranks.send_step = timed("send", saved_send)
     try:
         llm.generate(prompt, SamplingParams(max_new_tokens=steps + 1, ignore_eos=True))
     finally:
-        graphs.run, llm._step = saved_run, saved_step
+        graphs.run, llm.scheduler.step = saved_run, saved_step
         if ranks is not None:
             ranks.send_step = saved_send
     torch.cuda.synchronize()

@@ -195,7 +195,7 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
     mismatch (the report holds it, with ``spec_path``'s locations of the fixes when given)."""
     import logging
 
-    from modelgen.runtime.engine.llm import DTYPES, check_rope_table, default_dtype
+    from modelgen.runtime.engine.model_build import DTYPES, check_rope_table, default_dtype
     from modelgen.runtime.loader.quantization import wrap_checkpoint
     from modelgen.runtime.targets import get_target
 

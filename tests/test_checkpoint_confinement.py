@@ -244,7 +244,7 @@ def test_checkpoint_modes(tmp_path, mode):
 
 def test_parameter_check_of_the_device_path_names_the_parameter(llama_checkpoint, tmp_path):
     """On a GPU the parameters are checked after the copy (one sync for all); run here on CPU tensors."""
-    from modelgen.runtime.engine.llm import _check_parameters_finite
+    from modelgen.runtime.engine.model_build import _check_parameters_finite
 
     src, _ = llama_checkpoint("gqa")
     d = tmp_path / "nan"

@@ -1,5 +1,5 @@
 """cli/coverage.py reads checkpoints through public loader API only: Checkpoint.header_dtype (the safetensors
-header's dtype string, which FP8/MXFP4 views need from a lazy slice) and llm.check_rope_table."""
+header's dtype string, which FP8/MXFP4 views need from a lazy slice) and model_build.check_rope_table."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from modelgen.cli.coverage import HeaderCheckpoint
-from modelgen.runtime.engine.llm import check_rope_table
+from modelgen.runtime.engine.model_build import check_rope_table
 from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import modelgen.runtime.engine.llm as llm_module
+import modelgen.runtime.engine.scheduler as scheduler_module
 from modelgen.runtime.engine.block_manager import CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
@@ -42,11 +42,11 @@ def _targets(llm: LLM):
     """name -> (object, attribute) of every hook point of the generate loop."""
     return {
         "runner.step": (llm.runner, "step"),
-        "sample": (llm_module, "sample"),
+        "sample": (scheduler_module, "sample"),
         "blocks.ensure": (llm.blocks, "ensure"),
         "blocks.can_allocate": (llm.blocks, "can_allocate"),
-        # The engine releases through its per-request releaser list (bound at construction).
-        "release": (llm, "_request_releasers"),
+        # The engine releases through its scheduler's per-request releaser list (bound at construction).
+        "release": (llm.scheduler, "releasers"),
     }
 
 

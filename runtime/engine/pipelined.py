@@ -33,17 +33,17 @@ from ..ops.tokens import from_chain
 
 
 class PipelinedDecode:
-    def __init__(self, llm):
-        self.llm = llm
+    def __init__(self, scheduler):
+        self.scheduler = scheduler  # runtime/engine/scheduler.py: its blocks, runner, emit() and stats
         self.inflight = None  # (GreedyStep handle of the launched, unread step, the requests of its rows)
 
     @staticmethod
-    def applies(llm) -> bool:
+    def applies(scheduler) -> bool:
         # ``async_greedy`` is each runner's own say (wrappers forward attributes to the runner they wrap, so a
         # wrapper that cannot pipeline -- attention DP -- sets it False itself); runners that compute greedy ids
         # remotely (pipeline stages, attention DP) never pipeline.
-        runner = llm.runner
-        return (settings.get("MODELGEN_PIPELINED_DECODE") and llm.speculative is None
+        runner = scheduler.runner
+        return (settings.get("MODELGEN_PIPELINED_DECODE") and scheduler.speculative is None
                 and getattr(runner, "async_greedy", False) is True and not getattr(runner, "remote_greedy", False)
                 and callable(getattr(type(runner), "step_greedy_async", None)))
 
@@ -53,12 +53,12 @@ class PipelinedDecode:
     # -------------------------------------------------------------------------------------------------------- step
     def step(self, waiting: list, running: list) -> list | None:
         """One engine step (the requests that got a token), or None when the plain step should run instead."""
-        llm = self.llm
+        sched = self.scheduler
         t0 = time.perf_counter()
         if self.inflight is None:
             if not self._steady(waiting, running):
                 return None
-            llm._ensure_decode_blocks(waiting, running)  # may preempt: then the plain path takes over
+            sched.ensure_decode_blocks(waiting, running)  # may preempt: then the plain path takes over
             if waiting or not running:
                 return None
             self._launch([Work(r.seq_id, [r.tokens[-1]], r.computed) for r in running], list(running))
@@ -75,11 +75,11 @@ class PipelinedDecode:
             self._launch([Work(r.seq_id, [from_chain(rows[id(r)])], r.computed + 1) for r in nxt], nxt)
         tokens = handle.tokens()
         kept = [r for r, ok in zip(batch, live) if ok]
-        emitted = llm._emit(kept, [1] * len(kept), [t for t, ok in zip(tokens, live) if ok], [True] * len(kept),
+        emitted = sched.emit(kept, [1] * len(kept), [t for t, ok in zip(tokens, live) if ok], [True] * len(kept),
                             running)
-        llm.stats.decode_tokens += len(kept)
-        llm.stats.decode_s += time.perf_counter() - t0
-        llm.stats.steps += 1
+        sched.stats.decode_tokens += len(kept)
+        sched.stats.decode_s += time.perf_counter() - t0
+        sched.stats.steps += 1
         return emitted
 
     # --------------------------------------------------------------------------------------------------- internals
@@ -91,7 +91,7 @@ class PipelinedDecode:
     def _reserve(self, nxt: list) -> bool:
         """KV slots for each request's token after the one in flight; False (nothing allocated) if they don't all
         fit."""
-        blocks = self.llm.blocks
+        blocks = self.scheduler.blocks
         need = [(r.seq_id, len(r.tokens) + 1) for r in nxt]
         more = sum(max(0, blocks.blocks_needed(n) - len(blocks.tables.get(seq_id, ()))) for seq_id, n in need)
         if more > blocks.num_free:
@@ -101,4 +101,4 @@ class PipelinedDecode:
         return True
 
     def _launch(self, work: list[Work], batch: list) -> None:
-        self.inflight = (self.llm.runner.step_greedy_async(work), batch)
+        self.inflight = (self.scheduler.runner.step_greedy_async(work), batch)

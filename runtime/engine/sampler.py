@@ -4,13 +4,19 @@ the sampled and top tokens (from the model's raw logits, before penalties and te
 ``raw_logprobs``)."""
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
+log = logging.getLogger(__name__)
 
 _UNSET = object()
+# Sampling temperatures below this are raised to it (vLLM's floor): dividing logits by less overflows float32.
+MIN_TEMPERATURE = 1e-2
+MAX_LOGIT_BIAS = 100  # OpenAI's documented logit_bias range is [-100, 100]
 
 
 @dataclass(init=False)
@@ -25,19 +31,20 @@ class SamplingParams:
         stop_token_ids: token ids that end the request (kept in the output, as EOS is), besides the EOS ids.
         n: outputs per prompt (default 1): ``n`` independent requests, sample ``i`` seeded ``seed + i`` when a seed
             is given.
-        temperature: 0 (default) is greedy; above 0 samples from the softmax of logits / temperature.
+        temperature: 0 (default) is greedy; above 0 samples from the softmax of logits / temperature (a value in
+            (0, 0.01) is raised to 0.01, as vLLM does: smaller ones overflow).
         top_p: nucleus sampling, in (0, 1]; 1 (default) is off.
         top_k: keep the k most likely tokens; 0 (default) is off.
         min_p: drop tokens below ``min_p`` x the top token's probability, in [0, 1]; 0 is off.
         seed: the request's own random generator seed (reproducible whatever its batch mates do); None: random.
         presence_penalty: OpenAI's, in [-2, 2]: subtracted once from the logit of every token already generated.
         frequency_penalty: OpenAI's, in [-2, 2]: subtracted per occurrence of a token already generated.
-        repetition_penalty: vLLM / HF's, > 0: logits of prompt and generated tokens divided (positive) or
+        repetition_penalty: vLLM / HF's, >= 0.01: logits of prompt and generated tokens divided (positive) or
             multiplied (negative) by it; 1 is off.
         logprobs: None (off), or k >= 0: each output token's log-probability and the k most likely tokens' ones
             (from the raw logits, before penalties and temperature: vLLM's default).
         ignore_eos: keep generating past EOS (and ``stop_token_ids``) up to ``max_tokens``.
-        logit_bias: token id -> a number added to its logit (OpenAI's ``logit_bias``).
+        logit_bias: token id -> a number in [-100, 100] added to its logit (OpenAI's ``logit_bias``).
         max_new_tokens: deprecated spelling of ``max_tokens`` (kept for one release; a DeprecationWarning).
     """
 
@@ -70,8 +77,6 @@ class SamplingParams:
             if max_tokens is not _UNSET and max_tokens != max_new_tokens:
                 raise ValueError(f"max_tokens = {max_tokens!r} and max_new_tokens = {max_new_tokens!r}: give one "
                                  f"(max_new_tokens is the deprecated name of max_tokens)")
-            import warnings
-
             warnings.warn("SamplingParams(max_new_tokens=...) is deprecated: use max_tokens (vLLM's name)",
                           DeprecationWarning, stacklevel=2)
             if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -114,6 +119,12 @@ class SamplingParams:
 
         if not is_num(self.temperature) or self.temperature < 0:
             raise bad("temperature", "a finite number >= 0 (0 = greedy)")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            # vLLM's rule (vllm/sampling_params.py, _MAX_TEMP): logits / 1e-300 overflow to inf, softmax gives NaN
+            # and torch.multinomial raises; so a temperature under the floor is raised to it, with a warning.
+            log.warning("temperature %r is below %g, where logits / temperature overflow; using %g",
+                        self.temperature, MIN_TEMPERATURE, MIN_TEMPERATURE)
+            self.temperature = MIN_TEMPERATURE
         if not is_num(self.top_p) or not 0 < self.top_p <= 1:
             raise bad("top_p", "a number in (0, 1] (1 = off)")
         if not is_int(self.top_k) or self.top_k < 0:
@@ -133,11 +144,15 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not is_num(getattr(self, name)) or not -2 <= getattr(self, name) <= 2:
                 raise bad(name, "a number in [-2, 2] (0 = off)")
-        if not is_num(self.repetition_penalty) or self.repetition_penalty <= 0:
-            raise bad("repetition_penalty", "a number > 0 (1 = off)")
+        # Both are applied to the logits before the softmax: a value that overflows float32 there (1e-300 divides a
+        # logit to inf, a bias of 1e308 is inf) makes the probabilities NaN, so they are bounded where they still
+        # mean something: OpenAI's logit_bias range, and a repetition penalty no smaller than the temperature floor.
+        if not is_num(self.repetition_penalty) or self.repetition_penalty < MIN_TEMPERATURE:
+            raise bad("repetition_penalty", f"a number >= {MIN_TEMPERATURE:g} (1 = off)")
         if self.logit_bias is not None and not (isinstance(self.logit_bias, dict) and all(
-                is_int(k) and k >= 0 and is_num(v) for k, v in self.logit_bias.items())):
-            raise bad("logit_bias", "a dict of token id -> finite number")
+                is_int(k) and k >= 0 and is_num(v) and -MAX_LOGIT_BIAS <= v <= MAX_LOGIT_BIAS
+                for k, v in self.logit_bias.items())):
+            raise bad("logit_bias", f"a dict of token id -> a number in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]")
         if self.logprobs is not None and (not is_int(self.logprobs) or self.logprobs < 0):
             raise bad("logprobs", "None or an integer >= 0 (the number of top log-probabilities)")
 
@@ -188,27 +203,35 @@ def apply_penalties(logits: torch.Tensor, p: SamplingParams, prompt: list[int], 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
            histories: list[tuple[list[int], list[int]]] | None = None,
-           logprobs_out: list | None = None) -> list[int]:
+           logprobs_out: list | None = None, failures: dict[int, Exception] | None = None) -> list[int | None]:
     """One token per row of ``logits [num_seqs, V]``.
 
     ``histories``: each row's (prompt, output so far) token ids, for the penalties (rows whose params have none may
     be anything). ``logprobs_out``: when a list, one entry per row is appended: None, or for params with
-    ``logprobs = k`` a tuple ``(sampled token's logprob, [(token id, logprob)] of the k most likely tokens)``."""
+    ``logprobs = k`` a tuple ``(sampled token's logprob, [(token id, logprob)] of the k most likely tokens)``.
+    ``failures``: when a dict, a row whose sampling raises (non-finite probabilities) gets None and its error under
+    its row index, and the other rows are sampled as if it were not there (each from its own generator); without
+    it the error propagates."""
     logits = logits.float()
     raw = logits
     if histories is not None and any(p.logit_bias or p.repetition_penalty != 1.0 or p.frequency_penalty
                                      or p.presence_penalty for p in params):
         logits = torch.stack([apply_penalties(logits[i], p, *histories[i]) for i, p in enumerate(params)])
     greedy = [p.temperature == 0 for p in params]
-    out = logits.argmax(-1).tolist() if any(greedy) else [0] * len(params)
+    out: list = logits.argmax(-1).tolist() if any(greedy) else [0] * len(params)
     for i, p in enumerate(params):
         if greedy[i]:
             continue
-        row = filter_logits(logits[i] / p.temperature, p.top_k, p.top_p)
-        probs = row.softmax(-1)
-        if p.min_p:
-            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
-        out[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
+        try:
+            row = filter_logits(logits[i] / p.temperature, p.top_k, p.top_p)
+            probs = row.softmax(-1)
+            if p.min_p:
+                probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
+            out[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
+        except RuntimeError as e:  # torch refuses non-finite probabilities: this row's failure, not the batch's
+            if failures is None:
+                raise
+            failures[i], out[i] = e, None
     if logprobs_out is not None:
         need = [p.logprobs is not None for p in params]
         lp = raw[[i for i, n in enumerate(need) if n]].log_softmax(-1) if any(need) else None
@@ -219,6 +242,9 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
                 continue
             row = lp[j]
             j += 1
+            if out[i] is None:  # its sampling failed
+                logprobs_out.append(None)
+                continue
             top = torch.topk(row, min(p.logprobs, row.shape[-1])) if p.logprobs else None
             logprobs_out.append((float(row[out[i]]), [] if top is None else
                                  list(zip(top.indices.tolist(), top.values.tolist()))))

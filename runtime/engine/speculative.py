@@ -59,7 +59,6 @@ from __future__ import annotations
 import importlib
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import record_function
@@ -68,13 +67,15 @@ from modelgen import settings
 
 from ..kv_cache import allocate_kv_cache
 from ..layers.mtp import MissingDraftWeights
+from ..parallel import launch
+from ..parallel.launch import SPEC
+from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
+from .args import check_speculative_tokens
+from .block_manager import CacheFullError
+from .model_build import LoadedModel, default_dtype
 from .runners import Work
 from .sampler import SamplingParams, filter_logits
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .llm import LLM
-
-MAX_SPECULATIVE_TOKENS = 3
+from .scheduler import Scheduler, sampling_error
 
 
 @dataclass
@@ -98,13 +99,6 @@ class SpeculativeStats:
             # tokens a verify step emits: the accepted drafts + the target's own (ATOM's "tokens per forward")
             "mean_tokens_per_verify_step": 1 + self.accepted_tokens / self.verify_steps if self.verify_steps else None,
         }
-
-
-def check_speculative_tokens(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
-        raise ValueError(f"speculative_tokens = {k!r}: expected an integer in [1, {MAX_SPECULATIVE_TOKENS}] "
-                         f"(draft tokens per step; 0 / None = no speculation)")
-    return k
 
 
 def load_draft_module(package_name: str):
@@ -165,51 +159,43 @@ class _Drafted:
 
 
 class SpeculativeDecoder:
-    """The MTP draft model of an :class:`LLM` and the engine step that drafts and verifies (see module docstring)."""
+    """The MTP draft model of an engine and the engine step that drafts and verifies (see module docstring)."""
 
-    def __init__(self, llm: "LLM", num_speculative_tokens: int, options, budget, *,
+    def __init__(self, loaded: LoadedModel, scheduler: Scheduler, num_speculative_tokens: int, *,
                  allow_external_shards: bool = False, check_finite: str = "sampled"):
-        """``options`` / ``budget``: the target runner's RunnerOptions and StepBudget (the draft's runner gets the same,
-        without CUDA graphs)."""
-        from .llm import default_dtype  # llm imports this module lazily: no cycle at import time
-
-        self.llm = llm
+        """``loaded``: the target model (its runner's RunnerOptions and StepBudget are the draft runner's too, without
+        CUDA graphs); ``scheduler``: the engine's scheduler, whose public methods :meth:`step` runs on."""
+        self.loaded, self.scheduler = loaded, scheduler
         self.k = check_speculative_tokens(num_speculative_tokens)
-        if getattr(llm.runner, "on_device_sampling", False):
+        options, budget = loaded.options, loaded.budget
+        if getattr(loaded.runner, "on_device_sampling", False):
             raise ValueError("speculative_tokens: not supported with on_device_sampling (drafts are verified on the host)")
         # Engine-started tensor-parallel ranks: every model call below is announced to the followers first (a SPEC
         # message of runtime/parallel/launch.py, whose followers call follow()), so their collectives pair up.
-        self._ranks = getattr(llm, "_ranks", None)
-        if self._ranks is not None:
-            from ..parallel import launch
-
-            if not hasattr(launch, "SPEC"):
-                raise ValueError("speculative_tokens with engine-started ranks (tensor_parallel_size > 1) needs the "
-                                 "SPEC command in runtime/parallel/launch.py (followers mirroring the draft and "
-                                 "verify calls); launch the ranks with torchrun instead")
-        mtp = load_draft_module(llm.module.__name__)
-        layers = int(mtp.num_mtp_layers(llm.config))
+        self._ranks = loaded.ranks
+        mtp = load_draft_module(loaded.module.__name__)
+        layers = int(mtp.num_mtp_layers(loaded.config))
         if layers < 1:
             raise MissingDraftWeights(
-                f"{llm.checkpoint.config_path}: the config declares no MTP layers ({mtp.__name__}.num_mtp_layers = "
+                f"{loaded.checkpoint.config_path}: the config declares no MTP layers ({mtp.__name__}.num_mtp_layers = "
                 f"{layers}): this checkpoint has no draft head for speculative decoding"
             )
-        with default_dtype(llm.dtype), llm.device:
-            self.draft = mtp.DRAFT_CLASS(llm.config, llm.model)
+        with default_dtype(loaded.dtype), loaded.device:
+            self.draft = mtp.DRAFT_CLASS(loaded.config, loaded.model)
         self.draft.eval()
-        with llm.checkpoint.open_weights(llm.dtype, allow_external_shards=allow_external_shards,
+        with loaded.checkpoint.open_weights(loaded.dtype, allow_external_shards=allow_external_shards,
                                          check_finite=check_finite) as ckpt:
-            llm.target.load(self.draft, ckpt)
-        blocks = llm.blocks
-        caches = allocate_kv_cache(self.draft.get_kv_spec(), blocks.num_blocks, blocks.block_size, llm.device)
+            loaded.target.load(self.draft, ckpt)
+        blocks = loaded.blocks
+        caches = allocate_kv_cache(self.draft.get_kv_spec(), blocks.num_blocks, blocks.block_size, loaded.device)
         self.draft.bind_kv_cache(caches)
         # The draft runs through the target's own runner class over the same block tables, without the runner's
         # decode graphs (they would not see the bound hidden states): its graphs are StepGraphs with a static hidden
         # input (enable_graphs).
-        self.runner = llm.target.make_runner(self.draft, blocks, llm.device,
+        self.runner = loaded.target.make_runner(self.draft, blocks, loaded.device,
                                              replace(options, cuda_graphs=False, compile=False), budget,
                                              state_pool=None)
-        for runner in (llm.runner, self.runner):
+        for runner in (loaded.runner, self.runner):
             if hasattr(runner, "segmented_prefill"):
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
         self.drafted: dict[int, _Drafted] = {}
@@ -220,7 +206,7 @@ class SpeculativeDecoder:
         # Not with engine-started ranks: the followers mirror the eager calls (their runners' own decode graphs, which
         # capture the collectives alike on every rank, still replay draft-free steps).
         self._follower: dict | None = None  # follower ranks: what follow() keeps between calls
-        if getattr(llm.runner, "graphs", None) is not None and settings.get("MODELGEN_SPEC_GRAPHS") \
+        if getattr(loaded.runner, "graphs", None) is not None and settings.get("MODELGEN_SPEC_GRAPHS") \
                 and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 
@@ -230,23 +216,21 @@ class SpeculativeDecoder:
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
         chained step (1), with the target's hidden states as a static input. ``capture``: the graphs' capture seam
         (None: CUDA graphs); lazily captured per batch bucket on first use."""
-        from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
-
-        llm = self.llm
+        loaded = self.loaded
         q = self.k + 1
-        common = dict(max_num_seqs=llm.max_num_seqs, block_size=llm.blocks.block_size, buckets=buckets,
-                      capture=capture, width=llm.blocks.blocks_needed(llm.max_model_len + q))
+        common = dict(max_num_seqs=loaded.max_num_seqs, block_size=loaded.blocks.block_size, buckets=buckets,
+                      capture=capture, width=loaded.blocks.blocks_needed(loaded.max_model_len + q))
         pool = None
         if capture is None:
             pool = torch.cuda.graph_pool_handle()  # one pool: run() gathers its output before another replay
-        layout = multi_token_layout(llm.model, q)
-        self.verify_graphs = (StepGraphs(llm.model, llm.device, tokens_per_seq=q, layout=layout, pool=pool, **common)
+        layout = multi_token_layout(loaded.model, q)
+        self.verify_graphs = (StepGraphs(loaded.model, loaded.device, tokens_per_seq=q, layout=layout, pool=pool, **common)
                               if layout is not None else None)
-        hidden = (int(llm.config.hidden_size), llm.dtype)
+        hidden = (int(loaded.config.hidden_size), loaded.dtype)
         layout = multi_token_layout(self.draft, q)
-        self.draft_graphs = (StepGraphs(self.draft, llm.device, tokens_per_seq=q, layout=layout, hidden=hidden,
+        self.draft_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=q, layout=layout, hidden=hidden,
                                         pool=pool, **common) if layout is not None else None)
-        self.chain_graphs = (StepGraphs(self.draft, llm.device, tokens_per_seq=1, layout="rows", hidden=hidden,
+        self.chain_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=1, layout="rows", hidden=hidden,
                                         pool=pool, **common) if self.k > 1 else None)
 
     def warmup(self) -> None:
@@ -278,9 +262,7 @@ class SpeculativeDecoder:
     def _send(self, kind: int, work: list[Work]) -> None:
         """Engine-started ranks: announce a model call to the followers (they run :meth:`follow`)."""
         if self._ranks is not None:
-            from ..parallel.launch import SPEC
-
-            self._ranks.send_step(SPEC, work, self.llm.blocks, self.llm.state_pool, flag=kind)
+            self._ranks.send_step(SPEC, work, self.loaded.blocks, self.loaded.state_pool, flag=kind)
 
     def _logit_rows(self, work: list[Work], hidden: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
         """The target's logits of the rows a step verifies or samples, in one LM-head call, and where each work
@@ -303,39 +285,37 @@ class SpeculativeDecoder:
         a runner returning fewer rows is a bug named here, not a silent misalignment of drafts and positions."""
         graphs = self.verify_graphs
         if graphs is not None and any(len(w.token_ids) > 1 for w in work) and graphs.accepts(work):
-            tables, pool = self.llm.blocks.tables, self.llm.state_pool
+            tables, pool = self.loaded.blocks.tables, self.loaded.state_pool
             slots = [pool.slot(w.seq_id) for w in work] if graphs.with_state else None
             hidden = graphs.run(work, [tables[w.seq_id] for w in work], state_slots=slots)
         else:  # one token per sequence: the runner's own decode graphs; longer steps (prompts): eager
             self._send(_TARGET, work)
-            runner = self.llm.runner
+            runner = self.loaded.runner
             if self._ranks is not None:
                 runner = runner.inner  # the DriverRunner would broadcast a plain STEP; SPEC went out above
             _, hidden = runner.step(work, return_hidden=True)
         total = sum(len(w.token_ids) for w in work)
         if hidden.shape[0] != total:
-            raise RuntimeError(f"{type(self.llm.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
+            raise RuntimeError(f"{type(self.loaded.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
                                f"hidden rows for {total} fed tokens")
         return hidden
 
     def step(self, waiting: list, running: list) -> list:
-        llm = self.llm
+        loaded = self.loaded
         t0 = time.perf_counter()
-        running.extend(llm._admit(waiting, running))
+        running.extend(self.scheduler.admit(waiting, running))
         for r in list(running):
             if r.computed == 0:
                 self.release(r.seq_id)  # admitted or readmitted after preemption: drafts were for an old state
-        llm._ensure_decode_blocks(waiting, running)
+        self.scheduler.ensure_decode_blocks(waiting, running)
         for seq_id in [s for s in self.drafted if all(r.seq_id != s for r in running)]:
             self.release(seq_id)  # preempted in _ensure_decode_blocks
         if waiting and not running:
-            from .block_manager import CacheFullError
-
             raise CacheFullError("no request fits in the KV cache")
         work: list[Work] = []
         batch, real, drafts = [], [], []
-        budget = llm.max_num_batched_tokens
-        tables, block_size = llm.blocks.tables, llm.blocks.block_size
+        budget = self.scheduler.max_num_batched_tokens
+        tables, block_size = loaded.blocks.tables, loaded.blocks.block_size
         for r in running:
             # Uncomputed tokens: the last sampled one, or (after a recurrent rollback) the accepted run again, or a
             # prompt (chunk). Drafts follow them when all of them fit this step.
@@ -356,7 +336,7 @@ class SpeculativeDecoder:
             drafts.append(d)
         if not work:
             return []
-        pool = llm.state_pool
+        pool = loaded.state_pool
         verifying = [i for i, d in enumerate(drafts) if d]
         snapshot = None
         if pool is not None and verifying:
@@ -389,8 +369,13 @@ class SpeculativeDecoder:
                 continue
             lo, hi = row_at[i], row_at[i] + len(d) + 1
             got = self.drafted.get(r.seq_id)
-            tokens, a = verify(d, logits[lo:hi], r.params, r.generator, got.probs[: len(d)] if got and d else None,
-                               argmax[lo:hi] if argmax is not None else None)
+            try:
+                tokens, a = verify(d, logits[lo:hi], r.params, r.generator, got.probs[: len(d)] if got and d else None,
+                                   argmax[lo:hi] if argmax is not None else None)
+            except RuntimeError as e:  # non-finite probabilities: this request fails alone (scheduler.py)
+                self.scheduler.fail(r, sampling_error(r, e), waiting, running)
+                accepted_counts.append(None)
+                continue
             if d:
                 self.stats.proposed_tokens += len(d)
                 self.stats.accepted_tokens += a
@@ -404,7 +389,7 @@ class SpeculativeDecoder:
                 n_emitted += 1
                 if r.t_first is None:
                     r.t_first = now
-                stop = (tok in llm.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
+                stop = (tok in loaded.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
                 if stop or len(r.output) >= r.params.max_new_tokens:
                     r.done = True
                     r.finish_reason = "stop" if stop else "length"
@@ -423,13 +408,13 @@ class SpeculativeDecoder:
                 again = [Work(batch[i].seq_id, batch[i].tokens[starts[i]:batch[i].computed], starts[i])
                          for i in (verifying[j] for j in redo)]
                 self._send(_REDO, again)
-                runner = llm.runner.inner if self._ranks is not None else llm.runner
+                runner = loaded.runner.inner if self._ranks is not None else loaded.runner
                 runner.step(again, return_hidden=True)
                 self.stats.rollbacks += len(redo)
         for r in batch:
-            if r.done:
+            if r.done and r in running:  # (one that failed alone has left already)
                 running.remove(r)
-                llm._release(r.seq_id)
+                self.scheduler.release(r.seq_id)
         t_draft = time.perf_counter()
         with record_function("spec::draft"):
             self._draft(batch, starts, settled, offsets, hidden)
@@ -437,23 +422,23 @@ class SpeculativeDecoder:
         self.stats.draft_s += done - t_draft
         dt = done - t0
         if prefill:
-            llm.stats.prefill_tokens += sum(real)
-            llm.stats.prefill_s += dt
+            self.scheduler.stats.prefill_tokens += sum(real)
+            self.scheduler.stats.prefill_s += dt
         else:
-            llm.stats.decode_tokens += n_emitted
-            llm.stats.decode_s += dt
-        llm.stats.steps += 1
+            self.scheduler.stats.decode_tokens += n_emitted
+            self.scheduler.stats.decode_s += dt
+        self.scheduler.stats.steps += 1
         return emitted
 
     # ------------------------------------------------------------------------------------------------------ draft
     def _num_drafts(self, r) -> int:
         """Drafts request ``r`` may propose now: within its remaining tokens, the context and the free blocks."""
-        llm = self.llm
-        k = min(self.k, r.params.max_new_tokens - len(r.output) - 1, llm.max_model_len - len(r.tokens))
-        while k > 0 and not llm.blocks.can_allocate(r.seq_id, len(r.tokens) + k):
+        loaded = self.loaded
+        k = min(self.k, r.params.max_new_tokens - len(r.output) - 1, loaded.max_model_len - len(r.tokens))
+        while k > 0 and not loaded.blocks.can_allocate(r.seq_id, len(r.tokens) + k):
             k -= 1
         if k > 0:
-            llm.blocks.ensure(r.seq_id, len(r.tokens) + k)
+            loaded.blocks.ensure(r.seq_id, len(r.tokens) + k)
         return max(k, 0)
 
     def _draft(self, batch: list, starts: list[int], settled: list[int], offsets: list[int],
@@ -479,7 +464,7 @@ class SpeculativeDecoder:
         for w in work:
             at += len(w.token_ids)
             ends.append(at - 1)
-        tables = self.llm.blocks.tables
+        tables = self.loaded.blocks.tables
         if self.draft_graphs is not None and self.draft_graphs.accepts(work):
             last_hidden = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows))[ends]
             last_logits = self.draft.compute_logits(last_hidden)
@@ -541,11 +526,11 @@ class SpeculativeDecoder:
         * ``_DRAFT``: the MTP head over the item's tokens with this rank's own hidden states of the same positions
           from the last target call (replicated across ranks: the row-parallel layers all-reduce them);
         * ``_CHAIN``: one chained draft step on each sequence's last MTP hidden state."""
-        llm = self.llm
+        loaded = self.loaded
         if self._follower is None:
             self._follower = {"snap": {}, "last": {}, "hidden": None, "at": {}}
             self.release_graphs()  # rank 0 runs these calls eagerly
-        f, pool = self._follower, llm.state_pool
+        f, pool = self._follower, loaded.state_pool
         if kind == _TARGET:
             if pool is not None:
                 f["snap"], keep = {}, []
@@ -558,7 +543,7 @@ class SpeculativeDecoder:
                     slots = [pool.slot(q) for q in keep]
                     snap = pool.snapshot(slots)
                     f["snap"] = {q: (slots, snap, j) for j, q in enumerate(keep)}
-            _, hidden = llm.runner.step(work, return_hidden=True)
+            _, hidden = loaded.runner.step(work, return_hidden=True)
             self._logit_rows(work, hidden)
             at, f["at"] = 0, {}
             for w in work:
@@ -569,7 +554,7 @@ class SpeculativeDecoder:
             for w in work:
                 slots, snap, j = f["snap"][w.seq_id]
                 pool.restore(slots, snap, rows=[j])
-            llm.runner.step(work, return_hidden=True)
+            loaded.runner.step(work, return_hidden=True)
         elif kind == _DRAFT:
             rows = [f["hidden"][f["at"][w.seq_id]:f["at"][w.seq_id] + len(w.token_ids)] for w in work]
             self.draft.bind_hidden_states(torch.cat(rows))
@@ -593,6 +578,4 @@ _TARGET, _DRAFT, _CHAIN, _REDO = 0, 1, 2, 3
 
 def _engine_started_follower() -> bool:
     """This process is a follower rank that runtime/parallel/launch.py spawned (it mirrors rank 0's calls)."""
-    from ..parallel import launch
-
     return bool(getattr(launch, "_FOLLOWER", False))

@@ -1,8 +1,8 @@
 """Engine-started ranks: ``LLM(..., tensor_parallel_size=N)`` runs N processes and behaves as one engine.
 
 The calling process is rank 0: it schedules (admission, block tables, sampling) exactly as at N = 1. Ranks 1..N-1
-are spawned here (``torch.multiprocessing`` "spawn"; they build the same LLM from the same arguments, each on its
-shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
+are spawned here (``torch.multiprocessing`` "spawn"; each calls the build callback rank 0 handed to
+:func:`start_ranks` -- the ``LLM`` class -- with the same arguments, on its shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
 start position, block table and state slot, plus the sampling parameters for on-device sampling — and every rank
 runs the same runner call, so their collectives (row-parallel all-reduces, the vocab all-gather) pair up. Only rank
 0's result is used. The step messages are int64/float64 tensors on a gloo group (no pickling, no GPU sync on the
@@ -18,23 +18,31 @@ followers and destroys the group. Scripts using it need the ``if __name__ == "__
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
+import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from modelgen import settings
 
 from .. import distributed
+from ..engine.runners import Work
+from .attention_dp import DataParallelBlocks, init_groups as init_data_parallel_groups
 from .channel import ShmChannel, wanted as _shm_wanted
+from .pipeline import init_groups as init_pipeline_groups
 
 # Control commands (the first element of every header broadcast).
 STOP, READY, STEP, SAMPLE, WARMUP, GREEDY, SPEC = range(7)  # SPEC: a speculative-decoding model call (flag: its kind)
@@ -55,9 +63,6 @@ def dump_stacks_later(who: str) -> None:
     after = settings.get("MODELGEN_DUMP_STACKS_AFTER")
     if after is None:
         return
-    import faulthandler
-    import sys
-
     print(f"modelgen: {who} (pid {os.getpid()}) dumps its stacks in {after:g} s", file=sys.__stderr__, flush=True)
     faulthandler.dump_traceback_later(after, exit=False, file=sys.__stderr__)
 
@@ -98,8 +103,8 @@ def _json_args(args: dict) -> str:
     for key, value in args.items():
         if key in ("self", "__class__"):
             continue
-        if key == "checkpoint":
-            value = str(getattr(value, "path", value))
+        if key in ("model", "checkpoint") and value is not None:
+            value = str(getattr(value, "path", value))  # a CheckpointDir travels as its directory
         elif isinstance(value, torch.dtype):
             value = str(value).removeprefix("torch.")
         elif isinstance(value, (torch.device, Path)):
@@ -115,9 +120,13 @@ def _json_args(args: dict) -> str:
 
 
 def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int | None,
-                device) -> tuple["Ranks | None", object]:
+                device, build: Callable[..., object]) -> tuple["Ranks | None", object]:
     """Set the MoE layout and, for N > 1 without an initialised group, spawn ranks 1..N-1 and join the group as
-    rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device."""
+    rank 0. Returns (the :class:`Ranks` to drive, or None) and this rank's device.
+
+    ``build``: what a follower calls with ``args`` (as plain values) to build its engine -- the ``LLM`` class; it
+    travels to the spawned process by reference (pickled by its module and name), so it must be a module-level
+    class or function. This module never imports the engine that drives it."""
     pp = args.get("pipeline_parallel_size", 1)
     dp = args.get("data_parallel_size", 1)
     world = world_size_for(tensor_parallel_size, expert_parallel_size, pp, dp)
@@ -165,7 +174,7 @@ def start_ranks(args: dict, tensor_parallel_size: int, expert_parallel_size: int
         backend, base = "gloo", 0
     else:
         raise ValueError(f"device {device!r}: engine-started ranks run on cpu or cuda")
-    ranks = Ranks(world, backend, dev.type, base, _json_args(args))
+    ranks = Ranks(world, backend, dev.type, base, _json_args(args), build)
     try:
         _init_groups(pp, dp)
     except BaseException:
@@ -178,13 +187,9 @@ def _init_groups(pp: int, dp: int) -> None:
     """The TP group of a pipeline stage (PP) or of a data-parallel group (attention DP); every rank calls this in the
     same order after joining the world."""
     if pp > 1:
-        from .pipeline import init_groups
-
-        init_groups(pp)
+        init_pipeline_groups(pp)
     elif dp > 1:
-        from .attention_dp import init_groups
-
-        init_groups(dp)
+        init_data_parallel_groups(dp)
 
 
 def abort_ranks_on_error(init):
@@ -207,10 +212,9 @@ def abort_ranks_on_error(init):
 class Ranks:
     """Rank 0's handle on the followers: spawn, handshake, step broadcasts, shutdown."""
 
-    def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str):
+    def __init__(self, world: int, backend: str, device_type: str, base_index: int, args_json: str,
+                 build: Callable[..., object]):
         global _ACTIVE
-        import torch.multiprocessing as mp
-
         dump_stacks_later("rank 0")  # first: a bad value is refused before any rank is spawned
         self.world, self.backend = world, backend
         self.closed = False
@@ -222,7 +226,8 @@ class Ranks:
         for rank in range(1, world):
             recv, send = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker, daemon=True, name=f"modelgen-rank{rank}",
-                            args=(rank, world, init, backend, device_type, base_index, threads, args_json, send))
+                            args=(rank, world, init, backend, device_type, base_index, threads, args_json, build,
+                                  send))
             p.start()
             send.close()
             self.procs.append(p)
@@ -388,8 +393,6 @@ class DriverRunner:
 def _use_fewer_blocks(blocks, usable: int) -> None:
     """Re-initialise rank 0's (still empty) block manager with ``usable`` blocks: ids every rank's cache holds (the
     blocks past them stay allocated, unused)."""
-    from .attention_dp import DataParallelBlocks
-
     if any(blocks.tables.values()):
         raise RuntimeError("the KV block manager is resized only before any request is admitted")
     if isinstance(blocks, DataParallelBlocks):
@@ -406,8 +409,6 @@ def release_graphs(llm) -> None:
 
     Each graph holder (the runner, the speculative decoder) drops its own graphs in ``release_graphs()``; a holder
     without that method holds none (CPU and neuron runners)."""
-    import gc
-
     for holder in (getattr(llm, "runner", None), getattr(llm, "speculative", None)):
         release = getattr(holder, "release_graphs", None)
         if release is not None:
@@ -424,7 +425,7 @@ def _teardown(backend: str) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     if backend == "nccl":
-        from ..ops.gpu import allreduce
+        from ..ops.gpu import allreduce  # only on NCCL: the GPU ops package (Triton kernels) stays off CPU paths
 
         allreduce.reset()
         try:
@@ -463,8 +464,6 @@ def _recv(n: int, dtype: torch.dtype, group, channel: "ShmChannel | None" = None
 
 def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
     """A follower's loop: receive each step's inputs from rank 0 and run the same runner call (results dropped)."""
-    from ..engine.runners import Work
-
     runner, blocks, pool = llm.runner, llm.blocks, llm.state_pool
     owners = getattr(blocks, "owner", None)  # attention DP: which rank runs each work item
     while True:
@@ -517,8 +516,9 @@ def follow(llm, control, channel: "ShmChannel | None" = None) -> None:
 
 
 def _worker(rank: int, world: int, init: str, backend: str, device_type: str, base_index: int, threads: int,
-            args_json: str, errors) -> None:
-    """Process body of rank ``rank``: join the group, build the engine, report at READY, then follow."""
+            args_json: str, build: Callable[..., object], errors) -> None:
+    """Process body of rank ``rank``: join the group, build the engine (``build(**args)``), report at READY, then
+    follow."""
     global _FOLLOWER
     _FOLLOWER = True
     dump_stacks_later(f"rank {rank}")
@@ -533,9 +533,7 @@ def _worker(rank: int, world: int, init: str, backend: str, device_type: str, ba
         if _shm_wanted(device_type) else None
     llm, failed = None, False
     try:
-        from ..engine.llm import LLM
-
-        llm = LLM(**kwargs)
+        llm = build(**kwargs)
     except BaseException as e:  # reported by rank 0 at READY, in one line
         failed = True
         errors.send_bytes(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".encode())

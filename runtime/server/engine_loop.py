@@ -156,6 +156,10 @@ class EngineLoop:
                 h = self._live.get(r.seq_id)
                 if h is None:
                     continue
+                if r.error is not None:  # it failed alone (engine/scheduler.py): its own error, the others go on
+                    self._live.pop(r.seq_id, None)
+                    self._post(h, r.error)
+                    continue
                 # Every token since the last post, not just the last one: a speculative step (LLM(speculative_tokens=K))
                 # emits the accepted drafts and the target's own token at once (LLM.stream tracks the same count).
                 new = r.output[h.sent:]

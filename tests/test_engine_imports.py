@@ -1,0 +1,92 @@
+"""The engine's import structure (issue 25 item 2), read from the source with ``ast`` (nothing imported): no cycle
+among runtime/engine/ and runtime/parallel/launch.py, speculative decoding and the launcher never import the
+``LLM`` front, nothing there imports upward (the server, the CLI, the compiler), and imports inside functions carry
+a comment saying why."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "runtime/engine").glob("*.py")) + [ROOT / "runtime/parallel/launch.py"]
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _imports(path: Path) -> list[tuple[str, ast.stmt]]:
+    """(imported module, statement) for every import of ``path``, function-level ones too; relative imports
+    resolved; ``from pkg import name`` yields ``pkg.name`` when that is a module of the tree, else ``pkg``."""
+    package = _module(path).rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name.removeprefix("modelgen."), node) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = (node.module or "").removeprefix("modelgen.")
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                is_module = (ROOT / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                    (ROOT / Path(*sub.split("."))).is_dir()
+                out.append((sub if is_module else mod, node))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mine = {_module(p) for p in FILES}
+    return {_module(p): {m for m, _ in _imports(p) if m in mine} for p in FILES}
+
+
+def test_the_graph_is_read():
+    """The check below sees real edges (a parser that found none would pass it)."""
+    g = _graph()
+    assert "runtime.engine.scheduler" in g["runtime.engine.llm"]
+    assert "runtime.engine.model_build" in g["runtime.engine.speculative"]
+    assert "runtime.engine.runners" in g["runtime.parallel.launch"]
+
+
+def test_no_import_cycle():
+    g = _graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(g[node]):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(path + [node, nxt])}"
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            visit(node, [])
+
+
+def test_speculative_and_the_launcher_do_not_import_the_front():
+    for name in ("runtime/engine/speculative.py", "runtime/parallel/launch.py", "runtime/engine/scheduler.py",
+                 "runtime/engine/model_build.py", "runtime/engine/pipelined.py"):
+        imported = {m for m, _ in _imports(ROOT / name)}
+        assert "runtime.engine.llm" not in imported, f"{name} imports runtime/engine/llm.py"
+
+
+def test_no_upward_import():
+    for path in FILES:
+        for mod, node in _imports(path):
+            assert not mod.startswith(("runtime.server", "codegen", "bench")), \
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {mod} (above the engine)"
+
+
+def test_function_level_imports_say_why():
+    for path in FILES:
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.col_offset > 0:
+                here, above = lines[node.lineno - 1], lines[node.lineno - 2]
+                assert "#" in here or above.strip().startswith("#"), \
+                    f"{path.relative_to(ROOT)}:{node.lineno}: an import inside a function without a comment saying why"
