@@ -214,7 +214,8 @@ class _Lowerer:
         return ir.Norm(name=n.name, kind=n.kind, eps=self.value(path + ("eps",), n.eps), bias=bias, affine=n.affine)
 
     def rope(self, p: tuple[Any, ...], r: Any) -> ir.Rope:
-        partial = self.value(p + ("partial_factor",), r.partial_factor)
+        # A NoPE layer rotates none of head_dim: the same code path as a partial factor of 0 (cos 1, sin 0).
+        partial = self.value(p + ("partial_factor",), r.partial_factor if r.enabled else 0.0)
         return ir.Rope(
             style=r.style, theta=self.value(p + ("theta",), r.theta),
             scaling=self.optional(p + ("scaling",), r.scaling) or ir.Const(None),

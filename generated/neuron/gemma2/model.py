@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma2.yaml --target neuron
-# source hash (spec + templates + generator): 5f1e99e07bc6610d
+# source hash (spec + templates + generator): fe32b3f7c0aca6b9
 # ==================================================================================================================
 """Gemma2 for the neuron target, in vLLM Neuron's style.
 

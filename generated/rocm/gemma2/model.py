@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
-# source hash (spec + templates + generator): 5f1e99e07bc6610d
+# source hash (spec + templates + generator): fe32b3f7c0aca6b9
 # ==================================================================================================================
 """Gemma2 for the rocm target, in ATOM's style.
 

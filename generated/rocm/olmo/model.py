@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): 48aa06f3e0e53d4f
+# source hash (spec + templates + generator): 6fb38177270aa778
 # ==================================================================================================================
 """Olmo for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): c75b2aa05b1123dc
+# source hash (spec + templates + generator): fb215214eede10d0
 # ==================================================================================================================
 """MistralConfig: the HF ``config.json`` fields specs/mistral.yaml reads, typed, with the spec's defaults.
 
