@@ -294,8 +294,13 @@ class _Lowerer:
         if residual is None:
             self.error(("blocks", key), "no residual: give it in this block or under `decoder:`")
             return parts
+        # A literally parallel layer (``parallel: true``, Cohere) applies no mlp_norm: both sub-layers read
+        # attention_norm(x), so it needs none (a config-expression ``parallel`` still needs it for the serial case).
+        always_parallel = parts["parallel"] is True
         for field_ in NORM_FIELDS:
             where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
+            if field_ == "mlp_norm" and always_parallel and parts[field_] is None:
+                continue
             if field_ in RESIDUAL_NORMS[residual] and parts[field_] is None:
                 self.error(where, f"no {field_}: give it in this block or under `decoder:` (residual {residual} needs it)")
             elif field_ not in RESIDUAL_NORMS[residual] and parts[field_] is not None:
@@ -400,7 +405,9 @@ class _Lowerer:
             if not has_moe:
                 self.error(("checkpoint", "experts"), "expert names given but no block has an moe mlp")
             pe = ck.experts.per_expert
-            if set(pe) != {"gate", "up", "down"}:
+            if not pe and not ck.experts.fused:
+                self.error(("checkpoint", "experts"), "needs per_expert patterns, fused names, or both")
+            elif pe and set(pe) != {"gate", "up", "down"}:
                 self.error(("checkpoint", "experts", "per_expert"), "needs gate, up and down")
             for k, v in pe.items():
                 if "{e}" not in v:

@@ -2,6 +2,7 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "CohereForCausalLM": "cohere",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "DeepseekV3ForCausalLM": "deepseek_v3",
@@ -15,6 +16,7 @@ MODELS = {
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "GptOssForCausalLM": "gpt_oss",
     "GraniteForCausalLM": "granite",
+    "GraniteMoeForCausalLM": "granitemoe",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
@@ -24,9 +26,11 @@ MODELS = {
     "Phi3ForCausalLM": "phi3",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3_5ForCausalLM": "qwen3_5",
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe",

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): af3d98a532482a46
+# source hash (spec + templates + generator): aaf3d761302989ef
 # ==================================================================================================================
 """Qwen2Moe for the vllm target: vLLM's model interface and layer library.
 
