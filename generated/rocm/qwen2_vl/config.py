@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_vl.yaml --target rocm
-# source hash (spec + templates + generator): b2966f14ea10956f
+# source hash (spec + templates + generator): 334e1ac50ea0437d
 # ==================================================================================================================
 """Qwen2VLConfig: the HF ``config.json`` fields specs/qwen2_vl.yaml reads, typed, with the spec's defaults.
 
@@ -79,6 +79,7 @@ class Qwen2VLConfig:
         "video_token_id",
         "vision_start_token_id",
         "vision_end_token_id",
+        "rope_parameters.mrope_section",
 )
 
     @classmethod

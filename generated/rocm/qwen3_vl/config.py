@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_vl.yaml --target rocm
-# source hash (spec + templates + generator): 5dede5507e4b343b
+# source hash (spec + templates + generator): b0a575339c449d11
 # ==================================================================================================================
 """Qwen3VLConfig: the HF ``config.json`` fields specs/qwen3_vl.yaml reads, typed, with the spec's defaults.
 
@@ -71,6 +71,8 @@ class Qwen3VLConfig:
         "video_token_id",
         "vision_start_token_id",
         "vision_end_token_id",
+        "rope_parameters.mrope_section",
+        "rope_parameters.mrope_interleaved",
 )
 
     @classmethod
