@@ -108,6 +108,11 @@ class Rope:
     max_position: Value
     partial_factor: Value | None  # None: the whole head is rotated
 
+    @property
+    def nope(self) -> bool:
+        """No rotary embedding (the spec's ``rope: {enabled: false}``): a NoPE layer."""
+        return self.partial_factor is not None and self.partial_factor.is_literal(0.0)
+
     def rotary_dim_py(self, head_dim_py: str) -> str:
         if self.partial_factor is None:
             return head_dim_py

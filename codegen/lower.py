@@ -137,7 +137,8 @@ class _Lowerer:
         return ir.Norm(name=n.name, kind=n.kind, eps=self.value(path + ("eps",), n.eps), bias=bias, affine=n.affine)
 
     def rope(self, p: tuple[Any, ...], r: Any) -> ir.Rope:
-        partial = self.value(p + ("partial_factor",), r.partial_factor)
+        # A NoPE layer rotates none of head_dim: the same code path as a partial factor of 0 (cos 1, sin 0).
+        partial = self.value(p + ("partial_factor",), r.partial_factor if r.enabled else 0.0)
         return ir.Rope(
             style=r.style, theta=self.value(p + ("theta",), r.theta),
             scaling=self.optional(p + ("scaling",), r.scaling) or ir.Const(None),
@@ -218,8 +219,13 @@ class _Lowerer:
         if residual is None:
             self.error(("blocks", key), "no residual: give it in this block or under `decoder:`")
             return parts
+        # A literally parallel layer (``parallel: true``, Cohere) applies no mlp_norm: both sub-layers read
+        # attention_norm(x), so it needs none (a config-expression ``parallel`` still needs it for the serial case).
+        always_parallel = parts["parallel"] is True
         for field_ in NORM_FIELDS:
             where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
+            if field_ == "mlp_norm" and always_parallel and parts[field_] is None:
+                continue
             if field_ in RESIDUAL_NORMS[residual] and parts[field_] is None:
                 self.error(where, f"no {field_}: give it in this block or under `decoder:` (residual {residual} needs it)")
             elif field_ not in RESIDUAL_NORMS[residual] and parts[field_] is not None:
@@ -324,7 +330,9 @@ class _Lowerer:
             if not has_moe:
                 self.error(("checkpoint", "experts"), "expert names given but no block has an moe mlp")
             pe = ck.experts.per_expert
-            if set(pe) != {"gate", "up", "down"}:
+            if not pe and not ck.experts.fused:
+                self.error(("checkpoint", "experts"), "needs per_expert patterns, fused names, or both")
+            elif pe and set(pe) != {"gate", "up", "down"}:
                 self.error(("checkpoint", "experts", "per_expert"), "needs gate, up and down")
             for k, v in pe.items():
                 if "{e}" not in v:

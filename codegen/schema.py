@@ -116,7 +116,8 @@ class _LayerParts(Strict):
     )
     parallel: Expression | None = Field(
         default=None, description="pre_norm only; expression: attention and MLP both read attention_norm(x) and "
-        "out = x + attn + mlp, no mlp_norm built when true (StableLM use_parallel_residual, GPT-NeoX); default false",
+        "out = x + attn + mlp, no mlp_norm built when true (StableLM use_parallel_residual, GPT-NeoX); a literal "
+        "true needs no mlp_norm (Cohere), a config expression does (the serial case uses it); default false",
     )
     residual_multiplier: Expression | None = Field(
         default=None, description="each sub-layer's output times this before the residual add (Granite "
@@ -185,7 +186,9 @@ class ExpertCheckpointSpec(Strict):
     """
 
     per_expert: dict[Literal["gate", "up", "down"], ExpertPattern] = Field(
-        description="e.g. {gate: experts.{e}.gate_proj.weight, up: experts.{e}.up_proj.weight, down: ...}"
+        default_factory=dict,
+        description="e.g. {gate: experts.{e}.gate_proj.weight, up: experts.{e}.up_proj.weight, down: ...}; may be "
+        "left out when the family's checkpoints only ever store fused experts (GraniteMoE input_linear)",
     )
     fused: dict[Literal["gate_up", "down"], TensorName] | None = Field(
         default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]"

@@ -101,3 +101,7 @@ class RopeSpec(Strict):
     scaling: Expression | None = Field(default=None, description="the rope_scaling / rope_parameters dict field")
     max_position: Expression = Field(description="rows of the RoPE table, usually max_position_embeddings")
     partial_factor: Expression = Field(default=1.0, description="fraction of head_dim that is rotated")
+    enabled: bool = Field(
+        default=True, description="false: a NoPE layer, no rotary embedding at all (SmolLM3 no_rope_layers, EXAONE 4 "
+        "full-attention layers, Llama 4); pick those layers with a block of their own and layers.block_rule",
+    )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from .config_nesting import nested_unread_keys
+
 _MISSING = object()
 
 
@@ -310,7 +312,14 @@ def check_config_keys(config: Mapping[str, Any], config_class: Any, where: str, 
     read = getattr(config_class, "CONFIG_KEYS_READ", None)
     if read is None:
         return []
-    unread = unread_config_keys(config, read, getattr(config_class, "CONFIG_KEYS_IGNORED", ()))
+    ignored = getattr(config_class, "CONFIG_KEYS_IGNORED", ())
+    nested, unimplemented = nested_unread_keys(config, read, ignored)  # inside rope_parameters & co (issue 26)
+    if unimplemented:
+        raise ConfigError(
+            f"{where}: {', '.join(unimplemented)}: {spec} reads this RoPE mapping but implements no such parameter for "
+            f"its rope_type (the generated model would silently drop it); supported per rope_type: "
+            f"runtime/config_nesting.py ROPE_PARAMETERS")
+    unread = unread_config_keys(config, read, ignored) + nested
     if not unread:
         return []
     message = (

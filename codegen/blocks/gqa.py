@@ -85,8 +85,8 @@ class GQASpec(Strict):
     )
     clip_qkv: Expression | None = Field(
         default=None,
-        description="expression: q, k and v projections (bias included) clamped to [-c, c] (OLMo clip_qkv); "
-        "evaluating to None: off",
+        description="expression: q, k and v projections (bias included) clamped to [-c, c] (OLMo clip_qkv); with "
+        "a qk_norm, q and k are clamped after the norm (OLMoE's order); evaluating to None: off",
     )
 
 
@@ -146,7 +146,9 @@ class GQAttention(Module):
     def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
         """Per-head RMS-kind QK norms (one weight [head_dim]) are bound to PagedAttention, which runs them before RoPE
         (on the GPU inside the cache-write / decode kernels); LayerNorms and the other scopes are applied in forward."""
-        return bool(self.qk_norm and self.qk_norm.scope == "head" and self.qk_norm.kind != "layer_norm")
+        # clip_qkv clamps the normed q and k (HF OLMoE), so with a clip the norm runs in forward, before the clamp.
+        return bool(self.qk_norm and self.qk_norm.scope == "head" and self.qk_norm.kind != "layer_norm"
+                    and self.clip_qkv is None)
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
@@ -178,8 +180,11 @@ class GQAttention(Module):
         if self.output_gate:
             rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
-        rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling `{rope.scaling.spec}` "
-                             "(default, linear, dynamic, llama3, yarn)"))
+        if rope.nope:
+            rows.append(("RoPE", "none (NoPE layer)"))
+        else:
+            rows.append(("RoPE", f"{rope.style} layout{partial}, theta `{rope.theta.spec}`, scaling "
+                                 f"`{rope.scaling.spec}` (default, linear, dynamic, llama3, yarn)"))
         if self.sliding_window is not None:
             rows.append(("sliding window", f"`{self.sliding_window.spec}` tokens (q - W < k <= q)"))
         if self.sinks:

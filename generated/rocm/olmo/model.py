@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): eb00d867945f3cd4
+# source hash (spec + templates + generator): 4bd2e5aac7df89e1
 # ==================================================================================================================
 """Olmo for the rocm target, in ATOM's style.
 

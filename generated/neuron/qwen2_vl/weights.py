@@ -1,0 +1,65 @@
+# ==================================================================================================================
+# GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
+# source hash (spec + templates + generator): 8396396953338099
+# ==================================================================================================================
+"""Checkpoint mappings of Qwen2VLForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
+``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
+from __future__ import annotations
+
+from .config import Qwen2VLConfig
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ("visual.**", "model.visual.**")
+
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = (("weight_scale_inv", "weight_scale"), ("model.language_model.", "model."))
+
+
+def _qwen2_vlattention0_mappings(mappings: dict[str, list[str]], module: str, config: Qwen2VLConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    mappings[module + ".qkv_proj_bias"] = [
+        module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+    ]
+
+
+def _qwen2_vlattention1_mappings(mappings: dict[str, list[str]], module: str, config: Qwen2VLConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    mappings[module + ".qkv_proj_bias"] = [
+        module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+    ]
+
+
+def _qwen2_vlmlp_mappings(mappings: dict[str, list[str]], module: str, config: Qwen2VLConfig) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+
+
+def checkpoint_mappings(config: Qwen2VLConfig) -> dict[str, list[str]]:
+    mappings: dict[str, list[str]] = {}
+    mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
+    for i in range(config.num_hidden_layers):
+        prefix = "model.layers." + str(i)
+        block = config.layer_block(i)
+        if block == "decoder":
+            _qwen2_vlattention0_mappings(mappings, prefix + ".self_attn", config)
+        else:
+            _qwen2_vlattention1_mappings(mappings, prefix + ".self_attn", config)
+        _qwen2_vlmlp_mappings(mappings, prefix + ".mlp", config)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
+    mappings["model.norm.weight"] = ["model.norm.weight"]
+    # Tied embeddings: the LM head maps to the embedding tensor and is loaded a second time, never aliased (an
+    # alias made before loading would point at a stale tensor once parameters are replaced).
+    if config.tie_word_embeddings:
+        mappings["lm_head_weight"] = ["model.embed_tokens.weight"]
+    else:
+        mappings["lm_head_weight"] = ["lm_head.weight"]
+    return mappings

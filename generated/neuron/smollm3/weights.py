@@ -1,0 +1,101 @@
+# ==================================================================================================================
+# GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
+# source hash (spec + templates + generator): 9b98534148ce613b
+# ==================================================================================================================
+"""Checkpoint mappings of SmolLM3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
+``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
+from __future__ import annotations
+
+from .config import SmolLM3Config
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ()
+
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = ()
+
+
+def _smol_lm3_attention0_mappings(mappings: dict[str, list[str]], module: str, config: SmolLM3Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _smol_lm3_attention1_mappings(mappings: dict[str, list[str]], module: str, config: SmolLM3Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _smol_lm3_attention2_mappings(mappings: dict[str, list[str]], module: str, config: SmolLM3Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _smol_lm3_attention3_mappings(mappings: dict[str, list[str]], module: str, config: SmolLM3Config) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.attention_bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _smol_lm3_mlp_mappings(mappings: dict[str, list[str]], module: str, config: SmolLM3Config) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+    if config.mlp_bias:
+        mappings[module + ".gate_proj_bias"] = [module + ".gate_proj.bias"]
+        mappings[module + ".up_proj_bias"] = [module + ".up_proj.bias"]
+        mappings[module + ".down_proj_bias"] = [module + ".down_proj.bias"]
+
+
+def checkpoint_mappings(config: SmolLM3Config) -> dict[str, list[str]]:
+    mappings: dict[str, list[str]] = {}
+    mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
+    for i in range(config.num_hidden_layers):
+        prefix = "model.layers." + str(i)
+        block = config.layer_block(i)
+        if block == "decoder":
+            _smol_lm3_attention0_mappings(mappings, prefix + ".self_attn", config)
+        elif block == "decoder_sliding":
+            _smol_lm3_attention1_mappings(mappings, prefix + ".self_attn", config)
+        elif block == "nope":
+            _smol_lm3_attention2_mappings(mappings, prefix + ".self_attn", config)
+        else:
+            _smol_lm3_attention3_mappings(mappings, prefix + ".self_attn", config)
+        _smol_lm3_mlp_mappings(mappings, prefix + ".mlp", config)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
+    mappings["model.norm.weight"] = ["model.norm.weight"]
+    # Tied embeddings: the LM head maps to the embedding tensor and is loaded a second time, never aliased (an
+    # alias made before loading would point at a stale tensor once parameters are replaced).
+    if config.tie_word_embeddings:
+        mappings["lm_head_weight"] = ["model.embed_tokens.weight"]
+    else:
+        mappings["lm_head_weight"] = ["lm_head.weight"]
+    return mappings

@@ -1,0 +1,228 @@
+# ==================================================================================================================
+# GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
+# source hash (spec + templates + generator): f770df502ab45070
+# ==================================================================================================================
+"""Olmoe for the rocm target, in ATOM's style.
+
+Mixture-of-experts decoder with GQA, whole-projection QK RMSNorm, optional clip_qkv after it, and softmax top-k routing
+on every layer.
+
+Reference: transformers/models/olmoe/modeling_olmoe.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
+from modelgen.runtime.layers.norm import RMSNorm, ShardedProjectionRMSNorm, fuse_all_reduce
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
+
+from .config import OlmoeConfig
+from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
+
+
+class OlmoeAttention(nn.Module):
+    """GQA self-attention: fused QKV, whole-projection QK RMSNorm,
+    RoPE (rotate_half), paged KV cache,
+    row-parallel output."""
+
+    def __init__(self, config: OlmoeConfig, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            bias=config.attention_bias,
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
+        )
+        # Over the whole projection: this rank's heads, the variance all-reduced over every rank's.
+        self.q_norm = ShardedProjectionRMSNorm(config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = ShardedProjectionRMSNorm(config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True)
+        self.clip_qkv = config.clip_qkv  # None: not clamped
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=self.head_dim,
+            max_position=config.max_position_embeddings,
+            base=config.rope_theta,
+            scaling=config.rope_scaling,
+            style="rotate_half",
+        )
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.clip_qkv is not None:
+            q, k, v = (t.clamp(min=-self.clip_qkv, max=self.clip_qkv) for t in (q, k, v))
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
+
+class OlmoeSparseMoeBlock(nn.Module):
+    """Mixture of experts: softmax top-k router, routed experts through the fused MoE op.
+
+    Experts are stacked ``w13 [E, 2I, H]`` (gate then up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
+    contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
+    """
+
+    def __init__(self, config: OlmoeConfig):
+        super().__init__()
+        self.gate = TopKRouter(
+            config.hidden_size,
+            config.num_experts,
+            top_k=config.num_experts_per_tok,
+            scoring="softmax",
+            renormalize=config.norm_topk_prob,
+            weights_in_model_dtype=True,  # HF casts the top-k weights to the model dtype
+        )
+        self.experts = FusedMoE(
+            config.num_experts, config.hidden_size, config.intermediate_size, activation="silu"
+        )
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids)
+
+
+class OlmoeDecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
+
+    def __init__(self, config: OlmoeConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = OlmoeAttention(config, layer_idx)
+        self.mlp = OlmoeSparseMoeBlock(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
+        # all-reduce + residual add + RMSNorm (nothing changes at world size 1, or with an o_proj bias)
+        fuse_all_reduce(self.self_attn.o_proj, self.post_attention_layernorm)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn_metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        hidden_states = self.mlp(hidden_states)
+        return hidden_states, residual
+
+
+class OlmoeModel(nn.Module):
+    def __init__(self, config: OlmoeConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList([OlmoeDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, residual, attn_metadata)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class OlmoeForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
+    packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
+
+    def __init__(self, config: OlmoeConfig):
+        super().__init__()
+        self.config = config
+        self.model = OlmoeModel(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids, positions [num_tokens]`` -> final hidden states ``[num_tokens, hidden]``."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Hidden states of the sampled positions -> logits over the full vocabulary (gathered across ranks)."""
+        return self.lm_head.compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            layer.self_attn.bind_kv_cache(kv_caches)
+
+    def get_expert_mapping(self) -> ExpertMapping:
+        """Routed-expert tables: per-expert and fused checkpoint names -> stacked parameters (and shared slots)."""
+        return ExpertMapping(
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
+        )
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        load_packed_weights(self, checkpoint)

@@ -1,0 +1,140 @@
+# ==================================================================================================================
+# GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
+# source hash (spec + templates + generator): 63b2b6aacaa0c18b
+# ==================================================================================================================
+"""CohereConfig: the HF ``config.json`` fields specs/cohere.yaml reads, typed, with the spec's defaults.
+
+Serves: CohereForCausalLM (model_type ``cohere``). Reference: transformers/models/cohere/modeling_cohere.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    require,
+)
+
+ARCHITECTURES = ("CohereForCausalLM",)
+
+
+@dataclass(frozen=True)
+class CohereConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    attention_bias: bool
+    tie_word_embeddings: bool
+    hidden_act: str
+    layer_norm_eps: float
+    logit_scale: float
+    use_qk_norm: bool
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "max_position_embeddings",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "attention_bias",
+        "tie_word_embeddings",
+        "hidden_act",
+        "layer_norm_eps",
+        "logit_scale",
+        "use_qk_norm",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "CohereConfig":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
+        if num_key_value_heads is None:
+            num_key_value_heads = num_attention_heads
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 8192
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
+        if attention_bias is None:
+            attention_bias = False
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = True
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
+        layer_norm_eps = read_float(cfg, "layer_norm_eps", ("layer_norm_eps",))
+        if layer_norm_eps is None:
+            layer_norm_eps = 1e-05
+        logit_scale = read_float(cfg, "logit_scale", ("logit_scale",))
+        if logit_scale is None:
+            logit_scale = 0.0625
+        use_qk_norm = read_bool(cfg, "use_qk_norm", ("use_qk_norm",))
+        if use_qk_norm is None:
+            use_qk_norm = False
+        if not (hidden_act == 'silu'):
+            raise ConfigError(
+                "specs/cohere.yaml: hidden_act other than silu (the MLP's activation) is not generated by this spec"
+            )
+        if use_qk_norm:
+            raise ConfigError(
+                "specs/cohere.yaml: use_qk_norm (Command R+'s per-head QK LayerNorm, one [heads, head_dim] weight) "
+                "is not generated yet",
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            max_position_embeddings=max_position_embeddings,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            attention_bias=attention_bias,
+            tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
+            layer_norm_eps=layer_norm_eps,
+            logit_scale=logit_scale,
+            use_qk_norm=use_qk_norm,
+        )

@@ -1,0 +1,170 @@
+# ==================================================================================================================
+# GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
+# source hash (spec + templates + generator): 9b98534148ce613b
+# ==================================================================================================================
+"""SmolLM3Config: the HF ``config.json`` fields specs/smollm3.yaml reads, typed, with the spec's defaults.
+
+Serves: SmolLM3ForCausalLM (model_type ``smollm3``). Reference: transformers/models/smollm3/modeling_smollm3.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_int_list,
+    read_rope_scaling,
+    read_str,
+    read_str_list,
+    require,
+)
+
+ARCHITECTURES = ("SmolLM3ForCausalLM",)
+
+
+@dataclass(frozen=True)
+class SmolLM3Config:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    attention_bias: bool
+    mlp_bias: bool
+    tie_word_embeddings: bool
+    hidden_act: str
+    no_rope_layers: list[int]
+    no_rope_layer_interval: int
+    use_sliding_window: bool
+    sliding_window: int
+    layer_types: list[str]
+    window: Any  # derived: sliding_window if use_sliding_window else None
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "attention_bias",
+        "mlp_bias",
+        "tie_word_embeddings",
+        "hidden_act",
+        "no_rope_layers",
+        "no_rope_layer_interval",
+        "use_sliding_window",
+        "sliding_window",
+        "layer_types",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "SmolLM3Config":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
+        if num_key_value_heads is None:
+            num_key_value_heads = 4
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 32768
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
+        if rms_norm_eps is None:
+            rms_norm_eps = 1e-06
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 2000000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
+        if attention_bias is None:
+            attention_bias = False
+        mlp_bias = read_bool(cfg, "mlp_bias", ("mlp_bias",))
+        if mlp_bias is None:
+            mlp_bias = False
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = True
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
+        no_rope_layers = read_int_list(cfg, "no_rope_layers", ("no_rope_layers",))
+        if no_rope_layers is None:
+            no_rope_layers = []
+        no_rope_layer_interval = read_int(cfg, "no_rope_layer_interval", ("no_rope_layer_interval",))
+        if no_rope_layer_interval is None:
+            no_rope_layer_interval = 4
+        use_sliding_window = read_bool(cfg, "use_sliding_window", ("use_sliding_window",))
+        if use_sliding_window is None:
+            use_sliding_window = False
+        sliding_window = read_int(cfg, "sliding_window", ("sliding_window",))
+        layer_types = read_str_list(cfg, "layer_types", ("layer_types",))
+        window = sliding_window if use_sliding_window else None
+        if not (hidden_act == 'silu'):
+            raise ConfigError(
+                "specs/smollm3.yaml: hidden_act other than silu (the MLP's activation) is not generated by this spec"
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            max_position_embeddings=max_position_embeddings,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            attention_bias=attention_bias,
+            mlp_bias=mlp_bias,
+            tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
+            no_rope_layers=no_rope_layers,
+            no_rope_layer_interval=no_rope_layer_interval,
+            use_sliding_window=use_sliding_window,
+            sliding_window=sliding_window,
+            layer_types=layer_types,
+            window=window,
+        )
+
+    def layer_block(self, i: int) -> str:
+        """Block of layer ``i`` (spec ``layers.block_rule``)."""
+        return ('decoder' if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0) else 'nope') + ('_sliding' if (self.layer_types[i] == 'sliding_attention' if self.layer_types else self.use_sliding_window and self.sliding_window is not None and (not (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0))) else '')
