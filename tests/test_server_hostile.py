@@ -26,7 +26,7 @@ pytest.importorskip("prometheus_client", reason="the `serve` extra")
 openai = pytest.importorskip("openai", reason="the `test` extra")
 
 from tests.test_python_api import TEMPLATE, make_api_checkpoint  # noqa: E402
-from tests.test_server import _start  # noqa: E402
+from tests.test_server import _health, _start, _stop, _wait_idle  # noqa: E402
 from tests.test_server_fields import assert_openai_error, request  # noqa: E402
 
 BODY_LIMIT = 1_000_000  # --max-body-bytes of the server under test
@@ -61,14 +61,6 @@ def ckpt(llama_checkpoint, tmp_path_factory):
     config = json.loads((d / "tokenizer_config.json").read_text())
     (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": BOMB_TEMPLATE}))
     return d
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -324,10 +316,6 @@ def test_largest_seed_with_n_is_served(base):
 
 
 # ------------------------------------------------------------------------------------------------ disconnects
-def _health(base: str) -> dict:
-    return json.load(urllib.request.urlopen(base + "/health", timeout=10))
-
-
 def test_non_streaming_disconnect_cancels_the_requests(base):
     """A JSON (non-streaming) client that hangs up: its 4 requests are aborted, their blocks freed, long before
     4 x 240 tokens would have been generated."""
@@ -341,12 +329,7 @@ def test_non_streaming_disconnect_cancels_the_requests(base):
         deadline = time.time() + 30
         while _health(base)["requests_in_flight"] == 0 and time.time() < deadline:
             time.sleep(0.01)  # running now
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        now = _health(base)
-        if now["requests_in_flight"] == 0:
-            break
-        time.sleep(0.05)
+    now = _wait_idle(base)
     assert now["requests_aborted"] == before["requests_aborted"] + 4, now
     assert now["kv_blocks_free"] == now["kv_blocks_total"], now
     _ok(base)
