@@ -31,8 +31,13 @@ def ckpt(llama_checkpoint, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base(ckpt):
-    with running(server_app.create_app(LLM(ckpt, max_num_seqs=8, progress=False), "tiny")) as url:
+def llm(ckpt):
+    return LLM(ckpt, max_num_seqs=8, progress=False)
+
+
+@pytest.fixture(scope="module")
+def base(llm):
+    with running(server_app.create_app(llm, "tiny")) as url:
         yield url
 
 
@@ -114,6 +119,25 @@ def test_request_that_can_never_fit_the_cache_gets_400(ckpt):
         assert status == 200 and got["choices"][0]["finish_reason"] in ("length", "stop"), got
         health = json.load(urllib.request.urlopen(url + "/health"))
         assert health["kv_blocks_free"] == health["kv_blocks_total"] == 8 and health["requests_in_flight"] == 0
+
+
+def test_engine_refusal_of_a_request_is_a_400(base, llm, monkeypatch):
+    """A ValueError from the engine for a request (its own fault, e.g. a cache it can never fit) reaches the
+    client as a 400 (JSON) or an invalid_request_error event (stream), not as a server error."""
+    def refuse(*args):
+        raise ValueError("request refused by the engine: it can never fit")
+
+    monkeypatch.setattr(llm, "_step", refuse)
+    status, got = request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2})
+    assert_openai_error(status, got, 400)
+    assert got["error"]["type"] == "invalid_request_error" and "never fit" in got["error"]["message"], got
+    status, got = request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2,
+                                                     "stream": True})
+    assert status == 200 and isinstance(got, str), got
+    error = json.loads(got.split("data: ", 1)[1])
+    assert error["error"]["type"] == "invalid_request_error" and "never fit" in error["error"]["message"], got
+    monkeypatch.undo()
+    assert request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2})[0] == 200
 
 
 # ------------------------------------------------------------------------------------------------ body limit

@@ -609,6 +609,8 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
     async def _collect(handle, choice: _Choice):
         while choice.finish_reason is None:
             event = await handle.events.get()
+            if isinstance(event, ValueError):  # this request's own fault, refused by the engine (400)
+                raise BadRequest(str(event), None) from None
             if isinstance(event, Exception):
                 raise event
             choice.push(*event)
@@ -699,9 +701,11 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
                         i = pending.pop(fut)
                         event = fut.result()
                         if isinstance(event, Exception):
-                            kind = "server_shutting_down" if isinstance(event, ShuttingDown) else "server_error"
-                            yield "data: " + json.dumps({"error": {"message": str(event), "type": kind,
-                                                                   "param": None, "code": None}}) + "\n\n"
+                            kind = "server_shutting_down" if isinstance(event, ShuttingDown) else \
+                                "invalid_request_error" if isinstance(event, ValueError) else "server_error"
+                            message = str(event)[:MAX_ERROR_CHARS]
+                            yield "data: " + json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                                                   "code": None}}) + "\n\n"
                             for f in pending:
                                 f.cancel()
                             return
