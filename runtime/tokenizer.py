@@ -103,7 +103,7 @@ def _budget() -> _Budget:
 _BYTES = (bytes, bytearray)  # charged by length like strings: ('x' * 10**6).encode() * 2500 is 2.5 GB too
 _SEQUENCES = (str, bytes, bytearray, list, tuple)  # what `*` and `+` can make larger than their operands
 _RESULTS = (str, bytes, bytearray, list, tuple, dict, set, frozenset)  # results charged after a call / filter
-TICK_EVERY = 4096  # items between clock checks inside the loops below (the time limit holds inside one operation)
+TICK_EVERY = 256  # items between clock checks inside the loops below (the time limit holds inside one operation)
 
 
 def _size(value: Any, cap: int) -> int:
@@ -546,7 +546,11 @@ class Tokenizer:
             # emptied here, the cycle no longer holds what the template built.
             context.vars.clear()
             context.exported_vars.clear()
-        raise failure
+            context = None  # (the raised error's traceback holds this frame: nothing big may stay in it)
+        try:
+            raise failure
+        finally:
+            failure = None  # the frame would hold the error that holds the frame: a cycle kept until a gc run
 
     def has_chat_template(self) -> bool:
         """Whether the checkpoint ships a chat template (chat_template.jinja or tokenizer_config.json's field); a
