@@ -21,24 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 from modelgen import LLM  # noqa: E402
 from modelgen.runtime.server import app as server_app  # noqa: E402
 from modelgen.runtime.server.request_body import BodyLimit  # noqa: E402
-from tests.test_python_api import make_api_checkpoint  # noqa: E402
-from tests.test_server_fields import assert_openai_error, request, running  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(llama_checkpoint, tmp_path_factory):
-    return make_api_checkpoint(llama_checkpoint, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def llm(ckpt):
-    return LLM(ckpt, max_num_seqs=8, progress=False)
-
-
-@pytest.fixture(scope="module")
-def base(llm):
-    with running(server_app.create_app(llm, "tiny")) as url:
-        yield url
+# base, ckpt, llm: that module's fixtures (the in-process app over the tiny LLM), instantiated again for this one
+from tests.test_server_fields import assert_openai_error, base, ckpt, llm, request, running  # noqa: E402, F401
 
 
 _SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
@@ -108,8 +92,8 @@ def test_any_bytes_get_2xx_or_openai_4xx(base, raw):
 def test_request_that_can_never_fit_the_cache_gets_400(ckpt):
     """8 blocks of 16 tokens: 5 prompt + 200 new tokens (under max_model_len 256) need 13 blocks. Refused with a
     400 before it runs; a request that fits is served beside it."""
-    llm = LLM(ckpt, max_num_seqs=2, num_blocks=8, progress=False)
-    with running(server_app.create_app(llm, "tiny")) as url:
+    small = LLM(ckpt, max_num_seqs=2, num_blocks=8, progress=False)
+    with running(server_app.create_app(small, "tiny")) as url:
         status, got = request(url, "/v1/completions", {"model": "tiny", "prompt": "hello world w9 w10 w11",
                                                         "max_tokens": 200})
         assert_openai_error(status, got, 400, "max_tokens")
