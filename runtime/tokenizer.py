@@ -3,14 +3,16 @@ bounded Jinja2 environment (templates are untrusted data, not code).
 
 Chat template limits (see SECURITY.md). Jinja2's ImmutableSandboxedEnvironment already blocks attribute escapes and
 mutation of lists/dicts and caps ``range`` at 100,000 items; on top of it every render here has
-  * a time limit (``RENDER_SECONDS``), checked at every loop iteration, call, operator and output node, so nested
-    loops and recursive macros stop in time without a watchdog thread;
-  * a size budget (``RENDER_CHARS``, grown with the size of the messages): every operation that can make a string or
-    list larger than its inputs (``*``, ``+``, ``~``, ``%``, ``**``, ``join``, ``replace``, ``center``/``ljust``/...,
-    ``format``, ``indent``, ``wordwrap``, filter and method results) and every piece of output is charged against
-    it, with the size computed *before* the operation where it can explode (``'x' * 10**10`` is refused without
-    being built);
-  * a cap on integer sizes (``**`` and ``*`` of huge ints) and on template text length.
+  * a time limit (``RENDER_SECONDS``), checked at every loop iteration, call, operator and output node, and every
+    ``TICK_EVERY`` items inside the loops of one operation, so nested loops, recursive macros and one long ``join``
+    stop in time without a watchdog thread;
+  * a size budget (``RENDER_CHARS``, grown with the size of the messages): every operation that can make a string,
+    bytes or list larger than its inputs (``*``, ``+``, ``~``, ``%``, ``**``, ``join``, ``replace``,
+    ``center``/``ljust``/..., ``format``, ``indent``, ``wordwrap``, filter and method results) and every piece of
+    output is charged against it, with the size computed *before* the operation where it can explode (``'x' *
+    10**10`` is refused without being built; format widths count for all fields together);
+  * a cap on integer sizes (``**`` and ``*`` of huge ints) and on template text length;
+  * nothing kept after a failure: the raised error holds no frame of the failed render (see apply_chat_template).
 Every violation, and every template error (syntax, undefined value, sandbox refusal, ``raise_exception``), is a
 :class:`ChatTemplateError` whose one-line message names the template's file (``tokenizer_config.json`` or
 ``chat_template.jinja``).
