@@ -3,14 +3,16 @@ bounded Jinja2 environment (templates are untrusted data, not code).
 
 Chat template limits (see SECURITY.md). Jinja2's ImmutableSandboxedEnvironment already blocks attribute escapes and
 mutation of lists/dicts and caps ``range`` at 100,000 items; on top of it every render here has
-  * a time limit (``RENDER_SECONDS``), checked at every loop iteration, call, operator and output node, so nested
-    loops and recursive macros stop in time without a watchdog thread;
-  * a size budget (``RENDER_CHARS``, grown with the size of the messages): every operation that can make a string or
-    list larger than its inputs (``*``, ``+``, ``~``, ``%``, ``**``, ``join``, ``replace``, ``center``/``ljust``/...,
-    ``format``, ``indent``, ``wordwrap``, filter and method results) and every piece of output is charged against
-    it, with the size computed *before* the operation where it can explode (``'x' * 10**10`` is refused without
-    being built);
-  * a cap on integer sizes (``**`` and ``*`` of huge ints) and on template text length.
+  * a time limit (``RENDER_SECONDS``), checked at every loop iteration, call, operator and output node, and every
+    ``TICK_EVERY`` items inside the loops of one operation, so nested loops, recursive macros and one long ``join``
+    stop in time without a watchdog thread;
+  * a size budget (``RENDER_CHARS``, grown with the size of the messages): every operation that can make a string,
+    bytes or list larger than its inputs (``*``, ``+``, ``~``, ``%``, ``**``, ``join``, ``replace``,
+    ``center``/``ljust``/..., ``format``, ``indent``, ``wordwrap``, filter and method results) and every piece of
+    output is charged against it, with the size computed *before* the operation where it can explode (``'x' *
+    10**10`` is refused without being built; format widths count for all fields together);
+  * a cap on integer sizes (``**`` and ``*`` of huge ints) and on template text length;
+  * nothing kept after a failure: the raised error holds no frame of the failed render (see apply_chat_template).
 Every violation, and every template error (syntax, undefined value, sandbox refusal, ``raise_exception``), is a
 :class:`ChatTemplateError` whose one-line message names the template's file (``tokenizer_config.json`` or
 ``chat_template.jinja``).
@@ -105,7 +107,7 @@ def _budget() -> _Budget:
 _BYTES = (bytes, bytearray)  # charged by length like strings: ('x' * 10**6).encode() * 2500 is 2.5 GB too
 _SEQUENCES = (str, bytes, bytearray, list, tuple)  # what `*` and `+` can make larger than their operands
 _RESULTS = (str, bytes, bytearray, list, tuple, dict, set, frozenset)  # results charged after a call / filter
-TICK_EVERY = 4096  # items between clock checks inside the loops below (the time limit holds inside one operation)
+TICK_EVERY = 256  # items between clock checks inside the loops below (the time limit holds inside one operation)
 
 
 def _size(value: Any, cap: int) -> int:
@@ -552,7 +554,11 @@ class Tokenizer:
             # emptied here, the cycle no longer holds what the template built.
             context.vars.clear()
             context.exported_vars.clear()
-        raise failure
+            context = None  # (the raised error's traceback holds this frame: nothing big may stay in it)
+        try:
+            raise failure
+        finally:
+            failure = None  # the frame would hold the error that holds the frame: a cycle kept until a gc run
 
     def has_chat_template(self) -> bool:
         """Whether the checkpoint ships a chat template (chat_template.jinja or tokenizer_config.json's field); a

@@ -61,15 +61,20 @@ def _start(ckpt, *extra: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.3)
 
 
-@pytest.fixture(scope="module")
-def server(ckpt):
-    proc, base = _start(ckpt)
-    yield base
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if the server has not exited within 30 s."""
     proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    proc, base = _start(ckpt)
+    yield base
+    _stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +187,16 @@ def _health(server) -> dict:
     return json.load(urllib.request.urlopen(server + "/health"))
 
 
+def _wait_idle(server, timeout: float = 30) -> dict:
+    """/health once no request is in flight (or after ``timeout`` seconds)."""
+    deadline = time.time() + timeout
+    while True:
+        now = _health(server)
+        if now["requests_in_flight"] == 0 or time.time() > deadline:
+            return now
+        time.sleep(0.05)
+
+
 def test_disconnect_mid_stream_frees_blocks(server, client):
     import http.client
 
@@ -196,12 +211,7 @@ def test_disconnect_mid_stream_frees_blocks(server, client):
     resp.fp.readline()  # the first event arrived: the request is running
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        now = _health(server)
-        if now["requests_in_flight"] == 0:
-            break
-        time.sleep(0.05)
+    now = _wait_idle(server)
     # Cancelled, not run to its 240 tokens; every block is back; the server keeps serving.
     assert now["requests_aborted"] == before["requests_aborted"] + 1, now
     assert now["requests_in_flight"] == 0 and now["kv_blocks_free"] == now["kv_blocks_total"], now
@@ -310,8 +320,4 @@ def test_serve_speculative_streams_plain_greedy_text(mtp_ckpt):
                                           extra_body={"ignore_eos": True})
             assert r.choices[0].text == w
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)

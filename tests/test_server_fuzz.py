@@ -21,19 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 from modelgen import LLM  # noqa: E402
 from modelgen.runtime.server import app as server_app  # noqa: E402
 from modelgen.runtime.server.request_body import BodyLimit  # noqa: E402
-from tests.test_python_api import make_api_checkpoint  # noqa: E402
-from tests.test_server_fields import assert_openai_error, request, running  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ckpt(llama_checkpoint, tmp_path_factory):
-    return make_api_checkpoint(llama_checkpoint, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def base(ckpt):
-    with running(server_app.create_app(LLM(ckpt, max_num_seqs=8, progress=False), "tiny")) as url:
-        yield url
+# base, ckpt, llm: that module's fixtures (the in-process app over the tiny LLM), instantiated again for this one
+from tests.test_server_fields import assert_openai_error, base, ckpt, llm, request, running  # noqa: E402, F401
 
 
 _SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
@@ -103,8 +92,8 @@ def test_any_bytes_get_2xx_or_openai_4xx(base, raw):
 def test_request_that_can_never_fit_the_cache_gets_400(ckpt):
     """8 blocks of 16 tokens: 5 prompt + 200 new tokens (under max_model_len 256) need 13 blocks. Refused with a
     400 before it runs; a request that fits is served beside it."""
-    llm = LLM(ckpt, max_num_seqs=2, num_blocks=8, progress=False)
-    with running(server_app.create_app(llm, "tiny")) as url:
+    small = LLM(ckpt, max_num_seqs=2, num_blocks=8, progress=False)
+    with running(server_app.create_app(small, "tiny")) as url:
         status, got = request(url, "/v1/completions", {"model": "tiny", "prompt": "hello world w9 w10 w11",
                                                         "max_tokens": 200})
         assert_openai_error(status, got, 400, "max_tokens")
@@ -114,6 +103,25 @@ def test_request_that_can_never_fit_the_cache_gets_400(ckpt):
         assert status == 200 and got["choices"][0]["finish_reason"] in ("length", "stop"), got
         health = json.load(urllib.request.urlopen(url + "/health"))
         assert health["kv_blocks_free"] == health["kv_blocks_total"] == 8 and health["requests_in_flight"] == 0
+
+
+def test_engine_refusal_of_a_request_is_a_400(base, llm, monkeypatch):
+    """A ValueError from the engine for a request (its own fault, e.g. a cache it can never fit) reaches the
+    client as a 400 (JSON) or an invalid_request_error event (stream), not as a server error."""
+    def refuse(*args):
+        raise ValueError("request refused by the engine: it can never fit")
+
+    monkeypatch.setattr(llm, "_step", refuse)
+    status, got = request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2})
+    assert_openai_error(status, got, 400)
+    assert got["error"]["type"] == "invalid_request_error" and "never fit" in got["error"]["message"], got
+    status, got = request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2,
+                                                     "stream": True})
+    assert status == 200 and isinstance(got, str), got
+    error = json.loads(got.split("data: ", 1)[1])
+    assert error["error"]["type"] == "invalid_request_error" and "never fit" in error["error"]["message"], got
+    monkeypatch.undo()
+    assert request(base, "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 2})[0] == 200
 
 
 # ------------------------------------------------------------------------------------------------ body limit

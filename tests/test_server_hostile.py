@@ -26,7 +26,7 @@ pytest.importorskip("prometheus_client", reason="the `serve` extra")
 openai = pytest.importorskip("openai", reason="the `test` extra")
 
 from tests.test_python_api import TEMPLATE, make_api_checkpoint  # noqa: E402
-from tests.test_server import _start  # noqa: E402
+from tests.test_server import _health, _start, _stop, _wait_idle  # noqa: E402
 from tests.test_server_fields import assert_openai_error, request  # noqa: E402
 
 BODY_LIMIT = 1_000_000  # --max-body-bytes of the server under test
@@ -63,18 +63,19 @@ def ckpt(llama_checkpoint, tmp_path_factory):
     return d
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def _rss(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 @pytest.fixture(scope="module")
 def served(ckpt):
+    """The server, warmed up (a completion, a chat, a stream served), and its RSS then."""
     proc, base = _start(ckpt, "--max-body-bytes", str(BODY_LIMIT), "--shutdown-timeout", "1")
-    yield proc, base
+    for body in ({"model": "tiny", "prompt": "hello", "max_tokens": 4}, _chat("hello"),
+                 {"model": "tiny", "prompt": "hello", "max_tokens": 4, "stream": True}):
+        request(base, "/v1/chat/completions" if "messages" in body else "/v1/completions", body)
+    yield proc, base, _rss(proc.pid)
     _stop(proc)
 
 
@@ -83,9 +84,14 @@ def base(served):
     return served[1]
 
 
-def _rss(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+@pytest.fixture(autouse=True)
+def rss_comes_back(request):
+    """After every test on the shared server, its RSS is within RSS_MARGIN of the warmed-up value."""
+    yield
+    if "served" in request.fixturenames:
+        proc, _, warm = request.getfixturevalue("served")
+        grown = _rss(proc.pid) - warm
+        assert grown < RSS_MARGIN, f"server RSS {grown / 1e6:.0f} MB above its warmed-up value"
 
 
 @contextlib.contextmanager
@@ -249,7 +255,7 @@ def test_longest_stop_strings_stream_without_stalling(base):
 # ------------------------------------------------------------------------------------------------ chat templates
 @pytest.mark.parametrize("bomb", list(BOMBS))
 def test_template_bombs_refused_while_health_answers(served, bomb):
-    proc, base = served
+    proc, base, _ = served
     _ok(base)
     request(base, "/v1/chat/completions", _chat("hello"))  # warm: the template compiled, the prep threads started
     before = _rss(proc.pid)
@@ -268,7 +274,7 @@ def test_template_bombs_refused_while_health_answers(served, bomb):
 def test_failed_renders_release_their_memory(served):
     """Ten renders that each build 14 MB of strings and then fail: RSS ends within the margin, not 10 x 14 MB up
     (the exception's traceback kept each failed render's frames alive)."""
-    proc, base = served
+    proc, base, _ = served
     request(base, "/v1/chat/completions", _chat("bomb:memory"))
     before = _rss(proc.pid)
     for _ in range(10):
@@ -324,10 +330,6 @@ def test_largest_seed_with_n_is_served(base):
 
 
 # ------------------------------------------------------------------------------------------------ disconnects
-def _health(base: str) -> dict:
-    return json.load(urllib.request.urlopen(base + "/health", timeout=10))
-
-
 def test_non_streaming_disconnect_cancels_the_requests(base):
     """A JSON (non-streaming) client that hangs up: its 4 requests are aborted, their blocks freed, long before
     4 x 240 tokens would have been generated."""
@@ -341,12 +343,7 @@ def test_non_streaming_disconnect_cancels_the_requests(base):
         deadline = time.time() + 30
         while _health(base)["requests_in_flight"] == 0 and time.time() < deadline:
             time.sleep(0.01)  # running now
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        now = _health(base)
-        if now["requests_in_flight"] == 0:
-            break
-        time.sleep(0.05)
+    now = _wait_idle(base)
     assert now["requests_aborted"] == before["requests_aborted"] + 4, now
     assert now["kv_blocks_free"] == now["kv_blocks_total"], now
     _ok(base)

@@ -6,10 +6,18 @@ field is either served or refused with a 400 naming it (:data:`SERVED_FIELDS`, :
 in neither is refused as unknown): nothing is silently ignored. Every error body, whatever the status (400, 401,
 404, 405, 422, 500, 503), is OpenAI's ``{"error": {"message", "type", "param", "code"}}``: 400 for bad parameters
 or a prompt beyond the context, 404 for another ``model`` or an unknown route, 503 when the queue is full or the
-server is stopping. A streaming client that disconnects cancels its request (its KV blocks are freed between
-steps); a string ``stop`` ends a request when its text contains it (the text is cut before it)."""
+server is stopping, 413 for a body over ``max_body_bytes``. A client that disconnects, streaming or not, cancels
+its request (its KV blocks are freed between steps); a string ``stop`` ends a request when its text contains it
+(the text is cut before it; matched incrementally, :mod:`.stop_matcher`).
+
+Every per-request cost before the engine -- JSON parsing, validation, chat-template rendering, tokenization -- runs
+in a small pool of prep threads, never on the event loop, and is bounded: the body by ``max_body_bytes``
+(:mod:`.request_body`), a prompt by its character count before it is tokenized, a template by its render limits,
+sampling parameters to values that cannot overflow in the shared engine step, a request by what the KV cache can
+ever hold (SECURITY.md: Server)."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import hmac
@@ -51,7 +59,7 @@ REPETITION_PENALTY_RANGE = (1e-2, 1e2)  # the same overflow (logits divided or m
 # one token covers more characters than this: the longest token of the vocabulary raises the bound), so it is
 # refused before tokenizing: tokenizing 8 M characters took 53 s.
 MIN_CHARS_PER_TOKEN_BOUND = 16
-MAX_MESSAGE_CHARS_SHOWN = 300  # error messages quote a value at most this long
+MAX_ERROR_CHARS = 600  # an error message is cut here: quoting a value in full would amplify the request
 PREP_WORKERS = 2  # threads that parse, render and tokenize requests (the event loop only moves bytes)
 
 # ------------------------------------------------------------------------------------------------ request fields
@@ -100,8 +108,8 @@ STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
 class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error",
                  code: str | None = None):
-        if len(message) > MAX_MESSAGE_CHARS_SHOWN * 2:  # a value quoted in full would amplify the request
-            message = message[: MAX_MESSAGE_CHARS_SHOWN * 2] + "... (truncated)"
+        if len(message) > MAX_ERROR_CHARS:
+            message = message[:MAX_ERROR_CHARS] + "... (truncated)"
         super().__init__(message)
         self.param, self.status, self.kind, self.code = param, status, kind, code
 
@@ -344,7 +352,7 @@ class _Gate:
         except Exception as e:  # a server bug: OpenAI's shape for the client, the traceback in the server's log
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if status["code"] is None:
-                await _error(500, f"internal server error: {type(e).__name__}: {str(e)[:MAX_MESSAGE_CHARS_SHOWN]}",
+                await _error(500, f"internal server error: {type(e).__name__}: {str(e)[:MAX_ERROR_CHARS]}",
                              None, "server_error")(
                     scope, receive, send_tracked)
         finally:
@@ -385,6 +393,8 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
     ``chat_template``: a Jinja chat template replacing the checkpoint's (``--chat-template``). ``on_shutdown``:
     called after the engine loop stopped (serve() closes the LLM's ranks there). ``max_body_bytes``: larger request
     bodies get 413 (``--max-body-bytes``)."""
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise ValueError(f"--max-body-bytes {max_body_bytes!r}: expected a positive number of bytes")
     tokenizer = llm.tokenizer  # ValueError naming the checkpoint when it has no tokenizer.json
     if chat_template is not None:
         tokenizer.chat_template, tokenizer.template_source, tokenizer._compiled = \
@@ -599,6 +609,8 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
     async def _collect(handle, choice: _Choice):
         while choice.finish_reason is None:
             event = await handle.events.get()
+            if isinstance(event, ValueError):  # this request's own fault, refused by the engine (400)
+                raise BadRequest(str(event), None) from None
             if isinstance(event, Exception):
                 raise event
             choice.push(*event)
@@ -621,8 +633,6 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
     async def _collect_all(request: Request, handles, choices) -> bool:
         """Every choice collected (True), or False when the client went away first: then the requests are
         cancelled (their KV blocks freed between steps) instead of running to max_tokens for nobody."""
-        import asyncio
-
         collect = asyncio.ensure_future(asyncio.gather(*(_collect(h, c) for h, c in zip(handles, choices))))
         gone = asyncio.ensure_future(_until_disconnect(request))
         try:
@@ -638,8 +648,6 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
                 engine.cancel(h)  # no-op for finished requests (release is idempotent)
 
     async def _run(request: Request, chat: bool):
-        import asyncio
-
         t0 = time.perf_counter()
         raw = await request.body()  # at most max_body_bytes (BodyLimit)
         body, prompts, params, stops, n, include_usage = await asyncio.get_running_loop().run_in_executor(
@@ -666,8 +674,6 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
                                            "total_tokens": prompt_tokens + completion}})
 
         async def events():
-            import asyncio
-
             chunk_obj = "chat.completion.chunk" if chat else "text_completion"
             offsets = [0] * len(handles)  # completions' text_offset of the next token, per choice
 
@@ -695,9 +701,11 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
                         i = pending.pop(fut)
                         event = fut.result()
                         if isinstance(event, Exception):
-                            kind = "server_shutting_down" if isinstance(event, ShuttingDown) else "server_error"
-                            yield "data: " + json.dumps({"error": {"message": str(event), "type": kind,
-                                                                   "param": None, "code": None}}) + "\n\n"
+                            kind = "server_shutting_down" if isinstance(event, ShuttingDown) else \
+                                "invalid_request_error" if isinstance(event, ValueError) else "server_error"
+                            message = str(event)[:MAX_ERROR_CHARS]
+                            yield "data: " + json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                                                   "code": None}}) + "\n\n"
                             for f in pending:
                                 f.cancel()
                             return
