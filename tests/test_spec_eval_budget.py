@@ -24,6 +24,7 @@ from modelgen.codegen.errors import SpecError
 from modelgen.codegen.evaluate import check_spec_file
 from modelgen.codegen.expr import MAX_ELEMENTS, MAX_SHOWN, ExprError, parse_expr, shared_budget
 from modelgen.codegen.lower import compile_spec
+from tests.test_spec_bounds import llama_with
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = REPO / "specs" / "llama.yaml"
@@ -39,14 +40,6 @@ def within(seconds: float = BOUND_S):
     yield
     elapsed = time.perf_counter() - start
     assert elapsed < seconds, f"took {elapsed:.2f} s (bound {seconds} s)"
-
-
-def llama_with(tmp_path: Path, old: str, new: str, name: str = "spec.yaml") -> Path:
-    text = LLAMA.read_text()
-    assert old in text, old
-    p = tmp_path / name
-    p.write_text(text.replace(old, new, 1))
-    return p
 
 
 def with_requires(tmp_path: Path, check: str) -> Path:

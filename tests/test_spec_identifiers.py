@@ -14,20 +14,13 @@ from modelgen.codegen import build as build_module
 from modelgen.codegen import reserved
 from modelgen.codegen.errors import SpecError
 from modelgen.codegen.lower import compile_spec
+from tests.test_spec_bounds import llama_with
 from modelgen.codegen.markdown import md_code, md_comment, md_text
 from modelgen.codegen.render import render_package
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = REPO / "specs" / "llama.yaml"
 LOCATED = re.compile(r"^[^\n]+\.yaml:\d+:\d+: [^\n]+$")
-
-
-def llama_with(tmp_path: Path, old: str, new: str, name: str = "spec.yaml") -> Path:
-    text = LLAMA.read_text()
-    assert old in text, old
-    p = tmp_path / name
-    p.write_text(text.replace(old, new, 1))
-    return p
 
 
 def refused(p: Path, field: str, fragment: str, marker: str) -> str:
