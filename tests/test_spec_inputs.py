@@ -170,3 +170,50 @@ def test_parse_back_guard_is_live(tmp_path, monkeypatch):
     cfg = {**_tiny_llama_config(), "x\nlayers: {count: 1}\n#": 1}
     with pytest.raises(DraftError, match="does not read back"):
         draft_spec(_config_file(tmp_path, cfg), specs=[LLAMA])
+
+
+# ------------------------------------------------------------------------------------ modelgen coverage's config
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+
+    ck = tmp_path_factory.mktemp("ck") / "ck"
+    make_tiny_checkpoint(ck, "LlamaForCausalLM", num_hidden_layers=2)
+    return ck
+
+
+def _with_config(tiny_llama: Path, tmp_path: Path, **changes) -> Path:
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_llama, ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    (ck / "config.json").write_text(json.dumps({**cfg, **changes}))
+    return ck
+
+
+def test_coverage_refuses_a_dict_dtype_in_one_line(tiny_llama, tmp_path):
+    import importlib
+
+    from modelgen.codegen.coverage import checkpoint_coverage
+    from modelgen.codegen.errors import ModelgenError
+
+    ck = _with_config(tiny_llama, tmp_path, torch_dtype={"a": 1})
+    with pytest.raises(ModelgenError) as e:  # the CLI prints a ModelgenError as its one line
+        checkpoint_coverage(importlib.import_module("modelgen.generated.rocm.llama"), ck)
+    assert "torch_dtype: expected a dtype name" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_coverage_reports_an_unbuildable_size_instead_of_raising(tiny_llama, tmp_path):
+    import importlib
+
+    from modelgen.codegen.coverage import checkpoint_coverage
+
+    ck = _with_config(tiny_llama, tmp_path, hidden_size=1e300)
+    start = time.perf_counter()
+    try:
+        report = checkpoint_coverage(importlib.import_module("modelgen.generated.rocm.llama"), ck)
+    except Exception as e:  # noqa: BLE001 - refused as a config error is fine too, if it is one line
+        assert type(e).__name__ in ("ConfigError", "CoverageConfigError") and "\n" not in str(e), repr(e)
+    else:
+        errors = [r.error for r in report.ranks if r.error]
+        assert errors and all("\n" not in err for err in errors), errors
+    assert time.perf_counter() - start < 30
