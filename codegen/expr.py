@@ -32,6 +32,7 @@ or ``hidden_size // "x"``-style constants fail at build time, located.
 from __future__ import annotations
 
 import ast
+import copy
 import operator
 import re
 import reprlib
@@ -103,8 +104,6 @@ class Expr:
                     return node
                 return ast.copy_location(ast.Name(id=rename(node.id), ctx=node.ctx), node)
 
-        import copy
-
         tree = _Rename().visit(copy.deepcopy(self.tree))
         return ast.unparse(tree.body)
 
@@ -120,8 +119,6 @@ class Expr:
                     return node
                 strings.append(node.value)
                 return ast.Name(id=f"\0{len(strings) - 1}\0", ctx=ast.Load())  # NUL: never in parsed source
-
-        import copy
 
         text = ast.unparse(_Mark().visit(copy.deepcopy(self.tree)).body)
         return re.sub(r"\0(\d+)\0", lambda m: markup_escaped(repr(strings[int(m.group(1))])), text)
