@@ -30,9 +30,17 @@ from modelgen.runtime.checkpoint_dir import CheckpointDir
 from modelgen.runtime.hf_config import ConfigError, check_core_fields
 from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
 
+from .errors import ModelgenError
+from .expr import short_repr
+
 
 class CoverageError(CheckpointError):
     """The checkpoint does not fit the model; ``str()`` is the whole report."""
+
+
+class CoverageConfigError(ConfigError, ModelgenError):
+    """The checkpoint's config.json is refused before any model is built: one line naming the file and field (a
+    ModelgenError, so ``modelgen coverage`` prints it as such, not as a traceback)."""
 
 
 class _MetaSlice:
@@ -202,16 +210,22 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
     ckdir = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
     if dtype is None:
         name = ckdir.hf_config.get("torch_dtype") or ckdir.hf_config.get("dtype") or "float32"
+        if not isinstance(name, str):  # a dict or list is unhashable: a one-line refusal, not a TypeError
+            raise CoverageConfigError(f"{ckdir.config_path}: torch_dtype: expected a dtype name such as \"bfloat16\", "
+                              f"got {short_repr(name)}")
         dtype = DTYPES.get(name, torch.float32)
     # The engine's config checks first, in its order: a bad config is its one-line ConfigError, not a coverage report.
-    check_core_fields(ckdir.hf_config, str(ckdir.config_path))
     try:
-        config = module.CONFIG_CLASS.from_hf_config(ckdir.hf_config)
+        check_core_fields(ckdir.hf_config, str(ckdir.config_path))
+        try:
+            config = module.CONFIG_CLASS.from_hf_config(ckdir.hf_config)
+        except ConfigError as e:
+            raise ConfigError(f"{ckdir.config_path}: {e}") from None
+        check_core_fields(config, str(ckdir.config_path))
+        # The RoPE table is built with the model, on the CPU even under the meta device: refuse an absurd one first.
+        check_rope_table(config, ckdir.config_path, torch.device("cpu"))
     except ConfigError as e:
-        raise ConfigError(f"{ckdir.config_path}: {e}") from None
-    check_core_fields(config, str(ckdir.config_path))
-    # The RoPE table is built with the model, on the CPU even under the meta device: refuse an absurd one first.
-    check_rope_table(config, ckdir.config_path, torch.device("cpu"))
+        raise CoverageConfigError(str(e)) from None
     target_obj = get_target(target)
     raw = Checkpoint(ckdir.path, allow_external_shards=allow_external_shards, check_finite="off")
     report = CoverageReport(str(spec_path or getattr(module, "SPEC", "?")), str(ckdir.path), target, tp, ep,
@@ -236,6 +250,11 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
                     target_obj.load(model, wrap_checkpoint(header, ckdir.quantization, dtype))
                 except (CheckpointError, ValueError) as e:
                     rc.error = str(e)
+                except (TypeError, OverflowError, RuntimeError, MemoryError) as e:
+                    # torch refusing a size the config checks let through (hidden_size: 1e300 overflows a C long):
+                    # reported as this rank's error, its first line only (torch appends a C++ stack).
+                    first = (str(e).splitlines() or [""])[0]
+                    rc.error = f"cannot build the model for this config: {type(e).__name__}: {short_repr(first)}"
             if rank == 0:
                 report.read_counts = Counter({k: header.reads.get(k, 0) for k in raw.keys()})
                 collector.active = False

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 from modelgen import settings
 
 from . import GENERATOR_VERSION
+from .spec_file import display_path
 from .yaml_source import read_regular
 
 CODEGEN_DIR = Path(__file__).resolve().parent
@@ -104,13 +105,6 @@ def _key(spec: Path, display: str) -> str:
     return sha256(f"{fingerprint()}\0{display}\0".encode() + read_regular(spec))  # a FIFO must not block a lookup
 
 
-def _display(spec: Path) -> str:
-    try:
-        return spec.resolve().relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        return str(spec)
-
-
 def _read(path: Path) -> list[dict]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -134,7 +128,7 @@ def lookup(spec: Path, targets: Iterable[str] = ()) -> Entry | None:
     """The entry of ``spec`` as it is now (with file hashes for every target of ``targets``), or None."""
     if not enabled():
         return None
-    display = _display(spec)
+    display = display_path(spec)
     try:
         variants = _read(cache_dir() / f"{_key(spec, display)}.json")
     except OSError:
@@ -160,7 +154,7 @@ def store(spec: Path, ir: Any, files_by_target: Mapping[str, Mapping[str, str]])
     if not enabled():
         return
     try:
-        display = _display(spec)
+        display = display_path(spec)
         path = cache_dir() / f"{_key(spec, display)}.json"
         bases = dict(getattr(ir, "sources", ())[1:])
         variants = _read(path)

@@ -32,6 +32,7 @@ or ``hidden_size // "x"``-style constants fail at build time, located.
 from __future__ import annotations
 
 import ast
+import copy
 import operator
 import re
 import reprlib
@@ -103,8 +104,6 @@ class Expr:
                     return node
                 return ast.copy_location(ast.Name(id=rename(node.id), ctx=node.ctx), node)
 
-        import copy
-
         tree = _Rename().visit(copy.deepcopy(self.tree))
         return ast.unparse(tree.body)
 
@@ -120,8 +119,6 @@ class Expr:
                     return node
                 strings.append(node.value)
                 return ast.Name(id=f"\0{len(strings) - 1}\0", ctx=ast.Load())  # NUL: never in parsed source
-
-        import copy
 
         text = ast.unparse(_Mark().visit(copy.deepcopy(self.tree)).body)
         return re.sub(r"\0(\d+)\0", lambda m: markup_escaped(repr(strings[int(m.group(1))])), text)
@@ -143,13 +140,13 @@ _POOL: ContextVar[_Pool | None] = ContextVar("modelgen_expr_pool", default=None)
 
 
 @contextmanager
-def shared_budget(limit: int = MAX_SPEC_COST) -> Iterator[None]:
+def shared_budget(limit: int | None = None) -> Iterator[None]:
     """Every evaluation and constant folding inside shares ``limit`` units (one spec's compile or check); nested
     uses join the outermost."""
     if _POOL.get() is not None:
         yield
         return
-    token = _POOL.set(_Pool(limit))
+    token = _POOL.set(_Pool(MAX_SPEC_COST if limit is None else limit))
     try:
         yield
     finally:
@@ -163,8 +160,8 @@ class Budget:
     length it builds, every node one, measuring :data:`MEASURE_COST` per item it visits (measurements are memoised
     by object, so a list repeated 10,000 times by reference is measured once)."""
 
-    def __init__(self, limit: int = MAX_EVAL_COST):
-        self.left = limit
+    def __init__(self, limit: int | None = None):
+        self.left = MAX_EVAL_COST if limit is None else limit
         self.pool = _POOL.get()
         self._known = self.pool.known if self.pool is not None else _Pool(0).known
 

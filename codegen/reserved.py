@@ -65,25 +65,29 @@ GENERATED_IMPORTS = frozenset({
 })
 
 
+# (names, why a spec may not use one) in the order they are checked; a leading underscore is refused first.
+_CONFIG_RULES = (
+    (CONFIG_CLASS_NAMES, "it is a name the generated config class uses itself"),
+    (PYTHON_BUILTINS, "it is a Python builtin, which the generated from_hf_config would shadow"),
+)
+_MODULE_RULES = (
+    (NN_MODULE_ATTRIBUTES, "it is an attribute of torch.nn.Module"),
+    (GENERATED_MODULE_MEMBERS, "it is a member the generated model classes define or the engine calls"),
+    (PYTHON_BUILTINS, "it is a Python builtin"),
+)
+
+
+def _clash(name: str, private: str, rules: tuple[tuple[frozenset[str], str], ...]) -> str | None:
+    if name.startswith("_"):
+        return f"names starting with '_' are private to {private}"
+    return next((why for names, why in rules if name in names), None)
+
+
 def config_name_clash(name: str) -> str | None:
     """Why ``name`` cannot be a config field, or None."""
-    if name.startswith("_"):
-        return "names starting with '_' are private to the generated config class"
-    if name in CONFIG_CLASS_NAMES:
-        return "it is a name the generated config class uses itself"
-    if name in PYTHON_BUILTINS:
-        return "it is a Python builtin, which the generated from_hf_config would shadow"
-    return None
+    return _clash(name, "the generated config class", _CONFIG_RULES)
 
 
 def module_name_clash(name: str) -> str | None:
     """Why ``name`` cannot be a module (an attribute of a generated ``nn.Module``), or None."""
-    if name.startswith("_"):
-        return "names starting with '_' are private to nn.Module and the generated classes (e.g. _parameters)"
-    if name in NN_MODULE_ATTRIBUTES:
-        return "it is an attribute of torch.nn.Module"
-    if name in GENERATED_MODULE_MEMBERS:
-        return "it is a member the generated model classes define or the engine calls"
-    if name in PYTHON_BUILTINS:
-        return "it is a Python builtin"
-    return None
+    return _clash(name, "nn.Module and the generated classes (e.g. _parameters)", _MODULE_RULES)

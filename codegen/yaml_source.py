@@ -75,11 +75,15 @@ def read_regular(path: Path, limit: int = MAX_SPEC_BYTES) -> bytes:
     comes, and reading ``/dev/zero`` never ends, so the kind is decided before any read and cannot change between a
     check and the open."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
             raise OSError(f"{kind}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         return f.read(limit + 1)
 
 
