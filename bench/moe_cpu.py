@@ -1,4 +1,5 @@
-"""CPU time of one MoE layer: modelgen.runtime.layers.moe.ops (route + fused_moe) vs transformers' Qwen3MoeSparseMoeBlock.
+"""CPU time of one MoE layer: modelgen.runtime.layers.moe.ops (route + fused_moe) vs transformers'
+Qwen3MoeSparseMoeBlock.
 
 Qwen3-MoE-like layer (H=1024, I=768 per expert, E=64, top_k=8), float32, 2 intra-op threads, median of N runs.
 HF is timed with both experts implementations: "eager" (per-expert loop, index_add_) and "grouped_mm" (the default a

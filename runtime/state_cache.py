@@ -4,9 +4,9 @@ A K/V cache grows with the sequence and is paged; a recurrent layer instead keep
 its cache is a pool of *slots*: one slot per running request, the same slot index in every recurrent layer.
 
 A layer declares what one slot holds with :class:`StateSpec` (the ``state_spec()`` of
-``runtime/layers/gated_deltanet/layer.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every declared
-layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at admission,
-``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
+``runtime/layers/gated_deltanet/layer.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every
+declared layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at
+admission, ``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
 :class:`~modelgen.runtime.engine.block_manager.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
 applies unchanged.
 

@@ -1,7 +1,7 @@
 """Sliding-window, attention-sink and logit soft-capping paths of the Triton paged attention
 (``runtime/layers/attention/kernels.py``: GPT-OSS, Mistral/Gemma-style windows, Gemma 2's softcap) against the torch
-references of ``runtime/layers/attention/ops.py``. Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs
-them on the CPU through Triton's interpreter.
+references of ``runtime/layers/attention/ops.py``. Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``
+runs them on the CPU through Triton's interpreter.
 
 Every cache row the kernels have no business reading is NaN: positions before the window, the slots past the context
 in a sequence's last block, blocks its table lists past the context, blocks no table lists, and (decode) the step's

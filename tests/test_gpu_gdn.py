@@ -1,6 +1,6 @@
 """Gated DeltaNet on the GPU (``runtime/layers/gated_deltanet/kernels.py`` and fla's chunked prefill) against the torch
-references of ``runtime/layers/gated_deltanet/ops.py``, and the Qwen3-Next engine against transformers with those kernels in
-prefill and in graphed decode. Skipped without CUDA.
+references of ``runtime/layers/gated_deltanet/ops.py``, and the Qwen3-Next engine against transformers with those
+kernels in prefill and in graphed decode. Skipped without CUDA.
 
 ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs the kernel tests (not fla's, not the CUDA-graph or engine ones) on
 the CPU through Triton's interpreter. Every check draws fresh random inputs and poisons outputs/untouched pool slots,

@@ -1,5 +1,6 @@
-"""MLA decode on the GPU (``runtime/layers/mla/kernels.py``) against the torch reference of ``runtime/layers/mla/ops.py``, and the
-DeepSeek engine against transformers with the kernel in graphed decode. Skipped without CUDA.
+"""MLA decode on the GPU (``runtime/layers/mla/kernels.py``) against the torch reference of
+``runtime/layers/mla/ops.py``, and the DeepSeek engine against transformers with the kernel in graphed decode. Skipped
+without CUDA.
 
 ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs the kernel tests (not the CUDA-graph or engine ones) on the CPU
 through Triton's interpreter (float16 there: the interpreter's bfloat16 dot and rounding are not the GPU's).
@@ -54,7 +55,7 @@ def test_mla_decode_matches_reference(H, R, DR, splits, dtype):
 
 
 def test_mla_decode_dispatch(monkeypatch):
-    """``layers.mla.ops.paged_decode`` runs the kernel on a GPU tensor, and keeps the reference when DSA selects keys."""
+    """``mla/ops.py`` ``paged_decode`` runs the kernel on a GPU tensor, and keeps the reference when DSA selects keys."""
     from modelgen.runtime.layers.mla import ops as ref
     from modelgen.runtime.layers.mla import kernels as gm
 

@@ -1,7 +1,7 @@
-"""Fused MoE on the GPU (``runtime/layers/moe/kernels.py``) against the torch references of ``runtime/layers/moe/ops.py``, and the
-engine's MoE models against transformers with those kernels in prefill and in graphed decode. The kernel tests also
-run in Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``, CPU tensors, float16 for bfloat16, the
-largest token counts left out); CUDA graphs and the engine need a GPU.
+"""Fused MoE on the GPU (``runtime/layers/moe/kernels.py``) against the torch references of
+``runtime/layers/moe/ops.py``, and the engine's MoE models against transformers with those kernels in prefill and in
+graphed decode. The kernel tests also run in Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``, CPU
+tensors, float16 for bfloat16, the largest token counts left out); CUDA graphs and the engine need a GPU.
 
 Every check draws fresh random inputs; kernel outputs are compared by relative error with a float64 evaluation of
 the reference (16-bit operands: within 1e-2; fp32: 1e-5), so a wrong row, slot or weight shows at any size.

@@ -1,7 +1,7 @@
 """GPT-OSS's bf16 experts on the GPU path: the Triton MoE of ``runtime/layers/moe/kernels.py`` with per-expert biases
 (``w13_bias [E, 2I]`` gate columns then up columns, ``w2_bias [E, H]``) and the clamped SwiGLU, against the torch
-reference of ``runtime/layers/moe/ops.py`` (sorted and small-batch pair paths, both pair-path down kernels, expert-parallel
-ranges), and a tiny gpt-oss through the engine against transformers.
+reference of ``runtime/layers/moe/ops.py`` (sorted and small-batch pair paths, both pair-path down kernels,
+expert-parallel ranges), and a tiny gpt-oss through the engine against transformers.
 
 Runs on a CUDA GPU, or on the CPU through Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``).
 Tolerances as tests/test_gpu_moe.py: fp32 differs from the reference only by summation order (1e-5 relative); 16-bit

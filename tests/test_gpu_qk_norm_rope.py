@@ -1,6 +1,7 @@
-"""Per-head QK RMSNorm folded into the RoPE / KV-cache-write kernels (issue 16 item 9, ``runtime/layers/attention/kernels.py``
-``qk_norm=``): the fused launches against the unfused sequence (torch RMSNorm of q and k, then RoPE, then the cache
-write / attention), and a Qwen3 model whose attention binds its norms to ``PagedAttention`` against transformers.
+"""Per-head QK RMSNorm folded into the RoPE / KV-cache-write kernels (issue 16 item 9,
+``runtime/layers/attention/kernels.py`` ``qk_norm=``): the fused launches against the unfused sequence (torch RMSNorm of
+q and k, then RoPE, then the cache write / attention), and a Qwen3 model whose attention binds its norms to
+``PagedAttention`` against transformers.
 
 Skipped without CUDA; ``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1`` runs them on the CPU through Triton's interpreter.
 The reference rounds where the torch path rounds (norm output in the activation dtype) and rotates in float32 with one

@@ -7,7 +7,6 @@ import ast
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
 from modelgen.runtime.layers.attention import PagedAttention
@@ -53,8 +52,8 @@ def type_checks(source: str, filename: str, classes: set[str]) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(source, filename)):
         names: list[str] = []
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
-                and len(node.args) == 2:
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        if call and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
             names = _names(node.args[1])
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
@@ -87,7 +86,7 @@ def test_no_layer_kind_type_check_outside_its_folder():
     for f in sorted(RUNTIME.rglob("*.py")):
         own = {name for name, folder in classes.items() if folder in f.parents}
         offenders += type_checks(f.read_text(), str(f.relative_to(RUNTIME.parent)), set(classes) - own)
-    assert not offenders, "ask the layer (runtime/layers/kind.py) instead of checking its type:\n" + "\n".join(offenders)
+    assert not offenders, "ask the layer (runtime/layers/kind.py), not its type:\n" + "\n".join(offenders)
 
 
 def test_state_metadata_lives_with_the_state_cache():
@@ -153,7 +152,8 @@ def test_kind_answers():
     dsa = dict(index_heads=2, index_head_dim=4, index_topk=2)
     assert mla(**dsa).step_metadata_writes() and mla(**dsa).step_metadata_reads() is None
     shared = mla(**dsa, index_shared=True)
-    assert not shared.step_metadata_writes() and shared.step_metadata_reads() == "shares the top-k of an indexer"
+    assert not shared.step_metadata_writes()
+    assert shared.step_metadata_reads() == "DSA layer {layer} shares the top-k of an indexer"
 
     gdn = GatedDeltaNet(16, 2, 2, 4, 4, 4, 1e-6, layer_name="layers.0.linear_attn")
     assert gdn.cache_kind == gdn.state_spec().kind and gdn.holds_request_state()
@@ -199,7 +199,7 @@ def test_multi_token_layout_of_real_kinds():
 
 
 def test_quantization_leaves_the_linears_a_layer_reads_as_a_matrix():
-    """loader/quantization.py keeps a linear dequantized when its layer reads the weight as a matrix (MLA's kv_b_proj)."""
+    """loader/quantization.py keeps a linear dequantized when its layer reads the weight as a matrix (MLA kv_b_proj)."""
     from modelgen.runtime.loader.quantization import _linear_targets
 
     model = nn.Module()
@@ -222,5 +222,5 @@ def test_pipeline_refuses_a_stage_that_reads_before_any_writer():
         return model
 
     _check_shared_index(staged(mla(**dsa), mla(**dsa), mla(**dsa, index_shared=True)), 1)  # a writer first: fine
-    with pytest.raises(ValueError, match=r"whose layer 1 shares the top-k of an indexer on an earlier stage"):
+    with pytest.raises(ValueError, match=r"whose DSA layer 1 shares the top-k of an indexer on an earlier stage"):
         _check_shared_index(staged(mla(**dsa), mla(**dsa, index_shared=True), mla(**dsa)), 1)

@@ -4,7 +4,8 @@
 the output, RoPE on the rope part only (interleaved pairs when the config says so), YaRN mscale in the softmax scale.
 
 Its cache is one latent per token (``paged_latent``: ``kv_lora_rank + qk_rope_head_dim`` values per token and layer),
-declared by the generated class's ``kv_spec()``. Runtime: runtime/layers/mla/layer.py (rocm), runtime/layers/mla/ops.py (both).
+declared by the generated class's ``kv_spec()``. Runtime: runtime/layers/mla/layer.py (rocm), runtime/layers/mla/ops.py
+(both).
 """
 from __future__ import annotations
 

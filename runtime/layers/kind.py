@@ -75,8 +75,9 @@ class LayerKind(nn.Module):
         return False
 
     def step_metadata_reads(self) -> str | None:
-        """What this layer reads from the step's metadata that an earlier layer wrote (a phrase for errors), or None.
-        The metadata does not cross pipeline stages, so such a layer cannot come before any writer on a stage."""
+        """What this layer reads from the step's metadata that an earlier layer wrote, or None: a phrase for errors,
+        ``{layer}`` standing for the layer's index. The metadata does not cross pipeline stages, so such a layer
+        cannot come before any writer on a stage."""
         return None
 
     # ----------------------------------------------------------------------------------------------- quantization

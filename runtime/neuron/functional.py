@@ -91,7 +91,8 @@ def flash_attention(
     sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
     """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks / soft-capped when
-    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see ``runtime/layers/attention/ops.py``)."""
+    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see
+    ``runtime/layers/attention/ops.py``)."""
     return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks, softcap)
 
 

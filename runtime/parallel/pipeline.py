@@ -324,9 +324,9 @@ def _check_shared_index(model: nn.Module, pp_rank: int) -> None:
             return
         reads = next((what for m in kinds if (what := m.step_metadata_reads()) is not None), None)
         if reads is not None:
-            raise ValueError(f"pipeline stage {pp_rank} starts at layer {stage.start}, whose layer {i} {reads} on an "
-                             f"earlier stage; pipeline_parallel_size must split the layers so that each stage starts "
-                             f"at a layer that writes what its later layers read")
+            raise ValueError(f"pipeline stage {pp_rank} starts at layer {stage.start}, whose {reads.format(layer=i)} "
+                             f"on an earlier stage; pipeline_parallel_size must split the layers so that each stage "
+                             f"starts at a layer that writes what its later layers read")
 
 
 class PipelineComm:

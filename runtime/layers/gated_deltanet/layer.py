@@ -9,9 +9,10 @@ flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing i
     out = out_proj(rmsnorm(o) * w * silu(z))
 
 Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
-recurrent op, batched; both from ``runtime/layers/gated_deltanet/ops.py``. A fixed-shape multi-token step (``tokens_per_seq``:
-a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads. Sequences whose slot is ``PAD_SLOT`` and tokens past
-``cu_seqlens[-1]`` (padding) produce zeros and never read or write any state.
+recurrent op, batched; both from ``runtime/layers/gated_deltanet/ops.py``. A fixed-shape multi-token step
+(``tokens_per_seq``: a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads.
+Sequences whose slot is ``PAD_SLOT`` and tokens past ``cu_seqlens[-1]`` (padding) produce zeros and never read or write
+any state.
 
 Checkpoint layouts (``layout``):
   ``"qwen3_next"``: ``in_proj_qkvz`` and ``in_proj_ba`` as stored, interleaved *per key head*: for each key head,

@@ -1,7 +1,7 @@
 """Gated DeltaNet pieces of the neuron target.
 
-* :func:`gdn_mixer_static` (defined in ``runtime/layers/gated_deltanet/ops.py``, re-exported here for the generated neuron
-  modules): the shape-static conv + gated delta rule over state-pool slots, one graph per bucket with
+* :func:`gdn_mixer_static` (defined in ``runtime/layers/gated_deltanet/ops.py``, re-exported here for the generated
+  neuron modules): the shape-static conv + gated delta rule over state-pool slots, one graph per bucket with
   ``torch.compile(fullgraph=True)``. Its metadata (``seq_ids`` per token, ``state_slots`` and ``state_fresh`` per row)
   is described beside it.
 * :func:`head_parts_weight_loader`: the closure loader of GDN tensors sharded by heads (vLLM Neuron loader style).

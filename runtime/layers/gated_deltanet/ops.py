@@ -20,14 +20,14 @@ Value heads are grouped over key heads: key head ``h`` serves value heads ``h * 
 ``r = num_v_heads // num_k_heads`` (``repeat_interleave``, as transformers).
 
 GPU dispatch: on a CUDA tensor (``runtime/ops/gpu.enabled``) :func:`gdn_gating`, :func:`gated_rms_norm` and the decode
-path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/layers/gated_deltanet/kernels.py`` (sync-free, capturable in
-CUDA graphs). With ``MODELGEN_GDN_PREFILL=fla`` :func:`chunk_gated_delta_rule` runs flash-linear-attention's chunked
-kernel (optional: ``pip install 'modelgen[fla]'``); it is off by default because on a random bf16 Qwen3-Next (4 layers,
-real shape, H200) fla's prefill moved the last logits by up to 0.47 (max |logit| 4.2) from the float32 torch chunked
-rule, against 0.03 between transformers' and modelgen's torch paths (transformers bound to fla: the same 0.48), so
-the torch chunked rule (float32 state) stays the GPU prefill. The ``*_ref`` functions are the torch references the GPU
-tests compare against; every other caller goes through the dispatching names. ``MODELGEN_BACKEND=torch`` keeps the
-references everywhere.
+path of :func:`gdn_mixer_static` run the Triton kernels of ``runtime/layers/gated_deltanet/kernels.py`` (sync-free,
+capturable in CUDA graphs). With ``MODELGEN_GDN_PREFILL=fla`` :func:`chunk_gated_delta_rule` runs
+flash-linear-attention's chunked kernel (optional: ``pip install 'modelgen[fla]'``); it is off by default because on a
+random bf16 Qwen3-Next (4 layers, real shape, H200) fla's prefill moved the last logits by up to 0.47 (max |logit| 4.2)
+from the float32 torch chunked rule, against 0.03 between transformers' and modelgen's torch paths (transformers bound
+to fla: the same 0.48), so the torch chunked rule (float32 state) stays the GPU prefill. The ``*_ref`` functions are the
+torch references the GPU tests compare against; every other caller goes through the dispatching names.
+``MODELGEN_BACKEND=torch`` keeps the references everywhere.
 
 Precision (as transformers 5.24 ``modeling_qwen3_next.py`` and fla): the delta rule runs in float32 whatever the input
 dtype (L2 norm included) and returns its output in the input dtype and its state in float32; the gate ``g`` is computed

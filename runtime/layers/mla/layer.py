@@ -7,8 +7,8 @@
     cache  <- [c | kpe] per token (the latent cache: r + dr values per token and layer, not K/V heads)
     out    = o_proj(W_UV . attention([W_UK^T q_nope | q_pe], [c | kpe], value c))
 
-The attention is the weight-absorbed form of runtime/layers/mla/ops.py for prefill and decode alike (one path, equal to the
-un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor parallelism shards heads
+The attention is the weight-absorbed form of runtime/layers/mla/ops.py for prefill and decode alike (one path, equal to
+the un-absorbed decompression of HF's ``expand_kv``: tests/test_mla_ops.py). Tensor parallelism shards heads
 (``q_proj``/``q_b_proj``/``kv_b_proj`` column-parallel by head, ``o_proj`` row-parallel); the latent path
 (``q_a_proj``, ``kv_a_proj_with_mqa``, both norms) and the latent cache are replicated on every rank.
 
@@ -206,7 +206,7 @@ class MLAttention(LayerKind):
         return getattr(self, "indexer", None) is not None  # attn_metadata.dsa_index, for the shared layers after it
 
     def step_metadata_reads(self) -> str | None:
-        return "shares the top-k of an indexer" if self.index_shared else None
+        return "DSA layer {layer} shares the top-k of an indexer" if self.index_shared else None
 
     def linears_read_as_matrix(self) -> list[nn.Module]:
         return [self.kv_b_proj]  # split into the absorbed W_UK / W_UV (ops.split_kv_b), never called as a GEMM

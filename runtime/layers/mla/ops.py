@@ -80,8 +80,8 @@ def write_latent(latent: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.
 
 
 def write_latent_static(latent: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Shape-static write for traced graphs: as runtime/layers/attention/ops.py ``write_paged_kv_static`` (subtract the old
-    value, add the new, both with ``accumulate=True``; padding tokens add exact zeros to slot 0)."""
+    """Shape-static write for traced graphs: as runtime/layers/attention/ops.py ``write_paged_kv_static`` (subtract the
+    old value, add the new, both with ``accumulate=True``; padding tokens add exact zeros to slot 0)."""
     block_size = cache.shape[1]
     valid = (slot_mapping >= 0)[:, None]
     slots = slot_mapping.clamp(min=0)

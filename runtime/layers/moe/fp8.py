@@ -4,7 +4,8 @@ FP8 checkpoint whose experts are FP8).
 The experts load as the bf16 path loads them (the checkpoint view dequantizes each expert tensor, the rocm loader
 stacks experts, shared-expert slots, expert ranges and TP slices as for any checkpoint), then
 ``process_weights_after_loading`` re-encodes each expert matrix to float8_e4m3fn with one ``scale_inv`` per block of
-the checkpoint's block size, frees the bf16 copy, and ``FusedMoE.quant_method`` runs ``runtime/layers/moe/kernels_fp8.py``.
+the checkpoint's block size, frees the bf16 copy, and ``FusedMoE.quant_method`` runs
+``runtime/layers/moe/kernels_fp8.py``.
 
 Why re-encoding gives back the checkpoint's FP8 codes: a stacked expert's blocks are the checkpoint's blocks (the
 intermediate size, and each rank's slice of it, are whole blocks: checked), the loaded weight is ``round_bf16(q * s)``,

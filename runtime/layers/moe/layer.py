@@ -11,9 +11,9 @@ its experts' gate/up and the same columns of down, so ``num_experts`` need not d
 are summed by the same all-reduce.
 
 On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) both modules run the kernels of
-``runtime/layers/moe/kernels.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up + down +
-combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references of
-``runtime/layers/moe/ops.py`` run.
+``runtime/layers/moe/kernels.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up +
+down + combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references
+of ``runtime/layers/moe/ops.py`` run.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 checkpoint stores as MXFP4 (gpt-oss: ``mlp.experts.{gate_up_proj,down_proj}_{blocks,scales}``) before loading: the
 bf16 ``w13_weight`` / ``w2_weight`` are replaced by parameters named like the checkpoint tensors, which the rocm loader
 then fills directly (this rank's experts and, when experts are TP-sharded, its intermediate slice), and the layer's
-``quant_method`` runs ``runtime/layers/moe/kernels_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts the
-kernels do not take (other fused layouts or activations, shared-expert slots, an intermediate slice that splits a
+``quant_method`` runs ``runtime/layers/moe/kernels_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts
+the kernels do not take (other fused layouts or activations, shared-expert slots, an intermediate slice that splits a
 32-value scale group) are left dequantized.
 
 Memory: 4.25 bits per expert weight (a byte per two values + a byte per 32) instead of 16.
