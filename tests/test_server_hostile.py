@@ -288,7 +288,7 @@ def test_server_and_cli_share_the_template_limits(base, ckpt):
     """`modelgen run` on the same checkpoint fails the same bomb with the same message."""
     import io
 
-    from modelgen.codegen.cli import main
+    from modelgen.cli import main
 
     _, got = request(base, "/v1/chat/completions", _chat("bomb:bytes"))
     err = io.StringIO()
@@ -388,7 +388,7 @@ def test_serve_without_tokenizer_json_fails_in_one_line(ckpt, tmp_path):
     d = tmp_path / "no_tokenizer"
     shutil.copytree(ckpt, d)
     (d / "tokenizer.json").unlink()
-    r = subprocess.run([sys.executable, "-m", "modelgen.codegen.cli", "serve", "--checkpoint", str(d), "--port", "0"],
+    r = subprocess.run([sys.executable, "-m", "modelgen.cli", "serve", "--checkpoint", str(d), "--port", "0"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]

@@ -151,7 +151,7 @@ def test_commands_finish_on_an_expression_bomb(tmp_path, command):
         "import sys; from pathlib import Path; import modelgen.codegen.build as b, modelgen.codegen.lower as l; "
         f"b.SPECS_DIR = l.SPECS_DIR = Path({str(specs)!r}); out = Path({str(tmp_path / 'out')!r}); "
         "b.GENERATED_DIR = out; b.build.__defaults__ = (out, False); b.check.__defaults__ = (out,); "
-        "from modelgen.codegen.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from modelgen.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     args = {"build": ["build", str(specs / "bomb.yaml")], "check": ["check"], "list": ["list"]}[command]
     start = time.perf_counter()

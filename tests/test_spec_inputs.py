@@ -16,7 +16,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from modelgen.codegen import draft as draft_module
-from modelgen.codegen.draft import DraftError, draft_spec
+from modelgen.cli.draft import DraftError, draft_spec
 from modelgen.codegen.errors import SpecError
 from modelgen.codegen.lower import compile_spec
 
@@ -31,7 +31,7 @@ def _cli(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.Co
     env = {**os.environ, "MODELGEN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     script = ("import sys; from pathlib import Path; import modelgen.codegen.build as b; "
               f"out = Path({str(tmp_path / 'out')!r}); b.build.__defaults__ = (out, False); "
-              "from modelgen.codegen.cli import main; sys.exit(main(sys.argv[1:]))")
+              "from modelgen.cli import main; sys.exit(main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
 
@@ -193,7 +193,7 @@ def _with_config(tiny_llama: Path, tmp_path: Path, **changes) -> Path:
 def test_coverage_refuses_a_dict_dtype_in_one_line(tiny_llama, tmp_path):
     import importlib
 
-    from modelgen.codegen.coverage import checkpoint_coverage
+    from modelgen.cli.coverage import checkpoint_coverage
     from modelgen.codegen.errors import ModelgenError
 
     ck = _with_config(tiny_llama, tmp_path, torch_dtype={"a": 1})
@@ -205,7 +205,7 @@ def test_coverage_refuses_a_dict_dtype_in_one_line(tiny_llama, tmp_path):
 def test_coverage_reports_an_unbuildable_size_instead_of_raising(tiny_llama, tmp_path):
     import importlib
 
-    from modelgen.codegen.coverage import checkpoint_coverage
+    from modelgen.cli.coverage import checkpoint_coverage
 
     ck = _with_config(tiny_llama, tmp_path, hidden_size=1e300)
     start = time.perf_counter()
