@@ -30,8 +30,8 @@ from modelgen.runtime.checkpoint_dir import CheckpointDir
 from modelgen.runtime.hf_config import ConfigError, check_core_fields
 from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
 
-from .errors import ModelgenError
-from .expr import short_repr
+from modelgen.codegen.errors import ModelgenError
+from modelgen.codegen.expr import short_repr
 
 
 class CoverageError(CheckpointError):
