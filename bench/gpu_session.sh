@@ -21,7 +21,30 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = diag ]; then
+if [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
+  # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 55 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl --budget-s 45 \
+    --out "$OUT/h200-moe-layer-s29.json" 2>&1 | grep -v Warning | tail -24 > "$L/2-moe-layer.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
+  timeout -k 10 150 python3 -m bench.qwen3_next --systems modelgen --batches 1 32 --profile --profile-batches 1 32 \
+    --budget-s 140 --out "$OUT/h200-qwen3-next-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -70 \
+    > "$L/3-qwen3-next.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$L/3-qwen3-next.log"
+  timeout -k 10 80 python3 -m bench.gpt_oss --layers 4 --batches 1 --systems modelgen --profile --budget-s 70 \
+    --out "$OUT/h200-gpt-oss-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 > "$L/4-gpt-oss.log"
+  rm -rf /tmp/modelgen-bench-gpt_oss
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/4-gpt-oss.log"
+  timeout -k 10 120 python3 bench/decode.py --batches 32 --systems modelgen --prefill --skip-load --profile-batches 32 \
+    --out "$OUT/h200-llama8b-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 > "$L/5-llama8b.log"
+  echo "[$(( $(date +%s) - t0 ))s] llama done" | tee -a "$L/5-llama8b.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29a.log"; rm -rf "$L"
+  cat "$OUT/s29a.log"
+elif [ "$phase" = diag ]; then
   timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"
   timeout 60 python3 -m pytest -q -x tests/test_gpu.py -k test_modelgen_run_device_cuda -p no:cacheprovider 2>&1 \
