@@ -44,6 +44,23 @@ if [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's);
   echo "[$(( $(date +%s) - t0 ))s] llama done" | tee -a "$L/5-llama8b.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29a.log"; rm -rf "$L"
   cat "$OUT/s29a.log"
+elif [ "$phase" = s29b ]; then  # nvidia-h200, ~450 s: GDN decode fused vs unfused as paired legs in one process
+  # (bench/gdn_ab.py, bs1 + bs32, profiles of both legs); the GDN tests (both decode paths in the engine test) and the
+  # CLI subprocess test; the gpt-oss bs1 profile s29a's budget skipped
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 100 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py tests/test_gpu_helpers.py \
+    "tests/test_gpu.py::test_modelgen_run_device_cuda" -k "not fla" 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -30 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 250 python3 -m bench.gdn_ab --batches 1 32 --reps 6 --profile-batches 1 32 --budget-s 240 \
+    --out "$OUT/h200-qwen3-next-gdn-ab.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -40 > "$L/2-gdn-ab.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] gdn a/b done" | tee -a "$L/2-gdn-ab.log"
+  timeout -k 10 100 python3 -m bench.gpt_oss --layers 4 --batches 1 --systems modelgen --profile --budget-s 95 \
+    --out "$OUT/h200-gpt-oss-s29b.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -40 > "$L/3-gpt-oss.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29b.log"; rm -rf "$L"
+  cat "$OUT/s29b.log"
 elif [ "$phase" = diag ]; then
   timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"

@@ -32,6 +32,7 @@ from torch import nn
 
 from .. import distributed as dist
 from ..ops import gated_delta as gd
+from ..ops import gpu
 from ..state_cache import PAD_SLOT, StateSpec
 from .linear import ColumnParallelLinear, RowParallelLinear, _check_shape
 
@@ -269,8 +270,16 @@ class GatedDeltaNet(nn.Module):
         heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
         mixed, z, b, a = gd.split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states),
                                               self.layout, *heads)
-        g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         weight = self.conv1d.weight.squeeze(1)
+        if meta.decode_only and gpu.enabled(mixed):
+            from ..ops.gpu import gated_delta as ggd
+
+            if ggd.FUSED_DECODE:  # gating, conv, delta rule and gated norm in two launches (the same function)
+                return self.out_proj(ggd.decode_gated_norm(
+                    mixed, a, b, self.A_log, self.dt_bias, z, self.norm.weight, self.norm.eps, weight, self.conv_state,
+                    self.recurrent_state, meta.state_slots, meta.fresh, num_k_heads=self.num_k_heads,
+                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim))
+        g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]
             core = self._decode_rows(mixed[:n], g[:n], beta[:n], weight, meta.state_slots, meta.fresh)
