@@ -61,6 +61,18 @@ elif [ "$phase" = s29b ]; then  # nvidia-h200, ~450 s: GDN decode fused vs unfus
   echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29b.log"; rm -rf "$L"
   cat "$OUT/s29b.log"
+elif [ "$phase" = s29c ]; then  # nvidia-h200, ~230 s: the second fused GDN leg (gating inside the delta-rule
+  # kernel, the norm kept apart) against the unfused chain, paired in one process; the GDN kernel + engine tests
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 70 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py -k "not fla" 2>&1 \
+    | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -20 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 190 python3 -m bench.gdn_ab --batches 1 32 --reps 8 --profile-batches 1 --budget-s 180 \
+    --out "$OUT/h200-qwen3-next-gdn-ab-gating.json" 2>&1 | grep -v Warning | grep -v "it/s" | grep -v "us/step" \
+    | tail -30 > "$L/2-gdn-ab.log"
+  echo "[$(( $(date +%s) - t0 ))s] gdn a/b done" | tee -a "$L/2-gdn-ab.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29c.log"; rm -rf "$L"
+  cat "$OUT/s29c.log"
 elif [ "$phase" = diag ]; then
   timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"

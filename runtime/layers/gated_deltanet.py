@@ -274,11 +274,13 @@ class GatedDeltaNet(nn.Module):
         if meta.decode_only and gpu.enabled(mixed):
             from ..ops.gpu import gated_delta as ggd
 
-            if ggd.FUSED_DECODE:  # gating, conv, delta rule and gated norm in two launches (the same function)
-                return self.out_proj(ggd.decode_gated_norm(
-                    mixed, a, b, self.A_log, self.dt_bias, z, self.norm.weight, self.norm.eps, weight, self.conv_state,
-                    self.recurrent_state, meta.state_slots, meta.fresh, num_k_heads=self.num_k_heads,
-                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim))
+            if ggd.FUSED_DECODE:  # gating, conv and delta rule in two launches (the same function)
+                core = ggd.decode_with_gating(
+                    mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
+                    meta.state_slots, meta.fresh, num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim,
+                    head_v_dim=self.head_v_dim)
+                o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+                return self.out_proj(o.reshape(T, self.value_dim))
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]

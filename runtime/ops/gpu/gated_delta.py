@@ -36,16 +36,20 @@ def _gating_kernel(a_ptr, b_ptr, alog_ptr, dt_ptr, g_ptr, beta_ptr, s_a, s_b, H,
     row = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK)
     m = h < H
-    a = tl.load(a_ptr + row * s_a + h, mask=m, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + row * s_b + h, mask=m, other=0.0).to(tl.float32)
-    alog = tl.load(alog_ptr + h, mask=m, other=0.0).to(tl.float32)
-    dt = tl.load(dt_ptr + h, mask=m, other=0.0).to(tl.float32)
-    x = a + dt
+    g, beta = _gates(tl.load(a_ptr + row * s_a + h, mask=m, other=0.0), tl.load(b_ptr + row * s_b + h, mask=m, other=0.0),
+                     tl.load(alog_ptr + h, mask=m, other=0.0), tl.load(dt_ptr + h, mask=m, other=0.0))
+    tl.store(g_ptr + row * H + h, g, mask=m)
+    # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
+    tl.store(beta_ptr + row * H + h, beta.to(beta_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _gates(a, b, alog, dt):
+    """``g = -exp(A_log) * softplus(a + dt_bias)`` and ``sigmoid(b)``, both in float32 (beta not yet rounded)."""
+    x = a.to(tl.float32) + dt.to(tl.float32)
     # softplus as torch computes it (threshold 20: x itself above), log1p(exp(x)) below
     sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    tl.store(g_ptr + row * H + h, -tl.exp(alog) * sp, mask=m)
-    # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
-    tl.store(beta_ptr + row * H + h, (1.0 / (1.0 + tl.exp(-b))).to(beta_ptr.dtype.element_ty), mask=m)
+    return -tl.exp(alog.to(tl.float32)) * sp, 1.0 / (1.0 + tl.exp(-b.to(tl.float32)))
 
 
 def gdn_gating(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor):
@@ -201,65 +205,54 @@ def decode(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, slot
                           head_v_dim=head_v_dim)
 
 
-# ------------------------------------------------------------- gating + delta rule + gated RMSNorm, one launch
-# The decode layer's chain was five launches between its projections and out_proj (seq-id arange, gating, conv,
-# delta rule, gated norm), each a few microseconds at batch 1 against well under a microsecond of bytes. This path
-# runs two: the conv update (its in-place shift of the conv state cannot be shared with the programs that read it
-# without a grid-wide barrier), then one program per (row, value head) that computes its head's g and beta, runs
-# the delta rule over all Dv columns (so the head's whole output row is in registers) and applies the gated
-# RMSNorm to it. ``FUSED_DECODE`` is the default the layer asks for (bench/gdn_ab.py times both in one process).
+# ---------------------------------------------------------------------------- gating inside the delta-rule launch
+# The decode chain between a GDN layer's projections and its gated norm was four launches (seq-id arange, gating,
+# conv, delta rule), each a few microseconds at batch 1 against well under a microsecond of bytes. This path runs
+# two: the conv update with no seq-id tensor (row i is token i), then the delta-rule kernel with its program's g and
+# beta computed in place (the same _gates arithmetic as _gating_kernel, and the same tiles as _recurrent_kernel, so
+# its output and states are bitwise those of the unfused chain). The conv stays its own launch: its in-place shift
+# of the conv state cannot be shared with the programs that read it without a grid-wide barrier. (Moving the gated
+# RMSNorm in as well, one program per (row, head) over all Dv columns, measured slower: bench/NOTES-gdn.md.)
+# ``FUSED_DECODE`` is the path the layer takes (bench/gdn_ab.py times both in one process).
 FUSED_DECODE = True
 
 
 @triton.jit
-def _delta_norm_kernel(
-    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, z_ptr, nw_ptr, pool_ptr, slot_ptr, fresh_ptr, o_ptr, NR, s_x, s_a, s_b,
-    s_z, s_zh, s_o, s_pool, scale, l2_eps, norm_eps,
-    HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KEY_DIM: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, ROUND_HW: tl.constexpr,
+def _gated_delta_kernel(
+    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, pool_ptr, slot_ptr, fresh_ptr, o_ptr, NR, s_x, s_a, s_b, s_pool, scale,
+    eps, HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KEY_DIM: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
 ):
     row = tl.program_id(0)
     h = tl.program_id(1)
+    vb = tl.program_id(2)
     inb = row < NR  # rows past the batch are padding tokens: zeros out, no state touched
     slot = tl.load(slot_ptr + row, mask=inb, other=-1).to(tl.int64)
     live = slot >= 0
     keep = live & (tl.load(fresh_ptr + row, mask=inb, other=1).to(tl.int32) == 0)
-    # gating as _gating_kernel computes it: g in float32, beta rounded to b's dtype
-    a = tl.load(a_ptr + row.to(tl.int64) * s_a + h).to(tl.float32)
-    b = tl.load(b_ptr + row.to(tl.int64) * s_b + h).to(tl.float32)
-    x = a + tl.load(dt_ptr + h).to(tl.float32)
-    sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    g = -tl.exp(tl.load(alog_ptr + h).to(tl.float32)) * sp
-    beta = (1.0 / (1.0 + tl.exp(-b))).to(b_ptr.dtype.element_ty).to(tl.float32)
-    dv = tl.arange(0, BV)
+    a = tl.load(a_ptr + row.to(tl.int64) * s_a + h)
+    b = tl.load(b_ptr + row.to(tl.int64) * s_b + h)
+    g, beta = _gates(a, b, tl.load(alog_ptr + h), tl.load(dt_ptr + h))
+    beta = beta.to(b_ptr.dtype.element_ty).to(tl.float32)  # rounded to b's dtype, as gdn_gating returns it
+    dv = vb * BV + tl.arange(0, BV)
     vm = dv < DV
     xrow = x_ptr + tl.minimum(row, NR - 1).to(tl.int64) * s_x  # an in-bounds row for padding (its o is zeroed)
-    o = _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_pool, scale, l2_eps, R, DK, DV,
+    o = _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_pool, scale, eps, R, DK, DV,
                          KEY_DIM, BK, L2NORM)
-    # gated RMSNorm of the head's row, with _gated_rms_kernel's casts: o rounded to the model dtype first (the
-    # unfused path stores it so), normalised in float32, rounded, times the weight, times silu(z) in float32
-    xf = o.to(o_ptr.dtype.element_ty).to(tl.float32)
-    hn = xf * tl.math.rsqrt(tl.sum(xf * xf, 0) / DV + norm_eps)
-    hw = tl.load(nw_ptr + dv, mask=vm, other=0.0).to(tl.float32) * hn.to(o_ptr.dtype.element_ty).to(tl.float32)
-    if ROUND_HW:  # weight and activations of one dtype: torch rounds their product to it
-        hw = hw.to(o_ptr.dtype.element_ty)
-    z = tl.load(z_ptr + row.to(tl.int64) * s_z + h * s_zh + dv, mask=vm, other=0.0).to(tl.float32)
-    y = hw.to(tl.float32) * (z / (1.0 + tl.exp(-z)))
-    tl.store(o_ptr + row.to(tl.int64) * s_o + h * DV + dv, y.to(o_ptr.dtype.element_ty), mask=vm)
+    tl.store(o_ptr + (row.to(tl.int64) * HV + h) * DV + dv, o.to(o_ptr.dtype.element_ty), mask=vm)
 
 
-def decode_gated_norm(mixed, a, b, A_log, dt_bias, z, norm_weight, norm_eps, conv_weight, conv_pool, recurrent_pool,
-                      slots, fresh, *, num_k_heads, head_k_dim, head_v_dim, use_qk_l2norm: bool = True,
-                      scale: float | None = None, l2_eps: float = 1e-6) -> torch.Tensor:
-    """A GDN layer's decode step from its projections to out_proj's input, in two launches: ``mixed [T, C]`` (conv
-    input), ``a, b [T, Hv]``, ``z [T, Hv, Dv]``; row i < ``n = slots.shape[0]`` is sequence i's token, rows past n
-    are padding tokens -> ``gated_rms_norm(core, z)`` as ``[T, Hv * Dv]`` in ``mixed.dtype`` (zeros on padding rows
-    and slot -1 rows), with the conv and recurrent pools advanced in place as :func:`decode` does. The same function
-    as ``gdn_gating`` + ``gdn_mixer_static(decode=True)`` + ``gated_rms_norm``."""
+def decode_with_gating(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recurrent_pool, slots, fresh, *,
+                       num_k_heads, head_k_dim, head_v_dim, use_qk_l2norm: bool = True, scale: float | None = None,
+                       eps: float = 1e-6) -> torch.Tensor:
+    """``gdn_gating`` + ``gdn_mixer_static(decode=True)`` of a GDN layer in two launches: ``mixed [T, C]`` (conv
+    input), ``a, b [T, Hv]`` (views with unit last stride allowed); row i < ``n = slots.shape[0]`` is sequence i's
+    token, rows past n are padding tokens -> core ``[T, Hv, Dv]`` in ``mixed.dtype`` (zeros on padding rows and slot
+    -1 rows), the conv and recurrent pools advanced in place as :func:`decode` advances them."""
     T = mixed.shape[0]
     Hv = A_log.shape[0]
     n = slots.shape[0]
-    out = torch.empty((T, Hv * head_v_dim), dtype=mixed.dtype, device=mixed.device)
+    out = torch.empty((T, Hv, head_v_dim), dtype=mixed.dtype, device=mixed.device)
     if T == 0:
         return out
     if n == 0:
@@ -270,20 +263,14 @@ def decode_gated_norm(mixed, a, b, A_log, dt_bias, z, norm_weight, norm_eps, con
         a = a.contiguous()
     if b.stride(-1) != 1:
         b = b.contiguous()
-    if z.stride(-1) != 1:
-        z = z.contiguous()
     if not recurrent_pool.is_contiguous():
-        raise ValueError("decode_gated_norm: the state pool must be contiguous [num_slots, Hv, Dk, Dv]")
-    BV = next_pow2(head_v_dim)
-    _delta_norm_kernel[(T, Hv)](
-        x, a, b, A_log, dt_bias, z, norm_weight, recurrent_pool, slots, fresh, out, n, x.stride(0), a.stride(0),
-        b.stride(0), z.stride(0), z.stride(1), out.stride(0), recurrent_pool.stride(0),
-        head_k_dim ** -0.5 if scale is None else scale, l2_eps, norm_eps,
+        raise ValueError("decode_with_gating: the state pool must be contiguous [num_slots, Hv, Dk, Dv]")
+    BV = min(32, next_pow2(head_v_dim))  # recurrent_step's tile: the same programs, the same sums
+    _gated_delta_kernel[(T, Hv, triton.cdiv(head_v_dim, BV))](
+        x, a, b, A_log, dt_bias, recurrent_pool, slots, fresh, out, n, x.stride(0), a.stride(0), b.stride(0),
+        recurrent_pool.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
         HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
-        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm,
-        ROUND_HW=torch.promote_types(norm_weight.dtype, mixed.dtype) == mixed.dtype,
-        # a [Dk, Dv] fp32 state tile per program: 8 warps keep it at 64 registers a thread for 128 x 128
-        num_warps=8 if BV * next_pow2(head_k_dim) >= 128 * 128 else 4)
+        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, num_warps=4)
     return out
 
 
