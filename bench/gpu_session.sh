@@ -44,7 +44,8 @@ if [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's);
   echo "[$(( $(date +%s) - t0 ))s] llama done" | tee -a "$L/5-llama8b.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29a.log"; rm -rf "$L"
   cat "$OUT/s29a.log"
-elif [ "$phase" = s29b ]; then  # nvidia-h200, ~450 s: GDN decode fused vs unfused as paired legs in one process
+elif [ "$phase" = s29b ]; then  # (ran at c3f876b: its fused leg, the gated norm inside the delta-rule kernel, lost
+  # and was replaced by s29c's) nvidia-h200, ~280 s: GDN decode fused vs unfused as paired legs in one process
   # (bench/gdn_ab.py, bs1 + bs32, profiles of both legs); the GDN tests (both decode paths in the engine test) and the
   # CLI subprocess test; the gpt-oss bs1 profile s29a's budget skipped
   L="$OUT/logs"; mkdir -p "$L"
