@@ -278,8 +278,8 @@ def main() -> int:
     kv_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * D * 2
     ctx = args.prompt + args.new / 2
     res["kv_bytes_per_step"] = {str(b): b * ctx * kv_per_token for b in args.batches}
-    res["roofline_weights_kv_tok_s"] = {str(b): b * res["hbm_copy_tb_s"] * 1e12 / (weight_bytes + b * ctx * kv_per_token)
-                                        for b in args.batches}
+    res["roofline_weights_kv_tok_s"] = {
+        str(b): b * res["hbm_copy_tb_s"] * 1e12 / (weight_bytes + b * ctx * kv_per_token) for b in args.batches}
     log(res)
     save()
 

@@ -3,9 +3,10 @@
 Legs: ``fused`` (``runtime/ops/gpu/gated_delta.FUSED_DECODE = True``: conv update, then the delta rule with its
 gates computed in the same kernel: two launches per GDN layer before the gated norm) and ``unfused`` (the four-launch
 chain: seq-id arange, gating, conv, delta rule). (Run s29b timed an earlier fused leg that also took the gated norm
-in, one program per (row, head): bench/NOTES-gdn.md.) Both engines are loaded and their decode graphs captured with their setting, then
-timed alternately (A B, B A, ...) ``--reps`` times on the same prompts, so run-to-run drift (the same code gave 616
-and 727 tok/s in two runs of bench/moe.py) hits both legs alike; the decision uses the per-pair ratios' median.
+in, one program per (row, head): bench/NOTES-gdn.md.) Both engines are loaded and their decode graphs captured
+with their setting, then timed alternately (A B, B A, ...) ``--reps`` times on the same prompts, so run-to-run drift
+(the same code gave 616 and 727 tok/s in two runs of bench/moe.py) hits both legs alike; the decision uses the
+per-pair ratios' median.
 Each leg's 16 greedy tokens are compared with the other's, and an eager per-kernel profile
 (bench.arch.kernel_profile) of each leg at ``--profile-batches`` shows where the launches went.
 

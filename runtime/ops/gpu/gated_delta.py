@@ -10,7 +10,9 @@ with no host reads and no data-dependent shapes, so a decode step is capturable 
 * :func:`recurrent_step` -- one token of the gated delta rule per row: L2-normalised q/k, decay, delta-rule write and
   read, with the state read from and written back to the pool slot in place (each state element is read once and
   written once: the step is bound by the state bytes, 2 x 4 B x Hv x Dk x Dv per row per layer);
-* :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch.
+* :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch;
+* :func:`decode_with_gating` -- the layer's decode path: conv update, then the delta rule with each program's gates
+  computed in place (bitwise :func:`gdn_gating` + :func:`decode`, two launches fewer).
 
 Rows whose slot is negative (padding rows of a CUDA-graph bucket) produce zeros and touch no state; ``fresh`` rows read
 their state as zeros (their slot may hold a finished request's state).
@@ -36,8 +38,9 @@ def _gating_kernel(a_ptr, b_ptr, alog_ptr, dt_ptr, g_ptr, beta_ptr, s_a, s_b, H,
     row = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK)
     m = h < H
-    g, beta = _gates(tl.load(a_ptr + row * s_a + h, mask=m, other=0.0), tl.load(b_ptr + row * s_b + h, mask=m, other=0.0),
-                     tl.load(alog_ptr + h, mask=m, other=0.0), tl.load(dt_ptr + h, mask=m, other=0.0))
+    a = tl.load(a_ptr + row * s_a + h, mask=m, other=0.0)
+    b = tl.load(b_ptr + row * s_b + h, mask=m, other=0.0)
+    g, beta = _gates(a, b, tl.load(alog_ptr + h, mask=m, other=0.0), tl.load(dt_ptr + h, mask=m, other=0.0))
     tl.store(g_ptr + row * H + h, g, mask=m)
     # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
     tl.store(beta_ptr + row * H + h, beta.to(beta_ptr.dtype.element_ty), mask=m)
