@@ -7,7 +7,9 @@
 #   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
-# Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
+# Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
+# codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
+# libcst 1.9.0 -- the device image has none of them) are installed to /tmp/site first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
