@@ -359,24 +359,26 @@ def diagnose(llm, hf, model: str, prompt: list[int]) -> dict:
     return out
 
 
-def kernel_profile(ckpt: Path, kw: dict, prompt: list[int], steps: int = 8, top: int = 25) -> dict:
-    """Per-kernel GPU time of ``steps`` batch-1 decode steps run eagerly (no CUDA graphs, so each kernel is visible
-    to the profiler; the kernels are the ones the graphs replay), grouped by kernel name: where a step's time goes."""
+def kernel_profile(ckpt: Path, kw: dict, prompts: list[list[int]], steps: int = 8, top: int = 25, llm=None) -> dict:
+    """Per-kernel GPU time of ``steps`` decode steps of ``len(prompts)`` sequences run eagerly (no CUDA graphs, so
+    each kernel is visible to the profiler; the kernels are the ones the graphs replay), grouped by kernel name: where
+    a step's time goes. ``llm``: an eager engine to reuse (several batch sizes without a reload)."""
     from torch.profiler import ProfilerActivity, profile
 
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
 
-    llm = LLM(ckpt, **dict(kw, cuda_graphs=False))
+    if llm is None:
+        llm = LLM(ckpt, **dict(kw, cuda_graphs=False))
     params = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
-    llm.generate([prompt], params(steps + 1))  # compile every kernel first
+    llm.generate(prompts, params(steps + 1))  # compile every kernel first
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        llm.generate([prompt], params(1))
+        llm.generate(prompts, params(1))
         torch.cuda.synchronize()
     prefill = {e.key: e.device_time_total for e in prof.key_averages()}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        llm.generate([prompt], params(steps + 1))
+        llm.generate(prompts, params(steps + 1))
         torch.cuda.synchronize()
     rows = []
     for e in prof.key_averages():  # minus the prefill + first token, which both runs share
@@ -385,11 +387,25 @@ def kernel_profile(ckpt: Path, kw: dict, prompt: list[int], steps: int = 8, top:
             rows.append((e.key[:120], us, e.count))
     rows.sort(key=lambda r: -r[1])
     total = sum(r[1] for r in rows)
-    out = {"steps": steps, "gpu_us_per_step": total,
+    out = {"batch": len(prompts), "steps": steps, "gpu_us_per_step": total,
            "top_kernels_us_per_step": [{"kernel": k, "us": us, "calls_total": n} for k, us, n in rows[:top]]}
     for r in rows[:top]:
-        log(f"  {r[1]:8.1f} us/step  {r[0]}")
-    log(f"  total GPU time {total:.1f} us/step over {steps} steps")
+        log(f"  bs{len(prompts)} {r[1]:8.1f} us/step  {r[0]}")
+    log(f"  bs{len(prompts)} total GPU time {total:.1f} us/step over {steps} steps")
+    return out
+
+
+def kernel_profiles(ckpt: Path, kw: dict, prompts_by_batch: dict, batches: list[int]) -> dict:
+    """:func:`kernel_profile` at each of ``batches`` on one eager engine; a failed batch records its error."""
+    from modelgen.runtime.engine.llm import LLM
+
+    llm = LLM(ckpt, **dict(kw, cuda_graphs=False))
+    out = {}
+    for b in batches:
+        try:
+            out[str(b)] = kernel_profile(ckpt, kw, prompts_by_batch[b].tolist(), llm=llm)
+        except Exception as e:
+            out[str(b)] = f"{type(e).__name__}: {e}"[:400]
     del llm
     return out
 
@@ -478,7 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--diagnose", action="store_true",
                     help="per-component logit comparison (see diagnose()) instead of modelgen's greedy check and timing")
     ap.add_argument("--no-graphs", action="store_true", help="modelgen decodes eagerly (no CUDA graphs)")
-    ap.add_argument("--profile", action="store_true", help="per-kernel GPU time of batch-1 decode steps (eager)")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU time of decode steps (eager)")
+    ap.add_argument("--profile-batches", type=int, nargs="+", default=None,
+                    help="batch sizes of --profile (default: the first of --batches); each must be in --batches")
     ap.add_argument("--budget-s", type=float, default=400, help="skip remaining phases past this")
     ap.add_argument("--divergence", action="store_true",
                     help="at a greedy mismatch with transformers: float32 margins at the first divergence "
@@ -639,9 +657,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.profile and left() > 40 and bf16_leg:
         try:
-            res["bs1_kernel_profile"] = kernel_profile(ckpt, kw, prompts[args.batches[0]][0].tolist())
+            res["kernel_profile"] = kernel_profiles(ckpt, kw, prompts, args.profile_batches or args.batches[:1])
         except Exception as e:
-            res["bs1_kernel_profile"] = f"{type(e).__name__}: {e}"[:400]
+            res["kernel_profile"] = f"{type(e).__name__}: {e}"[:400]
         gc.collect()
         torch.cuda.empty_cache()
         save()

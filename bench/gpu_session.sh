@@ -7,7 +7,9 @@
 #   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
-# Wheels carried in .whl/ (fla-core) are installed to /tmp/site first.
+# Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
+# codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
+# libcst 1.9.0 -- the device image has none of them) are installed to /tmp/site first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,7 +23,60 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = diag ]; then
+if [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
+  # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 55 python3 -m bench.moe_layer --layers 8 --batches 1 --modes pdl --budget-s 45 \
+    --out "$OUT/h200-moe-layer-s29.json" 2>&1 | grep -v Warning | tail -24 > "$L/2-moe-layer.log"
+  echo "[$(( $(date +%s) - t0 ))s] moe layer done" | tee -a "$L/2-moe-layer.log"
+  timeout -k 10 150 python3 -m bench.qwen3_next --systems modelgen --batches 1 32 --profile --profile-batches 1 32 \
+    --budget-s 140 --out "$OUT/h200-qwen3-next-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -70 \
+    > "$L/3-qwen3-next.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$L/3-qwen3-next.log"
+  timeout -k 10 80 python3 -m bench.gpt_oss --layers 4 --batches 1 --systems modelgen --profile --budget-s 70 \
+    --out "$OUT/h200-gpt-oss-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 > "$L/4-gpt-oss.log"
+  rm -rf /tmp/modelgen-bench-gpt_oss
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/4-gpt-oss.log"
+  timeout -k 10 120 python3 bench/decode.py --batches 32 --systems modelgen --prefill --skip-load --profile-batches 32 \
+    --out "$OUT/h200-llama8b-s29.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 > "$L/5-llama8b.log"
+  echo "[$(( $(date +%s) - t0 ))s] llama done" | tee -a "$L/5-llama8b.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29a.log"; rm -rf "$L"
+  cat "$OUT/s29a.log"
+elif [ "$phase" = s29b ]; then  # (ran at c3f876b: its fused leg, the gated norm inside the delta-rule kernel, lost
+  # and was replaced by s29c's) nvidia-h200, ~280 s: GDN decode fused vs unfused as paired legs in one process
+  # (bench/gdn_ab.py, bs1 + bs32, profiles of both legs); the GDN tests (both decode paths in the engine test) and the
+  # CLI subprocess test; the gpt-oss bs1 profile s29a's budget skipped
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 100 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py tests/test_gpu_helpers.py \
+    "tests/test_gpu.py::test_modelgen_run_device_cuda" -k "not fla" 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -30 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 250 python3 -m bench.gdn_ab --batches 1 32 --reps 6 --profile-batches 1 32 --budget-s 240 \
+    --out "$OUT/h200-qwen3-next-gdn-ab.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -40 > "$L/2-gdn-ab.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] gdn a/b done" | tee -a "$L/2-gdn-ab.log"
+  timeout -k 10 100 python3 -m bench.gpt_oss --layers 4 --batches 1 --systems modelgen --profile --budget-s 95 \
+    --out "$OUT/h200-gpt-oss-s29b.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -40 > "$L/3-gpt-oss.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29b.log"; rm -rf "$L"
+  cat "$OUT/s29b.log"
+elif [ "$phase" = s29c ]; then  # nvidia-h200, ~230 s: the second fused GDN leg (gating inside the delta-rule
+  # kernel, the norm kept apart) against the unfused chain, paired in one process; the GDN kernel + engine tests
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 70 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py -k "not fla" 2>&1 \
+    | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -20 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 190 python3 -m bench.gdn_ab --batches 1 32 --reps 8 --profile-batches 1 --budget-s 180 \
+    --out "$OUT/h200-qwen3-next-gdn-ab-gating.json" 2>&1 | grep -v Warning | grep -v "it/s" | grep -v "us/step" \
+    | tail -30 > "$L/2-gdn-ab.log"
+  echo "[$(( $(date +%s) - t0 ))s] gdn a/b done" | tee -a "$L/2-gdn-ab.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29c.log"; rm -rf "$L"
+  cat "$OUT/s29c.log"
+elif [ "$phase" = diag ]; then
   timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"
   timeout 60 python3 -m pytest -q -x tests/test_gpu.py -k test_modelgen_run_device_cuda -p no:cacheprovider 2>&1 \

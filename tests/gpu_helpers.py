@@ -24,6 +24,14 @@ KERNEL_MARKS = [
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (not the interpreter)")
 
 
+def subprocess_env(*front: str) -> dict[str, str]:
+    """``os.environ`` for a child process with ``front`` put before the caller's ``PYTHONPATH``, which is kept: on
+    the device machine that path holds the wheels carried there (pydantic, ...), so replacing it broke the child's
+    imports. No empty entry is left when the caller has none (an empty entry would put the child's cwd on the path)."""
+    parts = [*front, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(parts)}
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """``||a - b|| / ||b||`` in float64; ``a`` must be finite (NaN never passes)."""
     a, b = a.double(), b.double()

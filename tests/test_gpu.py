@@ -15,6 +15,8 @@ import sys
 import pytest
 import torch
 
+from tests.gpu_helpers import subprocess_env
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -249,7 +251,7 @@ def test_modelgen_run_device_cuda(llama_checkpoint):
     proc = subprocess.run(
         [sys.executable, "-m", "modelgen.cli", "run", "--checkpoint", str(path), "--prompt-ids", "1,2,3",
          "--device", "cuda", "--max-new-tokens", "5", "--ignore-eos", "--json"],
-        cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root},
+        cwd=root, capture_output=True, text=True, timeout=300, env=subprocess_env(root),
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -99,6 +99,55 @@ def test_decode_steps_match_reference(Hk, Hv, Dk, Dv, dtype):
         fresh = torch.zeros_like(fresh)
 
 
+@pytest.mark.parametrize("Hk,Hv,Dk,Dv", [(2, 4, 16, 16), (2, 4, 128, 128), (1, 1, 32, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+def test_decode_with_gating_is_the_unfused_chain(Hk, Hv, Dk, Dv, dtype):
+    """The two-launch decode (gating inside the delta-rule kernel, no seq-id tensor) against the layer's unfused
+    chain, three steps: real rows (one fresh), a slot -1 row, two padding tokens past the batch (zeros out), b/a as
+    strided views of one projection. Against the torch references (gdn_gating -> gdn_mixer_static(decode)) within
+    rounding, and against the unfused kernels (gdn_gating + decode) on a copy of the pools bit for bit (the same
+    gate arithmetic and tiles). Pool slots no row names are NaN-poisoned and must stay so."""
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
+
+    n, T, S, K = 4, 6, 8, 4
+    C, conv_pool, rec_pool, weight, rnd = _decode_case(n, S, Hk, Hv, Dk, Dv, K, dtype, seed=Hv * 10 + Dv)
+    untouched = [0, 6]
+    conv_pool[untouched] = float("nan")
+    rec_pool[untouched] = float("nan")
+    slots = torch.tensor([3, 1, -1, 5], device=DEV)
+    fresh = torch.tensor([False, True, False, False], device=DEV)
+    A_log, dt_bias = rnd(Hv), rnd(Hv)
+    ref_conv, ref_rec = conv_pool.clone(), rec_pool.clone()
+    k_conv, k_rec = conv_pool.clone(), rec_pool.clone()  # the unfused kernels' pools
+    for step in range(3):
+        mixed = rnd(T, C).to(dtype)
+        ba = (rnd(T, 2 * Hv) * 2).to(dtype)
+        b, a = ba[:, :Hv], ba[:, Hv:]
+        a[0, 0] = 30.0  # softplus' linear branch
+        got = ggd.decode_with_gating(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh,
+                                     num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv)
+        g, beta = gd.gdn_gating_ref(A_log, a, dt_bias, b)
+        want = gd.gdn_mixer_static_ref(mixed[:n], g[:n], beta[:n], weight, ref_conv, ref_rec,
+                                       torch.arange(n, device=DEV), slots, fresh, num_k_heads=Hk, head_k_dim=Dk,
+                                       head_v_dim=Dv, decode=True)
+        kg, kbeta = ggd.gdn_gating(A_log, a, dt_bias, b)
+        unfused = ggd.decode(mixed[:n], kg[:n], kbeta[:n], weight, k_conv, k_rec, torch.arange(n, device=DEV), slots,
+                             fresh, num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv)
+        assert got.shape == (T, Hv, Dv) and got.dtype == want.dtype
+        assert rel(got[:n], want) < tol(dtype), step
+        assert torch.equal(got[:n], unfused), step
+        assert (got[2] == 0).all() and (got[n:] == 0).all()  # slot -1 row, padding tokens: zeros
+        live = [3, 1, 5]
+        assert torch.equal(rec_pool[live], k_rec[live]) and torch.equal(conv_pool[live], k_conv[live])
+        assert rel(rec_pool[live], ref_rec[live]) < tol(dtype)
+        assert torch.equal(conv_pool[live], ref_conv[live])  # a shift of stored inputs: exact
+        assert torch.isnan(rec_pool[untouched]).all() and torch.isnan(conv_pool[untouched].float()).all()
+        for s_ in (2, 4, 7):  # named by no row: as they were
+            assert torch.equal(rec_pool[s_], ref_rec[s_]) and torch.equal(conv_pool[s_], ref_conv[s_])
+        fresh = torch.zeros_like(fresh)
+
+
 def test_mixer_static_dispatches_to_the_kernels(monkeypatch):
     """``gdn_mixer_static(decode=True)`` on a GPU tensor runs the Triton decode (the layer's graphed path)."""
     from modelgen.runtime.layers.gated_deltanet import ops as gd
@@ -204,10 +253,12 @@ PROMPT = list(range(3, 150, 2))  # 74 tokens: prefill crosses the 64-token chunk
 
 
 @cuda_only
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5"])
-def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypatch, name):
+def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypatch, name, fused):
     """fp32 prefill logits and 16 greedy tokens (graphed decode) equal transformers, with the Triton GDN decode inside
-    the captured graphs; a batch of mixed-length prompts decodes as each prompt alone."""
+    the captured graphs; a batch of mixed-length prompts decodes as each prompt alone. Both decode paths: the
+    two-launch ``decode_with_gating`` (``FUSED_DECODE``) and the unfused chain around ``decode``."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
     from modelgen.runtime.layers.gated_deltanet import kernels as ggd
@@ -216,14 +267,16 @@ def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     from tests.test_parity_llama import PREFILL_ATOL
 
     calls = {"decode": 0, "captured": 0}
-    real = ggd.decode
+    entry = "decode_with_gating" if fused else "decode"
+    real = getattr(ggd, entry)
 
     def counting(*a, **kw):
         calls["decode"] += 1
         calls["captured"] += torch.cuda.is_current_stream_capturing()
         return real(*a, **kw)
 
-    monkeypatch.setattr(ggd, "decode", counting)
+    monkeypatch.setattr(ggd, "FUSED_DECODE", fused)
+    monkeypatch.setattr(ggd, entry, counting)
     _hf_torch_paths(monkeypatch)
     hf = make_qwen3_next(tmp_path, name)
     llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=256, max_num_seqs=4)

@@ -10,7 +10,9 @@ with no host reads and no data-dependent shapes, so a decode step is capturable 
 * :func:`recurrent_step` -- one token of the gated delta rule per row: L2-normalised q/k, decay, delta-rule write and
   read, with the state read from and written back to the pool slot in place (each state element is read once and
   written once: the step is bound by the state bytes, 2 x 4 B x Hv x Dk x Dv per row per layer);
-* :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch.
+* :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch;
+* :func:`decode_with_gating` -- the layer's decode path: conv update, then the delta rule with each program's gates
+  computed in place (bitwise :func:`gdn_gating` + :func:`decode`, two launches fewer).
 
 Rows whose slot is negative (padding rows of a CUDA-graph bucket) produce zeros and touch no state; ``fresh`` rows read
 their state as zeros (their slot may hold a finished request's state).
@@ -36,16 +38,21 @@ def _gating_kernel(a_ptr, b_ptr, alog_ptr, dt_ptr, g_ptr, beta_ptr, s_a, s_b, H,
     row = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK)
     m = h < H
-    a = tl.load(a_ptr + row * s_a + h, mask=m, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + row * s_b + h, mask=m, other=0.0).to(tl.float32)
-    alog = tl.load(alog_ptr + h, mask=m, other=0.0).to(tl.float32)
-    dt = tl.load(dt_ptr + h, mask=m, other=0.0).to(tl.float32)
-    x = a + dt
+    a = tl.load(a_ptr + row * s_a + h, mask=m, other=0.0)
+    b = tl.load(b_ptr + row * s_b + h, mask=m, other=0.0)
+    g, beta = _gates(a, b, tl.load(alog_ptr + h, mask=m, other=0.0), tl.load(dt_ptr + h, mask=m, other=0.0))
+    tl.store(g_ptr + row * H + h, g, mask=m)
+    # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
+    tl.store(beta_ptr + row * H + h, beta.to(beta_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _gates(a, b, alog, dt):
+    """``g = -exp(A_log) * softplus(a + dt_bias)`` and ``sigmoid(b)``, both in float32 (beta not yet rounded)."""
+    x = a.to(tl.float32) + dt.to(tl.float32)
     # softplus as torch computes it (threshold 20: x itself above), log1p(exp(x)) below
     sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    tl.store(g_ptr + row * H + h, -tl.exp(alog) * sp, mask=m)
-    # beta = sigmoid(b) rounded to b's dtype, as the reference's b.sigmoid()
-    tl.store(beta_ptr + row * H + h, (1.0 / (1.0 + tl.exp(-b))).to(beta_ptr.dtype.element_ty), mask=m)
+    return -tl.exp(alog.to(tl.float32)) * sp, 1.0 / (1.0 + tl.exp(-b.to(tl.float32)))
 
 
 def gdn_gating(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor):
@@ -67,14 +74,17 @@ def gdn_gating(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: t
 @triton.jit
 def _conv_update_kernel(
     x_ptr, w_ptr, pool_ptr, slot_ptr, fresh_ptr, seq_ptr, o_ptr, s_x, s_o, s_pool, C,
-    K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr,
+    K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr, HAS_SEQ: tl.constexpr = True,
 ):
     row = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = c < C
     slot = tl.load(slot_ptr + row).to(tl.int64)
-    # a real row: a slot, and its token is its own (seq_ids[r] == r; -1 marks a padding token)
-    live = (slot >= 0) & (tl.load(seq_ptr + row).to(tl.int32) == row)
+    # a real row: a slot, and its token is its own (seq_ids[r] == r; -1 marks a padding token). Without seq ids
+    # (HAS_SEQ False) row r is token r by construction: no arange tensor, so no launch to build one.
+    live = slot >= 0
+    if HAS_SEQ:
+        live = live & (tl.load(seq_ptr + row).to(tl.int32) == row)
     keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
     x = tl.load(x_ptr + row.to(tl.int64) * s_x + c, mask=cm, other=0.0)
     base = pool_ptr + tl.maximum(slot, 0) * s_pool + c * (K - 1)
@@ -95,9 +105,10 @@ def _conv_update_kernel(
 
 
 def conv_update(x: torch.Tensor, weight: torch.Tensor, conv_pool: torch.Tensor, slots: torch.Tensor,
-                fresh: torch.Tensor, seq_ids: torch.Tensor, silu: bool = True) -> torch.Tensor:
+                fresh: torch.Tensor, seq_ids: torch.Tensor | None, silu: bool = True) -> torch.Tensor:
     """``x [R, C]`` one token per row, ``weight [C, K]``, ``conv_pool [S, C, K-1]`` (advanced in place for real rows:
-    ``slots[r] >= 0`` and ``seq_ids[r] == r``), ``fresh [R]`` -> ``out [R, C]`` (x dtype; zeros on other rows)."""
+    ``slots[r] >= 0`` and ``seq_ids[r] == r``; ``seq_ids=None``: every row's token is its own), ``fresh [R]`` ->
+    ``out [R, C]`` (x dtype; zeros on other rows)."""
     R, C = x.shape
     K = weight.shape[-1]
     if x.stride(-1) != 1:
@@ -109,8 +120,8 @@ def conv_update(x: torch.Tensor, weight: torch.Tensor, conv_pool: torch.Tensor, 
     if R:
         block = 256
         _conv_update_kernel[(R, triton.cdiv(C, block))](
-            x, weight, conv_pool, slots, fresh, seq_ids, out, x.stride(0), out.stride(0), conv_pool.stride(0), C,
-            K=K, BLOCK_C=block, SILU=silu, num_warps=4)
+            x, weight, conv_pool, slots, fresh, slots if seq_ids is None else seq_ids, out, x.stride(0), out.stride(0),
+            conv_pool.stride(0), C, K=K, BLOCK_C=block, SILU=silu, HAS_SEQ=seq_ids is not None, num_warps=4)
     return out
 
 
@@ -124,15 +135,28 @@ def _recurrent_kernel(
     row = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
-    kh = h // R  # key head serving this value head (repeat_interleave grouping)
     slot = tl.load(slot_ptr + row).to(tl.int64)
     live = (slot >= 0) & (tl.load(seq_ptr + row).to(tl.int32) == row)
     keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
-    dk = tl.arange(0, BK)
     dv = vb * BV + tl.arange(0, BV)
-    km = dk < DK
     vm = dv < DV
-    xrow = x_ptr + row.to(tl.int64) * s_x
+    g = tl.load(g_ptr + row * HV + h).to(tl.float32)
+    beta = tl.load(beta_ptr + row * HV + h).to(tl.float32)
+    o = _delta_rule_tile(x_ptr + row.to(tl.int64) * s_x, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_pool,
+                         scale, eps, R, DK, DV, KEY_DIM, BK, L2NORM)
+    tl.store(o_ptr + (row.to(tl.int64) * HV + h) * DV + dv, o.to(o_ptr.dtype.element_ty), mask=vm)
+
+
+@triton.jit
+def _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_pool, scale, eps, R: tl.constexpr,
+                     DK: tl.constexpr, DV: tl.constexpr, KEY_DIM: tl.constexpr, BK: tl.constexpr,
+                     L2NORM: tl.constexpr):
+    """One token of the gated delta rule for value head ``h``, value columns ``dv``: the state tile read once from
+    the pool slot (zeros where not ``keep``), decayed, delta-rule written, read by q, and written back (``live``
+    rows only); returns ``o[dv]`` in float32 (zeros where not ``live``)."""
+    kh = h // R  # key head serving this value head (repeat_interleave grouping)
+    dk = tl.arange(0, BK)
+    km = dk < DK
     q = tl.load(xrow + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
     k = tl.load(xrow + KEY_DIM + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
     v = tl.load(xrow + 2 * KEY_DIM + h * DV + dv, mask=vm, other=0.0).to(tl.float32)
@@ -140,8 +164,6 @@ def _recurrent_kernel(
         q = q * tl.math.rsqrt(tl.sum(q * q, 0) + eps)
         k = k * tl.math.rsqrt(tl.sum(k * k, 0) + eps)
     q = q * scale
-    g = tl.load(g_ptr + row * HV + h).to(tl.float32)
-    beta = tl.load(beta_ptr + row * HV + h).to(tl.float32)
     sp = pool_ptr + tl.maximum(slot, 0) * s_pool + h * (DK * DV) + dk[:, None] * DV + dv[None, :]
     m2 = km[:, None] & vm[None, :]
     S = tl.load(sp, mask=m2 & keep, other=0.0).to(tl.float32)  # [BK, BV]
@@ -150,8 +172,7 @@ def _recurrent_kernel(
     S = S + k[:, None] * delta[None, :]
     o = tl.sum(S * q[:, None], 0)  # S^T q
     tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)
-    o = tl.where(live, o, 0.0)
-    tl.store(o_ptr + (row.to(tl.int64) * HV + h) * DV + dv, o.to(o_ptr.dtype.element_ty), mask=vm)
+    return tl.where(live, o, 0.0)
 
 
 def recurrent_step(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor,
@@ -185,6 +206,75 @@ def decode(mixed, g, beta, conv_weight, conv_pool, recurrent_pool, seq_ids, slot
     x = conv_update(mixed, conv_weight, conv_pool, slots, fresh, seq_ids)
     return recurrent_step(x, g, beta, recurrent_pool, slots, fresh, seq_ids, num_k_heads=num_k_heads, head_k_dim=head_k_dim,
                           head_v_dim=head_v_dim)
+
+
+# ---------------------------------------------------------------------------- gating inside the delta-rule launch
+# The decode chain between a GDN layer's projections and its gated norm was four launches (seq-id arange, gating,
+# conv, delta rule), each a few microseconds at batch 1 against well under a microsecond of bytes. This path runs
+# two: the conv update with no seq-id tensor (row i is token i), then the delta-rule kernel with its program's g and
+# beta computed in place (the same _gates arithmetic as _gating_kernel, and the same tiles as _recurrent_kernel, so
+# its output and states are bitwise those of the unfused chain). The conv stays its own launch: its in-place shift
+# of the conv state cannot be shared with the programs that read it without a grid-wide barrier. (Moving the gated
+# RMSNorm in as well, one program per (row, head) over all Dv columns, measured slower: bench/NOTES-gdn.md.)
+# ``FUSED_DECODE`` is the path the layer takes (bench/gdn_ab.py times both in one process).
+FUSED_DECODE = True
+
+
+@triton.jit
+def _gated_delta_kernel(
+    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, pool_ptr, slot_ptr, fresh_ptr, o_ptr, NR, s_x, s_a, s_b, s_pool, scale,
+    eps, HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, KEY_DIM: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    inb = row < NR  # rows past the batch are padding tokens: zeros out, no state touched
+    slot = tl.load(slot_ptr + row, mask=inb, other=-1).to(tl.int64)
+    live = slot >= 0
+    keep = live & (tl.load(fresh_ptr + row, mask=inb, other=1).to(tl.int32) == 0)
+    a = tl.load(a_ptr + row.to(tl.int64) * s_a + h)
+    b = tl.load(b_ptr + row.to(tl.int64) * s_b + h)
+    g, beta = _gates(a, b, tl.load(alog_ptr + h), tl.load(dt_ptr + h))
+    beta = beta.to(b_ptr.dtype.element_ty).to(tl.float32)  # rounded to b's dtype, as gdn_gating returns it
+    dv = vb * BV + tl.arange(0, BV)
+    vm = dv < DV
+    xrow = x_ptr + tl.minimum(row, NR - 1).to(tl.int64) * s_x  # an in-bounds row for padding (its o is zeroed)
+    o = _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_pool, scale, eps, R, DK, DV,
+                         KEY_DIM, BK, L2NORM)
+    tl.store(o_ptr + (row.to(tl.int64) * HV + h) * DV + dv, o.to(o_ptr.dtype.element_ty), mask=vm)
+
+
+def decode_with_gating(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recurrent_pool, slots, fresh, *,
+                       num_k_heads, head_k_dim, head_v_dim, use_qk_l2norm: bool = True, scale: float | None = None,
+                       eps: float = 1e-6) -> torch.Tensor:
+    """``gdn_gating`` + ``gdn_mixer_static(decode=True)`` of a GDN layer in two launches: ``mixed [T, C]`` (conv
+    input), ``a, b [T, Hv]`` (views with unit last stride allowed); row i < ``n = slots.shape[0]`` is sequence i's
+    token, rows past n are padding tokens -> core ``[T, Hv, Dv]`` in ``mixed.dtype`` (zeros on padding rows and slot
+    -1 rows), the conv and recurrent pools advanced in place as :func:`decode` advances them."""
+    T = mixed.shape[0]
+    Hv = A_log.shape[0]
+    n = slots.shape[0]
+    out = torch.empty((T, Hv, head_v_dim), dtype=mixed.dtype, device=mixed.device)
+    if T == 0:
+        return out
+    if n == 0:
+        return out.zero_()
+    slots, fresh = slots.contiguous(), fresh.contiguous()
+    x = conv_update(mixed[:n], conv_weight, conv_pool, slots, fresh, None)
+    if a.stride(-1) != 1:
+        a = a.contiguous()
+    if b.stride(-1) != 1:
+        b = b.contiguous()
+    if not recurrent_pool.is_contiguous():
+        raise ValueError("decode_with_gating: the state pool must be contiguous [num_slots, Hv, Dk, Dv]")
+    BV = min(32, next_pow2(head_v_dim))  # recurrent_step's tile: the same programs, the same sums
+    _gated_delta_kernel[(T, Hv, triton.cdiv(head_v_dim, BV))](
+        x, a, b, A_log, dt_bias, recurrent_pool, slots, fresh, out, n, x.stride(0), a.stride(0), b.stride(0),
+        recurrent_pool.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
+        HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
+        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, num_warps=4)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ gated RMSNorm

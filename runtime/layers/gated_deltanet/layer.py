@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ... import distributed as dist
+from ...ops import gpu
 from ...state_cache import PAD_SLOT, StateMetadata, StateSpec
 from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
@@ -224,8 +225,18 @@ class GatedDeltaNet(LayerKind):
         heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
         mixed, z, b, a = gd.split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states),
                                               self.layout, *heads)
-        g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         weight = self.conv1d.weight.squeeze(1)
+        if meta.decode_only and gpu.enabled(mixed):
+            from . import kernels as ggd  # Triton: imported only on the GPU path
+
+            if ggd.FUSED_DECODE:  # gating, conv and delta rule in two launches (the same function)
+                core = ggd.decode_with_gating(
+                    mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
+                    meta.state_slots, meta.fresh, num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim,
+                    head_v_dim=self.head_v_dim)
+                o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+                return self.out_proj(o.reshape(T, self.value_dim))
+        g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]
             core = self._decode_rows(mixed[:n], g[:n], beta[:n], weight, meta.state_slots, meta.fresh)
