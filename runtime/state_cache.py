@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine.block_manager import CacheFullError
+from .block_manager import CacheFullError
 
 PAD_SLOT = -1
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 
-from .runners import Work
+from ..work import Work
 from ..ops.tokens import from_chain
 
 

@@ -34,10 +34,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from .block_manager import CacheFullError
+from ..block_manager import CacheFullError
 from .model_build import LoadedModel
 from .pipelined import PipelinedDecode
-from .runners import Work
+from ..work import Work
 from .sampler import SamplingParams, sample
 
 

@@ -70,9 +70,9 @@ from ..parallel import launch
 from ..parallel.launch import SPEC
 from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
 from .args import check_speculative_tokens
-from .block_manager import CacheFullError
+from ..block_manager import CacheFullError
 from .model_build import LoadedModel, default_dtype
-from .runners import Work
+from ..work import Work
 from .sampler import SamplingParams, filter_logits
 from .scheduler import Scheduler, sampling_error
 

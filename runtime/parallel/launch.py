@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .. import distributed
-from ..engine.runners import Work
+from ..work import Work
 from .attention_dp import DataParallelBlocks, init_groups as init_data_parallel_groups
 from .channel import ShmChannel, wanted as _shm_wanted
 from .pipeline import init_groups as init_pipeline_groups

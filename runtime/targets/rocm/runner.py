@@ -5,8 +5,8 @@ import os
 
 import torch
 
-from ...engine.block_manager import BlockManager
-from ...engine.runners import Work, pad_tables
+from ...block_manager import BlockManager
+from ...work import Work, pad_tables
 from ...layers.attention import AttentionMetadata
 from ...layers.gated_deltanet import StateMetadata
 from ...ops.tokens import chain_token_ids
