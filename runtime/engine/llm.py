@@ -96,7 +96,6 @@ def _prompt_items(prompts) -> list[tuple[str | None, list[int] | None]]:
     return items
 
 
-
 class LLM:
     """An inference engine over one checkpoint: continuous batching over a paged KV cache (vLLM's ``LLM`` API).
 
