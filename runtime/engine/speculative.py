@@ -384,15 +384,8 @@ class SpeculativeDecoder:
             self.release(r.seq_id)
             emitted.append(r)
             for tok in tokens:
-                r.append(tok)
                 n_emitted += 1
-                if r.t_first is None:
-                    r.t_first = now
-                stop = (tok in loaded.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
-                if stop or len(r.output) >= r.params.max_new_tokens:
-                    r.done = True
-                    r.finish_reason = "stop" if stop else "length"
-                    r.t_done = now
+                if self.scheduler.append_token(r, tok, now):  # ended: later tokens of the run are dropped
                     break
         # Recurrent layers: a request that rejected a draft gets its state back (as it was before this step) and
         # re-advances it over the tokens it keeps, positions [start, computed), in one more target forward (hidden
