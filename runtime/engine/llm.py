@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import time
 import warnings
 from pathlib import Path
 from typing import Iterator
