@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine.block_manager import CacheFullError
+from .block_manager import CacheFullError
 
 PAD_SLOT = -1
 

@@ -157,3 +157,40 @@ def test_the_largest_values_still_accepted(llm):
     p = SamplingParams(max_tokens=3, temperature=1.0, seed=2**64 - 1, logit_bias={7: 100}, repetition_penalty=0.01,
                        ignore_eos=True)
     assert llm.generate_ids([PROMPTS[0]], p)[0] == [7, 7, 7]  # a +100 bias dominates every logit
+
+
+def test_the_server_loop_posts_the_error_to_that_request_only(llm):
+    """runtime/server/engine_loop.py over the same step: the poisoned request's queue gets its SamplingError, the
+    others their tokens to the end (no HTTP: the engine thread and the asyncio side only)."""
+    import asyncio
+
+    from modelgen.runtime.server.engine_loop import EngineLoop
+
+    async def run() -> list:
+        loop = EngineLoop(llm)
+        try:
+            params = list(PARAMS)
+            params[POISONED] = _poisoned(PARAMS[POISONED])
+            handles = loop.submit(PROMPTS, params)
+            results = []
+            for h in handles:
+                tokens = []
+                while True:
+                    event = await asyncio.wait_for(h.events.get(), 120)
+                    if isinstance(event, Exception):
+                        results.append(event)
+                        break
+                    new, finish = event
+                    tokens += new
+                    if finish is not None:
+                        results.append(tokens)
+                        break
+            return results
+        finally:
+            loop.shutdown()
+
+    alone = [llm.generate_ids([prompt], [p])[0] for prompt, p in zip(PROMPTS, PARAMS)]
+    results = asyncio.run(run())
+    assert isinstance(results[POISONED], SamplingError)
+    assert [r for i, r in enumerate(results) if i != POISONED] == [a for i, a in enumerate(alone) if i != POISONED]
+    _nothing_held(llm)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import time
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -94,7 +95,6 @@ def _prompt_items(prompts) -> list[tuple[str | None, list[int] | None]]:
         else:
             items.append((None, list(p)))
     return items
-
 
 
 class LLM:

@@ -28,7 +28,7 @@ import time
 
 from modelgen import settings
 
-from .runners import Work
+from ..work import Work
 from ..ops.tokens import from_chain
 
 

@@ -1,21 +1,5 @@
-"""The unit of work the scheduler hands a target's runner (``runtime/targets/<target>/runner.py``).
+"""Kept for imports written against this path: :class:`Work` lives in runtime/work.py, below the engine, because
+the targets' runners and the parallel launcher build and read it too."""
+from ..work import Work, pad_tables
 
-A step is a list of :class:`Work` items: a sequence's new tokens and the position of the first one. The rocm runner
-flattens them into one varlen batch (prefill and decode may mix); the neuron runner pads them to compiled buckets.
-"""
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-@dataclass
-class Work:
-    seq_id: int
-    token_ids: list[int]  # new tokens fed this step
-    start_pos: int  # position of token_ids[0]
-
-
-def pad_tables(tables: list[list[int]], width: int) -> list[list[int]]:
-    """Block tables right-padded with block 0 to ``width`` columns (padding entries are never read past the
-    sequence's context length)."""
-    return [t + [0] * (width - len(t)) for t in tables]
+__all__ = ["Work", "pad_tables"]

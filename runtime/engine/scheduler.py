@@ -23,7 +23,7 @@ each).
 
 The speculative decoder (runtime/engine/speculative.py) and pipelined decode (runtime/engine/pipelined.py) run
 their own steps on this scheduler's public methods: :meth:`admit`, :meth:`ensure_decode_blocks`, :meth:`emit`,
-:meth:`fail`, :meth:`release`.
+:meth:`append_token`, :meth:`fail`, :meth:`release`.
 """
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from .block_manager import CacheFullError
+from ..block_manager import CacheFullError
 from .model_build import LoadedModel
 from .pipelined import PipelinedDecode
-from .runners import Work
+from ..work import Work
 from .sampler import SamplingParams, sample
 
 
@@ -417,20 +417,25 @@ class Scheduler:
             r.computed += n
             if not fin:
                 continue
-            r.append(tok)
             emitted.append(r)
-            if r.t_first is None:
-                r.t_first = now
-            stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
-            if stop or len(r.output) >= r.params.max_new_tokens:
-                r.done = True
-                r.finish_reason = "stop" if stop else "length"
-                if stop and tok not in self.eos_ids:
-                    r.stop_reason = tok
-                r.t_done = now
+            if self.append_token(r, tok, now):
                 running.remove(r)
                 self.release(r.seq_id)
         return emitted
+
+    def append_token(self, r: Request, tok: int, now: float) -> bool:
+        """Append one sampled token to ``r``; True when it ends ``r`` (EOS or a stop token unless ``ignore_eos``, or
+        ``max_tokens``), its finish reason and time then set (the caller takes it out of the batch)."""
+        r.append(tok)
+        if r.t_first is None:
+            r.t_first = now
+        stop = (tok in self.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
+        if not (stop or len(r.output) >= r.params.max_new_tokens):
+            return False
+        r.done, r.finish_reason, r.t_done = True, "stop" if stop else "length", now
+        if stop and tok not in self.eos_ids:
+            r.stop_reason = tok
+        return True
 
     def fail(self, r: Request, error: BaseException, waiting: list[Request], running: list[Request]) -> None:
         """End ``r`` alone with ``error``: out of ``waiting`` / ``running``, its resources freed; the current

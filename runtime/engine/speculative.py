@@ -71,9 +71,9 @@ from ..parallel import launch
 from ..parallel.launch import SPEC
 from ..targets.rocm.cuda_graphs import StepGraphs, multi_token_layout
 from .args import check_speculative_tokens
-from .block_manager import CacheFullError
+from ..block_manager import CacheFullError
 from .model_build import LoadedModel, default_dtype
-from .runners import Work
+from ..work import Work
 from .sampler import SamplingParams, filter_logits
 from .scheduler import Scheduler, sampling_error
 
@@ -169,7 +169,8 @@ class SpeculativeDecoder:
         self.k = check_speculative_tokens(num_speculative_tokens)
         options, budget = loaded.options, loaded.budget
         if getattr(loaded.runner, "on_device_sampling", False):
-            raise ValueError("speculative_tokens: not supported with on_device_sampling (drafts are verified on the host)")
+            raise ValueError("speculative_tokens: not supported with on_device_sampling (drafts are verified on the "
+                             "host)")
         # Engine-started tensor-parallel ranks: every model call below is announced to the followers first (a SPEC
         # message of runtime/parallel/launch.py, whose followers call follow()), so their collectives pair up.
         self._ranks = loaded.ranks
@@ -184,7 +185,7 @@ class SpeculativeDecoder:
             self.draft = mtp.DRAFT_CLASS(loaded.config, loaded.model)
         self.draft.eval()
         with loaded.checkpoint.open_weights(loaded.dtype, allow_external_shards=allow_external_shards,
-                                         check_finite=check_finite) as ckpt:
+                                            check_finite=check_finite) as ckpt:
             loaded.target.load(self.draft, ckpt)
         blocks = loaded.blocks
         caches = allocate_kv_cache(self.draft.get_kv_spec(), blocks.num_blocks, blocks.block_size, loaded.device)
@@ -193,8 +194,8 @@ class SpeculativeDecoder:
         # decode graphs (they would not see the bound hidden states): its graphs are StepGraphs with a static hidden
         # input (enable_graphs).
         self.runner = loaded.target.make_runner(self.draft, blocks, loaded.device,
-                                             replace(options, cuda_graphs=False, compile=False), budget,
-                                             state_pool=None)
+                                                replace(options, cuda_graphs=False, compile=False), budget,
+                                                state_pool=None)
         for runner in (loaded.runner, self.runner):
             if hasattr(runner, "segmented_prefill"):
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
@@ -224,8 +225,8 @@ class SpeculativeDecoder:
         if capture is None:
             pool = torch.cuda.graph_pool_handle()  # one pool: run() gathers its output before another replay
         layout = multi_token_layout(loaded.model, q)
-        self.verify_graphs = (StepGraphs(loaded.model, loaded.device, tokens_per_seq=q, layout=layout, pool=pool, **common)
-                              if layout is not None else None)
+        self.verify_graphs = (StepGraphs(loaded.model, loaded.device, tokens_per_seq=q, layout=layout, pool=pool,
+                                         **common) if layout is not None else None)
         hidden = (int(loaded.config.hidden_size), loaded.dtype)
         layout = multi_token_layout(self.draft, q)
         self.draft_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=q, layout=layout, hidden=hidden,
@@ -296,8 +297,8 @@ class SpeculativeDecoder:
             _, hidden = runner.step(work, return_hidden=True)
         total = sum(len(w.token_ids) for w in work)
         if hidden.shape[0] != total:
-            raise RuntimeError(f"{type(self.loaded.runner).__name__}.step(return_hidden=True) returned {hidden.shape[0]} "
-                               f"hidden rows for {total} fed tokens")
+            raise RuntimeError(f"{type(self.loaded.runner).__name__}.step(return_hidden=True) returned "
+                               f"{hidden.shape[0]} hidden rows for {total} fed tokens")
         return hidden
 
     def step(self, waiting: list, running: list) -> list:
@@ -385,15 +386,8 @@ class SpeculativeDecoder:
             self.release(r.seq_id)
             emitted.append(r)
             for tok in tokens:
-                r.append(tok)
                 n_emitted += 1
-                if r.t_first is None:
-                    r.t_first = now
-                stop = (tok in loaded.eos_ids or tok in r.params.stop_token_ids) and not r.params.ignore_eos
-                if stop or len(r.output) >= r.params.max_new_tokens:
-                    r.done = True
-                    r.finish_reason = "stop" if stop else "length"
-                    r.t_done = now
+                if self.scheduler.append_token(r, tok, now):  # ended: later tokens of the run are dropped
                     break
         # Recurrent layers: a request that rejected a draft gets its state back (as it was before this step) and
         # re-advances it over the tokens it keeps, positions [start, computed), in one more target forward (hidden

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import distributed
-from ..engine.block_manager import BlockManager, CacheFullError
+from ..block_manager import BlockManager, CacheFullError
 from .class_swap import swapped_classes
 
 _COUNTS: list[int] = []  # tokens each DP group feeds this step (set by the runner before the forward)
@@ -213,7 +213,7 @@ class DataParallelRunner:
         return ids.tolist() if ids is not None else None
 
     def _run(self, work, all_positions: bool, greedy: bool):
-        from ..engine.runners import Work
+        from ..work import Work
 
         owners = [self.blocks.owner[w.seq_id] for w in work]  # DP groups
         mine = [w for w, o in zip(work, owners) if o == self.group]

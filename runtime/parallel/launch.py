@@ -2,10 +2,10 @@
 
 The calling process is rank 0: it schedules (admission, block tables, sampling) exactly as at N = 1. Ranks 1..N-1
 are spawned here (``torch.multiprocessing`` "spawn"; each calls the build callback rank 0 handed to
-:func:`start_ranks` -- the ``LLM`` class -- with the same arguments, on its shards) and then *follow*: before each model call rank 0 broadcasts the step's inputs — every request's new tokens,
-start position, block table and state slot, plus the sampling parameters for on-device sampling — and every rank
-runs the same runner call, so their collectives (row-parallel all-reduces, the vocab all-gather) pair up. Only rank
-0's result is used. The step messages are int64/float64 tensors on a gloo group (no pickling, no GPU sync on the
+:func:`start_ranks` -- the ``LLM`` class -- with the same arguments, on its shards) and then *follow*: before each
+model call rank 0 broadcasts the step's inputs — every request's new tokens, start position, block table and state
+slot, plus the sampling parameters for on-device sampling — and every rank runs the same runner call, so their
+collectives (row-parallel all-reduces, the vocab all-gather) pair up. Only rank 0's result is used. The step messages are int64/float64 tensors on a gloo group (no pickling, no GPU sync on the
 driver); the model's own collectives use the default group: gloo on CPU, NCCL when the device is CUDA with >= N
 GPUs (rank r on ``cuda:base + r``).
 
@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 from modelgen import settings
 
 from .. import distributed
-from ..engine.runners import Work
+from ..work import Work
 from .attention_dp import DataParallelBlocks, init_groups as init_data_parallel_groups
 from .channel import ShmChannel, wanted as _shm_wanted
 from .pipeline import init_groups as init_pipeline_groups

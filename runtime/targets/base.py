@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.block_manager import BlockManager
+from ..block_manager import BlockManager
 from ..loader.checkpoint import Checkpoint
 from ..loader.protocol import LoadsWeights
 

@@ -7,8 +7,8 @@ import time
 import torch
 
 from ... import distributed
-from ...engine.block_manager import BlockManager
-from ...engine.runners import Work, pad_tables
+from ...block_manager import BlockManager
+from ...work import Work, pad_tables
 
 
 def default_buckets(limit: int, start: int = 16) -> list[int]:

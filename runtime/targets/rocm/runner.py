@@ -6,8 +6,8 @@ import torch
 
 from modelgen import settings
 
-from ...engine.block_manager import BlockManager
-from ...engine.runners import Work, pad_tables
+from ...block_manager import BlockManager
+from ...work import Work, pad_tables
 from ...layers.attention import AttentionMetadata
 from ...layers.kind import layer_kinds
 from ...ops.tokens import chain_token_ids
