@@ -1,9 +1,7 @@
 """Paged KV-cache block allocation: a free list of fixed-size blocks and one block table per sequence."""
 from __future__ import annotations
 
-
-class CacheFullError(RuntimeError):
-    """Raised when a request can never fit in the KV cache, even with every other request evicted."""
+from .kv_cache import CacheFullError  # declared with the caches (the state pool raises it too); raised here
 
 
 class BlockManager:

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 import torch
 
 
+class CacheFullError(RuntimeError):
+    """Raised when a request can never fit in the KV cache, even with every other request evicted."""
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     name: str  # attn_metadata / kv_caches key, e.g. "layers.0.self_attn"

@@ -7,7 +7,7 @@ A layer declares what one slot holds with :class:`StateSpec` (the ``state_spec()
 ``runtime/layers/gated_deltanet/layer.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every
 declared layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at
 admission, ``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
-:class:`~modelgen.runtime.engine.block_manager.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
+:class:`~modelgen.runtime.kv_cache.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
 applies unchanged.
 
 Slot ``-1`` (:data:`PAD_SLOT`) marks a padding sequence in a batch: layers never read or write it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .block_manager import CacheFullError
+from .kv_cache import CacheFullError
 
 PAD_SLOT = -1
 
