@@ -37,4 +37,5 @@ MODELS = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
     "SmolLM3ForCausalLM": "smollm3",
     "StableLmForCausalLM": "stablelm",
+    "Starcoder2ForCausalLM": "starcoder2",
 }

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): 9d810bf1a05406d6
+# source hash (spec + templates + generator): 507a7a38c91e4cee
 # ==================================================================================================================
 """Granite for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
-# source hash (spec + templates + generator): fe32b3f7c0aca6b9
+# source hash (spec + templates + generator): e21a5a4441272aa4
 # ==================================================================================================================
 """Gemma2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Gemma2Config

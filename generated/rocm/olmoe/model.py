@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 059f39ed79315f68
+# source hash (spec + templates + generator): c7045e430d45996e
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 
@@ -48,7 +48,7 @@ class OlmoeAttention(nn.Module):
 
     def __init__(self, config: OlmoeConfig, layer_idx: int):
         super().__init__()
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2.yaml --target rocm
-# source hash (spec + templates + generator): 0450a5d775ef30f3
+# source hash (spec + templates + generator): 4166766c01fdebb8
 # ==================================================================================================================
 """Qwen2 for the rocm target, in ATOM's style.
 

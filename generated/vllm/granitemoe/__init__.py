@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granitemoe.yaml --target vllm
-# source hash (spec + templates + generator): ed2706703e0602e6
+# source hash (spec + templates + generator): 11ff60c4ca652d0d
 # ==================================================================================================================
 """GraniteMoe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 059f39ed79315f68
+# source hash (spec + templates + generator): c7045e430d45996e
 # ==================================================================================================================
 """Olmoe for the vllm target. See README.md.
 
