@@ -1,6 +1,7 @@
 """Onboarding round 2 (issue 26): Cohere, OLMoE, Granite-MoE, SmolLM3, EXAONE 4, ERNIE 4.5, GLM-4, the text models
-of Qwen2-VL / Qwen3-VL and StarCoder2 (its ungated MLP; specs/{cohere,olmoe,granitemoe,smollm3,exaone4,ernie4_5,
-glm4,qwen2_vl,qwen3_vl,starcoder2}.yaml) vs transformers.
+of Qwen2-VL / Qwen3-VL, and StarCoder2 / Phi-2 (the ungated MLP; Phi-2's parallel block and LM-head bias)
+(specs/{cohere,olmoe,granitemoe,smollm3,exaone4,ernie4_5,glm4,qwen2_vl,qwen3_vl,starcoder2,phi}.yaml) vs
+transformers.
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA, 4 layers, norm weights and biases
 perturbed off their initial constants) with every option the family's config can switch on set in at least one case,
@@ -68,8 +69,13 @@ CASES: dict[str, tuple[str, dict, bool]] = {
     # The ungated MLP (c_proj(gelu_tanh(c_fc(x)))) with biases everywhere, and a window on every layer.
     "starcoder2": ("Starcoder2ForCausalLM", dict(use_bias=True, sliding_window=WINDOW), False),
     "starcoder2_no_bias": ("Starcoder2ForCausalLM", dict(use_bias=False, tie_word_embeddings=False), False),
+    # Phi-2: parallel attention + ungated MLP on one LayerNorm, per-head q/k LayerNorms, partial RoPE, lm_head bias.
+    "phi": ("PhiForCausalLM", dict(
+        qk_layernorm=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.4)),
+        False),
+    "phi_plain": ("PhiForCausalLM", dict(tie_word_embeddings=False), False),
 }
-THREE_WAY = ["starcoder2", "cohere", "olmoe_clip", "granitemoe", "smollm3", "exaone4", "ernie4_5", "glm4", "qwen2_vl", "qwen3_vl"]
+THREE_WAY = ["phi", "starcoder2", "cohere", "olmoe_clip", "granitemoe", "smollm3", "exaone4", "ernie4_5", "glm4", "qwen2_vl", "qwen3_vl"]
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +182,11 @@ def test_each_feature_moves_the_logits(checkpoint, tmp_path, target):
     assert _err_after(path, ref, lambda m: [(x.up_proj_bias if target == "neuron" else x.up_proj.bias).zero_()
                                             for x in mlps(m)], target) > 1e-2
     assert _err_after(path, ref, lambda m: [setattr(x, "act_fn", Activation("relu2")) for x in mlps(m)], target) > 1e-2
+    path, hf = checkpoint("phi")
+    ref = hf_logits(hf, PROMPT)
+    head_bias = "lm_head_bias" if target == "neuron" else None
+    assert _err_after(path, ref, lambda m: (getattr(m, head_bias) if head_bias else m.lm_head.bias).zero_(),
+                      target) > 1e-2
     for name in ("smollm3", "exaone4", "qwen2_vl", "starcoder2"):
         path, hf = checkpoint(name)
         assert _err_after(path, hf_logits(hf, PROMPT), no_window, target) > 1e-2, name

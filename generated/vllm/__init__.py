@@ -24,6 +24,7 @@ MODELS = {
     "OlmoForCausalLM": "olmo",
     "OlmoeForCausalLM": "olmoe",
     "Phi3ForCausalLM": "phi3",
+    "PhiForCausalLM": "phi",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",

@@ -1,4 +1,4 @@
-"""The round-2 families' vllm-target models (issue 26; StarCoder2 for the ungated MLP), served by real vLLM, on the feature-on configs of
+"""The round-2 families' vllm-target models (issue 26; StarCoder2 and Phi-2 for the ungated MLP, Phi-2's LM-head bias), served by real vLLM, on the feature-on configs of
 tests/test_parity_families2.py: greedy tokens equal transformers' float32 choices, teacher-forced (harness.py).
 
 vLLM's CPU attention takes head sizes 32..512, so every case has head_dim 32 (families that derive it from the width:
@@ -36,6 +36,9 @@ CASES: dict[str, tuple[str, dict, bool]] = {
     "glm4": ("Glm4ForCausalLM", dict(
         HD, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.75)), False),
     "starcoder2": ("Starcoder2ForCausalLM", dict(WIDE, use_bias=True, sliding_window=WINDOW), False),
+    "phi": ("PhiForCausalLM", dict(
+        WIDE, qk_layernorm=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                      partial_rotary_factor=0.4)), False),
     # Without mrope_section: with it vLLM switches to M-RoPE positions, which its CPU runner refuses (Qwen2-VL's
     # transformers model needs it, so Qwen2-VL is not served here: tests/vllm/test_vllm_parity.py CPU_UNSUPPORTED).
     "qwen3_vl": ("Qwen3VLForConditionalGeneration", dict(HD, attention_bias=True), False),

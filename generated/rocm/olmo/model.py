@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): 85f3b0baa0983a0b
+# source hash (spec + templates + generator): a77832572512ffd1
 # ==================================================================================================================
 """Olmo for the rocm target, in ATOM's style.
 

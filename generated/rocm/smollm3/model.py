@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 03673dff6ce51c41
+# source hash (spec + templates + generator): 72e8130b2bbd6ced
 # ==================================================================================================================
 """SmolLM3 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4.yaml --target vllm
-# source hash (spec + templates + generator): 77fbf0e9e7b5ca90
+# source hash (spec + templates + generator): 68679ec07b9d97fa
 # ==================================================================================================================
 """Glm4 for the vllm target: vLLM's model interface and layer library.
 

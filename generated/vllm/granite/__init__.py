@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 507a7a38c91e4cee
+# source hash (spec + templates + generator): de475e4f47997f62
 # ==================================================================================================================
 """Granite for the vllm target. See README.md.
 
