@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): 8cb3388b5f4b63ab
+# source hash (spec + templates + generator): a04269eda6817b5e
 # ==================================================================================================================
 """Olmoe for the neuron target, in vLLM Neuron's style.
 
@@ -88,7 +88,9 @@ class OlmoeAttention(nn.Module):
             self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
         # Over the whole projection: this rank's heads (weight slices), the variance all-reduced over every rank's.
         self.q_norm = ShardedProjectionRMSNorm(config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = ShardedProjectionRMSNorm(config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True)
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True
+        )
         for norm in (self.q_norm, self.k_norm):
             set_weight_loader(norm.weight, norm.neuron_loader())
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]

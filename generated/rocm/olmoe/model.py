@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 8cb3388b5f4b63ab
+# source hash (spec + templates + generator): a04269eda6817b5e
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 
@@ -66,7 +66,9 @@ class OlmoeAttention(nn.Module):
         )
         # Over the whole projection: this rank's heads, the variance all-reduced over every rank's.
         self.q_norm = ShardedProjectionRMSNorm(config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = ShardedProjectionRMSNorm(config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True)
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True
+        )
         self.clip_qkv = config.clip_qkv  # None: not clamped
         self.rotary_emb = get_rope(
             self.head_dim,
