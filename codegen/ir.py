@@ -287,6 +287,7 @@ class ModelIR:
     embedding_multiplier_dtype: str = "float32"  # "model": the multiplier rounded to the hidden dtype first (Gemma)
     logits_divisor: Value | None = None  # Granite logits_scaling: logits / divisor
     logits_softcap: Value | None = None  # Gemma 2 final_logit_softcapping: cap * tanh(logits / cap)
+    lm_head_bias: bool = False  # Phi-2: lm_head.bias [vocab] added to the logits
     # (display path, sha256 of its text) of the spec and each base it extends, most derived first (codegen/cache.py)
     sources: tuple[tuple[str, str], ...] = ()
 

@@ -417,6 +417,7 @@ class _Lowerer:
             embedding_multiplier_dtype=s.embedding.multiplier_dtype,
             logits_divisor=self.optional(("lm_head", "divide_by"), s.lm_head.divide_by),
             logits_softcap=self.optional(("lm_head", "softcap"), s.lm_head.softcap),
+            lm_head_bias=s.lm_head.bias,
         )
         if not self.issues:  # every expression evaluated against a sample config: type errors fail the build
             self.issues += evaluate_spec(self.spec, self.smap)

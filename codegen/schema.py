@@ -172,6 +172,7 @@ class LMHeadSpec(Strict):
     name: Identifier = Field(default="lm_head", description="module / checkpoint name of the output projection")
     tie: Expression = Field(default=False, description="share the embedding weight (tie_word_embeddings)")
     divide_by: Expression | None = Field(default=None, description="logits / this (Granite logits_scaling)")
+    bias: bool = Field(default=False, description="the LM head has a bias `<name>.bias [vocab]` (Phi-2)")
     softcap: Expression | None = Field(
         default=None, description="logits -> cap * tanh(logits / cap); an expression that evaluates to None: off "
         "(Gemma 2 final_logit_softcapping)",

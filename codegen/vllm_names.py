@@ -36,7 +36,7 @@ def vllm_norm_module(norm: Norm, dim_py: str) -> str:
 
 
 def _qk(qk) -> Norm:
-    return Norm(name=qk.q_name, kind=qk.kind, eps=qk.eps)
+    return qk.norm(qk.q_name)
 
 
 def vllm_qk_norm(qk, dim_py: str) -> str:

@@ -1,5 +1,6 @@
-"""Onboarding round 2 (issue 26): Cohere, OLMoE, Granite-MoE, SmolLM3, EXAONE 4, ERNIE 4.5, GLM-4 and the text models
-of Qwen2-VL / Qwen3-VL (specs/{cohere,olmoe,granitemoe,smollm3,exaone4,ernie4_5,glm4,qwen2_vl,qwen3_vl}.yaml) vs
+"""Onboarding round 2 (issue 26): Cohere, OLMoE, Granite-MoE, SmolLM3, EXAONE 4, ERNIE 4.5, GLM-4, the text models
+of Qwen2-VL / Qwen3-VL, and StarCoder2 / Phi-2 (the ungated MLP; Phi-2's parallel block and LM-head bias)
+(specs/{cohere,olmoe,granitemoe,smollm3,exaone4,ernie4_5,glm4,qwen2_vl,qwen3_vl,starcoder2,phi}.yaml) vs
 transformers.
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA, 4 layers, norm weights and biases
@@ -25,6 +26,7 @@ import torch
 
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.layers.mlp import Activation
 from modelgen.runtime.testing import assert_close_three_way
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import hf_greedy_forward, hf_logits
@@ -64,8 +66,16 @@ CASES: dict[str, tuple[str, dict, bool]] = {
         rope_parameters=MROPE, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=2), False),
     "qwen3_vl": ("Qwen3VLForConditionalGeneration", dict(
         attention_bias=True, rope_parameters=dict(MROPE, mrope_interleaved=True)), False),
+    # The ungated MLP (c_proj(gelu_tanh(c_fc(x)))) with biases everywhere, and a window on every layer.
+    "starcoder2": ("Starcoder2ForCausalLM", dict(use_bias=True, sliding_window=WINDOW), False),
+    "starcoder2_no_bias": ("Starcoder2ForCausalLM", dict(use_bias=False, tie_word_embeddings=False), False),
+    # Phi-2: parallel attention + ungated MLP on one LayerNorm, per-head q/k LayerNorms, partial RoPE, lm_head bias.
+    "phi": ("PhiForCausalLM", dict(
+        qk_layernorm=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.4)),
+        False),
+    "phi_plain": ("PhiForCausalLM", dict(tie_word_embeddings=False), False),
 }
-THREE_WAY = ["cohere", "olmoe_clip", "granitemoe", "smollm3", "exaone4", "ernie4_5", "glm4", "qwen2_vl", "qwen3_vl"]
+THREE_WAY = ["phi", "starcoder2", "cohere", "olmoe_clip", "granitemoe", "smollm3", "exaone4", "ernie4_5", "glm4", "qwen2_vl", "qwen3_vl"]
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +175,19 @@ def test_each_feature_moves_the_logits(checkpoint, tmp_path, target):
     path, hf = checkpoint("granitemoe")
     ref = hf_logits(hf, PROMPT)
     assert _err_after(path, ref, lambda m: setattr(m.model, "embedding_multiplier", 1.0), target) > 1e-2
-    for name in ("smollm3", "exaone4", "qwen2_vl"):
+    # The ungated MLP: its up_proj bias and its activation each matter (relu2 for gelu_tanh).
+    path, hf = checkpoint("starcoder2")
+    ref = hf_logits(hf, PROMPT)
+    mlps = lambda m: [layer.mlp for layer in m.model.layers]  # noqa: E731
+    assert _err_after(path, ref, lambda m: [(x.up_proj_bias if target == "neuron" else x.up_proj.bias).zero_()
+                                            for x in mlps(m)], target) > 1e-2
+    assert _err_after(path, ref, lambda m: [setattr(x, "act_fn", Activation("relu2")) for x in mlps(m)], target) > 1e-2
+    path, hf = checkpoint("phi")
+    ref = hf_logits(hf, PROMPT)
+    head_bias = "lm_head_bias" if target == "neuron" else None
+    assert _err_after(path, ref, lambda m: (getattr(m, head_bias) if head_bias else m.lm_head.bias).zero_(),
+                      target) > 1e-2
+    for name in ("smollm3", "exaone4", "qwen2_vl", "starcoder2"):
         path, hf = checkpoint(name)
         assert _err_after(path, hf_logits(hf, PROMPT), no_window, target) > 1e-2, name
     # NoPE: the same weights with RoPE on every layer are another model (HF's own switch).

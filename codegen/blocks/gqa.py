@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..ir import Code, Module, Norm, Rope, RopeTable, Value, norm_module
+from ..ir import Code, Const, Module, Norm, Rope, RopeTable, Value, norm_module
 from ..spec_types import NORM_KINDS_DOC, Expression, Identifier, NormKind, RopeSpec, Strict
 from ._kind import Kind, LoweringContext
 
@@ -28,6 +28,10 @@ class QKNormSpec(Strict):
     enabled: Expression = Field(default=True, description="expression; false builds no norm (GLM4 use_qk_norm)")
     q_name: Identifier = Field(default="q_norm", description="module / checkpoint name of the query norm")
     k_name: Identifier = Field(default="k_norm", description="module / checkpoint name of the key norm")
+    bias: bool = Field(
+        default=False, description="layer_norm, scope head only: the norms have a bias (Phi qk_layernorm: "
+        "nn.LayerNorm(head_dim)); StableLM's per-head norms have none",
+    )
     scope: Literal["head", "projection", "each_head"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
@@ -99,13 +103,18 @@ class QKNorm:
     q_name: str
     k_name: str
     scope: str = "head"  # "head" | "projection"
+    bias: bool = False  # layer_norm, head scope: a learned bias per norm (Phi)
+
+    def norm(self, name: str) -> Norm:
+        """The q or k norm as an IR norm over head_dim (its bias only where the spec gives one)."""
+        return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias))
 
     def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False) -> str:
         """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``;
         ``projection``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key heads)."""
         if self.scope == "projection":
             return f"ShardedProjectionRMSNorm({', '.join(self.projection_args(dim_py, heads_py, kv))})"
-        one = norm_module(Norm(name=name, kind=self.kind, eps=self.eps), dim_py)
+        one = norm_module(self.norm(name), dim_py)
         return f"PerHeadNorm([{one} for _ in range({heads_py})])" if self.scope == "each_head" else one
 
     def projection_args(self, dim_py: str, heads_py: str, kv: bool = False) -> list[str]:
@@ -205,10 +214,12 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         q, qp = a.qk_norm, p + ("qk_norm",)
         if q.scope == "projection" and q.kind == "layer_norm":
             ctx.error(qp + ("kind",), "a whole-projection QK norm is an RMS kind (rms, zero_centred_rms, rms_float32)")
+        if q.bias and (q.kind != "layer_norm" or q.scope != "head"):
+            ctx.error(qp + ("bias",), "a QK-norm bias needs kind layer_norm and scope head")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
-                        k_name=q.k_name, scope=q.scope)
+                        k_name=q.k_name, scope=q.scope, bias=q.bias)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),

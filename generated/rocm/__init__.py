@@ -24,6 +24,7 @@ MODELS = {
     "OlmoForCausalLM": "olmo",
     "OlmoeForCausalLM": "olmoe",
     "Phi3ForCausalLM": "phi3",
+    "PhiForCausalLM": "phi",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
@@ -37,4 +38,5 @@ MODELS = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
     "SmolLM3ForCausalLM": "smollm3",
     "StableLmForCausalLM": "stablelm",
+    "Starcoder2ForCausalLM": "starcoder2",
 }

@@ -41,6 +41,11 @@ DSA_REASON = ("vLLM's CPU platform has no sparse-attention backend (`NotImplemen
               "then the indexer's cache block size (64) has no CPU MLA match (16)")
 # Architecture -> why vLLM's CPU build cannot run it here.
 CPU_UNSUPPORTED: dict[str, str] = {arch: DSA_REASON for arch in INDEX if "index_topk" in config_fields(arch)}
+# Qwen2-VL: transformers' text model needs rope_parameters.mrope_section (its default sums to 64, not a tiny
+# head_dim / 2), and with it vLLM switches its runner to M-RoPE positions, which the CPU runner asserts on.
+CPU_UNSUPPORTED["Qwen2VLForConditionalGeneration"] = (
+    "vLLM's CPU model runner has no M-RoPE (`AssertionError: M-RoPE support is not implemented`), and transformers' "
+    "Qwen2-VL needs mrope_section")
 # MLA (DeepSeek): vLLM's CPU MLA backends take only the latent dims 512 + 64 (head size 576); in float32 the
 # reference CPU_MLA backend (the AMX one wants bf16 weights). head_dim is transformers' own (= qk_rope_head_dim).
 MLA = {arch for arch in INDEX if "kv_lora_rank" in config_fields(arch)}

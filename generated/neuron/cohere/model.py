@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): 63b2b6aacaa0c18b
+# source hash (spec + templates + generator): 25320ea5a632a1cc
 # ==================================================================================================================
 """Cohere for the neuron target, in vLLM Neuron's style.
 
@@ -50,7 +50,7 @@ class CohereAttention(nn.Module):
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.num_attention_heads_per_rank = dist.divide(config.num_attention_heads, world, "num_attention_heads")
         self.num_key_value_heads_per_rank, num_kv_replicas = dist.kv_heads_per_rank(config.num_key_value_heads, world)
         self.q_size = self.num_attention_heads_per_rank * self.head_dim
@@ -190,12 +190,7 @@ class CohereModel(nn.Module):
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
             "rope_cos_sin",
-            cos_sin_cache(
-                config.hidden_size // config.num_attention_heads,
-                config.rope_theta,
-                config.rope_scaling,
-                config.max_position_embeddings,
-            ),
+            cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): f770df502ab45070
+# source hash (spec + templates + generator): 5dd005b17d0a44cc
 # ==================================================================================================================
 """OlmoeConfig: the HF ``config.json`` fields specs/olmoe.yaml reads, typed, with the spec's defaults.
 
@@ -37,6 +37,7 @@ class OlmoeConfig(NeuronModelConfig):
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
+    head_dim: int
     max_position_embeddings: int
     rms_norm_eps: float
     rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
@@ -58,6 +59,7 @@ class OlmoeConfig(NeuronModelConfig):
         "num_hidden_layers",
         "num_attention_heads",
         "num_key_value_heads",
+        "head_dim",
         "max_position_embeddings",
         "rms_norm_eps",
         "rope_theta",
@@ -95,6 +97,9 @@ class OlmoeConfig(NeuronModelConfig):
         num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
         if num_key_value_heads is None:
             num_key_value_heads = num_attention_heads
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
         max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
         if max_position_embeddings is None:
             max_position_embeddings = 4096
@@ -135,6 +140,7 @@ class OlmoeConfig(NeuronModelConfig):
             num_hidden_layers=num_hidden_layers,
             num_attention_heads=num_attention_heads,
             num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
             max_position_embeddings=max_position_embeddings,
             rms_norm_eps=rms_norm_eps,
             rope_theta=rope_theta,

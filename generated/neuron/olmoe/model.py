@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): f770df502ab45070
+# source hash (spec + templates + generator): 5dd005b17d0a44cc
 # ==================================================================================================================
 """Olmoe for the neuron target, in vLLM Neuron's style.
 
@@ -52,7 +52,7 @@ class OlmoeAttention(nn.Module):
         # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.num_attention_heads_per_rank = dist.divide(config.num_attention_heads, world, "num_attention_heads")
         self.num_key_value_heads_per_rank, num_kv_replicas = dist.kv_heads_per_rank(config.num_key_value_heads, world)
         self.q_size = self.num_attention_heads_per_rank * self.head_dim
@@ -88,7 +88,9 @@ class OlmoeAttention(nn.Module):
             self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
         # Over the whole projection: this rank's heads (weight slices), the variance all-reduced over every rank's.
         self.q_norm = ShardedProjectionRMSNorm(config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = ShardedProjectionRMSNorm(config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True)
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True
+        )
         for norm in (self.q_norm, self.k_norm):
             set_weight_loader(norm.weight, norm.neuron_loader())
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
@@ -221,12 +223,7 @@ class OlmoeModel(nn.Module):
         # float32 [max_position, rotary_dim] cos|sin table shared by every layer, indexed by position ids.
         self.register_buffer(
             "rope_cos_sin",
-            cos_sin_cache(
-                config.hidden_size // config.num_attention_heads,
-                config.rope_theta,
-                config.rope_scaling,
-                config.max_position_embeddings,
-            ),
+            cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
-# source hash (spec + templates + generator): 8396396953338099
+# source hash (spec + templates + generator): ef5dd56a7cf7a9cd
 # ==================================================================================================================
 """Qwen2VLConfig: the HF ``config.json`` fields specs/qwen2_vl.yaml reads, typed, with the spec's defaults.
 
@@ -39,7 +39,6 @@ class Qwen2VLConfig(NeuronModelConfig):
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
-    head_dim: int
     max_position_embeddings: int
     rms_norm_eps: float
     rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
@@ -62,7 +61,6 @@ class Qwen2VLConfig(NeuronModelConfig):
         "num_hidden_layers",
         "num_attention_heads",
         "num_key_value_heads",
-        "head_dim",
         "max_position_embeddings",
         "rms_norm_eps",
         "rope_theta",
@@ -105,9 +103,6 @@ class Qwen2VLConfig(NeuronModelConfig):
         num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
         if num_key_value_heads is None:
             num_key_value_heads = 8
-        head_dim = read_int(cfg, "head_dim", ("head_dim",))
-        if head_dim is None:
-            head_dim = hidden_size // num_attention_heads
         max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
         if max_position_embeddings is None:
             max_position_embeddings = 32768
@@ -145,7 +140,6 @@ class Qwen2VLConfig(NeuronModelConfig):
             num_hidden_layers=num_hidden_layers,
             num_attention_heads=num_attention_heads,
             num_key_value_heads=num_key_value_heads,
-            head_dim=head_dim,
             max_position_embeddings=max_position_embeddings,
             rms_norm_eps=rms_norm_eps,
             rope_theta=rope_theta,

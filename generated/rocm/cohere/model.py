@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 63b2b6aacaa0c18b
+# source hash (spec + templates + generator): 25320ea5a632a1cc
 # ==================================================================================================================
 """Cohere for the rocm target, in ATOM's style.
 
@@ -45,7 +45,7 @@ class CohereAttention(nn.Module):
 
     def __init__(self, config: CohereConfig, layer_idx: int):
         super().__init__()
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,

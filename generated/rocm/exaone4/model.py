@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/exaone4.yaml --target rocm
-# source hash (spec + templates + generator): 9e5e0e2c56b84daf
+# source hash (spec + templates + generator): ff57ccbe770692f5
 # ==================================================================================================================
 """Exaone4 for the rocm target, in ATOM's style.
 
@@ -188,18 +188,10 @@ class Exaone4Attention2(nn.Module):
         )
         self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            rotary_dim=int(self.head_dim * 0.0),
-            max_position=config.max_position_embeddings,
-            base=config.rope_theta,
-            scaling=config.rope_scaling,
-            style="rotate_half",
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
-            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
             # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
             qk_norm=(self.q_norm, self.k_norm),
         )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): b59063f037b13776
+# source hash (spec + templates + generator): d851b803478b3571
 # ==================================================================================================================
 """Granite for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): f770df502ab45070
+# source hash (spec + templates + generator): 5dd005b17d0a44cc
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 
@@ -48,7 +48,7 @@ class OlmoeAttention(nn.Module):
 
     def __init__(self, config: OlmoeConfig, layer_idx: int):
         super().__init__()
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,
@@ -66,7 +66,9 @@ class OlmoeAttention(nn.Module):
         )
         # Over the whole projection: this rank's heads, the variance all-reduced over every rank's.
         self.q_norm = ShardedProjectionRMSNorm(config.num_attention_heads, self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = ShardedProjectionRMSNorm(config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True)
+        self.k_norm = ShardedProjectionRMSNorm(
+            config.num_key_value_heads, self.head_dim, eps=config.rms_norm_eps, kv=True
+        )
         self.clip_qkv = config.clip_qkv  # None: not clamped
         self.rotary_emb = get_rope(
             self.head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_vl.yaml --target rocm
-# source hash (spec + templates + generator): 8396396953338099
+# source hash (spec + templates + generator): ef5dd56a7cf7a9cd
 # ==================================================================================================================
 """Qwen2VL for the rocm target, in ATOM's style.
 
@@ -45,7 +45,7 @@ class Qwen2VLAttention0(nn.Module):
 
     def __init__(self, config: Qwen2VLConfig, layer_idx: int):
         super().__init__()
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=True
         )
@@ -97,7 +97,7 @@ class Qwen2VLAttention1(nn.Module):
 
     def __init__(self, config: Qwen2VLConfig, layer_idx: int):
         super().__init__()
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=True
         )

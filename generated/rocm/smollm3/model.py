@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 9b98534148ce613b
+# source hash (spec + templates + generator): 25fb747836657af3
 # ==================================================================================================================
 """SmolLM3 for the rocm target, in ATOM's style.
 
@@ -178,18 +178,10 @@ class SmolLM3Attention2(nn.Module):
         self.o_proj = RowParallelLinear(
             config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
         )
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            rotary_dim=int(self.head_dim * 0.0),
-            max_position=config.max_position_embeddings,
-            base=config.rope_theta,
-            scaling=config.rope_scaling,
-            style="rotate_half",
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
-            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
         )
 
     def forward(
@@ -236,18 +228,10 @@ class SmolLM3Attention3(nn.Module):
         self.o_proj = RowParallelLinear(
             config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
         )
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            rotary_dim=int(self.head_dim * 0.0),
-            max_position=config.max_position_embeddings,
-            base=config.rope_theta,
-            scaling=config.rope_scaling,
-            style="rotate_half",
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
-            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
             sliding_window=config.window,  # q sees k iff q - W < k <= q
         )
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 63b2b6aacaa0c18b
+# source hash (spec + templates + generator): 25320ea5a632a1cc
 # ==================================================================================================================
 """CohereConfig: the HF ``config.json`` fields specs/cohere.yaml reads, typed, with the spec's defaults.
 
@@ -34,6 +34,7 @@ class CohereConfig:
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
+    head_dim: int
     max_position_embeddings: int
     rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
     rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
@@ -53,6 +54,7 @@ class CohereConfig:
         "num_hidden_layers",
         "num_attention_heads",
         "num_key_value_heads",
+        "head_dim",
         "max_position_embeddings",
         "rope_theta",
         "rope_parameters.rope_theta",
@@ -87,6 +89,9 @@ class CohereConfig:
         num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
         if num_key_value_heads is None:
             num_key_value_heads = num_attention_heads
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
         max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
         if max_position_embeddings is None:
             max_position_embeddings = 8192
@@ -128,6 +133,7 @@ class CohereConfig:
             num_hidden_layers=num_hidden_layers,
             num_attention_heads=num_attention_heads,
             num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
             max_position_embeddings=max_position_embeddings,
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 63b2b6aacaa0c18b
+# source hash (spec + templates + generator): 25320ea5a632a1cc
 # ==================================================================================================================
 """Cohere for the vllm target: vLLM's model interface and layer library.
 
@@ -62,7 +62,7 @@ class CohereAttention(nn.Module):
     def __init__(self, config: CohereConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
         quant_config = vllm_config.quant_config
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 9e5e0e2c56b84daf
+# source hash (spec + templates + generator): ff57ccbe770692f5
 # ==================================================================================================================
 """Exaone4 for the vllm target. See README.md.
 

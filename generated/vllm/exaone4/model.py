@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 9e5e0e2c56b84daf
+# source hash (spec + templates + generator): ff57ccbe770692f5
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 
@@ -211,16 +211,7 @@ class Exaone4Attention2(nn.Module):
         )
         self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            max_position=config.max_position_embeddings,
-            is_neox_style=True,  # rotate_half: halves rotated together (HF rotate_half)
-            rope_parameters=rope_parameters(
-                theta=config.rope_theta,
-                scaling=config.rope_scaling,
-                rotary_dim=int(self.head_dim * 0.0),
-            ),
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = Attention(
             self.num_heads,
             self.head_dim,
@@ -236,7 +227,6 @@ class Exaone4Attention2(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = self.q_norm(q.view(-1, self.num_heads, self.head_dim)).reshape(q.shape)
         k = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim)).reshape(k.shape)
-        q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v))
         return output
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 9cc73728f724f71d
+# source hash (spec + templates + generator): 7cbc7e706b9e5d3e
 # ==================================================================================================================
 """Gemma2 for the vllm target: vLLM's model interface and layer library.
 

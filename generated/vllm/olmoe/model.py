@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): f770df502ab45070
+# source hash (spec + templates + generator): 5dd005b17d0a44cc
 # ==================================================================================================================
 """Olmoe for the vllm target: vLLM's model interface and layer library.
 
@@ -65,7 +65,7 @@ class OlmoeAttention(nn.Module):
     def __init__(self, config: OlmoeConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
         quant_config = vllm_config.quant_config
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.head_dim
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_vl.yaml --target vllm
-# source hash (spec + templates + generator): 8396396953338099
+# source hash (spec + templates + generator): ef5dd56a7cf7a9cd
 # ==================================================================================================================
 """Qwen2VL for the vllm target: vLLM's model interface and layer library.
 
@@ -62,7 +62,7 @@ class Qwen2VLAttention0(nn.Module):
     def __init__(self, config: Qwen2VLConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
         quant_config = vllm_config.quant_config
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,
@@ -120,7 +120,7 @@ class Qwen2VLAttention1(nn.Module):
     def __init__(self, config: Qwen2VLConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
         quant_config = vllm_config.quant_config
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             self.head_dim,

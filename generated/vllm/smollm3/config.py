@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 9b98534148ce613b
+# source hash (spec + templates + generator): 25fb747836657af3
 # ==================================================================================================================
 """SmolLM3Config: the HF ``config.json`` fields specs/smollm3.yaml reads, typed, with the spec's defaults.
 
@@ -167,4 +167,16 @@ class SmolLM3Config:
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
-        return ('decoder' if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0) else 'nope') + ('_sliding' if (self.layer_types[i] == 'sliding_attention' if self.layer_types else self.use_sliding_window and self.sliding_window is not None and (not (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0))) else '')
+        return (
+            (
+                'nope_sliding'
+                if (
+                    self.layer_types[i] == 'sliding_attention'
+                    if self.layer_types
+                    else self.use_sliding_window and self.sliding_window is not None
+                )
+                else 'nope'
+            )
+            if not (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0)
+            else ('decoder_sliding' if self.layer_types and self.layer_types[i] == 'sliding_attention' else 'decoder')
+        )

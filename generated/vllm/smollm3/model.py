@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 9b98534148ce613b
+# source hash (spec + templates + generator): 25fb747836657af3
 # ==================================================================================================================
 """SmolLM3 for the vllm target: vLLM's model interface and layer library.
 
@@ -201,16 +201,7 @@ class SmolLM3Attention2(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.o_proj",
         )
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            max_position=config.max_position_embeddings,
-            is_neox_style=True,  # rotate_half: halves rotated together (HF rotate_half)
-            rope_parameters=rope_parameters(
-                theta=config.rope_theta,
-                scaling=config.rope_scaling,
-                rotary_dim=int(self.head_dim * 0.0),
-            ),
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = Attention(
             self.num_heads,
             self.head_dim,
@@ -224,7 +215,6 @@ class SmolLM3Attention2(nn.Module):
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v))
         return output
 
@@ -259,16 +249,7 @@ class SmolLM3Attention3(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.o_proj",
         )
-        self.rotary_emb = get_rope(
-            self.head_dim,
-            max_position=config.max_position_embeddings,
-            is_neox_style=True,  # rotate_half: halves rotated together (HF rotate_half)
-            rope_parameters=rope_parameters(
-                theta=config.rope_theta,
-                scaling=config.rope_scaling,
-                rotary_dim=int(self.head_dim * 0.0),
-            ),
-        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
         self.attn = Attention(
             self.num_heads,
             self.head_dim,
@@ -283,7 +264,6 @@ class SmolLM3Attention3(nn.Module):
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v))
         return output
 

@@ -1,0 +1,23 @@
+# ==================================================================================================================
+# GENERATED FROM specs/starcoder2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/starcoder2.yaml --target rocm
+# source hash (spec + templates + generator): 582e8f3381399c71
+# ==================================================================================================================
+"""Weight-loader tables of Starcoder2ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
+from __future__ import annotations
+
+# HF module name -> (fused parameter, shard id) (ATOM's packed_modules_mapping).
+PACKED_MODULES_MAPPING = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+}
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ()
+
+# Substring renames (old, new) applied to every checkpoint key before mapping.
+RENAMES = ((".mlp.c_fc.", ".mlp.up_proj."), (".mlp.c_proj.", ".mlp.down_proj."))
+
+# Parameters that share storage with another when the config ties them (filled through the twin).
+TIED_PARAMETERS = {"lm_head.weight": "model.embed_tokens.weight"}

@@ -1,0 +1,141 @@
+# ==================================================================================================================
+# GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
+# Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
+# source hash (spec + templates + generator): 7c394a8531a7a397
+# ==================================================================================================================
+"""PhiConfig: the HF ``config.json`` fields specs/phi.yaml reads, typed, with the spec's defaults.
+
+Serves: PhiForCausalLM (model_type ``phi``). Reference: transformers/models/phi/modeling_phi.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    require,
+)
+
+ARCHITECTURES = ("PhiForCausalLM",)
+
+
+@dataclass(frozen=True)
+class PhiConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    tie_word_embeddings: bool
+    hidden_act: str
+    layer_norm_eps: float
+    qk_layernorm: bool
+    partial_rotary_factor: float  # config.json: rope_parameters.partial_rotary_factor or partial_rotary_factor
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "tie_word_embeddings",
+        "hidden_act",
+        "layer_norm_eps",
+        "qk_layernorm",
+        "rope_parameters.partial_rotary_factor",
+        "partial_rotary_factor",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "resid_pdrop",
+        "embd_pdrop",
+)
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "PhiConfig":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = require("vocab_size", ("vocab_size",), read_int(cfg, "vocab_size", ("vocab_size",)))
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
+        if num_key_value_heads is None:
+            num_key_value_heads = num_attention_heads
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 2048
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = False
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "gelu_new"
+        layer_norm_eps = read_float(cfg, "layer_norm_eps", ("layer_norm_eps",))
+        if layer_norm_eps is None:
+            layer_norm_eps = 1e-05
+        qk_layernorm = read_bool(cfg, "qk_layernorm", ("qk_layernorm",))
+        if qk_layernorm is None:
+            qk_layernorm = False
+        partial_rotary_factor = read_float(
+            cfg, "partial_rotary_factor", ("rope_parameters.partial_rotary_factor", "partial_rotary_factor")
+        )
+        if partial_rotary_factor is None:
+            partial_rotary_factor = 0.5
+        if not (hidden_act in ('gelu_new', 'gelu_pytorch_tanh', 'gelu_fast')):
+            raise ConfigError(
+                "specs/phi.yaml: hidden_act other than gelu_new (the MLP's tanh GELU) is not generated by this spec"
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            max_position_embeddings=max_position_embeddings,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
+            layer_norm_eps=layer_norm_eps,
+            qk_layernorm=qk_layernorm,
+            partial_rotary_factor=partial_rotary_factor,
+        )
