@@ -208,12 +208,6 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
     from modelgen.runtime.targets import get_target
 
     ckdir = checkpoint if isinstance(checkpoint, CheckpointDir) else CheckpointDir(checkpoint)
-    if dtype is None:
-        name = ckdir.hf_config.get("torch_dtype") or ckdir.hf_config.get("dtype") or "float32"
-        if not isinstance(name, str):  # a dict or list is unhashable: a one-line refusal, not a TypeError
-            raise CoverageConfigError(f"{ckdir.config_path}: torch_dtype: expected a dtype name such as \"bfloat16\", "
-                              f"got {short_repr(name)}")
-        dtype = DTYPES.get(name, torch.float32)
     # The engine's config checks first, in its order: a bad config is its one-line ConfigError, not a coverage report.
     try:
         check_core_fields(ckdir.hf_config, str(ckdir.config_path))
@@ -226,6 +220,14 @@ def checkpoint_coverage(module: ModuleType, checkpoint: str | Path | CheckpointD
         check_rope_table(config, ckdir.config_path, torch.device("cpu"))
     except ConfigError as e:
         raise CoverageConfigError(str(e)) from None
+    if dtype is None:
+        name = ckdir.hf_config.get("torch_dtype") or ckdir.hf_config.get("dtype") or "float32"
+        # Other bad names (7, "float8") fall back to float32 here and the engine refuses them by field when it runs;
+        # a dict or list cannot even be looked up (unhashable): refused now, in one line.
+        if isinstance(name, (dict, list)):
+            raise CoverageConfigError(f"{ckdir.config_path}: torch_dtype: expected a dtype name such as "
+                                      f"\"bfloat16\", got {short_repr(name)}")
+        dtype = DTYPES.get(name, torch.float32)
     target_obj = get_target(target)
     raw = Checkpoint(ckdir.path, allow_external_shards=allow_external_shards, check_finite="off")
     report = CoverageReport(str(spec_path or getattr(module, "SPEC", "?")), str(ckdir.path), target, tp, ep,
