@@ -54,14 +54,14 @@ GENERATED_MODULE_MEMBERS = frozenset({
 # class the spec's ``class_prefix`` makes (``<Prefix>Config``, ``<Prefix>Model``, a block kind's ``<Prefix>MoE``, ...)
 # must not shadow one ("NeuronModel" would define NeuronModelConfig over the base class it derives from).
 GENERATED_IMPORTS = frozenset({
-    "Activation", "Any", "Attention", "AttentionMetadata", "Checkpoint", "CheckpointSplit", "ClassVar", "ColumnParallelLinear",
-    "ConfigError", "DSAIndexer", "DraftCheckpoint", "ExpertMapping", "FusedMoE", "FusedMoEFactory", "GatedDeltaNet",
-    "GeluAndMul", "GeluTanhAndMul", "GemmaRMSNorm", "HybridGatedDeltaNetModel", "IntermediateTensors", "Iterable",
-    "KVSpec", "LatentCacheSpec", "LayerNorm", "LayerSpec", "LogitsProcessor", "MLAAttention", "MLAttention",
-    "MergedColumnParallelLinear", "NF", "NeuronConfig", "NeuronModelConfig", "PPMissingLayer", "PagedAttention",
-    "ParallelLMHead", "PerHeadNorm", "QKVParallelLinear", "RMSNorm", "ReplicatedLinear", "RowParallelLinear",
-    "ShardedProjectionRMSNorm", "SiluAndMul", "StateSpec", "SupportsPP", "TopKRouter", "VllmConfig",
-    "VocabParallelEmbedding", "WeightTables",
+    "Activation", "Any", "Attention", "AttentionMetadata", "Checkpoint", "CheckpointSplit", "ClassVar",
+    "ColumnParallelLinear", "ConfigError", "DSAIndexer", "DraftCheckpoint", "ExpertMapping", "FusedMoE",
+    "FusedMoEFactory", "GatedDeltaNet", "GeluAndMul", "GeluTanhAndMul", "GemmaRMSNorm", "HybridGatedDeltaNetModel",
+    "IntermediateTensors", "Iterable", "KVSpec", "LatentCacheSpec", "LayerNorm", "LayerSpec", "LogitsProcessor",
+    "MLAAttention", "MLAttention", "MergedColumnParallelLinear", "NF", "NeuronConfig", "NeuronModelConfig",
+    "PPMissingLayer", "PagedAttention", "ParallelLMHead", "PerHeadNorm", "QKVParallelLinear", "RMSNorm",
+    "ReplicatedLinear", "RowParallelLinear", "ShardedProjectionRMSNorm", "SiluAndMul", "StateSpec", "SupportsPP",
+    "TopKRouter", "VllmConfig", "VocabParallelEmbedding", "WeightTables",
 })
 
 
