@@ -198,19 +198,19 @@ def test_graphed_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     ref = _engine(path).generate(PROMPTS, _greedy(12))
     eager = _engine(path, speculative_tokens=k)
     spec, fake = _graphed(path, k)
-    drafts = {id(eager): [], id(spec): []}
+    drafts = {id(eager.speculative): [], id(spec.speculative): []}
     original = SpeculativeDecoder._draft
 
     def recording(self, batch, *args):
         original(self, batch, *args)
-        drafts[id(self.llm)].append(sorted((r.seq_id, tuple(d.tokens)) for r in batch
-                                           for s_, d in self.drafted.items() if s_ == r.seq_id))
+        drafts[id(self)].append(sorted((r.seq_id, tuple(d.tokens)) for r in batch
+                                      for s_, d in self.drafted.items() if s_ == r.seq_id))
 
     monkeypatch.setattr(SpeculativeDecoder, "_draft", recording)
     assert eager.generate(PROMPTS, _greedy(12)) == ref
     assert spec.generate(PROMPTS, _greedy(12)) == ref
     # The graphed draft proposes what the eager one does (its hidden-state input and chained steps are right).
-    assert drafts[id(spec)] == drafts[id(eager)] and any(drafts[id(spec)])
+    assert drafts[id(spec.speculative)] == drafts[id(eager.speculative)] and any(drafts[id(spec.speculative)])
     monkeypatch.setattr(SpeculativeDecoder, "_draft", original)
     replays = spec.speculative.graph_replays()
     assert replays["draft"] > 0
