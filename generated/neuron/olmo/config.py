@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo.yaml --target neuron
-# source hash (spec + templates + generator): b3686f0e255d3665
+# source hash (spec + templates + generator): 6b958ccc1dd85fb1
 # ==================================================================================================================
 """OlmoConfig: the HF ``config.json`` fields specs/olmo.yaml reads, typed, with the spec's defaults.
 

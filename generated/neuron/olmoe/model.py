@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): a04269eda6817b5e
+# source hash (spec + templates + generator): d2e85bda561c3f7d
 # ==================================================================================================================
 """Olmoe for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
-# source hash (spec + templates + generator): 23ca84997863459b
+# source hash (spec + templates + generator): b47f5fd8d16992b7
 # ==================================================================================================================
 """Qwen2VL for the neuron target, in vLLM Neuron's style.
 

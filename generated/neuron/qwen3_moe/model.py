@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 6238d616121ab3ae
+# source hash (spec + templates + generator): 09ea6e085fb3d42b
 # ==================================================================================================================
 """Qwen3Moe for the neuron target, in vLLM Neuron's style.
 

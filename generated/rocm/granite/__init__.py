@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): c1d3ad2be501e81e
+# source hash (spec + templates + generator): fda02bd1880c8ca1
 # ==================================================================================================================
 """Granite for the rocm target. See README.md."""
 from .config import ARCHITECTURES, GraniteConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3.yaml --target rocm
-# source hash (spec + templates + generator): 6b8be947de0dec8d
+# source hash (spec + templates + generator): 4a0202e02acef1c4
 # ==================================================================================================================
 """Qwen3 for the rocm target, in ATOM's style.
 

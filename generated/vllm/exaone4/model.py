@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): f1b665d119e2d0c2
+# source hash (spec + templates + generator): a17395931fca521c
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): d4ff230e6ea37b23
+# source hash (spec + templates + generator): f96a66e2ab2c2415
 # ==================================================================================================================
 """GptOss for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): b3686f0e255d3665
+# source hash (spec + templates + generator): 6b958ccc1dd85fb1
 # ==================================================================================================================
 """Olmo for the vllm target. See README.md.
 

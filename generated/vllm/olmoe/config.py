@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): a04269eda6817b5e
+# source hash (spec + templates + generator): d2e85bda561c3f7d
 # ==================================================================================================================
 """OlmoeConfig: the HF ``config.json`` fields specs/olmoe.yaml reads, typed, with the spec's defaults.
 

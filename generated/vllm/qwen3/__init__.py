@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3.yaml --target vllm
-# source hash (spec + templates + generator): 6b8be947de0dec8d
+# source hash (spec + templates + generator): 4a0202e02acef1c4
 # ==================================================================================================================
 """Qwen3 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 0d6d9421e5a68c42
+# source hash (spec + templates + generator): 25af5066142b5fab
 # ==================================================================================================================
 """StableLm for the vllm target: vLLM's model interface and layer library.
 
