@@ -136,7 +136,7 @@ class BlockSpec(_LayerParts):
         description="the token mixer, by `kind:` (gqa, mla, gated_deltanet), e.g. {name: self_attn, kind: gqa, ...}"
     )
     mlp: MLPSpec = Field(  # type: ignore[valid-type]
-        description="the feed-forward, by `kind:` (gated, moe), e.g. {name: mlp, kind: gated, activation: silu, "
+        description="the feed-forward, by `kind:` (gated, ungated, moe), e.g. {name: mlp, kind: gated, activation: silu, "
         "intermediate_size: intermediate_size}"
     )
 

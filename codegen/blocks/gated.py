@@ -48,8 +48,9 @@ class GatedMLP(Module):
                 ("Activation", f"{self.activation} (gated)")]
 
 
-def lower(ctx: LoweringContext, p: tuple[Any, ...], m: GatedSpec) -> GatedMLP:
-    return GatedMLP(
+def lower(ctx: LoweringContext, p: tuple[Any, ...], m: Any, cls: type[GatedMLP] = GatedMLP) -> GatedMLP:
+    """``m``: a GatedSpec, or the spec of a kind with the same fields (``cls``: its IR class, codegen/blocks/ungated.py)."""
+    return cls(
         name=m.name, activation=m.activation,
         intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size),
         bias=ctx.value(p + ("bias",), m.bias),

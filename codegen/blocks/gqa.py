@@ -166,7 +166,9 @@ class GQAttention(Module):
             groups.setdefault(cond, []).append(proj)
         return list(groups.items())
 
-    def rope_table(self) -> RopeTable:
+    def rope_table(self) -> RopeTable | None:
+        if self.rope.nope:
+            return None  # a NoPE layer reads no cos|sin table
         rotary_dim = self.head_dim
         if self.rope.partial_factor is not None:
             rotary_dim = Code(

@@ -5,14 +5,16 @@ are ``up_proj`` (column-parallel) and ``down_proj`` (row-parallel); a family's o
 ``checkpoint.rename``. Like the gated MLP, its class takes the intermediate width at construction."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+import functools
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ..ir import Module, Value
 from ..spec_types import Expression, Identifier, Strict
-from ._kind import Kind, LoweringContext
+from . import gated
+from ._kind import Kind
+from .gated import GatedMLP
 
 # spec activation -> transformers ACT2FN names it is (the spec's requires: maps hidden_act onto these)
 HF_ACTIVATIONS = {
@@ -34,29 +36,16 @@ class UngatedSpec(Strict):
 
 
 @dataclass(frozen=True, kw_only=True)
-class UngatedMLP(Module):
+class UngatedMLP(GatedMLP):
+    """The gated MLP's fields (activation, intermediate_size as a constructor argument, bias) without the gate."""
+
     kind = "ungated"
-    slot = "mlp"
-    class_suffix = "MLP"
-
-    activation: str
-    intermediate_size: Value  # a constructor argument, not part of the class
-    bias: Value
-
-    def class_key(self) -> Module:
-        return replace(self, class_name="", name="", intermediate_size=None)  # type: ignore[arg-type]
+    fused_params: ClassVar[dict[str, frozenset[Any]]] = {}  # up_proj is one checkpoint module
+    output_reduce_deferrable = False  # down_proj reduces itself (the norm fusion is proven for the gated MLP only)
 
     def readme_rows(self, target: str) -> list[tuple[str, str]]:
         return [("intermediate_size", f"`{self.intermediate_size.spec}` (dense)"),
                 ("Activation", f"{self.activation} (not gated: down(act(up(x))))")]
 
 
-def lower(ctx: LoweringContext, p: tuple[Any, ...], m: UngatedSpec) -> UngatedMLP:
-    return UngatedMLP(
-        name=m.name, activation=m.activation,
-        intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size),
-        bias=ctx.value(p + ("bias",), m.bias),
-    )
-
-
-KIND = Kind(name="ungated", spec=UngatedSpec, ir=UngatedMLP, lower=lower)
+KIND = Kind(name="ungated", spec=UngatedSpec, ir=UngatedMLP, lower=functools.partial(gated.lower, cls=UngatedMLP))

@@ -61,6 +61,22 @@ def _accepted(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Text configs whose rotary embedding splits the frequencies by mrope_section even when the config has none
+# (transformers' default [16, 24, 24] sums to 64 = head_dim / 2 at head_dim 128): Qwen2-VL. Qwen3-VL / Qwen3.5 cope
+# with an absent one, so they are left as transformers writes them.
+MROPE_REQUIRED = frozenset({"qwen2_vl_text"})
+
+
+def _fit_mrope_sections(text_cls: type, text: dict[str, Any]) -> None:
+    """Sections of a tiny head_dim (temporal, height, width summing to head_dim / 2) for :data:`MROPE_REQUIRED`
+    configs, unless the caller gives ``rope_parameters``."""
+    if getattr(text_cls, "model_type", None) not in MROPE_REQUIRED or "rope_parameters" in text:
+        return
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    third = head_dim // 2 // 3
+    text["rope_parameters"] = {"rope_type": "default", "mrope_section": [head_dim // 2 - 2 * third, third, third]}
+
+
 def config_class(architecture: str) -> tuple[type, type]:
     """(model class, config class) of a transformers architecture name, or LookupError naming it."""
     import transformers
@@ -81,6 +97,7 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: A
     if "text_config" in sub:
         text = _accepted(sub["text_config"], {**sizes, **overrides})
         text.update({k: v for k, v in overrides.items() if k not in text})
+        _fit_mrope_sections(sub["text_config"], text)
         kwargs: dict[str, Any] = {"text_config": text}
         if "vision_config" in sub:
             vision = dict(TINY_VISION, out_hidden_size=text.get("hidden_size", TINY_SIZES["hidden_size"]))

@@ -26,6 +26,7 @@ INDEX = importlib.import_module("modelgen.generated.vllm").MODELS
 # StableLM derives it from hidden_size / heads.
 OVERRIDES: dict[str, dict] = {
     "StableLmForCausalLM": dict(hidden_size=128),
+    "OlmoeForCausalLM": dict(hidden_size=128),  # OlmoeAttention sizes k_norm by hidden_size // heads, not head_dim
     "MixtralForCausalLM": dict(without=("sliding_window",)),  # specs/mixtral.yaml refuses a window (requires:)
 }
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): ff57ccbe770692f5
+# source hash (spec + templates + generator): 97ff61b5d790886d
 # ==================================================================================================================
 """Exaone4 for the neuron target, in vLLM Neuron's style.
 
@@ -249,7 +249,6 @@ class Exaone4Attention2(nn.Module):
         self.q_size = self.num_attention_heads_per_rank * self.head_dim
         self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
         self.scale = self.head_dim ** -0.5
-        self.rotary_dim = int(self.head_dim * 0.0)
 
         self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
         set_weight_loader(
@@ -291,8 +290,7 @@ class Exaone4Attention2(nn.Module):
         k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         q, k = self.q_norm(q), self.k_norm(k)
-        q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
-        k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
+        # NoPE layer: q and k attend unrotated (the model's cos|sin table is not read)
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
         NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
         if meta["max_query_len"] <= meta["decode_token_threshold"]:
@@ -365,10 +363,6 @@ class Exaone4DecoderLayer(nn.Module):
         else:
             self.self_attn = Exaone4Attention2(config, layer_idx)
         self.mlp = Exaone4MLP(config, config.intermediate_size)
-        if block in ("decoder", "sliding"):
-            self.rope_table = 0  # which of the model's cos|sin tables this layer reads
-        else:
-            self.rope_table = 1  # which of the model's cos|sin tables this layer reads
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -401,14 +395,6 @@ class Exaone4Model(nn.Module):
             cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
-        # Another table for the attentions that rotate with other settings (e.g. Gemma 3's sliding layers' base).
-        self.register_buffer(
-            "rope_cos_sin_1",
-            cos_sin_cache(
-                int(config.head_dim * 0.0), config.rope_theta, config.rope_scaling, config.max_position_embeddings
-            ),
-            persistent=False,
-        )
 
     def forward(
         self,
@@ -426,8 +412,7 @@ class Exaone4Model(nn.Module):
         for i, layer in enumerate(self.layers):
             if i in self.aux_hidden_state_layers:  # a Python-level set: traced once per compiled bucket
                 aux_hidden_states.append(hidden_states)
-            cos_sin = self.rope_cos_sin if layer.rope_table == 0 else getattr(self, f"rope_cos_sin_{layer.rope_table}")
-            hidden_states = layer(hidden_states, positions, cos_sin, attn_metadata)
+            hidden_states = layer(hidden_states, positions, self.rope_cos_sin, attn_metadata)
         if aux_hidden_states:  # EAGLE3: [tokens, len(layers) * hidden], the draft model's input
             return self.norm(hidden_states), torch.cat(aux_hidden_states, dim=-1)
         return self.norm(hidden_states)

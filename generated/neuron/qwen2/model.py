@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): 610b8c1064b3d24b
+# source hash (spec + templates + generator): bd6d57c356cbc65e
 # ==================================================================================================================
 """Qwen2 for the neuron target, in vLLM Neuron's style.
 

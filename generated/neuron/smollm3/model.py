@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
-# source hash (spec + templates + generator): 25fb747836657af3
+# source hash (spec + templates + generator): 2d21080ff7912503
 # ==================================================================================================================
 """SmolLM3 for the neuron target, in vLLM Neuron's style.
 
@@ -243,7 +243,6 @@ class SmolLM3Attention2(nn.Module):
         self.q_size = self.num_attention_heads_per_rank * self.head_dim
         self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
         self.scale = self.head_dim ** -0.5
-        self.rotary_dim = int(self.head_dim * 0.0)
 
         self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
         set_weight_loader(
@@ -282,8 +281,7 @@ class SmolLM3Attention2(nn.Module):
         q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
         k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
-        q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
-        k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
+        # NoPE layer: q and k attend unrotated (the model's cos|sin table is not read)
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
         NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
         if meta["max_query_len"] <= meta["decode_token_threshold"]:
@@ -333,7 +331,6 @@ class SmolLM3Attention3(nn.Module):
         self.q_size = self.num_attention_heads_per_rank * self.head_dim
         self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
         self.scale = self.head_dim ** -0.5
-        self.rotary_dim = int(self.head_dim * 0.0)
         # q sees k iff q - W < k <= q (None: full attention); masked, never sliced, so shapes stay static.
         self.sliding_window = NF.sliding_window(config.window, self.layer_name)
 
@@ -374,8 +371,7 @@ class SmolLM3Attention3(nn.Module):
         q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
         k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
-        q = NF.rope(q, cos_sin, positions, self.rotary_dim, "rotate_half")
-        k = NF.rope(k, cos_sin, positions, self.rotary_dim, "rotate_half")
+        # NoPE layer: q and k attend unrotated (the model's cos|sin table is not read)
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
         NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
         if meta["max_query_len"] <= meta["decode_token_threshold"]:
@@ -464,10 +460,6 @@ class SmolLM3DecoderLayer(nn.Module):
         else:
             self.self_attn = SmolLM3Attention3(config, layer_idx)
         self.mlp = SmolLM3MLP(config, config.intermediate_size)
-        if block in ("decoder", "decoder_sliding"):
-            self.rope_table = 0  # which of the model's cos|sin tables this layer reads
-        else:
-            self.rope_table = 1  # which of the model's cos|sin tables this layer reads
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -502,14 +494,6 @@ class SmolLM3Model(nn.Module):
             cos_sin_cache(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings),
             persistent=False,
         )
-        # Another table for the attentions that rotate with other settings (e.g. Gemma 3's sliding layers' base).
-        self.register_buffer(
-            "rope_cos_sin_1",
-            cos_sin_cache(
-                int(config.head_dim * 0.0), config.rope_theta, config.rope_scaling, config.max_position_embeddings
-            ),
-            persistent=False,
-        )
 
     def forward(
         self,
@@ -527,8 +511,7 @@ class SmolLM3Model(nn.Module):
         for i, layer in enumerate(self.layers):
             if i in self.aux_hidden_state_layers:  # a Python-level set: traced once per compiled bucket
                 aux_hidden_states.append(hidden_states)
-            cos_sin = self.rope_cos_sin if layer.rope_table == 0 else getattr(self, f"rope_cos_sin_{layer.rope_table}")
-            hidden_states = layer(hidden_states, positions, cos_sin, attn_metadata)
+            hidden_states = layer(hidden_states, positions, self.rope_cos_sin, attn_metadata)
         if aux_hidden_states:  # EAGLE3: [tokens, len(layers) * hidden], the draft model's input
             return self.norm(hidden_states), torch.cat(aux_hidden_states, dim=-1)
         return self.norm(hidden_states)

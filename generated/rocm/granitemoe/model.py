@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granitemoe.yaml --target rocm
-# source hash (spec + templates + generator): dd5b053d8612e19d
+# source hash (spec + templates + generator): 85bc626dd3a93931
 # ==================================================================================================================
 """GraniteMoe for the rocm target, in ATOM's style.
 
