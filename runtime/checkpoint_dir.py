@@ -9,6 +9,9 @@ One owner for the directory, so each file is read in one place and each error na
   generated text model reads it (a ``*ForConditionalGeneration`` checkpoint nests the language model's fields under
   ``text_config``; they are lifted to the top, winning over the wrapper's, while ``architectures`` stays the
   wrapper's, which is what the model registry looks up).
+* every file is opened only if it is a regular file, JSON with byte and depth bounds (``runtime/loader/files.py``);
+  ``architectures`` and the dtype fields are type-checked, and the layer count and sizes are checked against the
+  safetensors headers (``runtime/loader/header_check.py``) when the directory is opened, before anything is built.
 * ``quantization_config`` is checked when the directory is opened (``runtime/loader/quantization.py``): a quantized
   checkpoint of an unsupported method is refused by name before any model is built or weight read.
 * :meth:`eos_token_ids` reads ``generation_config.json`` first, then ``config.json``.

@@ -20,7 +20,9 @@ Layouts accepted by :class:`Checkpoint`:
 * a directory without an index: every ``*.safetensors`` file in it (sorted by name);
 * a single ``.safetensors`` file, or an ``*.safetensors.index.json`` file.
 
-Checkpoints are untrusted input (see SECURITY.md). Every shard a directory or an index names must resolve, after
+Checkpoints are untrusted input (see SECURITY.md). Every file is checked to be a regular file before it is opened (a
+FIFO would block ``open``, ``/dev/zero`` would never end a read; ``runtime/loader/files.py``), and JSON is read
+with byte and depth bounds. Every shard a directory or an index names must resolve, after
 following symlinks, inside the checkpoint directory: an index entry ``../x.safetensors`` or ``/etc/passwd``, or a
 symlink pointing elsewhere, is refused unless ``allow_external_shards=True``. The one layout allowed to point
 outside is the Hugging Face hub cache (``models--org--name/snapshots/<rev>/`` symlinks into the same repository's
