@@ -90,8 +90,8 @@ class CheckpointDir:
             for e in values:
                 if isinstance(e, bool) or not isinstance(e, int) or e < 0:
                     raise ConfigError(
-                        f"{self.path / name}: field 'eos_token_id' = {shown(eos)}: expected a non-negative integer or a "
-                        f"list of them"
+                        f"{self.path / name}: field 'eos_token_id' = {shown(eos)}: expected a non-negative integer "
+                        f"or a list of them"
                     )
                 ids.add(e)
             if ids:

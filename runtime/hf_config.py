@@ -63,7 +63,7 @@ def read_int(cfg: Mapping[str, Any], field: str, keys: Sequence[str], minimum: i
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
         raise _fail(field, key, v, "an integer")
     if abs(v) > MAX_CONFIG_INT:
-        raise _fail(field, key, v, f"an integer of magnitude at most 2**63 - 1")
+        raise _fail(field, key, v, "an integer of magnitude at most 2**63 - 1")
     if minimum is not None and v < minimum:
         raise _fail(field, key, v, f"an integer >= {minimum}")
     return int(v)

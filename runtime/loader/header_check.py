@@ -30,10 +30,14 @@ SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_
                "head_dim")
 
 
+def _raw(config: Any, name: str) -> Any:
+    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+
+
 def _value(config: Any, name: str) -> int | None:
     """An integer field's value (``1e9`` as the integer it is); None for anything else, whose type is the typed
     readers' to refuse."""
-    v = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+    v = _raw(config, name)
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -55,15 +59,15 @@ def check_config_against_headers(config: Any, checkpoint: Any, where: str = "con
     names = list(checkpoint.keys())
     layers = _value(config, "num_hidden_layers")
     if layers is not None:
-        held = layers_in(names)
+        held, given = layers_in(names), shown(_raw(config, "num_hidden_layers"))
         if held is not None and layers > held:
             raise ConfigError(
-                f"{where}: field 'num_hidden_layers' = {shown(layers)}: the checkpoint's tensors number only {held} "
+                f"{where}: field 'num_hidden_layers' = {given}: the checkpoint's tensors number only {held} "
                 f"layer(s) (layers.0 .. layers.{held - 1}); expected at most {held}"
             )
         if held is None and layers > len(names):
             raise ConfigError(
-                f"{where}: field 'num_hidden_layers' = {shown(layers)}: the checkpoint holds only {len(names)} tensor(s), "
+                f"{where}: field 'num_hidden_layers' = {given}: the checkpoint holds only {len(names)} tensor(s), "
                 f"fewer than one per layer; expected at most {len(names)}"
             )
     largest = max((d for n in names for d in checkpoint.shape(n)), default=0)
@@ -71,6 +75,6 @@ def check_config_against_headers(config: Any, checkpoint: Any, where: str = "con
         v = _value(config, field)
         if v is not None and v > largest:
             raise ConfigError(
-                f"{where}: field '{field}' = {shown(v)}: larger than every dimension of the checkpoint's tensors (the "
-                f"largest is {largest}); expected the length of a weight axis"
+                f"{where}: field '{field}' = {shown(_raw(config, field))}: larger than every dimension of the "
+                f"checkpoint's tensors (the largest is {largest}); expected the length of a weight axis"
             )
