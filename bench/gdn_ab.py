@@ -1,4 +1,7 @@
-"""Gated DeltaNet decode paths as paired legs in one process (Qwen3-Next-80B-A3B shape, 8 layers, H200).
+"""Two settings of a module-level switch as paired legs in one process (H200): by default the Gated DeltaNet decode
+paths (Qwen3-Next-80B-A3B shape, 8 layers); ``--switch moe_route`` the gpt-oss router (gpt-oss-20b shape, 4 layers:
+``runtime/layers/moe/kernels.FUSED_TOPK_SOFTMAX``, the routing kernel (``fused``) or torch.topk + softmax
+(``unfused``)).
 
 Legs: ``fused`` (``runtime/layers/gated_deltanet/kernels.FUSED_DECODE = True``: conv update, then the delta rule with its
 gates computed in the same kernel: two launches per GDN layer before the gated norm) and ``unfused`` (the four-launch
@@ -13,6 +16,7 @@ Each leg's 16 greedy tokens are compared with the other's, and an eager per-kern
 decode rate = batch * (N - 1) / (T(N new tokens) - T(1 new token)), as bench/arch.py; roofline as bench/arch.py.
 
   python -m bench.gdn_ab --batches 1 32 --reps 5 --out bench/results/h200-qwen3-next-gdn-ab.json
+  python -m bench.gdn_ab --switch moe_route --batches 1 --reps 6 --out bench/results/h200-gpt-oss-route-ab.json
 """
 from __future__ import annotations
 
@@ -33,20 +37,30 @@ from bench.arch import build_and_save_hf, kernel_profiles, step_bytes  # noqa: E
 from bench.decode import log, measure_ceilings, wall, warm_page_cache  # noqa: E402
 
 LEGS = {"fused": True, "unfused": False}
+# --switch: (model, module, attribute, shape, default layers)
+SWITCHES = {
+    "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
+            "Qwen3-Next-80B-A3B shape", 8),
+    "moe_route": ("gpt_oss", "modelgen.runtime.layers.moe.kernels", "FUSED_TOPK_SOFTMAX", "gpt-oss-20b shape", 4),
+}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--switch", choices=sorted(SWITCHES), default="gdn")
+    ap.add_argument("--layers", type=int, default=None, help="default: the switch's (8 GDN, 4 gpt-oss)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile-batches", type=int, nargs="*", default=[1])
-    ap.add_argument("--ckpt", default="/tmp/modelgen-bench-qwen3_next")
+    ap.add_argument("--ckpt", default=None, help="default: /tmp/modelgen-bench-<model>")
     ap.add_argument("--out", default="bench/results/h200-qwen3-next-gdn-ab.json")
     ap.add_argument("--budget-s", type=float, default=300, help="no new rep or profile past this")
     args = ap.parse_args()
+    model, module, attr, shape, layers = SWITCHES[args.switch]
+    args.layers = args.layers or layers
+    args.ckpt = args.ckpt or f"/tmp/modelgen-bench-{model}"
     t_start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
     out_path = Path(args.out)
@@ -54,19 +68,22 @@ def main() -> int:
 
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
-    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
+    import importlib
 
-    res: dict = {"gpu": torch.cuda.get_device_name(0), "model": f"Qwen3-Next-80B-A3B shape, {args.layers} layers, bf16",
-                 "legs": {k: f"FUSED_DECODE={v}" for k, v in LEGS.items()},
+    ggd = importlib.import_module(module)
+    flip = lambda on: setattr(ggd, attr, on)  # noqa: E731
+
+    res: dict = {"gpu": torch.cuda.get_device_name(0), "model": f"{shape}, {args.layers} layers, bf16",
+                 "legs": {k: f"{attr}={v}" for k, v in LEGS.items()},
                  "setup": vars(args)}
     save = lambda: out_path.write_text(json.dumps(res, indent=2))  # noqa: E731
     res.update(measure_ceilings())
     ckpt = Path(args.ckpt)
     shutil.rmtree(ckpt, ignore_errors=True)
-    hf = build_and_save_hf("qwen3_next", args.layers, ckpt)
+    hf = build_and_save_hf(model, args.layers, ckpt)
     ctx = args.prompt + args.new / 2
     copy = res["hbm_copy_tb_s"] * 1e12
-    res["roofline_tok_s"] = {str(b): b * copy / step_bytes(hf, "qwen3_next", b, ctx)["total"] for b in args.batches}
+    res["roofline_tok_s"] = {str(b): b * copy / step_bytes(hf, model, b, ctx)["total"] for b in args.batches}
     vocab = hf.config.vocab_size
     del hf
     gc.collect()
@@ -82,7 +99,7 @@ def main() -> int:
     greedy = lambda n: SamplingParams(max_new_tokens=n, ignore_eos=True)  # noqa: E731
     llms = {}
     for leg, fused in LEGS.items():
-        ggd.FUSED_DECODE = fused  # read while the graphs are captured: each engine replays its own path
+        flip(fused)  # read while the graphs are captured: each engine replays its own path
         llm = llms[leg] = LLM(ckpt, **kw)
         llm.warmup()
         res.setdefault("tokens_bs1", {})[leg] = llm.generate(prompts[1][:1].tolist() if 1 in prompts else
@@ -99,7 +116,7 @@ def main() -> int:
         for b in args.batches:
             ids = prompts[b].tolist()
             for leg in order:
-                ggd.FUSED_DECODE = LEGS[leg]
+                flip(LEGS[leg])
                 llm = llms[leg]
                 llm.generate(ids, greedy(2))
                 t1 = min(wall(lambda: llm.generate(ids, greedy(1))) for _ in range(2))
@@ -127,14 +144,14 @@ def main() -> int:
     for leg, fused in LEGS.items():
         if not args.profile_batches or left() < 30:
             break
-        ggd.FUSED_DECODE = fused
+        flip(fused)
         res.setdefault("kernel_profile", {})[leg] = kernel_profiles(ckpt, dict(kw, max_num_seqs=max(args.batches)),
                                                                     prompts, args.profile_batches)
         gc.collect()
         torch.cuda.empty_cache()
         save()
 
-    print("\nGDN decode A/B (Qwen3-Next shape) | batch | fused | unfused | fused/unfused (median of pairs) | "
+    print(f"\n{attr} A/B ({shape}) | batch | fused | unfused | fused/unfused (median of pairs) | "
           "fused of roofline")
     for b, s in summary.items():
         print(f"  {b:>3} | {s['fused_median']:,.1f} | {s['unfused_median']:,.1f} | {s['fused_over_unfused_median']:.3f}"

@@ -87,6 +87,50 @@ def test_sigmoid_grouped_route(T, E, k, n_group, topk_group, bias):
     assert rel(w.gather(1, a.indices), w2.gather(1, a2.indices)) < 1e-6
 
 
+@pytest.mark.parametrize("T", sizes(1, 7, 300))
+@pytest.mark.parametrize("E,k", [(32, 4), (128, 4), (8, 2)])
+@pytest.mark.parametrize("dtype", [LOW, torch.float32])
+def test_topk_softmax_route(T, E, k, dtype):
+    """GPT-OSS / granitemoe: top-k of the raw logits, softmax over the k in the logits' dtype, then float32."""
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
+
+    logits = (torch.randn(T, E, device=DEV) * 2).to(dtype)
+    w, ids = gm.route(logits, k, scoring="topk_softmax", renormalize=False)
+    w2, ids2 = ref.route(logits, k, scoring="topk_softmax", renormalize=False)
+    # Descending order both; 16-bit logits tie: the tied experts' logits (and so their weights) are equal.
+    assert ids.dtype == torch.int32 and w.dtype == torch.float32
+    assert torch.equal(logits.gather(1, ids.long()), logits.gather(1, ids2))
+    untied = (logits.unsqueeze(-1) == logits.gather(1, ids2).unsqueeze(1)).sum(1) == 1
+    assert torch.equal(ids.long()[untied], ids2[untied])
+    assert rel(w, w2) < (1e-6 if dtype == torch.float32 else 4e-3)  # one 16-bit rounding of the softmax
+    w3, _ = gm.route(logits, k, scoring="topk_softmax", renormalize=True)  # renormalize changes nothing
+    assert torch.equal(w3, w)
+
+
+@pytest.mark.parametrize("T", [1, 5])
+def test_router_linear_bias_topk_softmax(T):
+    """GPT-OSS's router: F.linear with the router's own bias, then top-k-then-softmax (TopKRouter on the kernel)."""
+    from modelgen.runtime.layers.moe import ops as ref
+    from modelgen.runtime.layers.moe import kernels as gm
+    from modelgen.runtime.layers.linear import linear
+    from modelgen.runtime.layers.moe.layer import TopKRouter
+
+    H, E, k = 256, 32, 4
+    r = TopKRouter(H, E, top_k=k, scoring="topk_softmax", renormalize=False, bias=True).to(DEV, LOW)
+    torch.nn.init.normal_(r.weight, std=0.05)
+    torch.nn.init.normal_(r.bias, std=0.5)
+    x = torch.randn(T, H, device=DEV, dtype=LOW)
+    assert r._gpu(x) == gm.FUSED_TOPK_SOFTMAX
+    w, ids = r(x)
+    logits = linear(x, r.weight, r.bias)
+    w2, ids2 = ref.route(logits, k, scoring="topk_softmax", renormalize=False)
+    assert torch.equal(logits.gather(1, ids.long()), logits.gather(1, ids2))
+    assert rel(w, w2) < 4e-3
+    w3, ids3 = gm.router(x, r.weight, k, scoring="topk_softmax", renormalize=False, bias=r.bias, gemm=linear)
+    assert torch.equal(ids3, ids.int()) and torch.equal(w3, w)
+
+
 @pytest.mark.parametrize("T", [1, 2, 3])  # 1, 2: router GEMM + top-k in one launch; 3: GEMM then the top-k kernel
 def test_router_gemm_and_topk(T, monkeypatch):
     from modelgen.runtime.layers.moe import ops as ref

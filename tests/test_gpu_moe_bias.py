@@ -84,7 +84,7 @@ def test_bias_and_clamped_swiglu_match_the_reference(T, E, k, H, I, ep, dtype, p
 
 def test_engine_gpt_oss_bf16_experts_take_the_kernels(tmp_path, monkeypatch):
     """A tiny gpt-oss (bf16-style fused experts, no MXFP4) on the GPU path: every MoE layer runs the Triton MoE (not
-    the torch reference), fp32 prefill logits within 1e-4 of transformers and 8 greedy tokens equal."""
+    the torch reference) and so does the router, fp32 prefill logits within 1e-4 of transformers and 8 greedy tokens equal."""
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
     from modelgen.runtime.layers.moe import FusedMoE
@@ -92,10 +92,11 @@ def test_engine_gpt_oss_bf16_experts_take_the_kernels(tmp_path, monkeypatch):
     from tests.gpt_oss_fixtures import PROMPT, make_gpt_oss
     from tests.test_parity_llama import hf_greedy, hf_logits
 
-    calls = []
-    real = gm.fused_moe
+    calls, routes = [], []
+    real, real_route = gm.fused_moe, gm.route
     monkeypatch.setattr(gm, "fused_moe",
                         lambda *a, **kw: calls.append(kw.get("w13_bias") is not None) or real(*a, **kw))
+    monkeypatch.setattr(gm, "route", lambda *a, **kw: routes.append(kw["scoring"]) or real_route(*a, **kw))
     hf = make_gpt_oss(tmp_path)
     llm = LLM(tmp_path, target="rocm", dtype=torch.float32, device=DEV, max_model_len=128, cuda_graphs=False)
     layers = [m for m in llm.model.modules() if isinstance(m, FusedMoE)]
@@ -103,5 +104,7 @@ def test_engine_gpt_oss_bf16_experts_take_the_kernels(tmp_path, monkeypatch):
     err = (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4, f"gpt-oss logits differ from transformers by {err}"
     assert len(calls) == len(layers) and all(calls), "the Triton MoE did not run once per MoE layer with its biases"
+    # the router (its linear bias, top-k then softmax) on the routing kernel too, while FUSED_TOPK_SOFTMAX is on
+    assert routes == (["topk_softmax"] * len(layers) if gm.FUSED_TOPK_SOFTMAX else [])
     params = SamplingParams(max_new_tokens=8, ignore_eos=True)
     assert llm.generate([PROMPT[:10]], params)[0] == hf_greedy(hf, PROMPT[:10], 8)

@@ -92,7 +92,8 @@ def _chain_kernels():
     from modelgen.runtime.layers.moe import kernels as gm
     from modelgen.runtime.ops.gpu import activation as ga, linear as gl, norm as gn, norm_linear as nl
 
-    route = dict(NG=1, PG=128, BG=1, BP=128, TOPK=8, BK=8, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=True)
+    route = dict(NG=1, PG=128, BG=1, BP=128, TOPK=8, BK=8, TOPK_GROUP=1, SIGMOID=False, HAS_BIAS=False, RENORM=True,
+                 TOPK_SOFTMAX=False)
     # (kernel, constexprs, warps, stages, global loads allowed before the wait: what two-back kernels wrote)
     return [
         (gn._rms_norm_kernel, dict(N=2048, BLOCK=2048, ADD=True, ZERO_CENTRED=False), 4, 3, 0),

@@ -5,7 +5,7 @@ with no host synchronisation and shapes fixed by ``(num_tokens, top_k, num_exper
 into CUDA graphs:
 
   1. ``route``       one program per token: softmax or sigmoid, optional correction bias and group-limited selection,
-                     top-k by repeated arg-max, renormalise, scale (``[T, E]`` logits -> weights, int32 ids).
+                     top-k by repeated arg-max, renormalise, scale (or GPT-OSS's top-k of raw logits, then softmax) (``[T, E]`` logits -> weights, int32 ids).
   2. ``_align``      one program: counts the (token, slot) pairs per expert (``tl.histogram``), pads each expert's
                      share to a multiple of ``BLOCK_M`` (prefix sum) and scatters pair ids into expert order, so every
                      ``BLOCK_M`` rows of the sorted list belong to one expert (vLLM's ``moe_align_block_size``).
@@ -52,16 +52,20 @@ def _route_row(
     lrow_ptr, bias_ptr, wrow_ptr, idrow_ptr, scaling,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr = False,
 ):
-    """One token: logits row -> its top-k weights and expert ids."""
+    """One token: logits row -> its top-k weights and expert ids. ``TOPK_SOFTMAX`` (GPT-OSS): top-k of the raw
+    logits, then a softmax over the k selected logits rounded to the logits' dtype (HF softmax(dtype=logits dtype))."""
     # Experts laid out as [group, expert-in-group] = [NG, PG] (NG = 1 without group-limited routing).
     g = tl.arange(0, BG)[:, None]
     p = tl.arange(0, BP)[None, :]
     valid = (g < NG) & (p < PG)
     e = g * PG + p
     logit = tl.load(lrow_ptr + e, mask=valid, other=0.0).to(tl.float32)
-    if SIGMOID:
+    if TOPK_SOFTMAX:
+        scores = logit
+        choice = logit
+    elif SIGMOID:
         scores = 1.0 / (1.0 + tl.exp(-logit))
         choice = scores
         if HAS_BIAS:  # correction bias steers the selection only; the weights are the unbiased scores
@@ -97,6 +101,9 @@ def _route_row(
         w = tl.where(kk == i, wi, w)
         ids = tl.where(kk == i, ((top // BP) * PG + top % BP).to(tl.int32), ids)
         flat = tl.where(pos == top, float("-inf"), flat)
+    if TOPK_SOFTMAX:  # the selected logits come in descending order: the first is the maximum
+        ex = tl.where(kk < TOPK, tl.exp(w - tl.max(tl.where(kk < TOPK, w, float("-inf")), 0)), 0.0)
+        w = (ex / tl.sum(ex, 0)).to(lrow_ptr.dtype.element_ty).to(tl.float32)
     if RENORM:
         total = tl.sum(w, 0)
         if SIGMOID:
@@ -113,12 +120,13 @@ def _route_kernel(
     logits_ptr, bias_ptr, w_ptr, ids_ptr, s_l, scaling,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pdl.wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     _route_row(logits_ptr + row * s_l, bias_ptr, w_ptr + row * TOPK, ids_ptr + row * TOPK, scaling,
-               NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
+               NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM, TOPK_SOFTMAX)
 
 
 @triton.jit
@@ -127,7 +135,8 @@ def _router_topk_kernel(
     BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr,
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr,
+    PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Router GEMM and top-k in one launch for a few tokens: each program computes the logits of BLOCK_E experts
     (rounded to the activations' dtype, as F.linear returns them); the last to finish (an acq_rel counter, reset
@@ -158,7 +167,7 @@ def _router_topk_kernel(
     if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         for t in range(0, T):
             _route_row(logits_ptr + t * E, bias_ptr, w_ptr + t * TOPK, ids_ptr + t * TOPK, scaling,
-                       NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM)
+                       NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM, TOPK_SOFTMAX)
         tl.atomic_xchg(cnt_ptr, 0)
 
 
@@ -167,7 +176,7 @@ def _route_meta(E: int, top_k: int, scoring: str, renormalize: bool, n_group, to
     ng = n_group if grouped else 1
     return dict(NG=ng, PG=E // ng, BG=next_pow2(ng), BP=next_pow2(E // ng), TOPK=top_k, BK=max(2, next_pow2(top_k)),
                 TOPK_GROUP=int(topk_group or 1), SIGMOID=scoring == "sigmoid", HAS_BIAS=bias is not None,
-                RENORM=bool(renormalize))
+                RENORM=bool(renormalize) and scoring != "topk_softmax", TOPK_SOFTMAX=scoring == "topk_softmax")
 
 
 def route(
@@ -179,6 +188,8 @@ def route(
 
     The ids come in descending-score order (the sigmoid reference's ``topk(sorted=False)`` order is unspecified:
     compare ids as sets there). Arguments are validated by the reference's caller (``TopKRouter``).
+    ``scoring="topk_softmax"`` (GPT-OSS, granitemoe): top-k of the raw logits, softmax over the k in the logits'
+    dtype; ``renormalize`` is ignored (the weights already sum to 1).
     """
     T, E = logits.shape
     if logits.stride(-1) != 1:
@@ -202,20 +213,29 @@ def route(
 FUSED_ROUTER_T = 0
 
 
+# GPT-OSS's router (top-k of the raw logits, softmax over the k, a linear bias) through ``route``'s kernel (True) or
+# the torch reference (torch.topk + softmax, False); read by TopKRouter, flipped by bench/gdn_ab.py's legs.
+FUSED_TOPK_SOFTMAX = True
+
+
 def router(
     x: torch.Tensor, weight: torch.Tensor, top_k: int, *, scoring: str, renormalize: bool,
     n_group: int | None = None, topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32, gemm=None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``route(x @ weight.T, ...)``: for up to ``FUSED_ROUTER_T`` tokens one launch (logits in ``x.dtype`` as
-    ``F.linear`` rounds them), else ``gemm(x, weight)`` (default ``F.linear``) then ``route``."""
+    """``route(x @ weight.T + bias, ...)``: for up to ``FUSED_ROUTER_T`` tokens one launch (logits in ``x.dtype`` as
+    ``F.linear`` rounds them; no linear bias, not ``topk_softmax``), else ``gemm(x, weight[, bias])`` (default
+    ``F.linear``) then ``route``. ``bias``: the router linear's own bias (GPT-OSS), part of the logits."""
     T, H = x.shape
     E = weight.shape[0]
     kw = dict(scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
               e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor)
     if not (0 < T <= FUSED_ROUTER_T and x.dtype == weight.dtype and x.stride(-1) == 1 and weight.stride(-1) == 1
-            and x.dtype in (torch.bfloat16, torch.float16, torch.float32)):
-        logits = gemm(x, weight) if gemm is not None else torch.nn.functional.linear(x, weight)
+            and x.dtype in (torch.bfloat16, torch.float16, torch.float32) and bias is None
+            and scoring != "topk_softmax"):
+        args = (x, weight) if bias is None else (x, weight, bias)
+        logits = gemm(*args) if gemm is not None else torch.nn.functional.linear(*args)
         return route(logits, top_k, out_dtype=out_dtype, **kw)
     w = torch.empty((T, top_k), dtype=out_dtype, device=x.device)
     ids = torch.empty((T, top_k), dtype=torch.int32, device=x.device)

@@ -68,11 +68,16 @@ class TopKRouter(nn.Module):
         self.backend = backends.active("rocm")
 
     def _gpu(self, x: torch.Tensor) -> bool:
-        # The router kernel knows neither a linear bias, GPT-OSS's top-k-then-softmax nor groups ranked by their
-        # maximum / softmax groups (DeepSeek-V2 group_limited_greedy): those take the reference.
+        # The router kernel does not know groups ranked by their maximum / softmax groups (DeepSeek-V2
+        # group_limited_greedy): those take the reference. GPT-OSS's top-k-then-softmax (with its linear bias)
+        # runs the kernel while ``kernels.FUSED_TOPK_SOFTMAX`` is on (bench/gdn_ab.py times both).
         grouped = (self.n_group or 1) > 1
-        return (self.backend != "aiter" and gpu.enabled(x) and self.bias is None and self.scoring != "topk_softmax"
-                and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum")))
+        if not (self.backend != "aiter" and gpu.enabled(x)
+                and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum"))):
+            return False
+        from . import kernels as gpu_moe
+
+        return self.scoring != "topk_softmax" or gpu_moe.FUSED_TOPK_SOFTMAX
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
@@ -84,7 +89,7 @@ class TopKRouter(nn.Module):
                 x, self.weight, self.top_k, scoring=self.scoring, renormalize=self.renormalize,
                 n_group=self.n_group, topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
                 routed_scaling_factor=self.routed_scaling_factor,
-                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear,
+                out_dtype=x.dtype if self.weights_in_model_dtype else torch.float32, gemm=linear, bias=self.bias,
             )
         logits = F.linear(x, self.weight, self.bias)
         weights, ids = route(
