@@ -162,6 +162,30 @@ def test_router_gemm_and_topk(T, monkeypatch):
     assert all(int(c.abs().sum()) == 0 for c in gm._COUNTERS.values())
 
 
+@pytest.mark.parametrize("T,E,k,S,L,offset", [(1, 32, 4, 0, 32, 0), (32, 512, 10, 0, 512, 0), (7, 64, 8, 1, 32, 16),
+                                                (64, 8, 2, 0, 8, 0)])
+@pytest.mark.parametrize("BM", [16, 64])
+def test_align_fill_is_the_owner_count(T, E, k, S, L, offset, BM, monkeypatch):
+    """``ALIGN_FILL`` (each expert writes its row blocks) gives the same block experts and padded count as the
+    per-block owner count; the sorted pairs agree as sets within each block. One token may also put all on one."""
+    from modelgen.runtime.layers.moe import kernels as gm
+
+    _, ids = routing(T, E, k, seed=T + E + BM)
+    if T == 64:
+        ids[:, 0] = 3  # one expert takes every token: many blocks for one expert
+        ids[:, 1] = 5
+    P, KT = T * (k + S), k + S
+    out = {}
+    for fill in (True, False):
+        monkeypatch.setattr(gm, "ALIGN_FILL", fill)
+        out[fill] = gm.align(ids, P, KT, k, offset, L, S, BM)
+    (s1, e1, n1, nb), (s0, e0, n0, _) = out[True], out[False]
+    assert torch.equal(e1, e0) and torch.equal(n1, n0)
+    n = int(n1)
+    assert torch.equal(s1[:n].view(-1, BM).sort(1).values, s0[:n].view(-1, BM).sort(1).values)
+    assert (s1[n:] == P).all()
+
+
 # ------------------------------------------------------------------------------------------------------------ experts
 @pytest.mark.parametrize("T", sizes(1, 7, 64, 300, interpreter_max=7))
 @pytest.mark.parametrize("E,k", [(8, 2), (64, 8), (128, 8)])
