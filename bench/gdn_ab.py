@@ -1,7 +1,7 @@
-"""Two settings of a module-level switch as paired legs in one process (H200): by default the Gated DeltaNet decode
-paths (Qwen3-Next-80B-A3B shape, 8 layers); ``--switch moe_route`` the gpt-oss router (gpt-oss-20b shape, 4 layers:
-``runtime/layers/moe/kernels.FUSED_TOPK_SOFTMAX``, the routing kernel (``fused``) or torch.topk + softmax
-(``unfused``)).
+"""Two settings of a module-level switch as paired legs in one process (H200): by default (``--switch gdn``) the Gated
+DeltaNet decode paths (Qwen3-Next-80B-A3B shape, 8 layers). (Run s29d, at f40c4225, timed a
+``moe_route`` switch, the gpt-oss router on the routing kernel or torch.topk + softmax: bench/NOTES-moe.md; the kernel
+won and the switch is gone. Add a ``SWITCHES`` entry for the next module flag to time.)
 
 Legs: ``fused`` (``runtime/layers/gated_deltanet/kernels.FUSED_DECODE = True``: conv update, then the delta rule with its
 gates computed in the same kernel: two launches per GDN layer before the gated norm) and ``unfused`` (the four-launch
@@ -16,7 +16,6 @@ Each leg's 16 greedy tokens are compared with the other's, and an eager per-kern
 decode rate = batch * (N - 1) / (T(N new tokens) - T(1 new token)), as bench/arch.py; roofline as bench/arch.py.
 
   python -m bench.gdn_ab --batches 1 32 --reps 5 --out bench/results/h200-qwen3-next-gdn-ab.json
-  python -m bench.gdn_ab --switch moe_route --batches 1 --reps 6 --out bench/results/h200-gpt-oss-route-ab.json
 """
 from __future__ import annotations
 
@@ -41,14 +40,13 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
-    "moe_route": ("gpt_oss", "modelgen.runtime.layers.moe.kernels", "FUSED_TOPK_SOFTMAX", "gpt-oss-20b shape", 4),
 }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--switch", choices=sorted(SWITCHES), default="gdn")
-    ap.add_argument("--layers", type=int, default=None, help="default: the switch's (8 GDN, 4 gpt-oss)")
+    ap.add_argument("--layers", type=int, default=None, help="default: the switch's (8 GDN)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=64)

@@ -6,8 +6,6 @@
 #   bash bench/gpu_session.sh fp8   # FP8 block-scaled GEMM tests + bench/fp8_gemm.py (FP8 kernel vs dequantized bf16)
 #   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
-#   bash bench/gpu_session.sh s29d  # gpt-oss router: routing kernel vs torch.topk + softmax (paired legs), MoE tests
-#   bash bench/gpu_session.sh s29e  # _align_kernel: per-expert block fill vs per-block owner count, MoE tests
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -78,28 +76,6 @@ elif [ "$phase" = s29c ]; then  # nvidia-h200, ~230 s: the second fused GDN leg 
   echo "[$(( $(date +%s) - t0 ))s] gdn a/b done" | tee -a "$L/2-gdn-ab.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29c.log"; rm -rf "$L"
   cat "$OUT/s29c.log"
-elif [ "$phase" = s29d ]; then  # nvidia-h200, ~220 s: the gpt-oss router on the routing kernel (top-k then softmax,
-  # router bias) against torch.topk + softmax, paired in one process (bench/gdn_ab.py --switch moe_route, bs1, eager
-  # profiles of both legs); the MoE kernel + engine tests
-  L="$OUT/logs"; mkdir -p "$L"
-  timeout -k 10 90 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu_moe_bias.py tests/test_pdl.py \
-    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -20 > "$L/1-tests.log"
-  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
-  timeout -k 10 150 python3 -m bench.gdn_ab --switch moe_route --batches 1 --new 128 --reps 12 --profile-batches 1 \
-    --budget-s 140 --out "$OUT/h200-gpt-oss-route-ab.json" 2>&1 | grep -v Warning | grep -v "it/s" | grep -v "us/step" \
-    | grep -v "wall(lambda" | tail -40 > "$L/2-route-ab.log"
-  echo "[$(( $(date +%s) - t0 ))s] route a/b done" | tee -a "$L/2-route-ab.log"
-  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s29d.log"; rm -rf "$L"
-  cat "$OUT/s29d.log"
-elif [ "$phase" = s29e ]; then  # nvidia-h200, ~90 s: _align_kernel's per-expert block fill against the per-block owner
-  # count (bench/align_ab.py: graphed calls, paired legs, 7 shapes), after the MoE kernel + engine tests
-  timeout -k 10 90 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu_moe_bias.py \
-    tests/test_pdl.py 2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -20 \
-    | tee "$OUT/s29e.log"
-  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s29e.log"
-  timeout -k 10 60 python3 -m bench.align_ab --out "$OUT/h200-moe-align-ab.json" 2>&1 | grep -v Warning | tail -20 \
-    | tee -a "$OUT/s29e.log"
-  echo "[$(( $(date +%s) - t0 ))s] align a/b done" | tee -a "$OUT/s29e.log"
 elif [ "$phase" = diag ]; then
   timeout 130 python3 -m pytest -q -rs tests/test_gpu_gdn.py -k "not fla" -p no:cacheprovider 2>&1 | tee "$OUT/h200-gpu-gdn-tests-2.log"
   echo "[$(( $(date +%s) - t0 ))s] gdn tests done"

@@ -121,7 +121,7 @@ def test_router_linear_bias_topk_softmax(T):
     torch.nn.init.normal_(r.weight, std=0.05)
     torch.nn.init.normal_(r.bias, std=0.5)
     x = torch.randn(T, H, device=DEV, dtype=LOW)
-    assert r._gpu(x) == gm.FUSED_TOPK_SOFTMAX
+    assert r._gpu(x)
     w, ids = r(x)
     logits = linear(x, r.weight, r.bias)
     w2, ids2 = ref.route(logits, k, scoring="topk_softmax", renormalize=False)
@@ -165,25 +165,30 @@ def test_router_gemm_and_topk(T, monkeypatch):
 @pytest.mark.parametrize("T,E,k,S,L,offset", [(1, 32, 4, 0, 32, 0), (32, 512, 10, 0, 512, 0), (7, 64, 8, 1, 32, 16),
                                                 (64, 8, 2, 0, 8, 0)])
 @pytest.mark.parametrize("BM", [16, 64])
-def test_align_fill_is_the_owner_count(T, E, k, S, L, offset, BM, monkeypatch):
-    """``ALIGN_FILL`` (each expert writes its row blocks) gives the same block experts and padded count as the
-    per-block owner count; the sorted pairs agree as sets within each block. One token may also put all on one."""
+def test_align_blocks(T, E, k, S, L, offset, BM):
+    """``align``: each local slot's pairs padded to whole ``BM`` blocks in ascending slot order (each expert writes
+    its own blocks), -1 past the padded count, the pairs of a block exactly that slot's; T=64: many blocks for one."""
     from modelgen.runtime.layers.moe import kernels as gm
 
     _, ids = routing(T, E, k, seed=T + E + BM)
     if T == 64:
-        ids[:, 0] = 3  # one expert takes every token: many blocks for one expert
-        ids[:, 1] = 5
+        ids[:, 0], ids[:, 1] = 3, 5  # two experts take every token
     P, KT = T * (k + S), k + S
-    out = {}
-    for fill in (True, False):
-        monkeypatch.setattr(gm, "ALIGN_FILL", fill)
-        out[fill] = gm.align(ids, P, KT, k, offset, L, S, BM)
-    (s1, e1, n1, nb), (s0, e0, n0, _) = out[True], out[False]
-    assert torch.equal(e1, e0) and torch.equal(n1, n0)
-    n = int(n1)
-    assert torch.equal(s1[:n].view(-1, BM).sort(1).values, s0[:n].view(-1, BM).sort(1).values)
-    assert (s1[n:] == P).all()
+    sorted_ids, expert_ids, npost, nb = gm.align(ids, P, KT, k, offset, L, S, BM)
+    local = ids.long() - offset
+    slot = torch.cat([torch.where((local >= 0) & (local < L), local, -1),
+                      torch.arange(L, L + S).expand(T, S).to(local)], 1).reshape(-1)  # [P]: -1 = other rank
+    counts = torch.bincount(slot[slot >= 0], minlength=L + S)
+    want = torch.cat([torch.full((int(-(-c // BM)),), e, dtype=torch.int32) for e, c in enumerate(counts.tolist())])
+    n = int(npost)
+    assert n == len(want) * BM
+    assert torch.equal(expert_ids.cpu()[: len(want)], want) and (expert_ids[len(want):] == -1).all()
+    rows = sorted_ids.long().cpu()
+    for b, e in enumerate(want.tolist()):
+        got = rows[b * BM:(b + 1) * BM]
+        got = got[got < P]
+        assert (slot.cpu()[got] == e).all()
+    assert sorted(rows[rows < P].tolist()) == (slot >= 0).nonzero().flatten().cpu().tolist()
 
 
 # ------------------------------------------------------------------------------------------------------------ experts

@@ -104,7 +104,6 @@ def test_engine_gpt_oss_bf16_experts_take_the_kernels(tmp_path, monkeypatch):
     err = (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item()
     assert err < 1e-4, f"gpt-oss logits differ from transformers by {err}"
     assert len(calls) == len(layers) and all(calls), "the Triton MoE did not run once per MoE layer with its biases"
-    # the router (its linear bias, top-k then softmax) on the routing kernel too, while FUSED_TOPK_SOFTMAX is on
-    assert routes == (["topk_softmax"] * len(layers) if gm.FUSED_TOPK_SOFTMAX else [])
+    assert routes == ["topk_softmax"] * len(layers), "the router (linear bias, top-k then softmax) skipped the kernel"
     params = SamplingParams(max_new_tokens=8, ignore_eos=True)
     assert llm.generate([PROMPT[:10]], params)[0] == hf_greedy(hf, PROMPT[:10], 8)

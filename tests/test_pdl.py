@@ -103,7 +103,7 @@ def _chain_kernels():
         (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, PF_CHUNKS=8, AHEAD=False), 4, 1, 0),
         (gm._route_kernel, route, 2, 3, 0),
         (gm._router_topk_kernel, dict(route, BLOCK_E=16, BLOCK_K=256, IEEE=False), 4, 3, 0),
-        (gm._align_kernel, dict(BLOCK_M=16, NB=256, CHUNK=256, CHUNK_B=128, FILL=True), 4, 3, 0),
+        (gm._align_kernel, dict(BLOCK_M=16, NB=256, CHUNK=256, CHUNK_B=128), 4, 3, 0),
         (gm._gate_up_kernel, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, EVEN_K=True, GELU=False, IEEE=False), 4, 4, 0),
         (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False, PF_CHUNKS=2), 4, 4, 2),
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),

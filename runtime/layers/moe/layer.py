@@ -69,15 +69,11 @@ class TopKRouter(nn.Module):
 
     def _gpu(self, x: torch.Tensor) -> bool:
         # The router kernel does not know groups ranked by their maximum / softmax groups (DeepSeek-V2
-        # group_limited_greedy): those take the reference. GPT-OSS's top-k-then-softmax (with its linear bias)
-        # runs the kernel while ``kernels.FUSED_TOPK_SOFTMAX`` is on (bench/gdn_ab.py times both).
+        # group_limited_greedy): those take the reference. GPT-OSS's top-k-then-softmax with its linear bias runs
+        # the kernel (measured 1.066x the torch.topk + softmax route at gpt-oss bs1: bench/NOTES-moe.md).
         grouped = (self.n_group or 1) > 1
-        if not (self.backend != "aiter" and gpu.enabled(x)
-                and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum"))):
-            return False
-        from . import kernels as gpu_moe
-
-        return self.scoring != "topk_softmax" or gpu_moe.FUSED_TOPK_SOFTMAX
+        return (self.backend != "aiter" and gpu.enabled(x)
+                and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum")))
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = hidden_states.float() if self.float32 else hidden_states
