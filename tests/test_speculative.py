@@ -507,7 +507,7 @@ def _lm_head(engine, hidden):
     model = engine.model
     if hasattr(model, "compute_logits"):
         return model.compute_logits(hidden)
-    import modelgen.runtime.neuron.functional as NF
+    import modelgen.runtime.targets.neuron.functional as NF
 
     return NF.lm_head(hidden, model.lm_head_weight, model.vocab_size)
 
