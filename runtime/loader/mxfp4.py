@@ -150,7 +150,6 @@ def keep_mxfp4_experts(model: torch.nn.Module, checkpoint: Any) -> set[str]:
     """Switch every FusedMoE whose ``gate_up_proj`` and ``down_proj`` the MXFP4 ``checkpoint`` view stores quantized
     (module name + part, through the model's renames) and make the view hand those tensors over as stored; returns
     the dequantized names now kept (``...experts.gate_up_proj``)."""
-    from ..layers.moe.layer import FusedMoE
     from ..layers.moe.mxfp4 import PARTS, keep_mxfp4
     from .names import apply_renames
     from .protocol import PackedTables
@@ -160,11 +159,11 @@ def keep_mxfp4_experts(model: torch.nn.Module, checkpoint: Any) -> set[str]:
     by_layer: dict[str, dict[str, str]] = {}
     for name in checkpoint.pairs():
         module_name, _, part = apply_renames(name, renames).rpartition(".")
-        if part in PARTS and isinstance(modules.get(module_name), FusedMoE):
+        if part in PARTS:
             by_layer.setdefault(module_name, {})[part] = name
     kept: set[str] = set()
     for module_name, parts in by_layer.items():
-        if len(parts) == len(PARTS) and keep_mxfp4(modules[module_name]):
+        if len(parts) == len(PARTS) and keep_mxfp4(modules.get(module_name)):
             kept |= set(parts.values())
     checkpoint.keep(kept)
     return kept

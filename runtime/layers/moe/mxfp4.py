@@ -83,10 +83,11 @@ def _full_shape(layer: FusedMoE, part: str, local: tuple[int, ...]) -> tuple[int
     return (local[0], local[1] * t, *local[2:])
 
 
-def keep_mxfp4(layer: FusedMoE) -> bool:
-    """Switch ``layer`` to MXFP4 expert parameters (before loading); False (unchanged) when the kernels cannot run
-    it (see the module docstring)."""
-    if not _convertible(layer):
+def keep_mxfp4(layer: nn.Module | None) -> bool:
+    """Switch ``layer`` to MXFP4 expert parameters (before loading); False (unchanged) when it is no FusedMoE (the
+    loader asks of whatever module a checkpoint name lands on) or the kernels cannot run it (see the module
+    docstring)."""
+    if not isinstance(layer, FusedMoE) or not _convertible(layer):
         return False
     L, H, I = layer.num_local_experts, layer.w13_weight.shape[2], layer.intermediate_size
     dev = layer.w13_weight.device
