@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): faf9e26d82421965
+# source hash (spec + templates + generator): 1c494b31a8f7479b
 # ==================================================================================================================
 """Cohere for the rocm target. See README.md."""
 from .config import ARCHITECTURES, CohereConfig

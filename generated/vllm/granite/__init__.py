@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): f57003a4ab745d52
+# source hash (spec + templates + generator): 4950eb2fffa8febb
 # ==================================================================================================================
 """Granite for the vllm target. See README.md.
 

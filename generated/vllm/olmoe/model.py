@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 7c4c5fc6314ef316
+# source hash (spec + templates + generator): 35172fca51a16805
 # ==================================================================================================================
 """Olmoe for the vllm target: vLLM's model interface and layer library.
 
