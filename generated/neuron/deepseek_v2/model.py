@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 577541d2f3ec0996
+# source hash (spec + templates + generator): 1f44b35b7275ee30
 # ==================================================================================================================
 """DeepseekV2 for the neuron target, in vLLM Neuron's style.
 
@@ -166,8 +166,8 @@ class DeepseekV2MLP(nn.Module):
 
 
 class DeepseekV2SparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router (grouped) + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

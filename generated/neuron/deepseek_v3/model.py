@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 6ebd1b5bfed6bff2
+# source hash (spec + templates + generator): 9b1defa31f350ba9
 # ==================================================================================================================
 """DeepseekV3 for the neuron target, in vLLM Neuron's style.
 
@@ -166,8 +166,8 @@ class DeepseekV3MLP(nn.Module):
 
 
 class DeepseekV3SparseMoeBlock(nn.Module):
-    """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): c0125cbe7f1069b7
+# source hash (spec + templates + generator): 73055c7da43a26b5
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style.
 
@@ -165,8 +165,8 @@ class Glm4MoeMLP(nn.Module):
 
 
 class Glm4MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

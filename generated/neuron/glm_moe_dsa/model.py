@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 7e8b2c43f5fdf516
+# source hash (spec + templates + generator): 2698be0837b210e4
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -279,8 +279,8 @@ class GlmMoeDsaMLP(nn.Module):
 
 
 class GlmMoeDsaSparseMoeBlock(nn.Module):
-    """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): f1f302feb50bce30
+# source hash (spec + templates + generator): c3d2b4bde823f7d4
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 
@@ -248,8 +248,7 @@ class GptOssAttention1(nn.Module):
 
 
 class GptOssSparseMoeBlock(nn.Module):
-    """Mixture of experts: topk_softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: topk_softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granitemoe.yaml --target neuron
-# source hash (spec + templates + generator): 13e5f9cac26a7428
+# source hash (spec + templates + generator): 0ac1fde97392cecd
 # ==================================================================================================================
 """GraniteMoe for the neuron target, in vLLM Neuron's style.
 
@@ -134,8 +134,7 @@ class GraniteMoeAttention(nn.Module):
 
 
 class GraniteMoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: topk_softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: topk_softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 2ffc6fb0befafd30
+# source hash (spec + templates + generator): ed52ac95eb843320
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style.
 
@@ -123,8 +123,7 @@ class MixtralAttention(nn.Module):
 
 
 class MixtralSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): 35172fca51a16805
+# source hash (spec + templates + generator): b68f252c018f4f74
 # ==================================================================================================================
 """Olmoe for the neuron target, in vLLM Neuron's style.
 
@@ -145,8 +145,7 @@ class OlmoeAttention(nn.Module):
 
 
 class OlmoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_moe.yaml --target neuron
-# source hash (spec + templates + generator): 5fb202d8ca31fbe3
+# source hash (spec + templates + generator): 74361b9552cf57df
 # ==================================================================================================================
 """Qwen2Moe for the neuron target, in vLLM Neuron's style.
 
@@ -257,8 +257,8 @@ class Qwen2MoeMLP(nn.Module):
 
 
 class Qwen2MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router + shared experts; shape-static MoE op (every local expert, dense
+    combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): b15d0ab552744d1f
+# source hash (spec + templates + generator): 2f3ae19c01eb04da
 # ==================================================================================================================
 """Qwen35Moe for the neuron target, in vLLM Neuron's style.
 
@@ -248,8 +248,8 @@ class Qwen35MoeMLP(nn.Module):
 
 
 class Qwen35MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router + shared experts; shape-static MoE op (every local expert, dense
+    combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

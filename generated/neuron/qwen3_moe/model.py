@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 53f83b83b6e9b1b4
+# source hash (spec + templates + generator): f8146366edf42e7b
 # ==================================================================================================================
 """Qwen3Moe for the neuron target, in vLLM Neuron's style.
 
@@ -163,8 +163,7 @@ class Qwen3MoeMLP(nn.Module):
 
 
 class Qwen3MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.
