@@ -150,6 +150,7 @@ def keep_mxfp4_experts(model: torch.nn.Module, checkpoint: Any) -> set[str]:
     """Switch every FusedMoE whose ``gate_up_proj`` and ``down_proj`` the MXFP4 ``checkpoint`` view stores quantized
     (module name + part, through the model's renames) and make the view hand those tensors over as stored; returns
     the dequantized names now kept (``...experts.gate_up_proj``)."""
+    # only a kept MXFP4 checkpoint needs the MoE layer's MXFP4 method (and its Triton kernels' module)
     from ..layers.moe.mxfp4 import PARTS, keep_mxfp4
     from .names import apply_renames
     from .protocol import PackedTables
