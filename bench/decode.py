@@ -32,6 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import log  # noqa: E402
+
 LLAMA3_8B = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
@@ -40,10 +42,6 @@ LLAMA3_8B = dict(
     bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16", hidden_act="silu",
     attention_bias=False, mlp_bias=False, head_dim=128,
 )
-
-
-def log(*a) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
 def cuda_ms(fn, reps: int = 10, warmup: int = 2) -> float:
@@ -397,7 +395,7 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     if args.profile_batches:
-        from bench.arch import kernel_profiles
+        from bench.kernel_profile import kernel_profiles
 
         del llm
         gc.collect()

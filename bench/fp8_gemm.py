@@ -22,7 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.arch import quantize_fp8_gpu  # noqa: E402
-from bench.decode import log, measure_ceilings  # noqa: E402
+from bench.common import log  # noqa: E402
+from bench.decode import measure_ceilings  # noqa: E402
 from bench.moe import graph_ms  # noqa: E402
 
 # (name, N, K): DeepSeek-V3 linear weights [out, in] (per expert for the MoE ones)

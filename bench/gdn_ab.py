@@ -11,7 +11,7 @@ with their setting, then timed alternately (A B, B A, ...) ``--reps`` times on t
 (the same code gave 616 and 727 tok/s in two runs of bench/moe.py) hits both legs alike; the decision uses the
 per-pair ratios' median.
 Each leg's 16 greedy tokens are compared with the other's, and an eager per-kernel profile
-(bench.arch.kernel_profile) of each leg at ``--profile-batches`` shows where the launches went.
+(bench.kernel_profile) of each leg at ``--profile-batches`` shows where the launches went.
 
 decode rate = batch * (N - 1) / (T(N new tokens) - T(1 new token)), as bench/arch.py; roofline as bench/arch.py.
 
@@ -32,8 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.arch import build_and_save_hf, kernel_profiles, step_bytes  # noqa: E402
-from bench.decode import log, measure_ceilings, wall, warm_page_cache  # noqa: E402
+from bench.arch import build_and_save_hf, step_bytes  # noqa: E402
+from bench.kernel_profile import kernel_profiles  # noqa: E402
+from bench.common import log  # noqa: E402
+from bench.decode import measure_ceilings, wall, warm_page_cache  # noqa: E402
 
 LEGS = {"fused": True, "unfused": False}
 # --switch: (model, module, attribute, shape, default layers)

@@ -35,7 +35,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.decode import hf_generate, log, measure_ceilings, wall, warm_page_cache  # noqa: E402
+from bench.common import log  # noqa: E402
+from bench.decode import hf_generate, measure_ceilings, wall, warm_page_cache  # noqa: E402
 from modelgen import settings  # noqa: E402
 
 QWEN3_30B_A3B = dict(

@@ -214,7 +214,7 @@ def free_memory() -> None:
 def prefill_hidden(llm, sid: int, tokens: list[int]) -> torch.Tensor:
     """The target's final hidden states ``[len(tokens), H]`` from one engine prefill (the sequence's KV blocks and
     recurrent state stay held under ``sid`` until the caller releases them)."""
-    from modelgen.runtime.engine.runners import Work
+    from modelgen.runtime.work import Work
 
     llm.blocks.ensure(sid, len(tokens))
     if llm.state_pool is not None:
@@ -392,7 +392,7 @@ def teacher_forced(path: Path, args, hf, head: MtpHead, seqs: list[list[int]], k
 
     A run with zero acceptance shows here which of the target's verify path, the draft's loading or its forward
     disagrees (continuation positions only: the prompts are random)."""
-    from modelgen.runtime.engine.runners import Work
+    from modelgen.runtime.work import Work
 
     llm = LLM(path, dtype=args.dtype, device=args.device, max_num_seqs=4, cuda_graphs=True, speculative_tokens=k,
               max_model_len=max(map(len, seqs)) + 8)

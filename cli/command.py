@@ -232,7 +232,7 @@ def _version() -> str:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input (checkpoint, config, tokenizer, chat template, request): one message, no
     traceback. The modelgen classes below are ValueError/RuntimeError/Exception subclasses listed for clarity."""
-    from modelgen.runtime.engine.block_manager import CacheFullError
+    from modelgen.runtime.block_manager import CacheFullError
     from modelgen.runtime.hf_config import ConfigError
     from modelgen.runtime.loader.checkpoint import CheckpointError
     from modelgen.runtime.tokenizer import ChatTemplateError, TokenizerFileError

@@ -36,7 +36,8 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from modelgen.codegen.errors import ModelgenError
 from modelgen.codegen.expr import short_repr
 from modelgen.codegen.literal import comment_text
-from modelgen.codegen.lower import SPECS_DIR, compile_spec, display_path
+from modelgen.codegen.lower import SPECS_DIR, compile_spec
+from modelgen.codegen.spec_file import display_path
 from modelgen.codegen.yaml_source import read_regular
 
 MAX_CONFIG_BYTES = 64 * 1024 * 1024  # config.json files are a few KiB; this only keeps a hostile one off the heap

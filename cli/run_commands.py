@@ -292,7 +292,7 @@ def _check_coverage(checkpoint, args: argparse.Namespace) -> None:
 
     from .coverage import CoverageError, checkpoint_coverage
 
-    from modelgen.codegen.lower import REPO_ROOT
+    from modelgen.codegen.spec_file import REPO_ROOT
 
     module = find_model(checkpoint.architectures, args.target, checkpoint.hf_config)
     spec = REPO_ROOT / module.SPEC

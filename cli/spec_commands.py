@@ -23,7 +23,7 @@ def _engine_targets(value: str) -> tuple[str, ...]:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from modelgen.codegen.build import BrokenSpecs, all_specs, build
-    from modelgen.codegen.lower import display_path
+    from modelgen.codegen.spec_file import display_path
 
     specs = all_specs() if args.all else [Path(s) for s in args.specs]
     if not specs:
@@ -66,7 +66,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from modelgen.codegen.build import all_specs, summaries
-    from modelgen.codegen.lower import display_path
+    from modelgen.codegen.spec_file import display_path
 
     rows = []
     broken = {}

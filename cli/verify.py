@@ -31,8 +31,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
-from modelgen.codegen.lower import compile_spec, display_path
+from modelgen.codegen.lower import compile_spec
 from modelgen.codegen.render import render_package
+from modelgen.codegen.spec_file import display_path
 
 FP32_ATOL = 1e-4  # float32 end to end: only summation order differs (the hand-written parity tests' bound)
 GREEDY_TOKENS = 16

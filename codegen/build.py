@@ -21,8 +21,8 @@ from typing import Any
 
 from . import cache
 from .errors import ModelgenError, SpecError
-from .lower import REPO_ROOT, SPECS_DIR, compile_spec, display_path
-from .spec_file import load_spec
+from .lower import SPECS_DIR, compile_spec
+from .spec_file import REPO_ROOT, display_path, load_spec
 from .render import TARGETS, render_fixed, render_package
 from .yaml_source import read_regular
 

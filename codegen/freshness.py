@@ -14,7 +14,8 @@ from types import ModuleType
 
 from . import cache
 from .errors import ModelgenError
-from .lower import REPO_ROOT, compile_spec, display_path
+from .lower import compile_spec
+from .spec_file import REPO_ROOT, display_path
 
 class StaleGeneratedError(ModelgenError):
     """The generated package does not match its spec and templates (``modelgen run`` refuses to run it)."""

@@ -11,7 +11,7 @@ A spec has one section per concern, in the order a reviewer checks it against th
   ``checkpoint``  HF tensor names -> parameters: fusions with shard ids, ignored keys, renames.
 
 Every model forbids unknown keys; names and checkpoint patterns are validated (codegen/spec_types.py);
-:func:`modelgen.codegen.lower.load_spec` turns pydantic's errors into ``file:line:col``.
+:func:`modelgen.codegen.spec_file.load_spec` turns pydantic's errors into ``file:line:col``.
 Expression-valued fields are plain strings/numbers here and are parsed and checked in lowering.
 """
 from __future__ import annotations

@@ -3,7 +3,12 @@
 A model declares what each layer needs with ``get_kv_spec()``; the engine sizes and allocates it and hands it back
 with ``bind_kv_cache()``. ``kind`` leaves room for layers that need something other than K/V blocks:
   paged_kv   K and V blocks ``[num_blocks, num_kv_heads, block_size, head_size]`` (HND), optional sliding window;
-  (later)    paged_latent for MLA's compressed KV, recurrent_state for Gated DeltaNet's per-request state.
+  paged_latent (MLA's compressed KV, ``runtime/layers/mla/layer.py``) and recurrent_state (Gated DeltaNet's
+  per-request state, ``runtime/state_cache.py``) are declared by their own spec classes beside their layers.
+
+A spec whose class sets ``per_request_state = True`` holds one slot per running request instead of paged blocks;
+:meth:`KVSpec.paged` and :meth:`KVSpec.request_states` split a model's declaration on that answer, so the engine
+never names a cache kind.
 """
 from __future__ import annotations
 
@@ -44,6 +49,20 @@ class KVSpec:
 
     def bytes_per_block(self, block_size: int) -> int:
         return sum(layer.bytes_per_block(block_size) for layer in self.layers)
+
+    def paged(self) -> "KVSpec":
+        """The layers whose caches are paged blocks (what the block budget and :func:`allocate_kv_cache` cover)."""
+        return KVSpec(layers=[layer for layer in self.layers if not holds_request_state(layer)])
+
+    def request_states(self) -> list:
+        """The layers whose caches are one state slot per running request (a pool beside the blocks)."""
+        return [layer for layer in self.layers if holds_request_state(layer)]
+
+
+def holds_request_state(layer_spec) -> bool:
+    """Whether a layer's cache spec is per-request state rather than paged blocks: its class says so with
+    ``per_request_state`` (absent on the paged specs, which need not know the other kinds exist)."""
+    return bool(getattr(layer_spec, "per_request_state", False))
 
 
 def allocate_kv_cache(

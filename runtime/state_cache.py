@@ -17,6 +17,7 @@ build it, the recurrent layers read it, so it lives here with the pool rather th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -50,6 +51,8 @@ class StateSpec:
     recurrent_shape: tuple[int, int, int]
     recurrent_dtype: torch.dtype = torch.float32
     kind: str = "recurrent_state"
+    #: one slot per running request, not paged blocks (``KVSpec.request_states``)
+    per_request_state: ClassVar[bool] = True
 
     def bytes_per_slot(self) -> int:
         def nbytes(shape, dtype) -> int:

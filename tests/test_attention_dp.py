@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from modelgen.runtime.engine.block_manager import CacheFullError
+from modelgen.runtime.block_manager import CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.parallel.attention_dp import DataParallelBlocks

@@ -10,7 +10,8 @@ import pytest
 
 from modelgen.cli import main
 from modelgen.cli.draft import draft_spec
-from modelgen.codegen.lower import REPO_ROOT, compile_spec
+from modelgen.codegen.lower import compile_spec
+from modelgen.codegen.spec_file import REPO_ROOT
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
 
 FAMILIES = ["LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"]

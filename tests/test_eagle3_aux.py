@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.llm import LLM
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import make_moe
 

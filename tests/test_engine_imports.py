@@ -98,3 +98,34 @@ def test_function_level_imports_say_why():
                 here, above = lines[node.lineno - 1], lines[node.lineno - 2]
                 assert "#" in here or above.strip().startswith("#"), \
                     f"{path.relative_to(ROOT)}:{node.lineno}: an import inside a function without a comment saying why"
+
+
+def _kind_names() -> set[str]:
+    """Every name a layer kind goes by: the compiler's block kinds (codegen/blocks/), the runtime's kind folders
+    (runtime/layers/<kind>/) and every cache kind a spec class declares (``kind: str = "..."``, ``CACHE_KIND``)."""
+    names = {p.stem for p in (ROOT / "codegen/blocks").glob("*.py") if not p.stem.startswith("_")}
+    names |= {p.name for p in (ROOT / "runtime/layers").iterdir() if (p / "__init__.py").is_file()}
+    for path in (ROOT / "runtime").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            if isinstance(target, ast.Name) and target.id in ("kind", "CACHE_KIND") and \
+                    isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                names.add(node.value.value)
+    return names - {"__init__"}
+
+
+def _kind_strings(paths) -> list[str]:
+    names = _kind_names()
+    return [f"{p.relative_to(ROOT)}:{n.lineno}: {n.value!r}" for p in paths for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
+
+
+def test_the_engine_and_the_server_name_no_layer_kind():
+    # They ask the LayerKind protocol (runtime/layers/kind.py) or the cache spec (KVSpec.paged / request_states):
+    # a new kind must not need an engine branch.
+    names = _kind_names()
+    assert {"recurrent_state", "paged_latent", "paged_kv", "mla", "moe", "gated_deltanet"} <= names, names
+    paths = sorted((ROOT / "runtime/engine").rglob("*.py")) + sorted((ROOT / "runtime/server").rglob("*.py"))
+    assert _kind_strings(paths) == []
+    assert _kind_strings([ROOT / "runtime/state_cache.py"]) != []  # the scan sees a kind string where one is

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from modelgen.runtime.engine.block_manager import CacheFullError
+from modelgen.runtime.block_manager import CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.engine.scheduler import RequestError, RequestTooLargeError, SamplingError

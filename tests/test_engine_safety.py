@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import modelgen.runtime.engine.scheduler as scheduler_module
-from modelgen.runtime.engine.block_manager import CacheFullError
+from modelgen.runtime.block_manager import CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 

@@ -1,9 +1,9 @@
 """Fused all-reduce + residual add + RMSNorm under tensor parallelism (issue 16 item 9): the op
-``runtime/ops/norm.py::all_reduce_add_rms_norm`` equals the unfused sequence (all-reduce, add, RMSNorm) at world size 2
-(gloo, two CPU processes) in every RMSNorm convention, and a TP=2 model whose decoder layers hand o_proj's all-reduce to
-``post_attention_layernorm`` and each MLP's down_proj to the next norm (``fuse_all_reduce``, generated into the
-plain pre-norm layouts) gives the logits and greedy
-tokens of world size 1. At world size 1 the op is exactly ``add_rms_norm`` and nothing is rewired.
+``runtime/layers/all_reduce_norm.py::all_reduce_add_rms_norm`` equals the unfused sequence (all-reduce, add, RMSNorm) at
+world size 2 (gloo, two CPU processes) in every RMSNorm convention, and a TP=2 model whose decoder layers hand o_proj's
+all-reduce to ``post_attention_layernorm`` and each MLP's down_proj to the next norm (``fuse_all_reduce``, generated
+into the plain pre-norm layouts) gives the logits and greedy tokens of world size 1. At world size 1 the op is exactly
+``add_rms_norm`` and nothing is rewired.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
+from modelgen.runtime.layers.all_reduce_norm import all_reduce_add_rms_norm
 from modelgen.runtime.ops import norm as ops
 
 PROMPT = [1, 17, 42, 99, 3, 150, 64, 8]
@@ -43,7 +44,7 @@ def _op_rank(rank: int, world: int, init_file: str, out: str) -> None:
         res = {}
         for name, (zc, f32, with_res) in VARIANTS.items():
             part, residual, weight = _inputs(rank)
-            normed, new_res = ops.all_reduce_add_rms_norm(part.clone(), residual if with_res else None, weight, 1e-6,
+            normed, new_res = all_reduce_add_rms_norm(part.clone(), residual if with_res else None, weight, 1e-6,
                                                           zero_centred=zc, weight_float32=f32)
             res[f"{name}.normed"], res[f"{name}.residual"] = normed.contiguous(), new_res.contiguous()
         save_file(res, f"{out}.rank{rank}.safetensors")
@@ -70,7 +71,7 @@ def test_op_equals_unfused_sequence_tp2(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_op_is_add_rms_norm_at_world_size_1(dtype):
     part, residual, weight = _inputs(0, dtype)
-    got = ops.all_reduce_add_rms_norm(part, residual, weight, 1e-5)
+    got = all_reduce_add_rms_norm(part, residual, weight, 1e-5)
     from modelgen.runtime.ops import gpu
 
     if gpu.enabled(part):  # the interpreter's GPU path: the same Triton launch RMSNorm runs there
@@ -155,7 +156,7 @@ def test_op_takes_the_fused_triton_kernel_on_the_gpu_path(monkeypatch):
     real = gpu_norm.add_rms_norm
     monkeypatch.setattr(gpu_norm, "add_rms_norm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     part, residual, weight = (t.to(DEV) for t in _inputs(0))
-    got = ops.all_reduce_add_rms_norm(part, residual, weight, 1e-6)
+    got = all_reduce_add_rms_norm(part, residual, weight, 1e-6)
     want = ops.add_rms_norm(part, residual, weight, 1e-6)
     assert calls == [1]
     assert rel(got[0], want[0]) < 1e-5 and torch.equal(got[1], want[1])

@@ -227,7 +227,7 @@ def test_state_spec_and_bind_errors():
 
 
 def test_state_pool_bookkeeping():
-    from modelgen.runtime.engine.block_manager import CacheFullError
+    from modelgen.runtime.block_manager import CacheFullError
     layer = GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layer_name="l0")
     pool = StatePool([layer.state_spec()], 2)
     assert pool.bytes_per_slot() == layer.state_spec().bytes_per_slot()

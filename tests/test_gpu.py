@@ -219,7 +219,7 @@ def test_graphs_equal_eager_and_batching_equals_singles(llama_checkpoint):
 
 
 def test_continuous_batching_preempts_on_gpu(llama_checkpoint):
-    from modelgen.runtime.engine.block_manager import CacheFullError
+    from modelgen.runtime.block_manager import CacheFullError
     from modelgen.runtime.engine.llm import LLM
     from modelgen.runtime.engine.sampler import SamplingParams
 

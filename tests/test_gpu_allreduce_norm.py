@@ -5,7 +5,7 @@
   add + RMSNorm) -- the new residual bit for bit (two addends round once in any order), the normed output within
   one rounding -- and every rank holds the same bits; then back-to-back calls of changing shapes interleaved with the
   plain all-reduce entry, a CUDA graph captured once and replayed with new inputs, and the wiring of
-  ``runtime/ops/norm.py::all_reduce_add_rms_norm`` (the switch ``MODELGEN_FUSED_ALLREDUCE_NORM``).
+  ``runtime/layers/all_reduce_norm.py::all_reduce_add_rms_norm`` (the switch ``MODELGEN_FUSED_ALLREDUCE_NORM``).
 * Without GPUs, in Triton's interpreter (``TRITON_INTERPRET=1 MODELGEN_TRITON_ON_CPU=1``): the same kernel in two
   processes that share their exchange buffers (CPU shared memory, each process with its own mapping, as symmetric
   memory gives each rank its own): the flags, epochs and buffer halves under back-to-back reuse, and the sums.
@@ -178,7 +178,7 @@ def _check(got, part, residual, weight, zc, f32, what):
 
 
 def _gpu_checks(rank: int, world: int) -> None:
-    from modelgen.runtime.ops import norm as ops_norm
+    from modelgen.runtime.layers import all_reduce_norm as ops_norm
     from modelgen.runtime.ops.gpu import allreduce_norm as arn
 
     dev = torch.device("cuda", rank)
@@ -245,7 +245,7 @@ def _gpu_checks(rank: int, world: int) -> None:
         _same_on_all_ranks(outs[-1], f"graph replay {k}")
     # and the replay against the unfused path, layer one
     _check((outs[0], outs[1]), part, residual, weight, False, False, "graph replay vs unfused")
-    # 4. runtime/ops/norm.py takes the fused kernel (the epoch of row 0 advances), and the switch turns it off
+    # 4. runtime/layers/all_reduce_norm.py takes the fused kernel (the epoch of row 0 advances), the switch turns it off
     part, residual, weight = (t.to(dev) for t in _inputs(rank, 1, 4096, torch.bfloat16, seed=9))
     ex = arn.exchange(part)
     before = int(ex.epochs[0])

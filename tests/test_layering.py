@@ -70,3 +70,135 @@ def test_cli_help_lists_every_subcommand():
     assert r.returncode == 0, r.stderr
     listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ") and line.split()}
     assert set(SUBCOMMANDS) <= listed, f"missing: {set(SUBCOMMANDS) - listed}"
+
+
+# ------------------------------------------------------------------------------------------- the whole house's map
+# The map the structure tool draws (issue 25): a room is a folder of runtime/ (runtime/layers/, runtime/loader/, ...),
+# a single module of runtime/ or modelgen/, or one of codegen/, cli/, bench/. Rooms must stand in floors, each importing
+# only rooms below it: no loop of rooms (a loop is what makes some import run back up), and no loop of files inside
+# a room either.
+HOUSE = ("runtime", "codegen", "cli", "modelgen", "bench")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if parts[0] == "bench":
+        return ".".join(parts)  # the bench scripts import each other as bench.*
+    return ".".join(parts if parts[0] == "modelgen" else ["modelgen"] + parts)
+
+
+def _file_graph() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """Every module of the house and the modules it imports (function-level imports included), each import resolved
+    to the deepest module it names: ``from . import ops`` is an arrow to ``ops``, not to the package's face."""
+    modules = {_module_name(p): p for folder in HOUSE for p in sorted((REPO / folder).rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = [n for _, n in _imports(path)]
+        targets = set()
+        for n in found:
+            # `from pkg import x` yields both pkg and pkg.x: keep pkg only where x is no module of its own
+            if any(other.startswith(n + ".") and other in modules for other in found):
+                continue
+            target = resolve(n)
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return modules, graph
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "bench":
+        return "bench"
+    if len(parts) < 3 or parts[1] != "runtime":
+        # modelgen/__init__.py (the lazy public API, on top) and settings.py / targets.py (the ground) are rooms apart
+        return parts[1] if len(parts) > 1 and parts[1] in ("codegen", "cli") else module
+    return ".".join(parts[:3]) if (REPO / "runtime" / parts[2]).is_dir() else module
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative: the house is deep enough)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    loops.append(sorted(component))
+    return loops
+
+
+def _room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        room = rooms.setdefault(_room(module), set())
+        room |= {_room(t) for t in targets if _room(t) != _room(module)}
+    return rooms
+
+
+def _why(graph: dict[str, set[str]], loop: list[str]) -> list[str]:
+    return sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts if _room(m) in loop and _room(t) in loop
+                  and _room(m) != _room(t))
+
+
+def test_no_loop_of_rooms_so_no_import_runs_back_up():
+    _, graph = _file_graph()
+    loops = _loops(_room_graph(graph))
+    assert loops == [], [(loop, _why(graph, loop)) for loop in loops]
+
+
+def test_no_loop_of_files_inside_a_room():
+    _, graph = _file_graph()
+    assert _loops(graph) == []
+
+
+def test_the_map_sees_a_loop_of_rooms_and_a_loop_of_files():
+    # The two checks above can fail: an ops module importing distributed, which imports ops/gpu, is a loop of rooms;
+    # two bench scripts importing each other a loop of files.
+    graph = {"modelgen.runtime.ops.norm": {"modelgen.runtime.distributed"},
+             "modelgen.runtime.distributed": {"modelgen.runtime.ops.gpu.allreduce"},
+             "modelgen.runtime.ops.gpu.allreduce": set(),
+             "bench.arch": {"bench.decode"}, "bench.decode": {"bench.arch"}}
+    assert _loops(_room_graph(graph)) == [["modelgen.runtime.distributed", "modelgen.runtime.ops"]]
+    assert ["bench.arch", "bench.decode"] in _loops(graph)
+    modules, real = _file_graph()
+    assert "modelgen.runtime.ops.gpu.allreduce" in real["modelgen.runtime.distributed"]  # the scan sees real arrows
+    assert "bench.decode" in real["bench.arch"] and "modelgen.runtime.layers.moe.ops" in modules

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.llm import LLM
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from modelgen.runtime.testing import assert_matches_golden_topk, golden_topk
 from tests.llama_fixtures import make_llama
 from tests.moe_fixtures import make_moe

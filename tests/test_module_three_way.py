@@ -115,7 +115,7 @@ def _norm_pair(hidden: int = 64, eps: float = 1e-5):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rms_norm(target):
-    import modelgen.runtime.neuron.functional as NF
+    import modelgen.runtime.targets.neuron.functional as NF
     from modelgen.runtime.layers.norm import RMSNorm
 
     hf, hf16 = _norm_pair()
@@ -163,7 +163,7 @@ def _hf_rope(rotary_emb, apply, q: torch.Tensor, dtype: torch.dtype) -> torch.Te
 
 
 def _ours_rope(target: str, q: torch.Tensor, table: torch.Tensor, rotary_dim: int, style: str, module=None):
-    import modelgen.runtime.neuron.functional as NF
+    import modelgen.runtime.targets.neuron.functional as NF
 
     if _rocm(target):
         dev = _dev(target)

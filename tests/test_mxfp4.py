@@ -13,9 +13,8 @@ from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.loader import quantization
 from modelgen.runtime.loader.checkpoint import Checkpoint, CheckpointError
-from modelgen.runtime.loader.mxfp4 import (
-    Mxfp4DequantCheckpoint, dequantize_checkpoint_dir, dequantize_mxfp4, quantize_mxfp4,
-)
+from modelgen.runtime.loader.mxfp4 import Mxfp4DequantCheckpoint, dequantize_checkpoint_dir
+from modelgen.runtime.ops.mxfp4 import dequantize_mxfp4, quantize_mxfp4
 from tests.gpt_oss_fixtures import PROMPT, make_gpt_oss
 from tests.test_parity_llama import hf_greedy, hf_logits
 

@@ -22,7 +22,7 @@ pytestmark = KERNEL_MARKS
 def _experts(E, H, I, seed):
     """gpt-oss's fused tensors (``gate_up_proj [E, H, 2I]`` gate/up interleaved, ``down_proj [E, I, H]``) as MXFP4,
     plus the stacked dequantized weights and biases the reference takes."""
-    from modelgen.runtime.loader.mxfp4 import dequantize_mxfp4, quantize_mxfp4
+    from modelgen.runtime.ops.mxfp4 import dequantize_mxfp4, quantize_mxfp4
     from modelgen.runtime.layers.moe.ops import stacked_from_fused
 
     g = torch.Generator().manual_seed(seed)
@@ -80,7 +80,7 @@ def test_fused_moe_mxfp4_matches_dequantized_reference(T, E, k, H, I, ep, dtype,
 
 def test_fp4_decode_every_code_and_scale():
     """All 16 codes x a range of exponents, one row each: the kernel's bit construction equals the E2M1 table."""
-    from modelgen.runtime.loader.mxfp4 import FP4_VALUES
+    from modelgen.runtime.ops.mxfp4 import FP4_VALUES
     from modelgen.runtime.layers.moe.kernels_mxfp4 import fused_moe_mxfp4
 
     # a down projection of identity-like input: expert output row h = sum_i a_i * W[h, i]; with gate/up chosen so

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.llm import LLM
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.targets.neuron.runner import format_bucket_table
 from tests.llama_fixtures import make_llama

@@ -60,7 +60,7 @@ def test_config_from_configs_carries_the_neuron_config(tmp_path):
 
 
 def test_factory_validates_selects_and_delegates(tmp_path):
-    from modelgen.runtime.engine.runners import Work
+    from modelgen.runtime.work import Work
     from modelgen.runtime.kv_cache import allocate_kv_cache
 
     make_llama(tmp_path, "gqa")

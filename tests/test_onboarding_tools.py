@@ -15,7 +15,7 @@ from modelgen.codegen import render as render_module
 from modelgen.codegen.build import BrokenSpecs, build, check
 from modelgen.cli import main
 from modelgen.codegen.freshness import stale_reason
-from modelgen.codegen.lower import REPO_ROOT
+from modelgen.codegen.spec_file import REPO_ROOT
 from modelgen.runtime.hf_config import ConfigError, ConfigKeysWarning, GENERIC_CONFIG_KEYS, unread_config_keys
 
 SPECS = REPO_ROOT / "specs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modelgen.runtime.engine.block_manager import BlockManager, CacheFullError
+from modelgen.runtime.block_manager import BlockManager, CacheFullError
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.layers.attention.ops import write_paged_kv, write_paged_kv_static
@@ -83,7 +83,7 @@ def test_neuron_padding_does_not_touch_cache(llama_checkpoint):
     layer = llm.model.model.layers[0].self_attn
     llm.blocks.ensure(0, 3)
     before = layer.k_cache.clone()
-    from modelgen.runtime.engine.runners import Work
+    from modelgen.runtime.work import Work
 
     llm.runner.step([Work(0, [5], 2)])  # 1 real request padded to 4
     changed = (layer.k_cache != before).any(dim=(1, 3))  # [block, offset]

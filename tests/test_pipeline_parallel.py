@@ -173,7 +173,7 @@ def test_stages_sized_from_a_memory_budget_schedule_over_the_smallest_cache(tmp_
 def test_rank_zero_block_manager_shrinks_to_the_smallest_rank():
     """Another rank holding fewer blocks (a GPU with less free memory): rank 0's empty manager is re-initialised to
     that count (a DP manager keeps a scratch block past it); once requests hold blocks it refuses."""
-    from modelgen.runtime.engine.block_manager import BlockManager
+    from modelgen.runtime.block_manager import BlockManager
     from modelgen.runtime.parallel.attention_dp import DataParallelBlocks
     from modelgen.runtime.parallel.launch import _use_fewer_blocks
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
-from modelgen.runtime.engine.block_manager import BlockManager
+from modelgen.runtime.block_manager import BlockManager
 from modelgen.runtime.parallel.launch import DriverRunner, release_graphs
 from modelgen.runtime.targets.rocm.runner import RocmRunner
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.llm import LLM
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.layers.attention import ops
 from tests.gpt_oss_fixtures import PROMPT, make_gpt_oss

@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.engine.speculative import SpeculativeDecoder, verify
 from modelgen.runtime.layers.mtp import MissingDraftWeights
@@ -440,7 +440,7 @@ class _ReplayLikeGraphs:
         return 8 if n <= 8 else None
 
     def run(self, token_ids, positions, tables, state_slots=None, return_hidden=False):
-        from modelgen.runtime.engine.runners import pad_tables
+        from modelgen.runtime.work import pad_tables
         from modelgen.runtime.layers.attention import AttentionMetadata
 
         self.replays += 1
@@ -507,7 +507,7 @@ def _lm_head(engine, hidden):
     model = engine.model
     if hasattr(model, "compute_logits"):
         return model.compute_logits(hidden)
-    import modelgen.runtime.neuron.functional as NF
+    import modelgen.runtime.targets.neuron.functional as NF
 
     return NF.lm_head(hidden, model.lm_head_weight, model.vocab_size)
 

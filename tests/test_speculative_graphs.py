@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from modelgen.runtime.engine.runners import Work
+from modelgen.runtime.work import Work
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.engine.speculative import SpeculativeDecoder
 from modelgen.runtime.targets.rocm.cuda_graphs import StepGraphs, multi_token_layout

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgen.codegen.lower import REPO_ROOT
+from modelgen.codegen.spec_file import REPO_ROOT
 from modelgen.cli.verify import verify_spec
 from modelgen.runtime.targets import ENGINE_TARGETS as TARGETS  # verify runs what modelgen's engine runs
 

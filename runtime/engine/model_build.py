@@ -209,8 +209,8 @@ def build_model(args: EngineArgs, device: torch.device | str, ranks=None) -> Loa
     # Layers declare their caches: paged K/V blocks, or (recurrent layers such as Gated DeltaNet) one state slot
     # per running request, held in a pool beside the blocks.
     declared = model.get_kv_spec()
-    state_specs = [layer for layer in declared.layers if layer.kind == "recurrent_state"]
-    kv_spec = KVSpec(layers=[layer for layer in declared.layers if layer.kind != "recurrent_state"])
+    state_specs = declared.request_states()
+    kv_spec = declared.paged()
     num_blocks = _num_blocks(args, kv_spec, state_specs, max_model_len, device)
     quantized, load_seconds, draft_check_finite = _load_weights(args, checkpoint, target, model, dtype, device)
     blocks = make_block_manager(num_blocks, args.block_size)  # data_parallel_size > 1: one per rank

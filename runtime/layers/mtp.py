@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..loader.checkpoint import CheckpointError
+from ..checkpoint_error import CheckpointError
 
 
 class MissingDraftWeights(CheckpointError):

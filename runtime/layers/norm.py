@@ -16,6 +16,7 @@ from torch import nn
 from .. import distributed as dist
 from ..ops import gpu
 from ..ops import norm as torch_norm
+from .all_reduce_norm import all_reduce_add_rms_norm
 
 
 class RMSNorm(nn.Module):
@@ -40,8 +41,7 @@ class RMSNorm(nn.Module):
         if self.reduce_input and _defers(self._reduced_for):
             if residual is None:
                 return self._plain(dist.all_reduce(x))
-            return torch_norm.all_reduce_add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred,
-                                               self.weight_float32)
+            return all_reduce_add_rms_norm(x, residual, self.weight, self.eps, self.zero_centred, self.weight_float32)
         return self._plain(x, residual)
 
     def _plain(self, x: torch.Tensor, residual: torch.Tensor | None = None):
@@ -60,9 +60,10 @@ class RMSNorm(nn.Module):
 def fuse_all_reduce(linear: nn.Module, norm: nn.Module) -> bool:
     """Under tensor parallelism, move ``linear``'s all-reduce into ``norm`` (ATOM's fused all-reduce + RMSNorm): the
     row-parallel layer returns its partial sum and the norm that adds it to the residual reduces it in the same op
-    (:func:`~modelgen.runtime.ops.norm.all_reduce_add_rms_norm`). The caller guarantees ``norm(linear(...), residual)``
-    is the only use of the output. Done only where the result is the same sum: a bias-free RowParallelLinear and an
-    RMSNorm with a weight; otherwise (and at world size 1) nothing changes. Returns whether it fused."""
+    (:func:`~modelgen.runtime.layers.all_reduce_norm.all_reduce_add_rms_norm`). The caller guarantees
+    ``norm(linear(...), residual)`` is the only use of the output. Done only where the result is the same sum: a
+    bias-free RowParallelLinear and an RMSNorm with a weight; otherwise (and at world size 1) nothing changes. Returns
+    whether it fused."""
     from .linear import RowParallelLinear
 
     if dist.tp_size() == 1 or not isinstance(linear, RowParallelLinear) or linear.bias is not None:

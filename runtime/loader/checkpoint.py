@@ -47,6 +47,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ..checkpoint_error import CheckpointError
 from .files import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, open_regular, read_json_object, regular_file
 
 __all__ = ["CheckpointError", "Checkpoint", "read_json_if_exists", "SAFETENSORS_DTYPES"]
@@ -57,10 +58,6 @@ _INDEX_SUFFIX = ".safetensors.index.json"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _MAX_LISTED = 5
-
-
-class CheckpointError(Exception):
-    """A checkpoint could not be read.  The message names the file and/or tensor concerned."""
 
 
 def _confinement_roots(root: pathlib.Path) -> list[pathlib.Path]:

@@ -5,7 +5,7 @@ Format (transformers ``integrations/mxfp4.py``, from OpenAI's gpt-oss repository
 experts' ``gate_up_proj`` and ``down_proj``) is stored as two tensors,
 
 * ``X_blocks`` uint8 ``[E, R, G, 16]``: 32 FP4 (E2M1) values per group, two per byte, the low nibble first (even
-  element) and the high nibble second (odd element); a nibble indexes :data:`FP4_VALUES` (bit 3 is the sign);
+  element) and the high nibble second (odd element); a nibble indexes ``FP4_VALUES`` (bit 3 is the sign);
 * ``X_scales`` uint8 ``[E, R, G]``: one E8M0 exponent per 32-value group, biased by 127 (value = fp4 * 2**(s - 127)).
 
 The 32-value groups run along the input dim, so dequantizing gives ``[E, R, 32 G]`` (``R`` output rows) and
@@ -15,6 +15,8 @@ expert layout (``interleaved_transposed``) takes it from there.
 
 Registration: ``runtime/loader/quantization.py`` lists :func:`parse_mxfp4` and routes :class:`Mxfp4Config` to
 :class:`Mxfp4DequantCheckpoint` in ``wrap_checkpoint``; this module imports nothing from quantization.py (no cycle).
+The codec itself (``dequantize_mxfp4``, ``quantize_mxfp4``) is ``runtime/ops/mxfp4.py``, below the MoE layer that
+also unpacks kept MXFP4 experts with it; :func:`keep_mxfp4_experts` (``quantized_weights="keep"``) is here.
 """
 from __future__ import annotations
 
@@ -23,15 +25,9 @@ from typing import Any, Mapping
 
 import torch
 
+from ..ops.mxfp4 import BLOCKS_SUFFIX, GROUP, SCALES_SUFFIX, dequantize_mxfp4
 from .checkpoint import CheckpointError
 from .dequant_view import DequantView
-
-# E2M1 code -> value (transformers' FP4_VALUES): codes 0-7 positive, 8-15 the same magnitudes negated.
-FP4_VALUES = (+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-GROUP = 32  # values per E8M0 scale
-SCALE_BIAS = 127
-BLOCKS_SUFFIX, SCALES_SUFFIX = "_blocks", "_scales"
-
 
 @dataclass(frozen=True)
 class Mxfp4Config:
@@ -48,47 +44,6 @@ def parse_mxfp4(qc: Mapping[str, Any]) -> Mxfp4Config:
     if skip is not None and not (isinstance(skip, list) and all(isinstance(s, str) for s in skip)):
         raise CheckpointError(f"quantization_config.modules_to_not_convert must be a list of names, got {skip!r}")
     return Mxfp4Config(raw=dict(qc))
-
-
-def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """``X_blocks [E, R, G, 16]`` + ``X_scales [E, R, G]`` -> ``X [E, 32 G, R]`` in ``dtype``, value for value what
-    transformers' ``convert_moe_packed_tensors`` computes (table lookup in ``dtype``, then ``ldexp``: FP4 values
-    times powers of two are exact in bf16 and fp32 alike)."""
-    if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
-        raise ValueError(f"MXFP4 blocks and scales must be uint8, got {blocks.dtype} and {scales.dtype}")
-    if blocks.dim() < 3 or tuple(blocks.shape[:-1]) != tuple(scales.shape) or blocks.shape[-1] != GROUP // 2:
-        raise ValueError(f"MXFP4 blocks {tuple(blocks.shape)} and scales {tuple(scales.shape)} do not pair: expected "
-                         f"blocks [..., G, {GROUP // 2}] and scales [..., G]")
-    lut = torch.tensor(FP4_VALUES, dtype=dtype, device=blocks.device)
-    *prefix, G, B = blocks.shape
-    out = torch.empty(*prefix, G, 2 * B, dtype=dtype, device=blocks.device)
-    out[..., 0::2] = lut[(blocks & 0x0F).long()]
-    out[..., 1::2] = lut[(blocks >> 4).long()]
-    out = torch.ldexp(out, (scales.to(torch.int32) - SCALE_BIAS)[..., None]).to(dtype)
-    return out.reshape(*prefix, G * 2 * B).transpose(1, 2).contiguous()
-
-
-def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse layout of :func:`dequantize_mxfp4`: ``X [E, 32 G, R]`` -> ``(X_blocks, X_scales)``.
-
-    Per 32-value group the scale is the smallest power of two that brings the group's largest magnitude within 6
-    (the largest E2M1 value), and each value rounds to the nearest E2M1 value (ties to the lower magnitude). Used to
-    build MXFP4 checkpoints from bf16 ones (tests, conversions); not a calibrated quantizer."""
-    if weight.dim() != 3 or weight.shape[1] % GROUP:
-        raise ValueError(f"quantize_mxfp4: expected [E, K, R] with K a multiple of {GROUP}, got {tuple(weight.shape)}")
-    E, K, R = weight.shape
-    x = weight.float().transpose(1, 2).reshape(E, R, K // GROUP, GROUP)
-    amax = x.abs().amax(dim=-1, keepdim=True)
-    exp = torch.ceil(torch.log2(amax.clamp(min=torch.finfo(torch.float32).tiny) / 6.0))
-    exp = exp.clamp(-SCALE_BIAS, SCALE_BIAS)
-    scaled = x / torch.pow(2.0, exp)
-    magnitudes = torch.tensor(FP4_VALUES[:8], device=weight.device)
-    code = (scaled.abs()[..., None] - magnitudes).abs().argmin(dim=-1)  # nearest magnitude, lowest on ties
-    code = code + 8 * (scaled < 0).long()
-    code = code.to(torch.uint8)
-    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
-    scales = (exp[..., 0] + SCALE_BIAS).to(torch.uint8)
-    return blocks.contiguous(), scales.contiguous()
 
 
 class Mxfp4DequantCheckpoint(DequantView):
@@ -189,3 +144,27 @@ def dequantize_checkpoint_dir(src: str, dst: str, dtype: torch.dtype = torch.bfl
                 and not extra.name.endswith(".safetensors.index.json"):
             shutil.copy2(extra, dst_p / extra.name)
     return converted
+
+
+def keep_mxfp4_experts(model: torch.nn.Module, checkpoint: Any) -> set[str]:
+    """Switch every FusedMoE whose ``gate_up_proj`` and ``down_proj`` the MXFP4 ``checkpoint`` view stores quantized
+    (module name + part, through the model's renames) and make the view hand those tensors over as stored; returns
+    the dequantized names now kept (``...experts.gate_up_proj``)."""
+    # only a kept MXFP4 checkpoint needs the MoE layer's MXFP4 method (and its Triton kernels' module)
+    from ..layers.moe.mxfp4 import PARTS, keep_mxfp4
+    from .names import apply_renames
+    from .protocol import PackedTables
+
+    renames = PackedTables.of(model).renames
+    modules = dict(model.named_modules())
+    by_layer: dict[str, dict[str, str]] = {}
+    for name in checkpoint.pairs():
+        module_name, _, part = apply_renames(name, renames).rpartition(".")
+        if part in PARTS:
+            by_layer.setdefault(module_name, {})[part] = name
+    kept: set[str] = set()
+    for module_name, parts in by_layer.items():
+        if len(parts) == len(PARTS) and keep_mxfp4(modules.get(module_name)):
+            kept |= set(parts.values())
+    checkpoint.keep(kept)
+    return kept

@@ -285,7 +285,7 @@ def keep_quantized_weights(model: nn.Module, checkpoint: Any, *, target: str, de
         # experts load dequantized and are re-encoded in FP8 after loading (runtime/layers/moe/fp8.py)
         report.update(kept=len(kept), dequantized=len(fp8 - kept), moe_layers_fp8=keep_fp8_experts(model, checkpoint))
     else:
-        from ..layers.moe.mxfp4 import keep_mxfp4_experts
+        from .mxfp4 import keep_mxfp4_experts
 
         kept = keep_mxfp4_experts(model, checkpoint)
         report.update(kept=len(kept), dequantized=len(checkpoint.pairs()) - len(kept))

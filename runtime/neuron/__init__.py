@@ -1,6 +1,7 @@
-"""Building blocks for the neuron target, shaped like vLLM Neuron's (``functional`` as NF, closure weight loaders).
+"""Closure weight loaders for the neuron target, shaped like vLLM Neuron's (``weight_loader.py``).
 
-On Neuron hardware the functional ops would dispatch to NKI kernels; here (torch-neuronx is not installable) they run
-their torch fallbacks, as vLLM Neuron's CPU mode does. Everything is shape-static and traceable by
-``torch.compile(fullgraph=True)``.
+The functional ops the generated neuron code calls (``NF``) are ``runtime/targets/neuron/functional.py``: they use the
+kind folders' ops (attention, MoE), which themselves use these loaders, so the ops sit above ``runtime/layers/`` and
+the loaders below it. On Neuron hardware the ops would dispatch to NKI kernels; here (torch-neuronx is not
+installable) they run their torch fallbacks, as vLLM Neuron's CPU mode does.
 """

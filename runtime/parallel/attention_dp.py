@@ -3,7 +3,7 @@
 ATOM's / SGLang's DP attention. The engine starts D x T ranks (``tensor_parallel_size=T``, default 1; the TP
 launcher, ``runtime/parallel/launch.py``), rank = d * T + t: D data-parallel groups of T ranks. Each group owns a
 share of the requests and their KV cache: the engine's block manager is :class:`DataParallelBlocks`, one
-:class:`~modelgen.runtime.engine.block_manager.BlockManager` per group, and a request is placed at admission on the
+:class:`~modelgen.runtime.block_manager.BlockManager` per group, and a request is placed at admission on the
 group with the most free blocks (ties: the fewest requests, then the lowest group); it stays there until it
 finishes or is preempted. Attention, norms, the embedding and the LM head are tensor-parallel inside the group
 (``distributed.set_groups``: a TP group of T ranks) and run on that group's requests only. The MoE blocks

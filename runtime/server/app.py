@@ -880,11 +880,8 @@ def _size(n: float) -> str:
 
 def kv_cache_summary(llm: LLM) -> str:
     """One line: blocks, tokens, bytes and how many full-length requests the cache holds."""
-    from ..kv_cache import KVSpec
-
     blocks = llm.blocks
-    declared = llm.model.get_kv_spec()
-    spec = KVSpec(layers=[layer for layer in declared.layers if layer.kind != "recurrent_state"])
+    spec = llm.model.get_kv_spec().paged()
     size = spec.bytes_per_block(blocks.block_size) * blocks.num_blocks
     tokens = blocks.num_blocks * blocks.block_size
     return (f"KV cache {blocks.num_blocks} blocks x {blocks.block_size} tokens = {tokens} tokens, {_size(size)}; "

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): 9ed9b5f75eb79045
+# source hash (spec + templates + generator): 57f2dff943ecd112
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, CohereConfig
 
 
 class CohereForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    CohereForCausalLM.
+    """Selects the implementation for a config; registered under CohereForCausalLM.
 
     ``CohereForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): f9736cddf4cda6f7
+# source hash (spec + templates + generator): 1f44b35b7275ee30
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, DeepseekV2Config
 
 
 class DeepseekV2ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    DeepseekV2ForCausalLM.
+    """Selects the implementation for a config; registered under DeepseekV2ForCausalLM.
 
     ``DeepseekV2ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

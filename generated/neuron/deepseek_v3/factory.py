@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 41357dc685f0c9c0
+# source hash (spec + templates + generator): 9b1defa31f350ba9
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, DeepseekV3Config
 
 
 class DeepseekV3ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    DeepseekV3ForCausalLM.
+    """Selects the implementation for a config; registered under DeepseekV3ForCausalLM.
 
     ``DeepseekV3ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 41357dc685f0c9c0
+# source hash (spec + templates + generator): 9b1defa31f350ba9
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV3ForCausalLM for the neuron target (speculative decoding).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime.kv_cache import KVSpec
 from modelgen.runtime.layers.mtp import DraftCheckpoint, layer_mappings, load_draft, mtp_layer_config
 from modelgen.runtime.layers.norm import RMSNorm

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 0f7cec62a3e6f1a0
+# source hash (spec + templates + generator): 2e640431e091f0da
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, DeepseekV32Config
 
 
 class DeepseekV32ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    DeepseekV32ForCausalLM.
+    """Selects the implementation for a config; registered under DeepseekV32ForCausalLM.
 
     ``DeepseekV32ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

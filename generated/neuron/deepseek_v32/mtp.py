@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 0f7cec62a3e6f1a0
+# source hash (spec + templates + generator): 2e640431e091f0da
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV32ForCausalLM for the neuron target (speculative decoding).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime.kv_cache import KVSpec
 from modelgen.runtime.layers.mtp import DraftCheckpoint, layer_mappings, load_draft, mtp_layer_config
 from modelgen.runtime.layers.norm import RMSNorm

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/ernie4_5.yaml --target neuron
-# source hash (spec + templates + generator): 6e73d8651940ddd9
+# source hash (spec + templates + generator): de25880cf2dd5e30
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Ernie45Config
 
 
 class Ernie45ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Ernie4_5ForCausalLM.
+    """Selects the implementation for a config; registered under Ernie4_5ForCausalLM.
 
     ``Ernie45ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

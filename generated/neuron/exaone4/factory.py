@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): 97ff61b5d790886d
+# source hash (spec + templates + generator): b0324fccd213fdf2
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Exaone4Config
 
 
 class Exaone4ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Exaone4ForCausalLM.
+    """Selects the implementation for a config; registered under Exaone4ForCausalLM.
 
     ``Exaone4ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma2.yaml --target neuron
-# source hash (spec + templates + generator): d043d866b9c295a1
+# source hash (spec + templates + generator): 51717e1876ae07da
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Gemma2Config
 
 
 class Gemma2ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Gemma2ForCausalLM.
+    """Selects the implementation for a config; registered under Gemma2ForCausalLM.
 
     ``Gemma2ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

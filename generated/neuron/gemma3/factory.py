@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): 90eaf82a789574d4
+# source hash (spec + templates + generator): c51a5d0c5879c17e
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Gemma3Config
 
 
 class Gemma3ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Gemma3ForCausalLM, Gemma3ForConditionalGeneration.
+    """Selects the implementation for a config; registered under Gemma3ForCausalLM, Gemma3ForConditionalGeneration.
 
     ``Gemma3ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

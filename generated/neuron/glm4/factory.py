@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4.yaml --target neuron
-# source hash (spec + templates + generator): 0a4964b5af26059b
+# source hash (spec + templates + generator): 633792d0e7a97fbe
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Glm4Config
 
 
 class Glm4ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Glm4ForCausalLM.
+    """Selects the implementation for a config; registered under Glm4ForCausalLM.
 
     ``Glm4ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

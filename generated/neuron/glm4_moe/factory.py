@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): cddc2515a6098c5f
+# source hash (spec + templates + generator): 73055c7da43a26b5
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Glm4MoeConfig
 
 
 class Glm4MoeForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Glm4MoeForCausalLM.
+    """Selects the implementation for a config; registered under Glm4MoeForCausalLM.
 
     ``Glm4MoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): cddc2515a6098c5f
+# source hash (spec + templates + generator): 73055c7da43a26b5
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Glm4MoeForCausalLM for the neuron target (speculative decoding).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime.kv_cache import KVSpec
 from modelgen.runtime.layers.mtp import DraftCheckpoint, layer_mappings, load_draft, mtp_layer_config
 from modelgen.runtime.layers.norm import RMSNorm

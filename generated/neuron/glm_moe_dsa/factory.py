@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): d1dd64c91363312a
+# source hash (spec + templates + generator): 2698be0837b210e4
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, GlmMoeDsaConfig
 
 
 class GlmMoeDsaForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    GlmMoeDsaForCausalLM.
+    """Selects the implementation for a config; registered under GlmMoeDsaForCausalLM.
 
     ``GlmMoeDsaForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): d1dd64c91363312a
+# source hash (spec + templates + generator): 2698be0837b210e4
 # ==================================================================================================================
 """GlmMoeDsa for the neuron target, in vLLM Neuron's style.
 
@@ -13,14 +13,14 @@ Reference: transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py.
 The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
 with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
 ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
-``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+``transform(slices, rank)``; ops are ``runtime.targets.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec
 from modelgen.runtime.layers.mla import LatentCacheSpec, ops as mla_ops, shared_index_inputs
@@ -279,8 +279,8 @@ class GlmMoeDsaMLP(nn.Module):
 
 
 class GlmMoeDsaSparseMoeBlock(nn.Module):
-    """Mixture of experts: sigmoid top-k router (grouped) + shared experts;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

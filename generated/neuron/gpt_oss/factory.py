@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): f756bfb9394f111d
+# source hash (spec + templates + generator): c3d2b4bde823f7d4
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, GptOssConfig
 
 
 class GptOssForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    GptOssForCausalLM.
+    """Selects the implementation for a config; registered under GptOssForCausalLM.
 
     ``GptOssForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): 7ada62909c221711
+# source hash (spec + templates + generator): 21c3818ebb8b17b2
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, GraniteConfig
 
 
 class GraniteForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    GraniteForCausalLM.
+    """Selects the implementation for a config; registered under GraniteForCausalLM.
 
     ``GraniteForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granitemoe.yaml --target neuron
-# source hash (spec + templates + generator): 85bc626dd3a93931
+# source hash (spec + templates + generator): 0ac1fde97392cecd
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, GraniteMoeConfig
 
 
 class GraniteMoeForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    GraniteMoeForCausalLM.
+    """Selects the implementation for a config; registered under GraniteMoeForCausalLM.
 
     ``GraniteMoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): 08ab85640b146c58
+# source hash (spec + templates + generator): 69fccdb1824f295a
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, LlamaConfig
 
 
 class LlamaForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    LlamaForCausalLM.
+    """Selects the implementation for a config; registered under LlamaForCausalLM.
 
     ``LlamaForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): c18dfba92173fced
+# source hash (spec + templates + generator): 4bedf71a3fc9f559
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, MistralConfig
 
 
 class MistralForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    MistralForCausalLM.
+    """Selects the implementation for a config; registered under MistralForCausalLM.
 
     ``MistralForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

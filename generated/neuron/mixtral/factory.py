@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 9ff1c38dffa4f713
+# source hash (spec + templates + generator): ed52ac95eb843320
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, MixtralConfig
 
 
 class MixtralForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    MixtralForCausalLM.
+    """Selects the implementation for a config; registered under MixtralForCausalLM.
 
     ``MixtralForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo.yaml --target neuron
-# source hash (spec + templates + generator): 302af0d84b6caaed
+# source hash (spec + templates + generator): e38127aa1582c5ae
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, OlmoConfig
 
 
 class OlmoForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    OlmoForCausalLM.
+    """Selects the implementation for a config; registered under OlmoForCausalLM.
 
     ``OlmoForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

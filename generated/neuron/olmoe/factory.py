@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): 997d4c5e8740520c
+# source hash (spec + templates + generator): b68f252c018f4f74
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, OlmoeConfig
 
 
 class OlmoeForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    OlmoeForCausalLM.
+    """Selects the implementation for a config; registered under OlmoeForCausalLM.
 
     ``OlmoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): dd09afc6375af2cd
+# source hash (spec + templates + generator): 5202560415cc396a
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Phi3Config
 
 
 class Phi3ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Phi3ForCausalLM.
+    """Selects the implementation for a config; registered under Phi3ForCausalLM.
 
     ``Phi3ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

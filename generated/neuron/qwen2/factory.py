@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): bd6d57c356cbc65e
+# source hash (spec + templates + generator): e5600a2fb439627e
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen2Config
 
 
 class Qwen2ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen2ForCausalLM.
+    """Selects the implementation for a config; registered under Qwen2ForCausalLM.
 
     ``Qwen2ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_moe.yaml --target neuron
-# source hash (spec + templates + generator): b0ac4c74c7c86b5e
+# source hash (spec + templates + generator): 74361b9552cf57df
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen2MoeConfig
 
 
 class Qwen2MoeForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen2MoeForCausalLM.
+    """Selects the implementation for a config; registered under Qwen2MoeForCausalLM.
 
     ``Qwen2MoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

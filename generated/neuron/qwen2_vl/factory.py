@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
-# source hash (spec + templates + generator): 06bb09b7120f784f
+# source hash (spec + templates + generator): 5bbce6f42b9b2bb5
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen2VLConfig
 
 
 class Qwen2VLForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen2VLForConditionalGeneration.
+    """Selects the implementation for a config; registered under Qwen2VLForConditionalGeneration.
 
     ``Qwen2VLForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

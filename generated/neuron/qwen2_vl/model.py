@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
-# source hash (spec + templates + generator): 06bb09b7120f784f
+# source hash (spec + templates + generator): 5bbce6f42b9b2bb5
 # ==================================================================================================================
 """Qwen2VL for the neuron target, in vLLM Neuron's style.
 
@@ -12,14 +12,14 @@ Reference: transformers/models/qwen2_vl/modeling_qwen2_vl.py.
 The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
 with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
 ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
-``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+``transform(slices, rank)``; ops are ``runtime.targets.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.norm import RMSNorm

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): 15225f9b147f164d
+# source hash (spec + templates + generator): d8618f4da0126342
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen35Config
 
 
 class Qwen35ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration.
+    """Selects the implementation for a config; registered under Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration.
 
     ``Qwen35ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): e858f5ef9be978fd
+# source hash (spec + templates + generator): 2f3ae19c01eb04da
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,8 @@ from .config import ARCHITECTURES, Qwen35MoeConfig
 
 
 class Qwen35MoeForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration.
+    """Selects the implementation for a config; registered under Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeForConditionalGeneration.
 
     ``Qwen35MoeForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): e858f5ef9be978fd
+# source hash (spec + templates + generator): 2f3ae19c01eb04da
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35MoeForCausalLM for the neuron target (speculative decoding).
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime.kv_cache import KVSpec
 from modelgen.runtime.layers.mtp import DraftCheckpoint, layer_mappings, load_draft, mtp_layer_config
 from modelgen.runtime.layers.norm import RMSNorm

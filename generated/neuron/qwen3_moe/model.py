@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): d00b17d8826913bd
+# source hash (spec + templates + generator): f8146366edf42e7b
 # ==================================================================================================================
 """Qwen3Moe for the neuron target, in vLLM Neuron's style.
 
@@ -12,14 +12,14 @@ Reference: transformers/models/qwen3_moe/modeling_qwen3_moe.py.
 The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
 with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
 ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
-``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+``transform(slices, rank)``; ops are ``runtime.targets.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.norm import RMSNorm
@@ -163,8 +163,7 @@ class Qwen3MoeMLP(nn.Module):
 
 
 class Qwen3MoeSparseMoeBlock(nn.Module):
-    """Mixture of experts: softmax top-k router;
-    shape-static MoE op (every local expert, dense combine).
+    """Mixture of experts: softmax top-k router; shape-static MoE op (every local expert, dense combine).
 
     >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
     one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_next.yaml --target neuron
-# source hash (spec + templates + generator): f7ce8eea93a24782
+# source hash (spec + templates + generator): a47954b55d894118
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen3NextConfig
 
 
 class Qwen3NextForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen3NextForCausalLM.
+    """Selects the implementation for a config; registered under Qwen3NextForCausalLM.
 
     ``Qwen3NextForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_vl.yaml --target neuron
-# source hash (spec + templates + generator): ba8df41ce1a57d67
+# source hash (spec + templates + generator): 353333bf45fb4ae9
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Qwen3VLConfig
 
 
 class Qwen3VLForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Qwen3VLForConditionalGeneration.
+    """Selects the implementation for a config; registered under Qwen3VLForConditionalGeneration.
 
     ``Qwen3VLForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

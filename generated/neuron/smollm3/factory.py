@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
-# source hash (spec + templates + generator): 2d21080ff7912503
+# source hash (spec + templates + generator): 92f2bdeab12e344b
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, SmolLM3Config
 
 
 class SmolLM3ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    SmolLM3ForCausalLM.
+    """Selects the implementation for a config; registered under SmolLM3ForCausalLM.
 
     ``SmolLM3ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

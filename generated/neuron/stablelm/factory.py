@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 97269a7ae4851028
+# source hash (spec + templates + generator): 12e2234db0edf7fd
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, StableLmConfig
 
 
 class StableLmForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    StableLmForCausalLM.
+    """Selects the implementation for a config; registered under StableLmForCausalLM.
 
     ``StableLmForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

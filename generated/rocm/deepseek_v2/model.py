@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): f9736cddf4cda6f7
+# source hash (spec + templates + generator): 1f44b35b7275ee30
 # ==================================================================================================================
 """DeepseekV2 for the rocm target, in ATOM's style.
 
@@ -10,9 +10,13 @@ experts.
 
 Reference: transformers/models/deepseek_v2/modeling_deepseek_v2.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Multi-head latent attention has no fused QKV: its low-rank projections stay separate GEMMs, and it caches one
+compressed latent per token instead of K and V. The MLP's gate and up projections are one fused GEMM (``gate_up_proj``).
+Routed experts run as one fused MoE op over stacked ``w13`` (gate then up) and ``w2`` weights. Fused weights load
+through ``weight_loader``s that take shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports
+(ROCm), otherwise the Triton kernels of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU
+(``runtime/backends.py`` chooses; ``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 

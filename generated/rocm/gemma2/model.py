@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
-# source hash (spec + templates + generator): d043d866b9c295a1
+# source hash (spec + templates + generator): 51717e1876ae07da
 # ==================================================================================================================
 """Gemma2 for the rocm target, in ATOM's style.
 
@@ -10,9 +10,12 @@ attention and final logits, sliding-window and full layers by layer_types.
 
 Reference: transformers/models/gemma2/modeling_gemma2.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -40,9 +43,7 @@ from .weights import (
 
 
 class Gemma2Attention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, soft-capped logits,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, soft-capped logits, row-parallel output."""
 
     def __init__(self, config: Gemma2Config, layer_idx: int):
         super().__init__()
@@ -99,8 +100,7 @@ class Gemma2Attention0(nn.Module):
 
 
 class Gemma2Attention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma2Config, layer_idx: int):

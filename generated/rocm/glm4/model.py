@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4.yaml --target rocm
-# source hash (spec + templates + generator): 0a4964b5af26059b
+# source hash (spec + templates + generator): 633792d0e7a97fbe
 # ==================================================================================================================
 """Glm4 for the rocm target, in ATOM's style.
 
@@ -9,9 +9,12 @@ Dense decoder with GQA (q/k/v bias), interleaved partial RoPE, sandwich RMSNorms
 
 Reference: transformers/models/glm4/modeling_glm4.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -39,9 +42,7 @@ from .weights import (
 
 
 class Glm4Attention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (pairwise, partial), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (pairwise, partial), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Glm4Config, layer_idx: int):
         super().__init__()

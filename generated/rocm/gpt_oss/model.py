@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): f756bfb9394f111d
+# source hash (spec + templates + generator): c3d2b4bde823f7d4
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 
@@ -10,9 +10,12 @@ YaRN RoPE, top-k-then-softmax router with bias, biased experts with a clamped Sw
 
 Reference: transformers/models/gpt_oss/modeling_gpt_oss.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. Routed
+experts run as one fused MoE op over stacked ``w13`` (gate then up) and ``w2`` weights. Fused weights load through
+``weight_loader``s that take shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm),
+otherwise the Triton kernels of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU
+(``runtime/backends.py`` chooses; ``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -42,9 +45,7 @@ from .weights import (
 
 
 class GptOssAttention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, attention sinks,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, attention sinks, row-parallel output."""
 
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()
@@ -103,9 +104,8 @@ class GptOssAttention0(nn.Module):
 
 
 class GptOssAttention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, sliding window, attention sinks,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, attention sinks, row-parallel
+    output."""
 
     def __init__(self, config: GptOssConfig, layer_idx: int):
         super().__init__()

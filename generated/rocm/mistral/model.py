@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): c18dfba92173fced
+# source hash (spec + templates + generator): 4bedf71a3fc9f559
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 
@@ -9,9 +9,12 @@ Dense decoder with GQA, RoPE, a SwiGLU MLP, RMSNorm and sliding-window attention
 
 Reference: transformers/models/mistral/modeling_mistral.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -39,9 +42,7 @@ from .weights import (
 
 
 class MistralAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, row-parallel output."""
 
     def __init__(self, config: MistralConfig, layer_idx: int):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 997d4c5e8740520c
+# source hash (spec + templates + generator): b68f252c018f4f74
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 
@@ -10,9 +10,12 @@ on every layer.
 
 Reference: transformers/models/olmoe/modeling_olmoe.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. Routed
+experts run as one fused MoE op over stacked ``w13`` (gate then up) and ``w2`` weights. Fused weights load through
+``weight_loader``s that take shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm),
+otherwise the Triton kernels of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU
+(``runtime/backends.py`` chooses; ``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -42,9 +45,8 @@ from .weights import (
 
 
 class OlmoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, whole-projection QK RMSNorm,
-    RoPE (rotate_half), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, whole-projection QK RMSNorm, RoPE (rotate_half), paged KV cache, row-parallel
+    output."""
 
     def __init__(self, config: OlmoeConfig, layer_idx: int):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi.yaml --target rocm
-# source hash (spec + templates + generator): db17d703deebac23
+# source hash (spec + templates + generator): aa8837fbab670d30
 # ==================================================================================================================
 """Phi for the rocm target, in ATOM's style.
 
@@ -10,9 +10,12 @@ a biased LM head.
 
 Reference: transformers/models/phi/modeling_phi.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP
+has no gate (``up_proj``, activation, ``down_proj``). Fused weights load through ``weight_loader``s that take shard ids
+(``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels of
+``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -40,9 +43,8 @@ from .weights import (
 
 
 class PhiAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK LayerNorm,
-    RoPE (rotate_half, partial), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (rotate_half, partial), paged KV cache, row-parallel
+    output."""
 
     def __init__(self, config: PhiConfig, layer_idx: int):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): b0ac4c74c7c86b5e
+# source hash (spec + templates + generator): 74361b9552cf57df
 # ==================================================================================================================
 """Qwen2Moe for the rocm target, in ATOM's style.
 
@@ -10,9 +10,13 @@ layers by mlp_only_layers / decoder_sparse_step, and optional sliding-window lay
 
 Reference: transformers/models/qwen2_moe/modeling_qwen2_moe.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Routed experts run as one fused MoE op over stacked
+``w13`` (gate then up) and ``w2`` weights. Fused weights load through ``weight_loader``s that take shard ids
+(``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels of
+``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -48,9 +52,7 @@ from .weights import (
 
 
 class Qwen2MoeAttention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int):
         super().__init__()
@@ -104,9 +106,7 @@ class Qwen2MoeAttention0(nn.Module):
 
 
 class Qwen2MoeAttention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, row-parallel output."""
 
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int):
         super().__init__()

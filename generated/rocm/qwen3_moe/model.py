@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): d00b17d8826913bd
+# source hash (spec + templates + generator): f8146366edf42e7b
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 
@@ -9,9 +9,13 @@ Mixture-of-experts decoder with GQA, QK RMSNorm, softmax top-k routing, and dens
 
 Reference: transformers/models/qwen3_moe/modeling_qwen3_moe.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Routed experts run as one fused MoE op over stacked
+``w13`` (gate then up) and ``w2`` weights. Fused weights load through ``weight_loader``s that take shard ids
+(``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels of
+``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -42,9 +46,7 @@ from .weights import (
 
 
 class Qwen3MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Qwen3MoeConfig, layer_idx: int):
         super().__init__()

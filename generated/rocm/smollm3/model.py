@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 2d21080ff7912503
+# source hash (spec + templates + generator): 92f2bdeab12e344b
 # ==================================================================================================================
 """SmolLM3 for the rocm target, in ATOM's style.
 
@@ -9,9 +9,12 @@ Dense decoder with GQA, RoPE on three layers in four (NoPE on the rest), optiona
 
 Reference: transformers/models/smollm3/modeling_smollm3.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -39,9 +42,7 @@ from .weights import (
 
 
 class SmolLM3Attention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()
@@ -97,9 +98,7 @@ class SmolLM3Attention0(nn.Module):
 
 
 class SmolLM3Attention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), paged KV cache, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, sliding window, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()
@@ -156,9 +155,7 @@ class SmolLM3Attention1(nn.Module):
 
 
 class SmolLM3Attention2(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half, partial), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()
@@ -206,9 +203,8 @@ class SmolLM3Attention2(nn.Module):
 
 
 class SmolLM3Attention3(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half, partial), paged KV cache, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()

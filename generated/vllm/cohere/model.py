@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 9ed9b5f75eb79045
+# source hash (spec + templates + generator): 57f2dff943ecd112
 # ==================================================================================================================
 """Cohere for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class CohereAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (pairwise), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (pairwise), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: CohereConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/ernie4_5.yaml --target vllm
-# source hash (spec + templates + generator): 6e73d8651940ddd9
+# source hash (spec + templates + generator): de25880cf2dd5e30
 # ==================================================================================================================
 """Ernie45 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class Ernie45Attention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (pairwise), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (pairwise), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: Ernie45Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

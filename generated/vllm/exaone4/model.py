@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 97ff61b5d790886d
+# source hash (spec + templates + generator): b0324fccd213fdf2
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Exaone4Attention0(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Exaone4Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -117,8 +116,7 @@ class Exaone4Attention0(nn.Module):
 
 
 class Exaone4Attention1(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, sliding window,
     row-parallel output."""
 
     def __init__(self, config: Exaone4Config, vllm_config: VllmConfig, prefix: str):
@@ -180,8 +178,7 @@ class Exaone4Attention1(nn.Module):
 
 
 class Exaone4Attention2(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: Exaone4Config, vllm_config: VllmConfig, prefix: str):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): d043d866b9c295a1
+# source hash (spec + templates + generator): 51717e1876ae07da
 # ==================================================================================================================
 """Gemma2 for the vllm target: vLLM's model interface and layer library.
 
@@ -56,9 +56,8 @@ from .weights import (
 
 
 class Gemma2Attention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, soft-capped logits,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, soft-capped logits, row-parallel
+    output."""
 
     def __init__(self, config: Gemma2Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -115,8 +114,7 @@ class Gemma2Attention0(nn.Module):
 
 
 class Gemma2Attention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window, soft-capped logits,
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, soft-capped logits,
     row-parallel output."""
 
     def __init__(self, config: Gemma2Config, vllm_config: VllmConfig, prefix: str):

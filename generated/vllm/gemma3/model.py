@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): 90eaf82a789574d4
+# source hash (spec + templates + generator): c51a5d0c5879c17e
 # ==================================================================================================================
 """Gemma3 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Gemma3Attention0(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention, soft-capped logits,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, soft-capped
+    logits, row-parallel output."""
 
     def __init__(self, config: Gemma3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -118,9 +117,8 @@ class Gemma3Attention0(nn.Module):
 
 
 class Gemma3Attention1(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention, sliding window, soft-capped logits,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, sliding window,
+    soft-capped logits, row-parallel output."""
 
     def __init__(self, config: Gemma3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

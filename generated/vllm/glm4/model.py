@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4.yaml --target vllm
-# source hash (spec + templates + generator): 0a4964b5af26059b
+# source hash (spec + templates + generator): 633792d0e7a97fbe
 # ==================================================================================================================
 """Glm4 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class Glm4Attention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (pairwise, partial), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (pairwise, partial), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: Glm4Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
-# source hash (spec + templates + generator): cddc2515a6098c5f
+# source hash (spec + templates + generator): 73055c7da43a26b5
 # ==================================================================================================================
 """Glm4Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -63,8 +63,7 @@ from .weights import (
 
 
 class Glm4MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: Glm4MoeConfig, vllm_config: VllmConfig, prefix: str):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): f756bfb9394f111d
+# source hash (spec + templates + generator): c3d2b4bde823f7d4
 # ==================================================================================================================
 """GptOss for the vllm target: vLLM's model interface and layer library.
 
@@ -58,9 +58,8 @@ from .weights import (
 
 
 class GptOssAttention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, attention sinks,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, attention sinks, row-parallel
+    output."""
 
     def __init__(self, config: GptOssConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -125,8 +124,7 @@ class GptOssAttention0(nn.Module):
 
 
 class GptOssAttention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window, attention sinks,
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, attention sinks,
     row-parallel output."""
 
     def __init__(self, config: GptOssConfig, vllm_config: VllmConfig, prefix: str):

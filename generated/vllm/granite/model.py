@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 7ada62909c221711
+# source hash (spec + templates + generator): 21c3818ebb8b17b2
 # ==================================================================================================================
 """Granite for the vllm target: vLLM's model interface and layer library.
 
@@ -56,9 +56,7 @@ from .weights import (
 
 
 class GraniteAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: GraniteConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granitemoe.yaml --target vllm
-# source hash (spec + templates + generator): 85bc626dd3a93931
+# source hash (spec + templates + generator): 0ac1fde97392cecd
 # ==================================================================================================================
 """GraniteMoe for the vllm target: vLLM's model interface and layer library.
 
@@ -58,9 +58,7 @@ from .weights import (
 
 
 class GraniteMoeAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: GraniteMoeConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): 08ab85640b146c58
+# source hash (spec + templates + generator): 69fccdb1824f295a
 # ==================================================================================================================
 """Llama for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class LlamaAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: LlamaConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): c18dfba92173fced
+# source hash (spec + templates + generator): 4bedf71a3fc9f559
 # ==================================================================================================================
 """Mistral for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class MistralAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: MistralConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

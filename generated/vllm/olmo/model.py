@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): 302af0d84b6caaed
+# source hash (spec + templates + generator): e38127aa1582c5ae
 # ==================================================================================================================
 """Olmo for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class OlmoAttention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: OlmoConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): db17d703deebac23
+# source hash (spec + templates + generator): aa8837fbab670d30
 # ==================================================================================================================
 """Phi for the vllm target: vLLM's model interface and layer library.
 
@@ -56,8 +56,7 @@ from .weights import (
 
 
 class PhiAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK LayerNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: PhiConfig, vllm_config: VllmConfig, prefix: str):

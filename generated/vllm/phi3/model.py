@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi3.yaml --target vllm
-# source hash (spec + templates + generator): dd09afc6375af2cd
+# source hash (spec + templates + generator): 5202560415cc396a
 # ==================================================================================================================
 """Phi3 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Phi3Attention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half, partial), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: Phi3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

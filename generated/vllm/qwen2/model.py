@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2.yaml --target vllm
-# source hash (spec + templates + generator): bd6d57c356cbc65e
+# source hash (spec + templates + generator): e5600a2fb439627e
 # ==================================================================================================================
 """Qwen2 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class Qwen2Attention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: Qwen2Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -113,9 +111,8 @@ class Qwen2Attention0(nn.Module):
 
 
 class Qwen2Attention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: Qwen2Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

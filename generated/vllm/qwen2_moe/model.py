@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): b0ac4c74c7c86b5e
+# source hash (spec + templates + generator): 74361b9552cf57df
 # ==================================================================================================================
 """Qwen2Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -64,9 +64,7 @@ from .weights import (
 
 
 class Qwen2MoeAttention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: Qwen2MoeConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -122,9 +120,8 @@ class Qwen2MoeAttention0(nn.Module):
 
 
 class Qwen2MoeAttention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: Qwen2MoeConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3.yaml --target vllm
-# source hash (spec + templates + generator): f4b3cfda843f5c6c
+# source hash (spec + templates + generator): 98c2280185155ef0
 # ==================================================================================================================
 """Qwen3 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Qwen3Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Qwen3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

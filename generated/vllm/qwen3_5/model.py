@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
-# source hash (spec + templates + generator): 15225f9b147f164d
+# source hash (spec + templates + generator): d8618f4da0126342
 # ==================================================================================================================
 """Qwen35 for the vllm target: vLLM's model interface and layer library.
 
@@ -63,8 +63,7 @@ from .weights import (
 
 
 class Qwen35Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: Qwen35Config, vllm_config: VllmConfig, prefix: str):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): e858f5ef9be978fd
+# source hash (spec + templates + generator): 2f3ae19c01eb04da
 # ==================================================================================================================
 """Qwen35Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -71,8 +71,7 @@ from .weights import (
 
 
 class Qwen35MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: Qwen35MoeConfig, vllm_config: VllmConfig, prefix: str):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_moe.yaml --target vllm
-# source hash (spec + templates + generator): d00b17d8826913bd
+# source hash (spec + templates + generator): f8146366edf42e7b
 # ==================================================================================================================
 """Qwen3Moe for the vllm target: vLLM's model interface and layer library.
 
@@ -63,9 +63,8 @@ from .weights import (
 
 
 class Qwen3MoeAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Qwen3MoeConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

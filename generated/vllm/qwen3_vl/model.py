@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_vl.yaml --target vllm
-# source hash (spec + templates + generator): ba8df41ce1a57d67
+# source hash (spec + templates + generator): 353333bf45fb4ae9
 # ==================================================================================================================
 """Qwen3VL for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Qwen3VLAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Qwen3VLConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 2d21080ff7912503
+# source hash (spec + templates + generator): 92f2bdeab12e344b
 # ==================================================================================================================
 """SmolLM3 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,7 @@ from .weights import (
 
 
 class SmolLM3Attention0(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -113,9 +111,8 @@ class SmolLM3Attention0(nn.Module):
 
 
 class SmolLM3Attention1(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -172,9 +169,7 @@ class SmolLM3Attention1(nn.Module):
 
 
 class SmolLM3Attention2(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half, partial), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -220,9 +215,8 @@ class SmolLM3Attention2(nn.Module):
 
 
 class SmolLM3Attention3(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half, partial), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 97269a7ae4851028
+# source hash (spec + templates + generator): 12e2234db0edf7fd
 # ==================================================================================================================
 """StableLm for the vllm target: vLLM's model interface and layer library.
 
@@ -56,8 +56,7 @@ from .weights import (
 
 
 class StableLmAttention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK LayerNorm,
-    RoPE (rotate_half, partial), vLLM's paged attention,
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (rotate_half, partial), vLLM's paged attention,
     row-parallel output."""
 
     def __init__(self, config: StableLmConfig, vllm_config: VllmConfig, prefix: str):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/starcoder2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/starcoder2.yaml --target vllm
-# source hash (spec + templates + generator): b39fee34c92131af
+# source hash (spec + templates + generator): c8f288256b530412
 # ==================================================================================================================
 """Starcoder2 for the vllm target: vLLM's model interface and layer library.
 
@@ -55,9 +55,8 @@ from .weights import (
 
 
 class Starcoder2Attention(nn.Module):
-    """GQA self-attention: fused QKV,
-    RoPE (rotate_half), vLLM's paged attention, sliding window,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, sliding window, row-parallel
+    output."""
 
     def __init__(self, config: Starcoder2Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,12 +1,13 @@
 """MXFP4 experts kept as released on the GPU path (``LLM(quantized_weights="keep")`` on an MXFP4 checkpoint).
 
-:func:`keep_mxfp4_experts` switches each :class:`~modelgen.runtime.layers.moe.FusedMoE` whose fused expert tensors the
-checkpoint stores as MXFP4 (gpt-oss: ``mlp.experts.{gate_up_proj,down_proj}_{blocks,scales}``) before loading: the
-bf16 ``w13_weight`` / ``w2_weight`` are replaced by parameters named like the checkpoint tensors, which the rocm loader
-then fills directly (this rank's experts and, when experts are TP-sharded, its intermediate slice), and the layer's
-``quant_method`` runs ``runtime/layers/moe/kernels_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts
-the kernels do not take (other fused layouts or activations, shared-expert slots, an intermediate slice that splits a
-32-value scale group) are left dequantized.
+``keep_mxfp4_experts`` (``runtime/loader/mxfp4.py``, at load) switches each
+:class:`~modelgen.runtime.layers.moe.FusedMoE` whose fused expert tensors the checkpoint stores as MXFP4 (gpt-oss:
+``mlp.experts.{gate_up_proj,down_proj}_{blocks,scales}``) before loading: the bf16 ``w13_weight`` / ``w2_weight`` are
+replaced by parameters named like the checkpoint tensors, which the rocm loader then fills directly (this rank's experts
+and, when experts are TP-sharded, its intermediate slice), and the layer's ``quant_method`` runs
+``runtime/layers/moe/kernels_mxfp4.py``. The biases stay the layer's own (bf16, stacked). Layouts the kernels do not
+take (other fused layouts or activations, shared-expert slots, an intermediate slice that splits a 32-value scale group)
+are left dequantized.
 
 Memory: 4.25 bits per expert weight (a byte per two values + a byte per 32) instead of 16.
 """
@@ -17,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...loader.mxfp4 import GROUP, dequantize_mxfp4
 from ...ops import gpu
+from ...ops.mxfp4 import GROUP, dequantize_mxfp4
 from .layer import FusedMoE
 
 PARTS = {"gate_up_proj": "w13", "down_proj": "w2"}
@@ -82,10 +83,11 @@ def _full_shape(layer: FusedMoE, part: str, local: tuple[int, ...]) -> tuple[int
     return (local[0], local[1] * t, *local[2:])
 
 
-def keep_mxfp4(layer: FusedMoE) -> bool:
-    """Switch ``layer`` to MXFP4 expert parameters (before loading); False (unchanged) when the kernels cannot run
-    it (see the module docstring)."""
-    if not _convertible(layer):
+def keep_mxfp4(layer: nn.Module | None) -> bool:
+    """Switch ``layer`` to MXFP4 expert parameters (before loading); False (unchanged) when it is no FusedMoE (the
+    loader asks of whatever module a checkpoint name lands on) or the kernels cannot run it (see the module
+    docstring)."""
+    if not isinstance(layer, FusedMoE) or not _convertible(layer):
         return False
     L, H, I = layer.num_local_experts, layer.w13_weight.shape[2], layer.intermediate_size
     dev = layer.w13_weight.device
@@ -98,25 +100,3 @@ def keep_mxfp4(layer: FusedMoE) -> bool:
             setattr(layer, f"{part}_{what}", p)
     layer.quant_method = Mxfp4MoEMethod()
     return True
-
-
-def keep_mxfp4_experts(model: nn.Module, checkpoint: Any) -> set[str]:
-    """Switch every FusedMoE whose ``gate_up_proj`` and ``down_proj`` the MXFP4 ``checkpoint`` view stores quantized
-    (module name + part, through the model's renames) and make the view hand those tensors over as stored; returns
-    the dequantized names now kept (``...experts.gate_up_proj``)."""
-    from ...loader.names import apply_renames
-    from ...loader.protocol import PackedTables
-
-    renames = PackedTables.of(model).renames
-    modules = dict(model.named_modules())
-    by_layer: dict[str, dict[str, str]] = {}
-    for name in checkpoint.pairs():
-        module_name, _, part = apply_renames(name, renames).rpartition(".")
-        if part in PARTS and isinstance(modules.get(module_name), FusedMoE):
-            by_layer.setdefault(module_name, {})[part] = name
-    kept: set[str] = set()
-    for module_name, parts in by_layer.items():
-        if len(parts) == len(PARTS) and keep_mxfp4(modules[module_name]):
-            kept |= set(parts.values())
-    checkpoint.keep(kept)
-    return kept

@@ -1,4 +1,4 @@
-"""Functional ops for the neuron target (``import modelgen.runtime.neuron.functional as NF``).
+"""Functional ops for the neuron target (``import modelgen.runtime.targets.neuron.functional as NF``).
 
 Weights are stored ``[in_features, out_features]`` (the layout the Neuron guide's loaders produce with
 ``is_storage_transposed=True``), so projections are ``x @ W``. No op branches on tensor values and no op changes shape
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from .. import backends
-from .. import distributed as dist
-from ..layers.attention import ops as attn_ops
-from ..layers.moe import ops as moe_ops
-from ..ops.activation import GATED_ACTIVATIONS, gated_activation
-from ..ops.norm import rms_norm as _rms_norm
-from ..ops.rope import apply_rope
-from ..ops.sampling import sample_static
+from ... import backends
+from ... import distributed as dist
+from ...layers.attention import ops as attn_ops
+from ...layers.moe import ops as moe_ops
+from ...ops.activation import GATED_ACTIVATIONS, gated_activation
+from ...ops.norm import rms_norm as _rms_norm
+from ...ops.rope import apply_rope
+from ...ops.sampling import sample_static
 
 BACKEND, BACKEND_REASON = backends.select("neuron")
 
