@@ -14,6 +14,10 @@ checkpoint through it. Checks, each reported on one line:
 ``bf16 3-way``     modelgen bf16 within ``THREE_WAY_FACTOR`` x transformers-bf16's own error against fp32
                    (+ ``THREE_WAY_ATOL``), ``modelgen.runtime.testing.accuracy``.
 
+The tiny sizes are set under the spec's own key names too (:func:`size_aliases`: DBRX's ``d_model``), so a family
+that spells them its own way is tiny as well. When transformers itself fails to build or run the tiny reference, the
+one check is ``reference`` ("transformers' reference failed: ..."), not a modelgen failure.
+
 A tiny value the spec refuses through ``requires:`` (Mixtral's ``sliding_window``) is left at transformers' default
 and named in the report; a spec that refuses even that fails the ``config`` check.
 """
@@ -104,7 +108,26 @@ def rendered_modules(spec: str | Path, targets: tuple[str, ...]) -> Iterator[dic
 
 
 # --------------------------------------------------------------------------------------------------- tiny configs
-def accepted_without(module: ModuleType, architecture: str) -> tuple[tuple[str, ...], str | None]:
+def size_aliases(ir) -> dict[str, str]:
+    """Config key -> tiny-table name for each size the spec reads under its own spelling (DBRX's ``d_model`` for
+    ``hidden_size``, ``ffn_config.ffn_hidden_size`` for ``intermediate_size``): the spec field's name or one of its
+    other keys names the size. Without these the tiny model keeps transformers' default sizes (a 2.3B "tiny" DBRX)."""
+    from modelgen.runtime.testing.tiny_models import TINY_SIZES
+
+    out: dict[str, str] = {}
+    for value in ir.config_values:
+        if value.kind != "read":
+            continue
+        size = next((k for k in (value.name, *value.keys) if k in TINY_SIZES), None)
+        for key in value.keys if size else ():
+            # text_config.*: the tiny table fills a wrapper's text config itself
+            if key not in TINY_SIZES and not key.startswith("text_config."):
+                out.setdefault(key, size)
+    return out
+
+
+def accepted_without(module: ModuleType, architecture: str,
+                     aliases: dict[str, str] | None = None) -> tuple[tuple[str, ...], str | None]:
     """Which tiny feature values to leave at transformers' defaults so the spec's ``requires:`` accepts the config:
     (names left out, None) or (names, the refusal message) when nothing helps."""
     from modelgen.runtime.checkpoint_dir import flatten_text_config
@@ -112,7 +135,7 @@ def accepted_without(module: ModuleType, architecture: str) -> tuple[tuple[str, 
     from modelgen.runtime.testing.tiny_models import CORE_SIZES, TINY_SIZES, tiny_config
 
     def refusal(without: tuple[str, ...]) -> str | None:
-        cfg = flatten_text_config(tiny_config(architecture, without).to_dict())
+        cfg = flatten_text_config(tiny_config(architecture, without, aliases).to_dict())
         try:
             module.CONFIG_CLASS.from_hf_config(cfg)
         except ConfigError as e:
@@ -167,9 +190,14 @@ def layer_divergence(llm, hf, prompt: list[int], atol: float = FP32_ATOL) -> str
     return f"; per layer max abs error [{table}]; {where}"
 
 
+def _reference_failed(architecture: str, error: BaseException) -> Check:
+    detail = "; ".join(line.strip() for line in f"{type(error).__name__}: {error}".splitlines() if line.strip())
+    return Check(architecture, "-", "reference", False, f"transformers' reference failed: {detail[:1000]}")
+
+
 def verify_architecture(modules: dict[str, ModuleType], architecture: str, workdir: Path,
-                        bf16: bool = True) -> list[Check]:
-    """Every check of one architecture on every target in ``modules``."""
+                        bf16: bool = True, aliases: dict[str, str] | None = None) -> list[Check]:
+    """Every check of one architecture on every target in ``modules`` (``aliases``: :func:`size_aliases`)."""
     import torch
 
     from modelgen.runtime.engine.llm import LLM
@@ -184,21 +212,27 @@ def verify_architecture(modules: dict[str, ModuleType], architecture: str, workd
     except LookupError as e:
         return [Check(architecture, "-", "model", False, str(e))]
     any_module = next(iter(modules.values()))
-    without, refused = accepted_without(any_module, architecture)
+    try:
+        without, refused = accepted_without(any_module, architecture, aliases)
+    except Exception as e:  # noqa: BLE001 - transformers' config class rejecting the tiny sizes
+        return [_reference_failed(architecture, e)]
     if refused is not None:
         return [Check(architecture, "-", "config", False, f"the spec refuses a tiny {architecture}: {refused}")]
     path = workdir / architecture
-    hf = make_tiny_checkpoint(path, architecture, without=without)
-    vocab = hf.config.get_text_config().vocab_size
-    prompt = tiny_prompt(vocab)
-    with torch.no_grad():
-        gold = hf(torch.tensor([prompt])).logits[0].float()
-        ids, ref = list(prompt), []
-        for _ in range(GREEDY_TOKENS):  # full forwards: the reference does not depend on HF's cache classes
-            tok = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
-            ref.append(tok)
-            ids.append(tok)
-        floor = copy.deepcopy(hf).to(torch.bfloat16)(torch.tensor([prompt])).logits[0].float() if bf16 else None
+    try:
+        hf = make_tiny_checkpoint(path, architecture, without=without, aliases=aliases)
+        vocab = hf.config.get_text_config().vocab_size
+        prompt = tiny_prompt(vocab)
+        with torch.no_grad():
+            gold = hf(torch.tensor([prompt])).logits[0].float()
+            ids, ref = list(prompt), []
+            for _ in range(GREEDY_TOKENS):  # full forwards: the reference does not depend on HF's cache classes
+                tok = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
+                ref.append(tok)
+                ids.append(tok)
+            floor = copy.deepcopy(hf).to(torch.bfloat16)(torch.tensor([prompt])).logits[0].float() if bf16 else None
+    except Exception as e:  # noqa: BLE001 - the reference, not modelgen: said so, so nobody debugs the spec for it
+        return [_reference_failed(architecture, e)]
     note = f" (left at transformers' default: {', '.join(without)})" if without else ""
     for target, module in modules.items():
         try:
@@ -239,7 +273,7 @@ def verify_spec(spec: str | Path, targets: tuple[str, ...], bf16: bool = True,
     with rendered_modules(spec, targets) as modules, tempfile.TemporaryDirectory(prefix="modelgen-tiny-") as tmp:
         for arch in architectures or ir.architectures:
             try:
-                report.checks += verify_architecture(modules, arch, Path(tmp), bf16=bf16)
+                report.checks += verify_architecture(modules, arch, Path(tmp), bf16=bf16, aliases=size_aliases(ir))
             except Exception as e:  # a crash in the generated code is a failed check, not a verify traceback
                 if debug:
                     raise

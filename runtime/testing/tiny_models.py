@@ -87,15 +87,37 @@ def config_class(architecture: str) -> tuple[type, type]:
     return model_cls, model_cls.config_class
 
 
-def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: Any):
+def _apply_aliases(config_cls: type, kwargs: dict[str, Any], sizes: dict[str, Any],
+                   aliases: dict[str, str]) -> None:
+    """Set each aliased config key (dotted = nested: DBRX's ``ffn_config.ffn_hidden_size``) to its tiny size, where
+    the config class takes the key's top level and the table's own name did not already set it."""
+    params = inspect.signature(config_cls.__init__).parameters
+    for key, size in aliases.items():
+        parts = key.split(".")
+        if size not in sizes or parts[0] not in params or (len(parts) == 1 and key in kwargs):
+            continue
+        node = kwargs
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # the key's parent is a value, not a mapping: no place for the size
+                break
+        else:
+            node.setdefault(parts[-1], sizes[size])
+
+
+def tiny_config(architecture: str, without: tuple[str, ...] = (), aliases: dict[str, str] | None = None,
+                **overrides: Any):
     """The architecture's transformers config at tiny sizes (``overrides``: extra or replacement config kwargs; for a
     multimodal wrapper they apply to its ``text_config``; ``without``: tiny values left at transformers' default, for
-    a feature the spec refuses, e.g. Mixtral's ``sliding_window``)."""
+    a feature the spec refuses, e.g. Mixtral's ``sliding_window``; ``aliases``: config key -> :data:`TINY_SIZES`
+    name, for a family that spells a size its own way, e.g. ``{"d_model": "hidden_size"}``, so that its model is
+    tiny too instead of transformers' default size)."""
     _, cfg_cls = config_class(architecture)
     sizes = {k: v for k, v in TINY_SIZES.items() if k not in without}
     sub = getattr(cfg_cls, "sub_configs", None) or {}
     if "text_config" in sub:
         text = _accepted(sub["text_config"], {**sizes, **overrides})
+        _apply_aliases(sub["text_config"], text, sizes, aliases or {})
         text.update({k: v for k, v in overrides.items() if k not in text})
         _fit_mrope_sections(sub["text_config"], text)
         kwargs: dict[str, Any] = {"text_config": text}
@@ -105,6 +127,7 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: A
         return cfg_cls(**_accepted(cfg_cls, kwargs), **({"tie_word_embeddings": False}
                                                          if "tie_word_embeddings" not in overrides else {}))
     kwargs = _accepted(cfg_cls, sizes)
+    _apply_aliases(cfg_cls, kwargs, sizes, aliases or {})
     kwargs.update(overrides)
     return cfg_cls(**kwargs)
 
@@ -123,14 +146,14 @@ def _perturb(model: torch.nn.Module, scale: float = 0.2) -> None:
 
 
 def make_tiny_checkpoint(path: str | Path, architecture: str, seed: int = 0, fused_experts: bool = False,
-                         without: tuple[str, ...] = (), **overrides: Any):
+                         without: tuple[str, ...] = (), aliases: dict[str, str] | None = None, **overrides: Any):
     """Save a tiny random ``architecture`` model to ``path`` (``fused_experts``: transformers v5's fused expert
     tensors instead of per-expert ones); returns the fp32 transformers model in eval mode."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Writing model shards" on every tiny save
     model_cls, _ = config_class(architecture)
-    config = tiny_config(architecture, without, **overrides)
+    config = tiny_config(architecture, without, aliases, **overrides)
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     _perturb(model)
