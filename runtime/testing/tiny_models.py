@@ -45,6 +45,22 @@ TINY_SIZES: dict[str, Any] = {
 TINY_VISION: dict[str, Any] = dict(depth=1, num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                    num_attention_heads=2, patch_size=4, temporal_patch_size=1, spatial_merge_size=1)
 PROMPT_LENGTH = 24
+# Optional features a spec may read, all switched on in verify's second tiny config ("+features"): off in
+# transformers' defaults, so a spec that ignores one (or applies it in the wrong place: OLMoE's clip_qkv before
+# the QK norm) passes the first config and fails this one. Values chosen to bite in a tiny random model, whose
+# q/k/v entries are ~0.16 (std 0.02 weights over 64 inputs), attention scores ~0.03 and logits ~0.16.
+FEATURES: dict[str, Any] = {
+    "clip_qkv": 0.1,  # below the q/k/v spread: many entries are clamped
+    "attn_logit_softcapping": 0.02, "final_logit_softcapping": 0.1,  # near the scores' / logits' size: tanh curves
+    "attention_bias": True, "mlp_bias": True, "qkv_bias": True, "use_qkv_bias": True, "use_qk_norm": True,
+    "use_sliding_window": True,  # with TINY_SIZES' sliding_window below the prompt length
+    "partial_rotary_factor": 0.5,
+    "logit_scale": 0.5, "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.3,
+    "logits_scaling": 2.0,
+}
+# RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
+# rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.
+ROPE_SCALING = {"rope_type": "linear", "factor": 2.0}
 # Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
 CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
@@ -130,6 +146,22 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), aliases: dict[
     _apply_aliases(cfg_cls, kwargs, sizes, aliases or {})
     kwargs.update(overrides)
     return cfg_cls(**kwargs)
+
+
+def tiny_features(architecture: str, names: set[str], without: tuple[str, ...] = (),
+                  aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """The :data:`FEATURES` among ``names`` (config keys a spec reads; ``"rope_scaling"``: it reads a RoPE scaling)
+    that the architecture's (text) config class takes, as ``tiny_config`` overrides."""
+    _, cfg_cls = config_class(architecture)
+    sub = getattr(cfg_cls, "sub_configs", None) or {}
+    text_cls = sub.get("text_config", cfg_cls)
+    params = inspect.signature(text_cls.__init__).parameters
+    out = {k: v for k, v in FEATURES.items() if k in names and k in params}
+    if "rope_scaling" in names and "rope_parameters" in params:
+        base = tiny_config(architecture, without, aliases).get_text_config().to_dict().get("rope_parameters")
+        if isinstance(base, dict) and "rope_type" in base:  # one table (not Gemma 3's per-layer-type pair)
+            out["rope_parameters"] = {**base, **ROPE_SCALING}
+    return out
 
 
 def _perturb(model: torch.nn.Module, scale: float = 0.2) -> None:
