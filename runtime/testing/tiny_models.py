@@ -159,7 +159,9 @@ def tiny_features(architecture: str, names: set[str], without: tuple[str, ...] =
     out = {k: v for k, v in FEATURES.items() if k in names and k in params}
     if "rope_scaling" in names and "rope_parameters" in params:
         base = tiny_config(architecture, without, aliases).get_text_config().to_dict().get("rope_parameters")
-        if isinstance(base, dict) and "rope_type" in base:  # one table (not Gemma 3's per-layer-type pair)
+        # one table (not Gemma 3's per-layer-type pair) of plain RoPE (a family whose default is already a
+        # scaling, GPT-OSS's yarn, is tested with that one)
+        if isinstance(base, dict) and base.get("rope_type") == "default":
             out["rope_parameters"] = {**base, **ROPE_SCALING}
     return out
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): 90eaf82a789574d4
+# source hash (spec + templates + generator): 0daa893f0d62b99c
 # ==================================================================================================================
 """Gemma3 for the vllm target: vLLM's model interface and layer library.
 
