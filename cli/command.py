@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="generate model code from specs", description="Lower SPEC files through the "
                        "templates into generated/<target>/<model>/. A spec that does not build is reported (exit 1) "
-                       "and its files are left as they were; the other specs are still written, and the target "
-                       "indexes (they list every spec in specs/) are rewritten only when all of specs/ builds.")
+                       "and its files are left as they were; the other specs are still written and indexed (a broken "
+                       "spec's target-index entries are kept as they were).")
     b.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (e.g. specs/llama.yaml)")
     b.add_argument("--target", choices=[*TARGETS, "all"], default="all", help="target to generate (default: all)")
     b.add_argument("--all", action="store_true", help="build every spec in specs/")
