@@ -167,6 +167,18 @@ def render_each(specs: list[Path], targets: tuple[str, ...],
     return files, broken
 
 
+def broken_specs() -> list[str]:
+    """Display paths of the specs in specs/ that do not build (the compile cache answers for those it knows): what
+    a "no generated model" error names, since a broken spec is one reason its model is missing from the index."""
+    out = []
+    for spec in all_specs():
+        try:
+            summaries([spec])
+        except ModelgenError:
+            out.append(display_path(spec))
+    return out
+
+
 def package_dirs(spec: Path) -> set[str]:
     """Folders (relative to generated/) a spec's packages live in: ``<target>/<name>`` for its ``name:`` when the
     file still parses far enough to tell, and for its file stem (the convention) in any case."""

@@ -67,3 +67,28 @@ def test_building_a_good_spec_says_which_other_spec_is_broken(tree, monkeypatch,
     err = capsys.readouterr().err
     assert err.count("unknown key 'bogus_field'") == 1, err
     assert re.search(r"do not build and were not written: \S*specs/qwen3.yaml \(", err), err
+
+
+def _unknown_arch_checkpoint(path: Path) -> Path:
+    import json
+
+    from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+
+    make_tiny_checkpoint(path, "LlamaForCausalLM", num_hidden_layers=1)
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = ["LlamaTwoForCausalLM"]
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_run_of_a_model_missing_from_the_index_names_the_broken_specs(tree, capsys):
+    ck = _unknown_arch_checkpoint(tree / "ck")
+    assert main(["run", "--checkpoint", str(ck), "--prompt-ids", "5,6"]) == 1
+    err = capsys.readouterr().err
+    assert "no generated rocm model for architectures ['LlamaTwoForCausalLM']" in err
+    assert re.search(r"these specs do not build \(fix them, then `modelgen build --all`\): \S*specs/qwen3.yaml$",
+                     err.strip()), err
+    (tree / "specs" / "qwen3.yaml").unlink()
+    assert main(["run", "--checkpoint", str(ck), "--prompt-ids", "5,6"]) == 1
+    assert "every spec in specs/ builds: if the model's spec is there, run `modelgen build --all`" in \
+        capsys.readouterr().err
