@@ -10,21 +10,9 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models
 
+from modelgen.runtime.convert.gguf_llama import _bytes_to_unicode  # GPT-2's byte -> character table
 from modelgen.runtime.engine.outputs import IncrementalDecoder
 from modelgen.runtime.tokenizer import Tokenizer
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (what the ByteLevel decoder maps back to bytes)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def _byte_level() -> Tokenizer:
