@@ -44,5 +44,23 @@ def test_a_failing_reference_is_named_as_the_reference(monkeypatch):
     monkeypatch.setattr(tiny_models, "make_tiny_checkpoint", broken)
     report = verify_spec(REPO_ROOT / "specs" / "llama.yaml", ("rocm",), bf16=False)
     assert not report.passed
-    assert [c.name for c in report.checks] == ["reference"], report.format()
-    assert report.checks[0].detail == "transformers' reference failed: IndexError: mrope_section does not fit head_dim"
+    # the base tiny config and the +features one (llama reads attention_bias, mlp_bias, a RoPE scaling)
+    assert [(c.architecture, c.name) for c in report.checks] == [
+        ("LlamaForCausalLM", "reference"), ("LlamaForCausalLM +features", "reference")], report.format()
+    assert {c.detail for c in report.checks} == {
+        "transformers' reference failed: IndexError: mrope_section does not fit head_dim"}
+
+
+def test_features_config_catches_a_feature_the_spec_reads_but_drops(tmp_path):
+    # o_proj without its bias: the default tiny config (attention_bias false) cannot tell; the +features one has
+    # o_proj.bias tensors the generated model has no parameter for
+    spec = tmp_path / "llama.yaml"
+    spec.write_text((REPO_ROOT / "specs" / "llama.yaml").read_text().replace("o_bias: attention_bias",
+                                                                              "o_bias: false"))
+    report = verify_spec(spec, ("rocm",), bf16=False)
+    failed = {(c.architecture, c.name) for c in report.failures()}
+    assert ("LlamaForCausalLM +features", "run") in failed, report.format()
+    assert "o_proj.bias" in next(c.detail for c in report.failures() if c.name == "run")
+    assert not any(arch == "LlamaForCausalLM" for arch, _ in failed), report.format()
+    on = next(c for c in report.checks if c.architecture.endswith("+features") and c.name == "config")
+    assert "attention_bias" in on.detail
