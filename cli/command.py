@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="generate model code from specs", description="Lower SPEC files through the "
                        "templates into generated/<target>/<model>/. A spec that does not build is reported (exit 1) "
-                       "and its files are left as they were; the other specs are still written, and the target "
-                       "indexes (they list every spec in specs/) are rewritten only when all of specs/ builds.")
+                       "and its files are left as they were; the other specs are still written and indexed (a broken "
+                       "spec's target-index entries are kept as they were).")
     b.add_argument("specs", nargs="*", metavar="SPEC", help="spec files (e.g. specs/llama.yaml)")
     b.add_argument("--target", choices=[*TARGETS, "all"], default="all", help="target to generate (default: all)")
     b.add_argument("--all", action="store_true", help="build every spec in specs/")
@@ -269,6 +269,19 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if args.command not in ("run", "serve") or not isinstance(e, _user_errors()):
             raise
-        print(f"modelgen {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"modelgen {args.command}: {type(e).__name__}: {e}{_missing_model_hint(e)}", file=sys.stderr)
         return 1
+
+
+def _missing_model_hint(error: Exception) -> str:
+    """For the registry's "no generated <target> model" error: the specs of specs/ that do not build (the model may
+    be one of them), or that none is broken (then the spec is missing or unbuilt)."""
+    if not isinstance(error, LookupError) or "no generated" not in str(error):
+        return ""
+    from modelgen.codegen.build import broken_specs
+
+    broken = broken_specs()
+    if broken:
+        return f"; these specs do not build (fix them, then `modelgen build --all`): {', '.join(broken)}"
+    return "; every spec in specs/ builds: if the model's spec is there, run `modelgen build --all`"
 

@@ -189,6 +189,29 @@ class CoverageReport:
         return "\n".join(lines)
 
 
+    def one_line(self) -> str:
+        """The failure as one line (what ``run`` prints; ``--verbose`` prints :meth:`format`): the first failing
+        rank's mismatch, each group of names with its count and first name, and where in the spec to fix it."""
+        failing = [r for r in self.ranks if r.error is not None]
+        if not failing:
+            return f"coverage of {self.checkpoint} by {self.spec}: ok"
+        lines = [line.strip() for line in failing[0].error.splitlines() if line.strip()]
+        groups: list[list] = []  # [label, count, first name]
+        for line in lines[1:]:
+            m = re.fullmatch(r"(.*) \((\d+)\):", line)
+            if m:
+                groups.append([m.group(1), int(m.group(2)), None])
+            elif groups and groups[-1][2] is None:
+                groups[-1][2] = line
+        detail = "; ".join(f"{label}: {n}" + (f", first {first}" if first else "") for label, n, first in groups)
+        text = lines[0].rstrip(":") + (f": {detail}" if detail else "".join(f"; {line}" for line in lines[1:2]))
+        ranks = [r.rank for r in failing]
+        where = [h.split(": ", 1)[0] for h in self.hints[:1]]
+        return (f"coverage of {self.checkpoint} by {self.spec} failed on rank {ranks[0]}"
+                + (f" (and ranks {', '.join(map(str, ranks[1:]))})" if len(ranks) > 1 else "") + f": {text}"
+                + (f"; fix at {where[0]}" if where else "") + "; --verbose for the full report")
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:

@@ -38,9 +38,10 @@ from modelgen.codegen.expr import short_repr
 from modelgen.codegen.literal import comment_text
 from modelgen.codegen.lower import SPECS_DIR, compile_spec
 from modelgen.codegen.spec_file import display_path
-from modelgen.codegen.yaml_source import read_regular
+from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-MAX_CONFIG_BYTES = 64 * 1024 * 1024  # config.json files are a few KiB; this only keeps a hostile one off the heap
+from .structure import config_structure, differences, spec_structure, ssm_keys
+
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # strings written unquoted: names, dotted keys, nothing YAML reads
 
@@ -55,6 +56,7 @@ class Candidate:
     ir: Any
     score: float
     reasons: list[str] = field(default_factory=list)
+    differs: list[str] = field(default_factory=list)  # how its structure differs from the config's (structure.py)
     unmatched: int | None = None  # tensors + parameters the dry run could not match (None: not run)
     coverage_error: str | None = None
     refused: str | None = None  # why no dry run could be made
@@ -71,18 +73,11 @@ def _read_config(source: Path) -> tuple[dict[str, Any], Path | None]:
     from modelgen.runtime.checkpoint_dir import flatten_text_config
 
     path = source / "config.json" if source.is_dir() else source
-    try:
-        data = read_regular(path, MAX_CONFIG_BYTES)  # a FIFO or /dev/zero as config.json: refused, not read
-    except OSError as e:
-        raise DraftError(f"{path}: cannot read config.json: {e.strerror or e}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise DraftError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; not a config.json")
-    try:
-        raw = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as e:  # bad JSON or UTF-8, or nesting deeper than the parser recurses
-        raise DraftError(f"{path}: not a JSON config ({type(e).__name__}: {short_repr(str(e))})") from None
-    if not isinstance(raw, dict):
-        raise DraftError(f"{path}: expected a JSON object")
+    # The checkpoint loader's reader: regular files only (a FIFO or /dev/zero as config.json is refused, not read),
+    # a byte bound, a nesting bound, one line naming the file for anything else.
+    raw = read_json_object(path, DraftError, MAX_CONFIG_BYTES, what="config.json")
+    if raw is None:
+        raise DraftError(f"{path}: no such config.json")
     config = flatten_text_config(raw)
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
@@ -182,6 +177,7 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
 
     keys = {k for k in config if k not in GENERIC_CONFIG_KEYS and not k.startswith("_")}
+    want = config_structure(config)
     archs = set(config.get("architectures") or [])
     model_type = str(config.get("model_type") or "")
     out = []
@@ -206,7 +202,11 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
             names = len(tokens & _generated_tokens(ir.name)) / len(tokens)
             score += 10 * names
             reasons.append(f"its generated model names {100 * names:.0f}% of the checkpoint's module names")
-        out.append(Candidate(spec, ir, score, reasons))
+        differs = differences(want, spec_structure(ir))
+        score -= sum(cost for cost, _ in differs)
+        if not differs:
+            reasons.append("same structure (" + ", ".join(sorted(want.kinds)) + ")")
+        out.append(Candidate(spec, ir, score, reasons, [line for _, line in differs]))
     return sorted(out, key=lambda c: -c.score)
 
 
@@ -281,6 +281,22 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     prefix = _identifier(prefix, r"[A-Z][A-Za-z0-9]*", "Todo")
 
     todos: list[str] = []
+    # Every name the draft made up rather than read is a TODO of its own (a made-up class_prefix builds, and
+    # would name the generated classes Todo* unnoticed).
+    guesses = []
+    if not config.get("architectures"):
+        guesses.append("TODO hf.architectures: config.json has none; TODOForCausalLM is a placeholder")
+    if name != re.sub(r"[^a-z0-9_]", "_", model_type.lower()) or not config.get("model_type"):
+        guesses.append(f"TODO name: '{name}' is a placeholder (model_type {short_repr(model_type)} is no spec name)")
+    if prefix == "Todo":
+        guesses.append(f"TODO class_prefix: 'Todo' is a placeholder ({short_repr(archs[0])} gives no class name)")
+    mamba = ssm_keys(config)
+    if mamba:
+        # Said first and plainly: no base below can serve this model, whatever the other TODOs say.
+        guesses.append("TODO layer kind: no modelgen layer kind implements a Mamba mixer yet (state-space config "
+                       f"keys: {', '.join(mamba[:6])}); this draft cannot serve the model until one does")
+    guesses += [f"TODO structure: {line}" for line in base.differs
+                if not (mamba and line.startswith("the config has a ssm layer"))]
     lines = [
         _comment(f"Draft spec for {', '.join(archs)} (model_type {model_type}), written by `modelgen new --from-hf "
                  f"{source}`."),
@@ -296,6 +312,10 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     if served:
         lines.append(_comment(f"NOTE: {', '.join(served)} is already served by {display_path(base.spec)}; two specs "
                               "cannot serve one architecture, so this draft replaces it or needs other architectures."))
+    if guesses:
+        todo = [_comment(g) for g in guesses]
+        lines += todo
+        todos += todo
     header_lines = len(lines)
     doc = CommentedMap()
     doc["extends"] = base.spec.name

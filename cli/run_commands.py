@@ -300,8 +300,8 @@ def _check_coverage(checkpoint, args: argparse.Namespace) -> None:
     report = checkpoint_coverage(module, checkpoint, args.target, tp=tp, ep=getattr(args, "expert_parallel_size", None),
                                  spec_path=spec if spec.is_file() else None,
                                  allow_external_shards=args.allow_external_shards)
-    if not report.passed:
-        raise CoverageError(report.format(parameters=False))
+    if not report.passed:  # one line (the README's promise); --verbose: the whole report
+        raise CoverageError(report.format(parameters=False) if getattr(args, "verbose", False) else report.one_line())
 
 
 def _refuse_stale(checkpoint, target: str) -> None:

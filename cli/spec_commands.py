@@ -39,10 +39,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"{len(specs)} spec(s) x {len(_targets(args.target))} target(s): {len(written)} file(s) changed")
     for spec, err in broken.items():
         print(err, file=sys.stderr)
-    if broken and len(specs) > 1:  # with one spec its located error line says it all
+    asked = {s.resolve() for s in specs}
+    if broken and (len(specs) > 1 or {s.resolve() for s in broken} != asked):  # one spec: its error says it all
         names = ", ".join(display_path(s) for s in broken)
         print(f"modelgen build: {len(broken)} spec(s) do not build and were not written: {names} (the target "
-              f"indexes were not rewritten either)", file=sys.stderr)
+              f"indexes keep their entries as they were; the other specs were built and indexed)", file=sys.stderr)
     return 1 if broken else 0
 
 

@@ -11,6 +11,7 @@ endings, a missing or extra final newline, trailing bytes, invalid UTF-8) says s
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import os
@@ -107,14 +108,51 @@ class BrokenSpecs(ModelgenError):
         super().__init__("\n".join(f"{display_path(p)}: does not build:\n{e}" for p, e in broken.items()))
 
 
-def render_each(specs: list[Path], targets: tuple[str, ...]) -> tuple[dict[str, str], dict[Path, ModelgenError]]:
+def _previous_entries(out_dir: Path, packages: set[str]) -> dict[str, str]:
+    """Architecture -> package of the index entries on disk (any target's ``__init__.py``) that name one of
+    ``packages``. The index is generated literal data (``MODELS = {...}``), read with ``ast.literal_eval``."""
+    out: dict[str, str] = {}
+    for target in TARGETS:
+        try:
+            tree = ast.parse(read_regular(out_dir / target / "__init__.py").decode("utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # no index yet, or one damaged by hand: nothing to carry over
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MODELS"]:
+                try:
+                    models = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                out.update({a: p for a, p in models.items() if isinstance(a, str) and p in packages})
+    return out
+
+
+def _carried_over(broken: dict[Path, ModelgenError], built: list[Any], out_dir: Path) -> list[cache.Summary]:
+    """Index entries of the broken specs as they are on disk (their packages are left as they were, so they keep
+    serving what they served), unless a spec that builds now claims the architecture."""
+    claimed = {a for ir in built for a in ir.architectures}
+    packages = {d.split("/", 1)[1] for spec in broken for d in package_dirs(spec)}
+    by_package: dict[str, list[str]] = {}
+    for arch, package in sorted(_previous_entries(out_dir, packages).items()):
+        if arch not in claimed:
+            by_package.setdefault(package, []).append(arch)
+    return [cache.Summary(f"generated/{package}", package, tuple(archs), "") for package, archs in by_package.items()]
+
+
+def render_each(specs: list[Path], targets: tuple[str, ...],
+                out_dir: Path = GENERATED_DIR) -> tuple[dict[str, str], dict[Path, ModelgenError]]:
     """Like :func:`render_all`, but one spec at a time: the files of every spec that builds, and the error of each
-    that does not. The target indexes (``<target>/__init__.py``) list every spec in specs/, so they are rendered
-    only when all of those build."""
+    that does not. The target indexes (``<target>/__init__.py``) list every spec in specs/: those that build, and
+    for a broken one its entries as they are in ``out_dir``'s index (its package is left as it was), so a broken
+    spec neither blocks another's index entry nor loses its own."""
     files: dict[str, str] = {}
     broken: dict[Path, ModelgenError] = {}
     irs = {}
-    for spec in dict.fromkeys([*specs, *all_specs()]):  # every spec of specs/ too: the indexes need them
+    seen: set[Path] = set()
+    for spec in [*specs, *all_specs()]:  # every spec of specs/ too: the indexes need them
+        if spec.resolve() in seen:  # specs/x.yaml given on the command line is also one of all_specs()
+            continue
+        seen.add(spec.resolve())
         try:
             if spec in specs:
                 irs[spec], out = render_spec(spec, targets)
@@ -123,9 +161,22 @@ def render_each(specs: list[Path], targets: tuple[str, ...]) -> tuple[dict[str, 
                 irs[spec] = summaries([spec])[0]
         except ModelgenError as e:
             broken[spec] = e
-    if not broken:
-        files.update(render_fixed(TARGETS, irs.values()))
+    in_specs_dir = {s: e for s, e in broken.items() if _in_specs_dir(s)}
+    built = [ir for spec, ir in irs.items() if _in_specs_dir(spec)]
+    files.update(render_fixed(TARGETS, built + _carried_over(in_specs_dir, built, out_dir)))
     return files, broken
+
+
+def broken_specs() -> list[str]:
+    """Display paths of the specs in specs/ that do not build (the compile cache answers for those it knows): what
+    a "no generated model" error names, since a broken spec is one reason its model is missing from the index."""
+    out = []
+    for spec in all_specs():
+        try:
+            summaries([spec])
+        except ModelgenError:
+            out.append(display_path(spec))
+    return out
 
 
 def package_dirs(spec: Path) -> set[str]:
@@ -192,7 +243,7 @@ def build(specs: list[Path], targets: tuple[str, ...], out_dir: Path = GENERATED
     except ModelgenError:
         if not keep_going:
             raise
-        files, broken = render_each(specs, targets)
+        files, broken = render_each(specs, targets, out_dir)
     written = _write(files, out_dir)
     if broken:
         raise BrokenSpecs(broken, written)
@@ -257,7 +308,7 @@ def check(out_dir: Path = GENERATED_DIR) -> list[str]:
     try:
         rendered = render_all(stale_specs, TARGETS)  # the package markers and indexes always
     except ModelgenError:
-        rendered, broken = render_each(stale_specs, TARGETS)
+        rendered, broken = render_each(stale_specs, TARGETS, out_dir)
         for spec, err in broken.items():
             diffs.append(f"broken: {display_path(spec)}: does not build; its generated files were not checked:\n{err}")
     expected = {rel: text.encode("utf-8") for rel, text in rendered.items()}

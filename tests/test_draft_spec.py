@@ -64,3 +64,60 @@ def test_unknown_config_keys_become_todos_and_bindings_use_other_specs_spelling(
     assert "# TODO requires: mixtral.yaml refuses this config: specs/mixtral.yaml: sliding-window" in text
     assert "TODO(s) to review" in capsys.readouterr().err
     assert main(["new", "--from-hf", str(ck), "-o", str(out)]) == 2  # no silent overwrite
+
+
+def _write_config(path: Path, config: dict) -> Path:
+    import json
+
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_gpt_neox_like_config_gets_a_non_gated_layernorm_parallel_base(tmp_path):
+    # GPT-NeoX's shape (gelu MLP without a gate, LayerNorm, parallel residual): by model_type alone nothing is
+    # close, and the key overlap once picked gpt_oss (a MoE with gated experts).
+    ck = _write_config(tmp_path / "neox", {
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 64,
+        "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "rotary_pct": 0.25,
+        "rotary_emb_base": 10000, "layer_norm_eps": 1e-5, "use_parallel_residual": True, "hidden_act": "gelu",
+        "attention_bias": True, "vocab_size": 128, "max_position_embeddings": 256, "tie_word_embeddings": False})
+    draft = draft_spec(ck)
+    assert "ungated" in draft.base.ir.kinds and "moe" not in draft.base.ir.kinds, draft.text
+    assert "LayerNorm" in draft.base.ir.norm_classes, draft.text
+    assert "TODO layer kind" not in draft.text
+    assert "class_prefix: GPTNeoX" in draft.text and "TODO class_prefix" not in draft.text
+
+
+def test_mamba2_like_config_says_no_layer_kind_fits(tmp_path):
+    ck = _write_config(tmp_path / "mamba2", {
+        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 64, "num_heads": 4,
+        "head_dim": 32, "state_size": 16, "expand": 2, "conv_kernel": 4, "n_groups": 1, "time_step_min": 0.001,
+        "time_step_max": 0.1, "layer_norm_epsilon": 1e-5, "rms_norm": True, "num_hidden_layers": 2,
+        "vocab_size": 128, "chunk_size": 64, "hidden_act": "silu"})
+    draft = draft_spec(ck)
+    todo = [line for line in draft.text.splitlines() if line.startswith("# TODO layer kind:")]
+    assert len(todo) == 1, draft.text
+    assert "no modelgen layer kind implements a Mamba mixer yet" in todo[0]
+    assert "conv_kernel" in todo[0] and "state_size" in todo[0]
+
+
+def test_made_up_class_prefix_is_a_todo(tmp_path):
+    ck = _write_config(tmp_path / "odd", {
+        "architectures": ["lowercase_arch"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "vocab_size": 128})
+    draft = draft_spec(ck)
+    assert "class_prefix: Todo" in draft.text
+    assert "# TODO class_prefix: 'Todo' is a placeholder" in draft.text, draft.text
+
+
+def test_config_json_that_is_a_fifo_is_refused_not_read(tmp_path):
+    import os
+
+    from modelgen.cli.draft import DraftError
+
+    (tmp_path / "ck").mkdir()
+    os.mkfifo(tmp_path / "ck" / "config.json")
+    with pytest.raises(DraftError, match="FIFO"):
+        draft_spec(tmp_path / "ck")

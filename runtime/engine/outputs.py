@@ -107,29 +107,38 @@ class StreamDelta:
 
 
 class IncrementalDecoder:
-    """Decode the whole output so far and hand out the new suffix (as HF's TextStreamer and vLLM's detokenizer do):
-    decoding tokens one at a time would break byte-level BPE characters split over several tokens and drop the
-    spaces that SentencePiece-style decoders attach to the following token. Text ending in U+FFFD (an incomplete
-    UTF-8 sequence) is held back until the next token completes it; :meth:`flush` returns whatever is left."""
+    """Hand out the text each new token adds, decoding only a bounded tail of the output (vLLM's detokenizer:
+    a prefix and a read offset into the ids).
+
+    Decoding tokens one at a time would break byte-level BPE characters split over several tokens and drop the
+    spaces that SentencePiece-style decoders attach to the following token; decoding the whole output on every
+    token (as HF's TextStreamer does) costs time quadratic in its length. So the window ``ids[prefix:]`` is decoded
+    twice, with and without the tokens since the last emission (``ids[read:]``), and the difference is the new
+    text: ``ids[prefix:read]`` gives those tokens their left context (a SentencePiece space, a character's first
+    bytes). Text ending in U+FFFD (an incomplete UTF-8 sequence) is held back until a token completes it; only then
+    does the window move on (``prefix`` to ``read``), always at a character boundary, so the pieces join to exactly
+    the full decode. :meth:`flush` returns whatever is left."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.ids: list[int] = []
-        self.emitted = 0  # characters of the decoded text handed out so far
+        self.prefix = 0  # ids before it are never decoded again
+        self.read = 0  # ids[prefix:read]: already emitted, decoded again only as context
 
     def push(self, token_ids: list[int]) -> str:
         self.ids.extend(token_ids)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
-            return ""
-        return self._take(text)
+        return self._advance(final=False)
 
     def flush(self) -> str:
-        return self._take(self.tokenizer.decode(self.ids)) if self.ids else ""
+        return self._advance(final=True) if self.ids else ""
 
-    def _take(self, text: str) -> str:
-        # A decoder may rewrite earlier text (rare: a cleanup rule over a token boundary); only the part beyond what
-        # was already emitted can still be printed.
-        new = text[self.emitted:]
-        self.emitted = max(self.emitted, len(text))
+    def _advance(self, final: bool) -> str:
+        context = self.tokenizer.decode(self.ids[self.prefix:self.read])
+        text = self.tokenizer.decode(self.ids[self.prefix:])
+        if not final and (len(text) <= len(context) or text.endswith("\ufffd")):
+            return ""  # nothing new yet, or a character still incomplete: the window stays where it is
+        # A decoder may rewrite the context's text (rare: a cleanup rule over a token boundary); only the part
+        # beyond it can still be printed.
+        new = text[len(context):]
+        self.prefix, self.read = self.read, len(self.ids)
         return new

@@ -3,8 +3,13 @@ requests; HTTP handlers (on the asyncio loop) submit requests and read their tok
 
 Requests join the waiting list and leave the running list between steps (the same ``LLM._step`` as ``generate``), so
 concurrent HTTP requests share batches. A cancelled request (client gone, stop string matched) is dropped between
-steps and its KV blocks released. A failing step fails every request in flight (each gets the error) and releases
-their blocks; the loop keeps serving."""
+steps and its KV blocks released.
+
+Failures are per request where the request is the cause (engine/scheduler.py): a request whose sampling fails, or
+that can no longer be scheduled, comes back from the step alone with its own ``error``; only its handler gets that
+error, and the other requests go on. A failure of the step itself (the model call, a kernel, the block allocator)
+is no request's fault and is raised out of the step: then every request of that step (waiting and running) gets the
+error and its blocks are released. Either way the loop keeps serving."""
 from __future__ import annotations
 
 import asyncio

@@ -45,6 +45,22 @@ TINY_SIZES: dict[str, Any] = {
 TINY_VISION: dict[str, Any] = dict(depth=1, num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                    num_attention_heads=2, patch_size=4, temporal_patch_size=1, spatial_merge_size=1)
 PROMPT_LENGTH = 24
+# Optional features a spec may read, all switched on in verify's second tiny config ("+features"): off in
+# transformers' defaults, so a spec that ignores one (or applies it in the wrong place: OLMoE's clip_qkv before
+# the QK norm) passes the first config and fails this one. Values chosen to bite in a tiny random model, whose
+# q/k/v entries are ~0.16 (std 0.02 weights over 64 inputs), attention scores ~0.03 and logits ~0.16.
+FEATURES: dict[str, Any] = {
+    "clip_qkv": 0.1,  # below the q/k/v spread: many entries are clamped
+    "attn_logit_softcapping": 0.02, "final_logit_softcapping": 0.1,  # near the scores' / logits' size: tanh curves
+    "attention_bias": True, "mlp_bias": True, "qkv_bias": True, "use_qkv_bias": True, "use_qk_norm": True,
+    "use_sliding_window": True,  # with TINY_SIZES' sliding_window below the prompt length
+    "partial_rotary_factor": 0.5,
+    "logit_scale": 0.5, "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.3,
+    "logits_scaling": 2.0,
+}
+# RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
+# rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.
+ROPE_SCALING = {"rope_type": "linear", "factor": 2.0}
 # Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
 CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
@@ -87,15 +103,37 @@ def config_class(architecture: str) -> tuple[type, type]:
     return model_cls, model_cls.config_class
 
 
-def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: Any):
+def _apply_aliases(config_cls: type, kwargs: dict[str, Any], sizes: dict[str, Any],
+                   aliases: dict[str, str]) -> None:
+    """Set each aliased config key (dotted = nested: DBRX's ``ffn_config.ffn_hidden_size``) to its tiny size, where
+    the config class takes the key's top level and the table's own name did not already set it."""
+    params = inspect.signature(config_cls.__init__).parameters
+    for key, size in aliases.items():
+        parts = key.split(".")
+        if size not in sizes or parts[0] not in params or (len(parts) == 1 and key in kwargs):
+            continue
+        node = kwargs
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # the key's parent is a value, not a mapping: no place for the size
+                break
+        else:
+            node.setdefault(parts[-1], sizes[size])
+
+
+def tiny_config(architecture: str, without: tuple[str, ...] = (), aliases: dict[str, str] | None = None,
+                **overrides: Any):
     """The architecture's transformers config at tiny sizes (``overrides``: extra or replacement config kwargs; for a
     multimodal wrapper they apply to its ``text_config``; ``without``: tiny values left at transformers' default, for
-    a feature the spec refuses, e.g. Mixtral's ``sliding_window``)."""
+    a feature the spec refuses, e.g. Mixtral's ``sliding_window``; ``aliases``: config key -> :data:`TINY_SIZES`
+    name, for a family that spells a size its own way, e.g. ``{"d_model": "hidden_size"}``, so that its model is
+    tiny too instead of transformers' default size)."""
     _, cfg_cls = config_class(architecture)
     sizes = {k: v for k, v in TINY_SIZES.items() if k not in without}
     sub = getattr(cfg_cls, "sub_configs", None) or {}
     if "text_config" in sub:
         text = _accepted(sub["text_config"], {**sizes, **overrides})
+        _apply_aliases(sub["text_config"], text, sizes, aliases or {})
         text.update({k: v for k, v in overrides.items() if k not in text})
         _fit_mrope_sections(sub["text_config"], text)
         kwargs: dict[str, Any] = {"text_config": text}
@@ -105,8 +143,27 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), **overrides: A
         return cfg_cls(**_accepted(cfg_cls, kwargs), **({"tie_word_embeddings": False}
                                                          if "tie_word_embeddings" not in overrides else {}))
     kwargs = _accepted(cfg_cls, sizes)
+    _apply_aliases(cfg_cls, kwargs, sizes, aliases or {})
     kwargs.update(overrides)
     return cfg_cls(**kwargs)
+
+
+def tiny_features(architecture: str, names: set[str], without: tuple[str, ...] = (),
+                  aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """The :data:`FEATURES` among ``names`` (config keys a spec reads; ``"rope_scaling"``: it reads a RoPE scaling)
+    that the architecture's (text) config class takes, as ``tiny_config`` overrides."""
+    _, cfg_cls = config_class(architecture)
+    sub = getattr(cfg_cls, "sub_configs", None) or {}
+    text_cls = sub.get("text_config", cfg_cls)
+    params = inspect.signature(text_cls.__init__).parameters
+    out = {k: v for k, v in FEATURES.items() if k in names and k in params}
+    if "rope_scaling" in names and "rope_parameters" in params:
+        base = tiny_config(architecture, without, aliases).get_text_config().to_dict().get("rope_parameters")
+        # one table (not Gemma 3's per-layer-type pair) of plain RoPE (a family whose default is already a
+        # scaling, GPT-OSS's yarn, is tested with that one)
+        if isinstance(base, dict) and base.get("rope_type") == "default":
+            out["rope_parameters"] = {**base, **ROPE_SCALING}
+    return out
 
 
 def _perturb(model: torch.nn.Module, scale: float = 0.2) -> None:
@@ -123,14 +180,14 @@ def _perturb(model: torch.nn.Module, scale: float = 0.2) -> None:
 
 
 def make_tiny_checkpoint(path: str | Path, architecture: str, seed: int = 0, fused_experts: bool = False,
-                         without: tuple[str, ...] = (), **overrides: Any):
+                         without: tuple[str, ...] = (), aliases: dict[str, str] | None = None, **overrides: Any):
     """Save a tiny random ``architecture`` model to ``path`` (``fused_experts``: transformers v5's fused expert
     tensors instead of per-expert ones); returns the fp32 transformers model in eval mode."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Writing model shards" on every tiny save
     model_cls, _ = config_class(architecture)
-    config = tiny_config(architecture, without, **overrides)
+    config = tiny_config(architecture, without, aliases, **overrides)
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     _perturb(model)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): c51a5d0c5879c17e
+# source hash (spec + templates + generator): fa7e8b0defc26a6a
 # ==================================================================================================================
 """Gemma3Config: the HF ``config.json`` fields specs/gemma3.yaml reads, typed, with the spec's defaults.
 
@@ -169,6 +169,16 @@ class Gemma3Config:
         if use_bidirectional_attention:
             raise ConfigError(
                 "specs/gemma3.yaml: bidirectional attention (use_bidirectional_attention) is not generated"
+            )
+        if not (attn_logit_softcapping is None):
+            raise ConfigError(
+                "specs/gemma3.yaml: attn_logit_softcapping is not applied by transformers' Gemma 3 (only Gemma 2 "
+                "caps attention scores); refused rather than capped",
+            )
+        if not (final_logit_softcapping is None):
+            raise ConfigError(
+                "specs/gemma3.yaml: final_logit_softcapping: transformers' Gemma3ForConditionalGeneration does not "
+                "apply it (its Gemma3ForCausalLM does); refused rather than capped for one and not the other",
             )
         return cls(
             vocab_size=vocab_size,
