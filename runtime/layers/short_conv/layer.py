@@ -131,11 +131,8 @@ class ShortConv(LayerKind):
     def _decode_rows(self, bx, weight, bias, slots: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
         """One token per row (slot -1: padding row, zeros out, no state write), no host reads."""
         real = slots >= 0
-        states = ops.read_states(self.conv_state, slots, ~fresh)
-        y, new = ops.conv_decode(bx, weight, bias, states)
-        idx = slots.clamp(min=0)
-        keep_old = self.conv_state.index_select(0, idx)
-        self.conv_state.index_copy_(0, idx, torch.where(real.view(-1, 1, 1), new.to(self.conv_state.dtype), keep_old))
+        y, new = ops.conv_decode(bx, weight, bias, ops.read_state_rows(self.conv_state, slots, real & ~fresh))
+        ops.write_state_rows(self.conv_state, slots, real, new)
         return y * real.to(y.dtype).unsqueeze(-1)
 
     def _mixed_eager(self, bx, weight, bias, meta: StateMetadata) -> torch.Tensor:

@@ -14,6 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# The state-pool row helpers are kind-neutral (slot -1 = padding row, shape-static writes that never let a padding
+# row clobber a real one); they live beside the first kind that needed them.
+from ..gated_deltanet.ops import read_state_rows, write_state_rows
+
 
 def gated_input(bcx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``in_proj`` output ``[T, 3D]`` (``[B | C | x]``, HF's ``chunk(3)``) -> (conv input ``B * x``, output gate ``C``)."""
@@ -49,53 +53,45 @@ def conv_decode(
     return out.to(bx.dtype), window[:, :, 1:]
 
 
-def read_states(pool: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Rows ``slots`` of the pool ``[num_slots, D, K-1]``; zeros where ``keep`` is False (a fresh request must not
-    see the slot's previous owner). Padding rows (slot -1) read slot 0 masked to zeros, never written back."""
-    rows = pool.index_select(0, slots.clamp(min=0))
-    return rows * (keep & (slots >= 0)).to(rows.dtype).view(-1, 1, 1)
-
-
 def short_conv_static(
     bx: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pool: torch.Tensor, seq_ids: torch.Tensor,
     slots: torch.Tensor, fresh: torch.Tensor, *, decode: bool,
 ) -> torch.Tensor:
-    """The conv of a shape-static batch (the neuron buckets): token t belongs to sequence ``seq_ids[t]`` (-1:
-    padding), sequence s to pool slot ``slots[s]`` (-1: padding). Decode: one token per sequence, token i of
-    sequence i. Prefill: each sequence's tokens in order, the whole prompt in this step. Writes each real
-    sequence's new state into its slot; padding tokens give zeros."""
-    states = read_states(pool, slots, ~fresh)
-    real = slots >= 0
+    """The conv of one shape-static bucket (the neuron target: no host reads, no data-dependent shapes).
+
+    bx ``[T, D]``; token t belongs to row ``seq_ids[t]`` (-1: padding), rows' tokens packed in order; row r continues
+    pool slot ``slots[r]`` (-1: padding row), read as zeros where ``fresh[r]``. ``decode`` (a Python bool: one graph
+    per path) means one token per row, token r of row r. Returns ``[T, D]`` (zeros on padding) and writes each real
+    row's last K-1 inputs into its slot.
+    """
+    T, D = bx.shape
+    R, K = slots.shape[0], weight.shape[-1]
+    rows = torch.arange(R, device=bx.device)
     if decode:
-        n = slots.shape[0]
-        out, new = conv_decode(bx[:n], weight, bias, states)
-        out = out * real.to(out.dtype).unsqueeze(-1)
-        if bx.shape[0] > n:
-            out = torch.cat([out, out.new_zeros(bx.shape[0] - n, out.shape[1])])
+        lens = (seq_ids[:R] == rows).to(torch.long)  # [R]: 1 for a real row, 0 for padding
+        x = bx[:R].unsqueeze(1) * lens.view(R, 1, 1).to(bx.dtype)  # [R, 1, D]
+        starts = rows
     else:
-        out = bx.new_zeros(bx.shape)
-        new = states.clone()
-        for s in range(slots.shape[0]):  # static loop over bucket rows; the token mask keeps shapes fixed
-            mask = (seq_ids == s).to(bx.dtype).unsqueeze(-1)
-            o, st = _masked_prefill(bx * mask, mask, weight, bias, states[s])
-            out = out + o * mask
-            new[s] = st
-    idx = slots.clamp(min=0)
-    # Padding sequences write their slot-0 row back unchanged.
-    pool.index_copy_(0, idx, torch.where(real.view(-1, 1, 1), new.to(pool.dtype), pool.index_select(0, idx)))
-    return out
-
-
-def _masked_prefill(bx, mask, weight, bias, state):
-    """``conv_prefill`` of the tokens where ``mask`` is 1 (contiguous, in order) within a fixed-length row: the
-    tokens are gathered to the front by a stable sort, so the state ends at the sequence's last real token."""
-    order = torch.argsort(1 - mask[:, 0], stable=True)
-    n = mask.sum().to(torch.long)
-    packed = bx.index_select(0, order)
-    out_packed, _ = conv_prefill(packed, weight, bias, state)
-    history = torch.cat([state.to(bx.dtype), packed.t()], dim=-1)  # [D, K-1+T]
-    k1 = state.shape[1]
-    cols = n + torch.arange(k1, device=bx.device)  # the K-1 columns ending at the last real token
-    new_state = history.index_select(1, cols)
-    out = torch.zeros_like(bx).index_copy(0, order, out_packed)
-    return out, new_state
+        member = seq_ids.view(1, T) == rows.view(R, 1)  # [R, T]
+        lens = member.sum(-1)
+        starts = torch.cumsum(lens, 0) - lens
+        j = torch.arange(T, device=bx.device)
+        valid = (j.view(1, T) < lens.view(R, 1)).to(bx.dtype).unsqueeze(-1)
+        x = bx[(starts.view(R, 1) + j.view(1, T)).clamp(max=T - 1)] * valid  # [R, T, D], row r's tokens first
+    real = (slots >= 0) & (lens > 0)
+    history = torch.cat([read_state_rows(pool, slots, real & ~fresh).to(bx.dtype), x.transpose(1, 2)], -1)
+    out = (history.unfold(-1, K, 1).to(weight.dtype) * weight.view(1, D, 1, K)).sum(-1)  # [R, D, n]
+    if bias is not None:
+        out = out + bias.view(1, D, 1)
+    # The new state: the K-1 inputs ending at each row's last real token.
+    cols = (lens.view(R, 1) + torch.arange(K - 1, device=bx.device).view(1, K - 1)).view(R, 1, K - 1)
+    new = history.gather(-1, cols.expand(R, D, K - 1))
+    write_state_rows(pool, slots, real, new)
+    out = out.to(bx.dtype) * real.to(bx.dtype).view(R, 1, 1)
+    if decode:
+        y = out[:, :, 0]
+        return torch.cat([y, y.new_zeros(T - R, D)]) if T > R else y
+    # back to the flattened tokens: token t is position t - starts[row] of its row
+    row = seq_ids.clamp(min=0)
+    pos = (torch.arange(T, device=bx.device) - starts[row]).clamp(min=0, max=out.shape[-1] - 1)
+    return out[row, :, pos] * (seq_ids >= 0).to(bx.dtype).unsqueeze(-1)
