@@ -6,8 +6,9 @@ sequences, each continuing its own conv history (the last ``K - 1`` conv inputs)
 
     B, C, x = in_proj(h).chunk(3);  y = C * conv(B * x);  out = out_proj(y)
 
-Prefill segments run ``ops.conv_prefill`` one sequence at a time; one-token segments (decode) ``ops.conv_decode``
-batched, with no host reads on the decode-only path. Sequences whose slot is ``PAD_SLOT`` and tokens past
+A decode-only step runs ``ops.conv_decode`` batched with no host reads (capturable), a fixed-shape window of q tokens
+per sequence (speculative verify) the same step once per token slot; any other mix of prefill and decode segments is
+routed on the host, ``ops.conv_prefill`` one sequence at a time. Sequences whose slot is ``PAD_SLOT`` and tokens past
 ``cu_seqlens[-1]`` produce zeros and never touch any state.
 
 Tensor parallelism: the conv is depthwise, so ranks split the hidden channels. ``in_proj`` stacks ``[B | C | x]``
@@ -104,9 +105,8 @@ class ShortConv(LayerKind):
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)
     def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
-        # A fixed-shape multi-token window is not implemented (it would run the decode step once per token slot,
-        # as Gated DeltaNet does): such steps run eagerly through the host-routed path.
-        return frozenset()
+        # The fixed-shape multi-token path (StateMetadata.tokens_per_seq) reads each sequence's window of q slots.
+        return frozenset({"varlen"})
 
     def sequence_parallel_refusal(self) -> str | None:
         return "its state writes need every token of a sequence on one rank"
@@ -124,6 +124,8 @@ class ShortConv(LayerKind):
             y = self._decode_rows(bx[:n], weight, bias, meta.state_slots, meta.fresh)
             if n < bx.shape[0]:  # padding tokens past the batch
                 y = torch.cat([y, y.new_zeros(bx.shape[0] - n, y.shape[1])])
+        elif meta.tokens_per_seq:
+            y = self._window_rows(bx, weight, bias, meta)
         else:
             y = self._mixed_eager(bx, weight, bias, meta)
         return self.out_proj(c * y)
@@ -134,6 +136,23 @@ class ShortConv(LayerKind):
         y, new = ops.conv_decode(bx, weight, bias, ops.read_state_rows(self.conv_state, slots, real & ~fresh))
         ops.write_state_rows(self.conv_state, slots, real, new)
         return y * real.to(y.dtype).unsqueeze(-1)
+
+    def _window_rows(self, bx, weight, bias, meta: StateMetadata) -> torch.Tensor:
+        """A fixed-shape step of ``q = meta.tokens_per_seq`` token slots per sequence with no host reads (a graphed
+        speculative verify step): the decode step once per slot column j, in order, each advancing the states the
+        next reads. Column j of a sequence with fewer real tokens is a padding row (no state write); ``fresh`` holds
+        for the first column only."""
+        q, R = meta.tokens_per_seq, meta.state_slots.shape[0]
+        if bx.shape[0] != R * q:
+            raise ValueError(f"{self.layer_name or 'ShortConv'}: {bx.shape[0]} tokens for {R} sequences of {q} "
+                             "slots (tokens_per_seq)")
+        x = bx.view(R, q, -1)
+        outs = []
+        for j in range(q):
+            slots = torch.where(meta.seq_lens > j, meta.state_slots, torch.full_like(meta.state_slots, PAD_SLOT))
+            fresh = meta.fresh if j == 0 else torch.zeros_like(meta.fresh)
+            outs.append(self._decode_rows(x[:, j].contiguous(), weight, bias, slots, fresh))
+        return torch.stack(outs, 1).reshape(R * q, -1)
 
     def _mixed_eager(self, bx, weight, bias, meta: StateMetadata) -> torch.Tensor:
         """Any mix of prefill segments and decode tokens (host-side routing)."""
