@@ -77,3 +77,45 @@ def test_conv_state_matters(checkpoint):
             if hasattr(layer, "conv"):
                 layer.conv.conv.weight[..., :-1].zero_()
     assert (model.score(PROMPT).float() - ref).abs().max().item() > 1e-2
+
+
+# ------------------------------------------------------------------------------- per-request state in the engine
+@pytest.mark.parametrize("target", TARGETS)
+def test_interleaved_requests_each_get_their_solo_tokens(checkpoint, target):
+    """Different lengths in one continuous batch (short ones decode beside longer prefills): no conv state leaks."""
+    path, _ = checkpoint("lfm2_bias")
+    prompts = [PROMPT, PROMPT[:5], PROMPT[7:20], [3]]
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    together = llm(path, target, max_num_seqs=4).generate_ids(prompts, params)
+    alone = [llm(path, target).generate_ids([p], params)[0] for p in prompts]
+    assert together == alone
+
+
+def test_preempted_and_reused_slots_start_fresh(checkpoint):
+    """A KV cache too small for both requests forces preemption; the victim restarts from a zeroed conv state, and
+    later requests reuse slots that earlier ones left dirty."""
+    path, _ = checkpoint("lfm2")
+    prompts = [PROMPT, PROMPT[4:], PROMPT[:9]]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    want = [llm(path, "rocm").generate_ids([p], params)[0] for p in prompts]
+    tight = llm(path, "rocm", block_size=8, num_blocks=7, max_num_seqs=2)
+    assert tight.generate_ids(prompts, params) == want
+    assert tight.stats.preemptions > 0
+    assert tight.state_pool.num_free == tight.state_pool.num_slots  # every slot returned
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_chunked_prefill_equals_one_shot(checkpoint, target):
+    path, _ = checkpoint("lfm2_bias")
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    want = llm(path, target).generate_ids([PROMPT], params)[0]
+    extra = {"prefill_buckets": [8, 256]} if target == "neuron" else {}
+    assert llm(path, target, max_num_batched_tokens=8, **extra).generate_ids([PROMPT], params)[0] == want
+
+
+def test_decode_steps_equal_prefill_of_the_same_tokens(checkpoint):
+    """Logits of each decode step (the one-step conv update) == the teacher-forced prefill over the same tokens."""
+    path, _ = checkpoint("lfm2")
+    model = llm(path, "rocm")
+    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=8, ignore_eos=True))[0]
+    assert model.score(PROMPT + out)[len(PROMPT) - 1:-1].argmax(-1).tolist() == out
