@@ -28,6 +28,10 @@ OVERRIDES: dict[str, dict] = {
     "StableLmForCausalLM": dict(hidden_size=128),
     "OlmoeForCausalLM": dict(hidden_size=128),  # OlmoeAttention sizes k_norm by hidden_size // heads, not head_dim
     "MixtralForCausalLM": dict(without=("sliding_window",)),  # specs/mixtral.yaml refuses a window (requires:)
+    # LFM2 derives head_dim from hidden_size / heads (128 / 4 = 32); conv layers around one attention layer, and an
+    # MLP width that Lfm2MLP's round-up (to a multiple of 32) changes.
+    "Lfm2ForCausalLM": dict(hidden_size=128, layer_types=["conv", "full_attention", "conv", "conv"],
+                            block_multiple_of=32, block_ffn_dim_multiplier=1.5),
 }
 
 
