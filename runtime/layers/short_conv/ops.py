@@ -6,7 +6,7 @@
 The conv over a sequence continues the request's state: the ``K - 1`` inputs (``B * x``) before the first new token,
 zeros for a fresh request. Prefill convolves ``[state | inputs]`` with no padding and keeps its last ``K - 1``
 columns as the new state; decode is the same computation for one token (one window ``[state | x_t]``), so the two
-agree exactly (tests/test_short_conv_ops.py proves it).
+agree (tests/test_short_conv_layer.py ``test_decode_op_equals_prefill_op``).
 Channels are independent (a depthwise conv), so a rank's slice of channels needs nothing from other ranks.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def conv_decode(
     """One token per row: bx ``[N, D]``, states ``[N, D, K-1]`` -> (out ``[N, D]``, new states ``[N, D, K-1]``).
 
     The window ``[state | x_t]`` times the kernel, summed over taps: what ``conv_prefill`` computes for T = 1,
-    batched over rows with no host reads (so the neuron bucket and a captured decode graph can run it).
+    batched over rows with no host reads (so a captured decode graph can run it).
     """
     window = torch.cat([states.to(bx.dtype), bx.unsqueeze(-1)], dim=-1)  # [N, D, K]
     out = (window.to(weight.dtype) * weight).sum(-1)
