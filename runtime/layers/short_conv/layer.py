@@ -49,11 +49,13 @@ class ChunkedColumnParallelLinear(ColumnParallelLinear):
         super().__init__(in_features, chunk_size * chunks, bias)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
-        _load_chunks(param, loaded, self.chunks, "chunked column-parallel " + ("bias" if param.dim() == 1 else "weight"))
+        what = "bias" if param.dim() == 1 else "weight"
+        _load_chunks(param, loaded, self.chunks, f"chunked column-parallel {what}")
 
 
 class DepthwiseConv(nn.Module):
-    """HF's ``conv`` (``nn.Conv1d(D, D, K, groups=D)``): ``weight [D, 1, K]``, optional ``bias [D]``, channels sharded."""
+    """HF's ``conv`` (``nn.Conv1d(D, D, K, groups=D)``): ``weight [D, 1, K]``, optional ``bias [D]``; channels
+    sharded across ranks."""
 
     def __init__(self, channels: int, kernel: int, bias: bool):
         super().__init__()
@@ -96,10 +98,12 @@ class ShortConv(LayerKind):
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor | None = None) -> None:
         spec = self.state_spec()
-        if conv_state.dim() != 3 or tuple(conv_state.shape[1:]) != spec.conv_shape or conv_state.dtype != spec.conv_dtype:
+        if (conv_state.dim() != 3 or tuple(conv_state.shape[1:]) != spec.conv_shape
+                or conv_state.dtype != spec.conv_dtype):
+            channels, width = spec.conv_shape
             raise ValueError(
                 f"{self.layer_name or 'ShortConv'}: conv_state has shape {tuple(conv_state.shape)} dtype "
-                f"{conv_state.dtype}, expected [num_slots, {spec.conv_shape[0]}, {spec.conv_shape[1]}] {spec.conv_dtype}"
+                f"{conv_state.dtype}, expected [num_slots, {channels}, {width}] {spec.conv_dtype}"
             )
         self.conv_state = conv_state
 

@@ -20,7 +20,8 @@ from ..gated_deltanet.ops import read_state_rows, write_state_rows
 
 
 def gated_input(bcx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``in_proj`` output ``[T, 3D]`` (``[B | C | x]``, HF's ``chunk(3)``) -> (conv input ``B * x``, output gate ``C``)."""
+    """``in_proj`` output ``[T, 3D]`` (``[B | C | x]``, HF's ``chunk(3)``) -> (conv input ``B * x``, output gate
+    ``C``)."""
     b, c, x = bcx.chunk(3, dim=-1)
     return b * x, c
 
