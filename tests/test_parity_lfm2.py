@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import hf_greedy_forward, hf_logits, llm
 
@@ -157,3 +158,10 @@ def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint):
     compiled = llm(path, "neuron", compile=True, **buckets)
     compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
     assert compiled.generate_ids(prompts, params) == want
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_one_tap_kernel_is_refused_with_the_spec_message(tmp_path, target):
+    make_tiny_checkpoint(tmp_path, "Lfm2ForCausalLM", layer_types=HYBRID, conv_L_cache=1)
+    with pytest.raises(ConfigError, match=r"config\.json: specs/lfm2\.yaml: conv_L_cache below 2"):
+        llm(tmp_path, target)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/lfm2.yaml --target neuron
-# source hash (spec + templates + generator): 7a7d8ce89f8900d5
+# source hash (spec + templates + generator): 93f04f9f7585721e
 # ==================================================================================================================
 """Lfm2 for the neuron target, in vLLM Neuron's style.
 

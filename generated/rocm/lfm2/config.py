@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 7a7d8ce89f8900d5
+# source hash (spec + templates + generator): 93f04f9f7585721e
 # ==================================================================================================================
 """Lfm2Config: the HF ``config.json`` fields specs/lfm2.yaml reads, typed, with the spec's defaults.
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from modelgen.runtime.hf_config import (
+    ConfigError,
     as_dict,
     read_bool,
     read_float,
@@ -146,6 +147,11 @@ class Lfm2Config:
         ff_rounded = -(-ff_scaled // block_multiple_of) * block_multiple_of
         ff_auto = ff_rounded if has_multiplier else ff_adjusted
         ff_dim = ff_auto if block_auto_adjust_ff_dim else intermediate_size
+        if not (conv_L_cache >= 2):
+            raise ConfigError(
+                "specs/lfm2.yaml: conv_L_cache below 2 leaves the short conv no history to keep (a one-tap kernel "
+                "is not generated)",
+            )
         return cls(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
