@@ -57,11 +57,12 @@ GENERATED_IMPORTS = frozenset({
     "Activation", "Any", "Attention", "AttentionMetadata", "Checkpoint", "CheckpointSplit", "ClassVar",
     "ColumnParallelLinear", "ConfigError", "DSAIndexer", "DraftCheckpoint", "ExpertMapping", "FusedMoE",
     "FusedMoEFactory", "GatedDeltaNet", "GeluAndMul", "GeluTanhAndMul", "GemmaRMSNorm", "HybridGatedDeltaNetModel",
-    "IntermediateTensors", "Iterable", "KVSpec", "LatentCacheSpec", "LayerNorm", "LayerSpec", "LogitsProcessor",
-    "MLAAttention", "MLAttention", "MergedColumnParallelLinear", "NF", "NeuronConfig", "NeuronModelConfig",
-    "PPMissingLayer", "PagedAttention", "ParallelLMHead", "PerHeadNorm", "QKVParallelLinear", "RMSNorm",
-    "ReplicatedLinear", "RowParallelLinear", "ShardedProjectionRMSNorm", "SiluAndMul", "StateSpec", "SupportsPP",
-    "TopKRouter", "VllmConfig", "VocabParallelEmbedding", "WeightTables",
+    "HybridShortConvModel", "IntermediateTensors", "Iterable", "KVSpec", "LatentCacheSpec", "LayerNorm",
+    "LayerSpec", "LogitsProcessor", "MLAAttention", "MLAttention", "MergedColumnParallelLinear", "NF",
+    "NeuronConfig", "NeuronModelConfig", "PPMissingLayer", "PagedAttention", "ParallelLMHead", "PerHeadNorm",
+    "QKVParallelLinear", "RMSNorm", "ReplicatedLinear", "RowParallelLinear", "ShardedProjectionRMSNorm",
+    "ShortConv", "SiluAndMul", "StateSpec", "SupportsPP", "TopKRouter", "VllmConfig", "VocabParallelEmbedding",
+    "WeightTables",
 })
 
 

@@ -36,6 +36,9 @@ TINY_SIZES: dict[str, Any] = {
     # Gated DeltaNet (Qwen3-Next / Qwen3.5)
     "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
+    # LFM2: short-conv layers around one full-attention layer (Lfm2Config derives layer_types from it; its default
+    # makes every layer attention, which would leave the conv kind untested)
+    "full_attn_idxs": [1],
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,

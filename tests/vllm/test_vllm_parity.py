@@ -28,6 +28,10 @@ OVERRIDES: dict[str, dict] = {
     "StableLmForCausalLM": dict(hidden_size=128),
     "OlmoeForCausalLM": dict(hidden_size=128),  # OlmoeAttention sizes k_norm by hidden_size // heads, not head_dim
     "MixtralForCausalLM": dict(without=("sliding_window",)),  # specs/mixtral.yaml refuses a window (requires:)
+    # LFM2 derives head_dim from hidden_size / heads (128 / 4 = 32); conv layers (with biases) around one attention
+    # layer, and an MLP width that Lfm2MLP's round-up (to a multiple of 32) changes.
+    "Lfm2ForCausalLM": dict(hidden_size=128, layer_types=["conv", "full_attention", "conv", "conv"], conv_bias=True,
+                            block_multiple_of=32, block_ffn_dim_multiplier=1.5),
 }
 
 
@@ -64,7 +68,9 @@ MOE = {arch for arch, pkg in INDEX.items()
        if hasattr(importlib.import_module(f"modelgen.generated.vllm.{pkg}.weights"), "EXPERT_PARAMS_MAPPING")}
 # Gated DeltaNet hybrids: vLLM's CPU GDN kernels take only bfloat16 and linear head dims of 64 or 128, so they are
 # served in bfloat16 (against the same float32 transformers judge, with a bf16-sized tie margin).
-HYBRID = {arch for arch in INDEX if hasattr(model_class(arch), "get_mamba_state_shape_from_config")}
+# (LFM2's short conv, the other hybrid, runs on vLLM's CPU build in float32: its torch conv takes any dtype.)
+HYBRID = {arch for arch in INDEX if hasattr(model_class(arch), "get_mamba_state_shape_from_config")
+          and "linear_key_head_dim" in config_fields(arch)}
 for arch in HYBRID:
     OVERRIDES.setdefault(arch, {}).update(linear_key_head_dim=64, linear_value_head_dim=64)
 BF16_TIE_MARGIN = 2e-2  # bf16 logits of these tiny models carry ~1e-2 rounding

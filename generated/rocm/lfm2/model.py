@@ -1,0 +1,241 @@
+# ==================================================================================================================
+# GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
+# source hash (spec + templates + generator): 93f04f9f7585721e
+# ==================================================================================================================
+"""Lfm2 for the rocm target, in ATOM's style.
+
+Hybrid decoder: LFM2 short convolutions (a gated depthwise causal conv with a per-request conv history) and GQA
+attention layers with per-head QK RMSNorm, a SwiGLU MLP and RMSNorm, tied embeddings.
+
+Reference: transformers/models/lfm2/modeling_lfm2.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
+whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
+``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.norm import RMSNorm
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.layers.short_conv import ShortConv
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
+from modelgen.runtime.state_cache import StateSpec
+
+from .config import Lfm2Config
+from .weights import (
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
+
+
+class Lfm2Attention(nn.Module):
+    """GQA self-attention: fused QKV, per-head QK RMSNorm,
+    RoPE (rotate_half), paged KV cache,
+    row-parallel output."""
+
+    def __init__(self, config: Lfm2Config, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_dim, config.num_attention_heads, config.num_key_value_heads, bias=False
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.q_layernorm = RMSNorm(self.head_dim, eps=config.norm_eps)
+        self.k_layernorm = RMSNorm(self.head_dim, eps=config.norm_eps)
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=self.head_dim,
+            max_position=config.max_position_embeddings,
+            base=config.rope_theta,
+            scaling=config.rope_scaling,
+            style="rotate_half",
+        )
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attn",
+            rotary_emb=self.rotary_emb,  # RoPE is applied inside the cache-write / decode-attention kernels
+            # q and k arrive un-normalised: the norms run before RoPE (on the GPU, inside the same kernels)
+            qk_norm=(self.q_layernorm, self.k_layernorm),
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
+
+class Lfm2ShortConv(ShortConv):
+    """Gated short convolution: in_proj -> [B, C, x]; out_proj(C * causal depthwise conv1d(B * x)).
+
+    Parameters keep the checkpoint's names (``in_proj``, ``conv``, ``out_proj``); the last K-1 conv inputs of each
+    request live in the engine's state pool, one slot per request (``kv_spec``).
+    """
+
+    def __init__(self, config: Lfm2Config, layer_idx: int):
+        super().__init__(
+            hidden_size=config.hidden_size,
+            conv_kernel=config.conv_L_cache,
+            bias=config.conv_bias,
+            layer_name=f"layers.{layer_idx}.conv",
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        # Position-free: the conv history carries the order; `state` names each sequence's slot.
+        return super().forward(hidden_states, attn_metadata.state)
+
+    def kv_spec(self) -> StateSpec:
+        """This layer's cache, per rank: one recurrent_state slot per request (the conv history)."""
+        return self.state_spec()
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.bind_state(*kv_caches[self.layer_name])
+
+
+class Lfm2MLP(nn.Module):
+    """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), gate/up fused into one GEMM."""
+
+    def __init__(self, config: Lfm2Config, intermediate_size: int):
+        super().__init__()
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2, bias=False)
+        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class Lfm2DecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
+
+    def __init__(self, config: Lfm2Config, layer_idx: int):
+        super().__init__()
+        block = config.layer_block(layer_idx)
+        self.block = block
+        if block == "attention":
+            self.self_attn = Lfm2Attention(config, layer_idx)
+        else:
+            self.conv = Lfm2ShortConv(config, layer_idx)
+        self.feed_forward = Lfm2MLP(config, config.ff_dim)
+        self.operator_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.ffn_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+
+    def get_attention(self) -> nn.Module:
+        """This layer's attention module (its name depends on the layer's block)."""
+        if self.block == "attention":
+            return self.self_attn
+        else:
+            return self.conv
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn_metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.operator_norm(hidden_states)
+        else:
+            hidden_states, residual = self.operator_norm(hidden_states, residual)
+        hidden_states = self.get_attention()(positions, hidden_states, attn_metadata)
+        hidden_states, residual = self.ffn_norm(hidden_states, residual)
+        hidden_states = self.feed_forward(hidden_states)
+        return hidden_states, residual
+
+
+class Lfm2Model(nn.Module):
+    def __init__(self, config: Lfm2Config):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList([Lfm2DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.embedding_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, residual, attn_metadata)
+        hidden_states, _ = self.embedding_norm(hidden_states, residual)
+        return hidden_states
+
+
+class Lfm2ForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
+    packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
+
+    def __init__(self, config: Lfm2Config):
+        super().__init__()
+        self.config = config
+        self.model = Lfm2Model(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids, positions [num_tokens]`` -> final hidden states ``[num_tokens, hidden]``."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Hidden states of the sampled positions -> logits over the full vocabulary (gathered across ranks)."""
+        return self.lm_head.compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.get_attention().kv_spec() for layer in self.model.layers])
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            layer.get_attention().bind_kv_cache(kv_caches)
+
+    def get_expert_mapping(self) -> ExpertMapping:
+        """No routed experts in this model."""
+        return ExpertMapping()
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        load_packed_weights(self, checkpoint)
