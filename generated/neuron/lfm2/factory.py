@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/lfm2.yaml --target neuron
-# source hash (spec + templates + generator): 93f04f9f7585721e
+# source hash (spec + templates + generator): 14d031161e614b97
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -17,8 +17,7 @@ from .config import ARCHITECTURES, Lfm2Config
 
 
 class Lfm2ForCausalLMFactory(nn.Module):
-    """Selects the implementation for a config; registered under
-    Lfm2ForCausalLM.
+    """Selects the implementation for a config; registered under Lfm2ForCausalLM.
 
     ``Lfm2ForCausalLMFactory(hf_config, neuron_config)`` wraps the selected model and forwards to it;
     ``from_configs(hf_config, neuron_config)`` returns the model itself (its parameter names are the checkpoint

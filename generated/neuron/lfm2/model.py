@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/lfm2.yaml --target neuron
-# source hash (spec + templates + generator): 93f04f9f7585721e
+# source hash (spec + templates + generator): 14d031161e614b97
 # ==================================================================================================================
 """Lfm2 for the neuron target, in vLLM Neuron's style.
 
@@ -13,14 +13,14 @@ Reference: transformers/models/lfm2/modeling_lfm2.py.
 The runner calls the fixed ``forward(input_ids, positions, attn_metadata, sampling_positions, sampling_params, ...)``
 with inputs padded to a compiled bucket; every shape is static, so each bucket traces to one
 ``torch.compile(fullgraph=True)`` graph. Weights are stored ``[in, out]`` and filled by closure loaders
-``transform(slices, rank)``; ops are ``runtime.neuron.functional`` (NKI on Neuron, torch here).
+``transform(slices, rank)``; ops are ``runtime.targets.neuron.functional`` (NKI on Neuron, torch here).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-import modelgen.runtime.neuron.functional as NF
+import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
 from modelgen.runtime.layers.gated_deltanet.neuron import head_parts_weight_loader

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 93f04f9f7585721e
+# source hash (spec + templates + generator): 14d031161e614b97
 # ==================================================================================================================
 """Lfm2 for the rocm target, in ATOM's style.
 
@@ -10,9 +10,12 @@ attention layers with per-head QK RMSNorm, a SwiGLU MLP and RMSNorm, tied embedd
 
 Reference: transformers/models/lfm2/modeling_lfm2.py.
 
-Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the
-whole batch. Q/K/V and gate/up are fused GEMMs whose ``weight_loader`` takes shard ids (see
-``packed_modules_mapping``). Ops run aiter kernels when aiter imports, torch otherwise.
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -42,9 +45,7 @@ from .weights import (
 
 
 class Lfm2Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), paged KV cache,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Lfm2Config, layer_idx: int):
         super().__init__()

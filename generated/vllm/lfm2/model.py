@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/lfm2.yaml --target vllm
-# source hash (spec + templates + generator): 93f04f9f7585721e
+# source hash (spec + templates + generator): 14d031161e614b97
 # ==================================================================================================================
 """Lfm2 for the vllm target: vLLM's model interface and layer library.
 
@@ -63,9 +63,8 @@ from .weights import (
 
 
 class Lfm2Attention(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm,
-    RoPE (rotate_half), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Lfm2Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
