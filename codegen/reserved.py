@@ -36,6 +36,7 @@ NN_MODULE_ATTRIBUTES = frozenset({
     "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
     "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
     "training", "type", "xpu", "zero_grad",
+    "smart_apply",  # set on nn.Module by transformers 5 (modeling_utils) when it first initialises a model
 })
 
 # Members the generated model classes define or the engine / loaders read on them (templates/*/model.py.j2,

@@ -102,9 +102,9 @@ def test_draft_refuses_non_strings_in_one_line(tmp_path, field, value, fragment)
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("[" * 100_000 + "]" * 100_000, "RecursionError"),
-    ("{\"a\": 1", "JSONDecodeError"),
-    (b"\xff\xfe", "UnicodeDecodeError"),
+    ("[" * 100_000 + "]" * 100_000, "nests deeper than"),  # runtime/loader/files.py's bounded JSON reader
+    ("{\"a\": 1", "not valid JSON"),
+    (b"\xff\xfe", "is not UTF-8 text"),
 ])
 def test_draft_refuses_bad_json_in_one_line(tmp_path, text, fragment):
     p = tmp_path / "config.json"
@@ -117,7 +117,7 @@ def test_draft_refuses_bad_json_in_one_line(tmp_path, text, fragment):
 def test_draft_refuses_a_fifo_config(tmp_path):
     os.mkfifo(tmp_path / "config.json")
     start = time.perf_counter()
-    with pytest.raises(DraftError, match="a FIFO, not a regular file"):
+    with pytest.raises(DraftError, match="is a FIFO .*not a regular file"):
         draft_spec(tmp_path / "config.json", specs=[LLAMA])
     assert time.perf_counter() - start < 5
 
