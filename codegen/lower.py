@@ -24,7 +24,7 @@ from .blocks import KINDS
 from .checkpoint_split import lower_splits
 from .evaluate import evaluate_spec
 from .errors import SpecError, SpecIssue
-from .expr import FUNCTIONS, Expr, ExprError, parse_expr, shared_budget
+from .expr import Expr, ExprError, parse_expr, shared_budget
 from .mtp import lower_mtp
 from .reserved import CONFIG_CLASS_NAMES, GENERATED_IMPORTS, config_name_clash, module_name_clash
 from .schema import Spec

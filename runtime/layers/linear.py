@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .. import distributed as dist
 from ..ops import gpu
-from .fp8 import FP8_DTYPES, fp8_linear
+from .fp8 import fp8_linear
 
 _gpu_linear = None
 

@@ -41,6 +41,8 @@ import torch.nn.functional as F
 
 from modelgen import settings
 
+from ...state_cache import read_state_rows, write_state_rows  # the pool's row access, shared by every state kind
+
 L2NORM_EPS = 1e-6  # transformers' l2norm default, aligned with fla's kernel
 
 
@@ -404,28 +406,6 @@ def _masked(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``x`` where ``keep`` (broadcast from the left), exact zeros elsewhere (garbage and NaN included)."""
     keep = keep.view(*keep.shape, *([1] * (x.dim() - keep.dim())))
     return torch.where(keep, x, torch.zeros_like(x))
-
-
-def read_state_rows(pool: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """``pool[slots]`` for rows with ``keep``, zeros for the others (empty rows, fresh sequences)."""
-    return _masked(pool.index_select(0, slots.clamp(min=0)), keep)
-
-
-def write_state_rows(pool: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, new: torch.Tensor) -> None:
-    """``pool[slots[r]] = new[r]`` for rows with ``valid``; other rows leave the pool bit-for-bit unchanged.
-
-    Shape-static: a boolean filter would make shapes data-dependent, so every row writes, and an invalid row is
-    redirected to the first valid row (same slot, same value: the repeated index writes one value, so the result does
-    not depend on write order). With no valid row at all, every row rewrites slot ``max(slots[0], 0)`` with its own
-    contents. Pool contents are never used in arithmetic, so garbage (NaN) in other slots cannot spread.
-    """
-    rows = torch.arange(valid.shape[0], device=valid.device)
-    first = torch.argmax(valid.to(torch.int32))  # 0 when no row is valid
-    src = torch.where(valid, rows, first)
-    idx = slots.clamp(min=0).index_select(0, src)
-    value = new.index_select(0, src).to(pool.dtype)
-    value = torch.where(valid.index_select(0, src).view(-1, *([1] * (value.dim() - 1))), value, pool.index_select(0, idx))
-    pool.index_copy_(0, idx, value)
 
 
 def gdn_mixer_static(

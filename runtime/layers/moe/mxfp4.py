@@ -13,8 +13,6 @@ Memory: 4.25 bits per expert weight (a byte per two values + a byte per 32) inst
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 

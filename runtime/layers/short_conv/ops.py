@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# The state-pool row helpers are kind-neutral (slot -1 = padding row, shape-static writes that never let a padding
-# row clobber a real one); they live beside the first kind that needed them.
-from ..gated_deltanet.ops import read_state_rows, write_state_rows
+# The state pool's row helpers: slot -1 = padding row, shape-static writes that never let a padding row clobber a real one.
+from ...state_cache import read_state_rows, write_state_rows
 
 
 def gated_input(bcx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
