@@ -544,11 +544,13 @@ def create_app(llm: LLM, model_name: str, max_waiting: int = 256, *, api_key: st
         return [tokenizer.encode(rendered, add_special_tokens=False)]
 
     def _check_fits(prompts: list[list[int]], params: SamplingParams) -> None:
-        """A request that can never fit the KV cache is refused now, not failed in the shared step."""
+        """A request that can never fit the KV cache is refused now (in the prep thread, with the OpenAI field), by
+        the scheduler's own rule (Scheduler._check_fits: prompt + max_tokens - 1 cached tokens, the last sampled token
+        is never fed), which refuses it again at submission for Python API callers."""
         blocks = llm.blocks
         for i, p in enumerate(prompts):
-            need = len(p) + params.max_tokens
-            if need <= llm.max_model_len and blocks.blocks_needed(need) > blocks.num_blocks:
+            need = len(p) + params.max_tokens - 1
+            if params.max_tokens > 0 and need <= llm.max_model_len and blocks.blocks_needed(need) > blocks.num_blocks:
                 raise BadRequest(f"prompt {i} ({len(p)} tokens) + max_tokens ({params.max_tokens}) need "
                                  f"{blocks.blocks_needed(need)} KV-cache blocks but the cache has only "
                                  f"{blocks.num_blocks} (--num-blocks / --kv-cache-memory): it could never run",
