@@ -166,6 +166,20 @@ class Module:
 
 
 @dataclass(frozen=True)
+class ResidualScale:
+    """Residual-side scaling of a pre-norm layer (spec ``residual_scale``): each join is ``stream * residual +
+    f(norm(stream)) * output``, ``stream`` being the norm's input (``input``) or its output (``normed``, MiniMax)."""
+
+    stream: str
+    attention: tuple[Value, Value]  # (residual, output) factors of the attention's join
+    mlp: tuple[Value, Value]
+
+    @property
+    def normed(self) -> bool:
+        return self.stream == "normed"
+
+
+@dataclass(frozen=True)
 class Block:
     """A decoder layer's sub-modules and how they meet the residual stream (spec ``residual``):
 
@@ -188,6 +202,7 @@ class Block:
     mlp_post_norm: Norm | None = None
     parallel: Value = Const(False)
     residual_multiplier: Value | None = None
+    residual_scale: ResidualScale | None = None  # per block: the layer sets its block's factors
 
     @property
     def layout(self) -> tuple:
@@ -323,6 +338,7 @@ class ModelIR:
         only use, with an affine RMS-kind norm and an attention kind whose output is one row-parallel linear's."""
         b = self.blocks[0]
         return (b.residual == "pre_norm" and b.parallel.never and b.residual_multiplier is None
+                and b.residual_scale is None
                 and self.slot_name("attention") is not None and b.mlp_norm.kind != "layer_norm" and b.mlp_norm.affine
                 and all(blk.attention.output_reduce_deferrable for blk in self.blocks))
 

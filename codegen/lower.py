@@ -233,7 +233,21 @@ class _Lowerer:
                                   f"(it uses {', '.join(sorted(RESIDUAL_NORMS[residual]))})")
         if parts["parallel"] is not None and residual != "pre_norm":
             self.error(("blocks", key), f"parallel applies to residual pre_norm only, not {residual}")
+        scale = self._decoder_part(b, "residual_scale")
+        if scale is not None and (residual != "pre_norm" or parts["parallel"] is not None
+                                  or parts["residual_multiplier"] is not None):
+            self.error(("blocks", key), "residual_scale applies to a serial pre_norm layer without "
+                                        "residual_multiplier (its output factors play that part)")
         return parts
+
+    def _residual_scale(self, p: tuple[Any, ...], scale: Any) -> ir.ResidualScale | None:
+        """A block's ``residual_scale`` (own or the decoder's) as (residual, output) values per sub-layer."""
+        if scale is None:
+            return None
+        return ir.ResidualScale(stream=scale.stream, **{
+            sub: (self.value(p + (sub, "residual"), getattr(scale, sub).residual),
+                  self.value(p + (sub, "output"), getattr(scale, sub).output))
+            for sub in ("attention", "mlp")})
 
     def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Module, ...]]:
         """Lower every block through its kinds, then name the classes: modules with equal class keys share a class
@@ -274,6 +288,8 @@ class _Lowerer:
                 key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name),
                 mlp=m.named(class_name), **norms, parallel=parallel or ir.Const(False),
                 residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
+                residual_scale=self._residual_scale(p + ("residual_scale",),
+                                                    self._decoder_part(self.spec.blocks[key], "residual_scale")),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:
@@ -285,6 +301,10 @@ class _Lowerer:
         """One decoder-layer class serves every block, so residual and norms must agree (module names may differ,
         as Qwen3-Next's ``linear_attn`` / ``self_attn``: the layer then reaches its module through an accessor)."""
         first_parts = lowered[0][2]
+        streams = {key: getattr(self._decoder_part(b, "residual_scale"), "stream", None) for key, b, *_ in lowered}
+        if len(set(streams.values())) > 1:
+            self.error(("blocks", lowered[-1][0], "residual_scale"), "residual_scale must be given in every block or "
+                       f"none, with one stream (one decoder-layer class): {streams}")
         for key, b, parts, *_ in lowered:
             for field_ in LAYOUT_FIELDS:
                 if parts[field_] != first_parts[field_]:

@@ -98,6 +98,27 @@ RESIDUAL_DOC = (
 )
 
 
+class SubLayerScaleSpec(Strict):
+    """One sub-layer's join with the residual stream: ``out = stream * residual + f(norm(x)) * output``."""
+
+    residual: Expression = Field(default=1, description="factor on the residual stream (MiniMax *_alpha_factor)")
+    output: Expression = Field(
+        default=1, description="factor on the sub-layer's output (MiniMax *_beta_factor, a muP output multiplier)"
+    )
+
+
+class ResidualScaleSpec(Strict):
+    """Residual-side scaling of a pre-norm layer (MiniMax ``layernorm_*_alpha/beta``; muP multipliers): each join is
+    ``stream * residual + f(norm(stream)) * output``; blocks may set different factors (the layer picks its block's)."""
+
+    stream: Literal["input", "normed"] = Field(
+        default="input", description="what the residual stream carries past each norm: input, the norm's input x "
+        "(Llama); normed, the norm's output (MiniMax: residual = input_layernorm(x))",
+    )
+    attention: SubLayerScaleSpec = Field(default_factory=SubLayerScaleSpec, description="the attention's join")
+    mlp: SubLayerScaleSpec = Field(default_factory=SubLayerScaleSpec, description="the MLP's join")
+
+
 class _LayerParts(Strict):
     """The residual layout of a decoder layer and its norms (shared by ``decoder:`` and each block)."""
 
@@ -122,6 +143,10 @@ class _LayerParts(Strict):
     residual_multiplier: Expression | None = Field(
         default=None, description="each sub-layer's output times this before the residual add (Granite "
         "residual_multiplier)",
+    )
+    residual_scale: ResidualScaleSpec | None = Field(
+        default=None, description="pre_norm only: factors on the residual stream and on each sub-layer's output, and "
+        "whether the stream continues from the norm's output (MiniMax); may differ between blocks",
     )
 
 

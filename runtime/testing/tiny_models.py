@@ -39,6 +39,8 @@ TINY_SIZES: dict[str, Any] = {
     # LFM2: short-conv layers around one full-attention layer (Lfm2Config derives layer_types from it; its default
     # makes every layer attention, which would leave the conv kind untested)
     "full_attn_idxs": [1],
+    # MiniMax lightning attention: prefill blocks shorter than the verify prompt, so several blocks chain their state
+    "block_size": 8,
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
@@ -60,6 +62,9 @@ FEATURES: dict[str, Any] = {
     "partial_rotary_factor": 0.5,
     "logit_scale": 0.5, "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.3,
     "logits_scaling": 2.0,
+    # MiniMax residual joins (residual_scale): every alpha / beta away from 1, each its own value
+    "full_attn_alpha_factor": 0.7, "full_attn_beta_factor": 1.3, "linear_attn_alpha_factor": 1.2,
+    "linear_attn_beta_factor": 0.6, "mlp_alpha_factor": 0.9, "mlp_beta_factor": 1.4,
 }
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.

@@ -1,0 +1,14 @@
+# ==================================================================================================================
+# GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/minimax.yaml --target rocm
+# source hash (spec + templates + generator): 270c8417b4d092e9
+# ==================================================================================================================
+"""MiniMax for the rocm target. See README.md."""
+from .config import ARCHITECTURES, MiniMaxConfig
+from .model import MiniMaxForCausalLM
+
+CONFIG_CLASS = MiniMaxConfig
+MODEL_CLASS = MiniMaxForCausalLM
+SPEC = "specs/minimax.yaml"
+
+__all__ = ["ARCHITECTURES", "CONFIG_CLASS", "MODEL_CLASS", "SPEC", "MiniMaxConfig", "MiniMaxForCausalLM"]
