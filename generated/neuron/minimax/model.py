@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/minimax.yaml --target neuron
-# source hash (spec + templates + generator): 270c8417b4d092e9
+# source hash (spec + templates + generator): 255e7ad5eee77f45
 # ==================================================================================================================
 """MiniMax for the neuron target, in vLLM Neuron's style.
 
@@ -160,9 +160,9 @@ class MiniMaxLightningAttention(nn.Module):
             sharding_weight_loader(shard_dim=0, shard_size=width, num_shards=world, is_storage_transposed=True),
         )
         # The per-head decay rates of this layer's depth, this rank's heads (float32, from the config).
-        rank = dist.tp_rank()
-        slope = slope_rate(num_heads, layer_idx, config.num_hidden_layers)[rank * self.num_heads:(rank + 1) * self.num_heads]
-        self.register_buffer("slope", slope, persistent=False)
+        first = dist.tp_rank() * self.num_heads
+        slope = slope_rate(num_heads, layer_idx, config.num_hidden_layers)
+        self.register_buffer("slope", slope[first:first + self.num_heads], persistent=False)
         self.state: torch.Tensor | None = None  # bound by bind_kv_cache: [num_slots, heads, D, D], float32
 
     def forward(
@@ -254,15 +254,16 @@ class MiniMaxDecoderLayer(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
     ) -> torch.Tensor:
-        # Pre-norm residual blocks with scaled joins: stream * residual factor + output * output factor, the stream continuing from each norm's output.
-        residual = hidden_states
+        # Pre-norm residual blocks with scaled joins: stream * residual factor + output * output factor; the
+        # stream continues from each norm's output.
         hidden_states = self.input_layernorm(hidden_states)
         residual = hidden_states
-        hidden_states = residual * self.attention_scale[0] + self.self_attn(hidden_states, positions, cos_sin, attn_metadata) * self.attention_scale[1]
-        residual = hidden_states
+        output = self.self_attn(hidden_states, positions, cos_sin, attn_metadata)
+        hidden_states = residual * self.attention_scale[0] + output * self.attention_scale[1]
         hidden_states = self.post_attention_layernorm(hidden_states)
         residual = hidden_states
-        return residual * self.mlp_scale[0] + self.mlp(hidden_states) * self.mlp_scale[1]
+        output = self.mlp(hidden_states)
+        return residual * self.mlp_scale[0] + output * self.mlp_scale[1]
 
 
 class MiniMaxModel(nn.Module):

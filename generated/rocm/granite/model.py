@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): 4ad9e66680d9f68f
+# source hash (spec + templates + generator): 0b6e83a4d9a6a4b0
 # ==================================================================================================================
 """Granite for the rocm target, in ATOM's style.
 

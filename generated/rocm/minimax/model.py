@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/minimax.yaml --target rocm
-# source hash (spec + templates + generator): 270c8417b4d092e9
+# source hash (spec + templates + generator): 255e7ad5eee77f45
 # ==================================================================================================================
 """MiniMax for the rocm target, in ATOM's style.
 
@@ -103,8 +103,9 @@ class MiniMaxLightningAttention(LightningAttention):
     """Lightning attention: silu(qkv_proj) -> per-head q, k, v; linear attention with a per-head decay;
     out_proj(sigmoid(output_gate(x)) * norm(o)).
 
-    Parameters keep the checkpoint's names (``output_gate``, ``norm``, ``out_proj``; ``qkv_proj`` is ``qkv``); each request's
-    ``[heads, head_dim, head_dim]`` state lives in the engine's state pool, one slot per request (``kv_spec``).
+    Parameters keep the checkpoint's names (``output_gate``, ``norm``, ``out_proj``; ``qkv_proj`` is ``qkv``); each
+    request's ``[heads, head_dim, head_dim]`` state lives in the engine's state pool, one slot per request
+    (``kv_spec``).
     """
 
     def __init__(self, config: MiniMaxConfig, layer_idx: int):
@@ -190,7 +191,8 @@ class MiniMaxDecoderLayer(nn.Module):
             hidden_states = self.input_layernorm(hidden_states)
         else:
             hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        # Scaled joins: stream * residual factor + output * output factor, the stream continuing from each norm's output.
+        # Scaled joins: stream * residual factor + output * output factor; the
+        # stream continues from each norm's output.
         residual = hidden_states * self.attention_scale[0]
         hidden_states = self.self_attn(positions, hidden_states, attn_metadata) * self.attention_scale[1]
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): 3a67e0e1050b35ac
+# source hash (spec + templates + generator): c18b99c502098e3c
 # ==================================================================================================================
 """Weight-loader tables of Qwen2MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): 3fca8f349faa4250
+# source hash (spec + templates + generator): e507c725bea02c54
 # ==================================================================================================================
 """GptOss for the vllm target. See README.md.
 

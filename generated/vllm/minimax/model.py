@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/minimax.yaml --target vllm
-# source hash (spec + templates + generator): 270c8417b4d092e9
+# source hash (spec + templates + generator): 255e7ad5eee77f45
 # ==================================================================================================================
 """MiniMax for the vllm target: vLLM's model interface and layer library.
 
@@ -203,7 +203,8 @@ class MiniMaxDecoderLayer(nn.Module):
             hidden_states = self.input_layernorm(hidden_states)
         else:
             hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        # Scaled joins: stream * residual factor + output * output factor, the stream continuing from each norm's output.
+        # Scaled joins: stream * residual factor + output * output factor; the
+        # stream continues from each norm's output.
         residual = hidden_states * self.attention_scale[0]
         hidden_states = self.self_attn(positions, hidden_states) * self.attention_scale[1]
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): 455efe636f35b4b4
+# source hash (spec + templates + generator): 1d64d7c60cf69b2c
 # ==================================================================================================================
 """Qwen35Moe for the vllm target. See README.md.
 
