@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint directory (config.json + *.safetensors) or a config.json")
     n.add_argument("-o", "--output", metavar="SPEC", help="write the draft here (default: stdout), e.g. specs/x.yaml")
     n.add_argument("--base", metavar="SPEC", help="extend this spec instead of the closest one found")
+    n.add_argument("--exclude", action="append", default=[], metavar="SPEC",
+                   help="never extend or borrow from this spec (a name or path; repeatable), nor any spec that "
+                   "extends it: onboard a family that specs/ already has as if it were new")
     n.add_argument("--force", action="store_true", help="overwrite --output")
     n.set_defaults(func=cmd_new)
 

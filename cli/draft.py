@@ -40,8 +40,9 @@ from modelgen.codegen.lower import SPECS_DIR, compile_spec
 from modelgen.codegen.spec_file import display_path
 from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-from .structure import config_structure, differences, spec_structure, ssm_keys
+from .structure import FEATURE_GROUPS, config_structure, differences, spec_structure, ssm_keys
 
+DEPTH_COST = 0.75  # score lost per spec in a candidate's extends: chain
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # strings written unquoted: names, dotted keys, nothing YAML reads
 
@@ -79,6 +80,10 @@ def _read_config(source: Path) -> tuple[dict[str, Any], Path | None]:
     if raw is None:
         raise DraftError(f"{path}: no such config.json")
     config = flatten_text_config(raw)
+    if isinstance(raw.get("model_type"), str):
+        # A multimodal wrapper's own model_type (qwen3_vl, not its text_config's qwen3_vl_text) names the family,
+        # its transformers folder and the spec.
+        config["model_type"] = raw["model_type"]
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
         raise DraftError(f"{path}: architectures: expected a list of strings, got {short_repr(archs)}")
@@ -170,10 +175,12 @@ def _generated_tokens(name: str) -> set[str]:
     return out
 
 
-def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str] = frozenset()) -> list[Candidate]:
+def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str] = frozenset(),
+                     exclude: tuple[str, ...] = ()) -> list[Candidate]:
     """Every spec that builds, best first. ``tokens``: the checkpoint's module-name segments, compared with the
     names in each spec's generated package (a checkpoint with ``experts``/``linear_attn`` modules points at a spec
-    generating them)."""
+    generating them); ``exclude``: spec names left out together with every spec that ``extends:`` one of them
+    (directly or through others), since such a child carries the excluded family's knowledge."""
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
 
     keys = {k for k in config if k not in GENERIC_CONFIG_KEYS and not k.startswith("_")}
@@ -186,10 +193,15 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
             ir = compile_spec(spec)
         except ModelgenError:
             continue  # a broken spec is no base
+        if any(Path(name).stem in exclude for name, _ in ir.sources):
+            continue
         known = _read_keys(ir) | set(ir.config_ignore)
         overlap = len(keys & known) / max(len(keys), 1)
         unknown_read = len(_read_keys(ir) - set(config) - {"rope_scaling", "rope_theta"})  # fields the config lacks
-        score = 20 * overlap - 0.5 * unknown_read
+        # A less specialised base (fewer specs in its extends: chain) wins a near tie: it carries fewer of another
+        # family's decisions into the draft (ERNIE from llama.yaml rather than from qwen3_vl.yaml).
+        depth = len(ir.sources) - 1
+        score = 20 * overlap - 0.5 * unknown_read - DEPTH_COST * depth
         reasons = [f"reads or ignores {len(keys & known)}/{len(keys)} of its config keys"]
         if archs & set(ir.architectures):
             score += 100
@@ -244,17 +256,105 @@ def _identifier(text: str, pattern: str, fallback: str) -> str:
     return text if re.fullmatch(pattern, text) else fallback
 
 
+def _value(config: dict[str, Any], dotted: str) -> str:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    text = json.dumps(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candidate],
+                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, list[str]]:
+    """The draft's ``config:`` bindings, its ``config_ignore:`` and its config TODO lines.
+
+    A key (top level, or inside a mapping the base reads: ``rope_parameters.partial_rotary_factor``) the base does
+    not read is, in this order: bound into a base field another spec reads it into (``as X reads it``); listed under
+    ``config_ignore:`` when some spec ignores it and no spec reads it (the vision fields of a multimodal wrapper;
+    the comment names who ignores it); else a TODO. TODOs of one feature (the sliding-window keys, the NoPE
+    keys, the µP multipliers: structure.FEATURE_GROUPS) share one line: one decision, not one per key."""
+    from modelgen.runtime.config_nesting import nested_unread_keys
+    from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
+
+    ir = base.ir
+    base_read = _read_keys(ir) | set(ir.config_ignore)
+    by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
+    ignored_by: dict[str, list[str]] = {}  # config key (dotted for nested ones) -> specs listing it in config_ignore
+    for c in candidates:
+        for v in c.ir.config_values:
+            if v.kind == "read":
+                for k in set(v.keys) | _top_keys(v.keys):
+                    by_key.setdefault(k, []).append((c.spec.name, v.name))
+        for k in c.ir.config_ignore:
+            ignored_by.setdefault(k, []).append(c.spec.name)
+    base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
+    bindings, ignores = CommentedMap(), CommentedSeq()
+    todo: dict[str, list[str]] = {}  # group (or the key itself) -> "key = value (why)" parts
+
+    def ignore(key: str) -> bool:
+        who = sorted(set(ignored_by.get(key, [])))
+        if not who or by_key.get(key):
+            return False
+        ignores.append(_scalar(key))
+        ignores.yaml_add_eol_comment(_comment(f"ignored by {', '.join(who)} (read by no spec)"), len(ignores) - 1)
+        return True
+
+    def todo_for(key: str, why: str) -> None:
+        group = next((g for g, keys in FEATURE_GROUPS.items() if key.split(".")[-1] in keys), key)
+        todo.setdefault(group, []).append(f"'{key}' = {_value(config, key)}{why}")
+
+    # Keys the base does not read at all.
+    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
+        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
+        if elsewhere:
+            spec_name, fld = elsewhere[0]
+            keys = [key] + [k for k in base_fields[fld].keys if k != key]
+            ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
+            bindings[fld] = _flow({"type": ftype, "read": _flow([_scalar(k) for k in keys])})
+            bindings.yaml_add_eol_comment(_comment(f"{key}: as {spec_name} reads it"), fld)
+            continue
+        if ignore(key):
+            continue
+        others = sorted({s for s, _ in by_key.get(key, [])})
+        todo_for(key, f" is not read by {base.spec.name}" + (f" (read by {', '.join(others)})" if others else ""))
+    # Keys the base declares irrelevant (config_ignore: is never inherited: it is one family's knowledge). One
+    # no spec reads is ignored again, with who ignores it; one another spec reads is a decision again (Qwen3
+    # ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
+    for key in ir.config_ignore:
+        if served or "." in key or config.get(key) is None or ignore(key):
+            continue
+        todo_for(key, f" is in {base.spec.name}'s config_ignore: but read by "
+                      f"{', '.join(sorted({s for s, _ in by_key.get(key, [])}))}; confirm it does not change this "
+                      "family's forward pass")
+    # Inside the mappings the base reads (rope_parameters): sub-keys it neither reads nor implements.
+    read_dotted = [k for v in ir.config_values if v.kind == "read" for k in v.keys]
+    unread, unimplemented = nested_unread_keys(config, read_dotted, [k for k in ir.config_ignore if "." in k])
+    for key in sorted(set(unread) | set(unimplemented)):
+        if served or ignore(key):
+            continue
+        leaf = key.split(".")[-1]
+        others = sorted({s for s, _ in by_key.get(key, []) + by_key.get(leaf, [])})
+        todo_for(key, f" is not implemented by {base.spec.name}" + (f" (read by {', '.join(others)})" if others else ""))
+    lines = []
+    for group, parts in todo.items():
+        head = f"TODO config: {group}: " if group in FEATURE_GROUPS else "TODO config: "
+        lines.append(_comment(head + "; ".join(parts)))
+    return bindings, ignores, lines
+
+
 def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
                base: str | Path | None = None) -> Draft:
-    """Draft a spec for ``source`` (a checkpoint directory or a config.json); ``exclude``: spec names never chosen
-    as the base (tests use it to onboard an existing family as if it were new); ``base``: the spec to extend, chosen
+    """Draft a spec for ``source`` (a checkpoint directory or a config.json); ``exclude``: specs (names or paths)
+    that neither serve as the base nor lend their knowledge, nor do the specs extending them (``new --exclude``;
+    onboarding an existing family as if it were new); ``base``: the spec to extend, chosen
     by the author instead of by score (the other specs still supply config-key spellings)."""
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS, ConfigError
 
     source = Path(source)
     config, checkpoint = _read_config(source)
+    exclude = tuple(Path(e).stem for e in exclude)  # a spec name or its path
     specs = [s for s in (specs if specs is not None else sorted(SPECS_DIR.glob("*.yaml"))) if s.stem not in exclude]
-    candidates = score_candidates(config, specs, checkpoint_tokens(checkpoint))
+    candidates = score_candidates(config, specs, checkpoint_tokens(checkpoint), exclude)
     if not candidates:
         raise DraftError("no spec in specs/ builds, so there is nothing to extend")
     if checkpoint is not None:
@@ -277,7 +377,8 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     archs = list(config.get("architectures") or ["TODOForCausalLM"])
     model_type = str(config.get("model_type") or "todo")
     name = _identifier(re.sub(r"[^a-z0-9_]", "_", model_type.lower()), r"[a-z][a-z0-9_]*", "todo_model")
-    prefix = re.sub(r"For(CausalLM|ConditionalGeneration)$", "", archs[0])
+    # Ernie4_5ForCausalLM -> Ernie45: the class name less its head, without the underscores class names avoid
+    prefix = re.sub(r"_", "", re.sub(r"For(CausalLM|ConditionalGeneration)$", "", archs[0]))
     prefix = _identifier(prefix, r"[A-Z][A-Za-z0-9]*", "Todo")
 
     todos: list[str] = []
@@ -328,39 +429,11 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
         ("model_type", _scalar(model_type)),
         ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
     ])
-    # Config keys: read by the base, bound from another spec's spelling, or TODO.
-    base_read = _read_keys(ir) | set(ir.config_ignore)
-    by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
-    for c in candidates:
-        for v in c.ir.config_values:
-            if v.kind == "read":
-                for k in _top_keys(v.keys):
-                    by_key.setdefault(k, []).append((c.spec.name, v.name))
-    base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
-    bindings = CommentedMap()
-    unread: list[str] = []
-    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
-        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
-        if elsewhere:
-            spec_name, fld = elsewhere[0]
-            keys = [key] + [k for k in base_fields[fld].keys if k != key]
-            ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
-            bindings[fld] = _flow({"type": ftype, "read": _flow([_scalar(k) for k in keys])})
-            bindings.yaml_add_eol_comment(_comment(f"{key}: as {spec_name} reads it"), fld)
-            continue
-        value = json.dumps(config[key])
-        value = value if len(value) <= 60 else value[:57] + "..."
-        others = sorted({s for s, _ in by_key.get(key, [])})
-        hint = f" (read by {', '.join(others)})" if others else ""
-        unread.append(_comment(f"TODO config: '{key}' = {value} is not read by {base.spec.name}{hint}"))
+    bindings, ignores, unread = _config_keys(config, base, candidates, served)
     if bindings:
         doc["config"] = bindings
-    # Keys the base declares irrelevant (config_ignore:) are that family's knowledge: for a new family each is a
-    # decision again (Qwen3 ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
-    inherited = [_comment(f"TODO config: '{k}' = {json.dumps(config[k])[:60]} is in {base.spec.name}'s "
-                          "config_ignore: (not read); confirm it does not change this family's forward pass")
-                 for k in ir.config_ignore if k in config and config[k] is not None and not served]
-    unread += inherited
+    if ignores:
+        doc["config_ignore"] = ignores
     if unread:
         lines += [""] + unread
         todos += unread

@@ -19,6 +19,17 @@ SSM_KEYS = ("ssm_state_size", "state_size", "conv_kernel", "mamba_d_state", "mam
             "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "ssm_cfg")
 SSM_PREFIXES = ("mamba_", "time_step_", "ssm_")
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# Config keys that switch one feature between them: their TODOs share one line in a draft (one decision each).
+FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
+    "sliding window": ("sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern",
+                       "layer_types"),
+    "NoPE layers (no rotary embedding)": ("no_rope_layers", "no_rope_layer_interval", "nope_layer_interval"),
+    "muP multipliers": ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"),
+    "mixture of experts": EXPERT_COUNT_KEYS + ("num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                                              "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef",
+                                              "output_router_logits", "moe_topk", "num_shared_experts"),
+    "projection biases": ("attention_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qkv_bias"),
+}
 GATED_ACTS = {"silu", "swish", "swiglu"}
 UNGATED_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "relu", "relu2", "quick_gelu"}
 # What each kind of difference costs a candidate base (added to draft.score_candidates' config-key score, whose
