@@ -37,10 +37,11 @@ from modelgen.codegen.errors import ModelgenError
 from modelgen.codegen.expr import short_repr
 from modelgen.codegen.literal import comment_text
 from modelgen.codegen.lower import SPECS_DIR, compile_spec
-from modelgen.codegen.spec_file import display_path
+from modelgen.codegen.spec_file import display_path, load_spec
 from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-from .structure import FEATURE_GROUPS, config_structure, differences, spec_structure, ssm_keys
+from .structure import (FEATURE_GROUPS, config_structure, differences, modeling_rope_style, spec_structure,
+                        ssm_keys)
 
 DEPTH_COST = 0.75  # score lost per spec in a candidate's extends: chain
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
@@ -264,15 +265,45 @@ def _value(config: dict[str, Any], dotted: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _rope_style_blocks(model_type: str, base: Path) -> CommentedMap | None:
+    """``blocks:`` overrides setting each rotary block of ``base`` to the RoPE style transformers' modeling file
+    uses for this family (structure.modeling_rope_style), where the base's differs: read from the reference, not
+    guessed, so no TODO (Cohere, ERNIE 4.5 and GLM-4 rotate pairs where Llama rotates halves)."""
+    found = modeling_rope_style(model_type)
+    if found is None:
+        return None
+    style, where = found
+    out = CommentedMap()
+    for name, block in load_spec(base)[0].blocks.items():
+        rope = getattr(getattr(block, "attention", None), "rope", None)
+        if rope is not None and rope.enabled is not False and rope.style != style:
+            out[name] = CommentedMap([("attention", CommentedMap([("rope", _flow({"style": style}))]))])
+            out[name]["attention"].yaml_add_eol_comment(_comment(f"as {where} does ({base.name}: {rope.style})"),
+                                                        "rope")
+    return out or None
+
+
+def _read_by(readers: list[tuple[str, str]]) -> str:
+    """`` (read by a.yaml, b.yaml and 3 more)``: who reads a key, bounded."""
+    names = sorted({s for s, _ in readers})
+    if not names:
+        return ""
+    return f" (read by {', '.join(names[:4])}" + (f" and {len(names) - 4} more)" if len(names) > 4 else ")")
+
+
 def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candidate],
-                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, list[str]]:
-    """The draft's ``config:`` bindings, its ``config_ignore:`` and its config TODO lines.
+                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str]]:
+    """The draft's ``config:`` bindings, its ``config_ignore:``, its added ``requires:`` and its config TODO lines.
 
     A key (top level, or inside a mapping the base reads: ``rope_parameters.partial_rotary_factor``) the base does
     not read is, in this order: bound into a base field another spec reads it into (``as X reads it``); listed under
     ``config_ignore:`` when some spec ignores it and no spec reads it (the vision fields of a multimodal wrapper;
     the comment names who ignores it); else a TODO. TODOs of one feature (the sliding-window keys, the NoPE
-    keys, the µP multipliers: structure.FEATURE_GROUPS) share one line: one decision, not one per key."""
+    keys, the µP multipliers: structure.FEATURE_GROUPS) share one line: one decision, not one per key.
+
+    A feature this checkpoint switches off (every key of its group ``false``, or ``null`` where another spec reads
+    the key as nullable: ``use_qk_norm: false``, ``clip_qkv: null``) is no guess: the draft reads the keys and
+    refuses the feature by name when a config turns it on (``requires:``), since the base does not generate it."""
     from modelgen.runtime.config_nesting import nested_unread_keys
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
 
@@ -288,8 +319,14 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
         for k in c.ir.config_ignore:
             ignored_by.setdefault(k, []).append(c.spec.name)
     base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
-    bindings, ignores = CommentedMap(), CommentedSeq()
-    todo: dict[str, list[str]] = {}  # group (or the key itself) -> "key = value (why)" parts
+    fields_by_key: dict[str, list[Any]] = {}  # config key -> the ConfigValues other specs read it into
+    for c in candidates:
+        for v in c.ir.config_values:
+            if v.kind == "read":
+                for k in v.keys:
+                    fields_by_key.setdefault(k, []).append(v)
+    bindings, ignores, refusals = CommentedMap(), CommentedSeq(), CommentedSeq()
+    todo: dict[str, list[tuple[str, str]]] = {}  # group (or the key itself) -> [(key, why)]
 
     def ignore(key: str) -> bool:
         who = sorted(set(ignored_by.get(key, [])))
@@ -301,7 +338,17 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
 
     def todo_for(key: str, why: str) -> None:
         group = next((g for g, keys in FEATURE_GROUPS.items() if key.split(".")[-1] in keys), key)
-        todo.setdefault(group, []).append(f"'{key}' = {_value(config, key)}{why}")
+        todo.setdefault(group, []).append((key, why))
+
+    def off_type(key: str) -> str | None:
+        """The field type to read an off feature's key as (None: not off, or no type known)."""
+        if "." in key or key in bindings:
+            return None
+        if config.get(key) is False:
+            return "bool"
+        nullable = [v for v in fields_by_key.get(key, []) if key in v.null_keys]
+        return nullable[0].reader.removeprefix("read_") if config.get(key) is None and key in config and nullable \
+            else None
 
     # Keys the base does not read at all.
     for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
@@ -315,17 +362,15 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
             continue
         if ignore(key):
             continue
-        others = sorted({s for s, _ in by_key.get(key, [])})
-        todo_for(key, f" is not read by {base.spec.name}" + (f" (read by {', '.join(others)})" if others else ""))
+        todo_for(key, f" not read by {base.spec.name}{_read_by(by_key.get(key, []))}")
     # Keys the base declares irrelevant (config_ignore: is never inherited: it is one family's knowledge). One
     # no spec reads is ignored again, with who ignores it; one another spec reads is a decision again (Qwen3
     # ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
     for key in ir.config_ignore:
         if served or "." in key or config.get(key) is None or ignore(key):
             continue
-        todo_for(key, f" is in {base.spec.name}'s config_ignore: but read by "
-                      f"{', '.join(sorted({s for s, _ in by_key.get(key, [])}))}; confirm it does not change this "
-                      "family's forward pass")
+        todo_for(key, f" in {base.spec.name}'s config_ignore: but{_read_by(by_key.get(key, []))}; confirm it "
+                      "does not change this family's forward pass")
     # Inside the mappings the base reads (rope_parameters): sub-keys it neither reads nor implements.
     read_dotted = [k for v in ir.config_values if v.kind == "read" for k in v.keys]
     unread, unimplemented = nested_unread_keys(config, read_dotted, [k for k in ir.config_ignore if "." in k])
@@ -333,13 +378,28 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
         if served or ignore(key):
             continue
         leaf = key.split(".")[-1]
-        others = sorted({s for s, _ in by_key.get(key, []) + by_key.get(leaf, [])})
-        todo_for(key, f" is not implemented by {base.spec.name}" + (f" (read by {', '.join(others)})" if others else ""))
+        todo_for(key, f" not implemented by {base.spec.name}{_read_by(by_key.get(key, []) + by_key.get(leaf, []))}")
     lines = []
     for group, parts in todo.items():
+        types = {key: off_type(key) for key, _ in parts}
+        if all(types.values()):
+            for key, ftype in types.items():
+                bindings[key] = _flow({"type": ftype, "nullable": True, "default": None} if ftype != "bool"
+                                      else {"type": ftype, "default": False})
+                others = sorted({s for s, _ in by_key.get(key, [])})
+                refusals.append(CommentedMap([
+                    ("check", f"not {key}" if ftype == "bool" else f"{key} is None"),
+                    ("message", DoubleQuotedScalarString(
+                        f"{key} is not generated by this spec (off in the checkpoint it was drafted from"
+                        + (f"; {', '.join(others[:4])} read{'s' if len(others) == 1 else ''} it" if others else "")
+                        + ")"))]))
+            continue
         head = f"TODO config: {group}: " if group in FEATURE_GROUPS else "TODO config: "
-        lines.append(_comment(head + "; ".join(parts)))
-    return bindings, ignores, lines
+        whys = sorted({why for _, why in parts})
+        values = ", ".join(f"'{key}' = {_value(config, key)}" for key, _ in parts)
+        lines.append(_comment(head + values + "".join(whys) if len(whys) == 1 else
+                              head + "; ".join(f"'{key}' = {_value(config, key)}{why}" for key, why in parts)))
+    return bindings, ignores, refusals, lines
 
 
 def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
@@ -429,11 +489,18 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
         ("model_type", _scalar(model_type)),
         ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
     ])
-    bindings, ignores, unread = _config_keys(config, base, candidates, served)
+    bindings, ignores, refusals, unread = _config_keys(config, base, candidates, served)
     if bindings:
         doc["config"] = bindings
     if ignores:
         doc["config_ignore"] = ignores
+    rope = _rope_style_blocks(model_type, base.spec)
+    if rope:
+        doc["blocks"] = rope
+    if refusals:  # a child's list replaces its base's: the base's requires: are restated first
+        doc["requires"] = CommentedSeq([CommentedMap([("check", DoubleQuotedScalarString(r.check)),
+                                                      ("message", DoubleQuotedScalarString(r.message))])
+                                        for r in load_spec(base.spec)[0].requires] + list(refusals))
     if unread:
         lines += [""] + unread
         todos += unread

@@ -9,6 +9,7 @@ read off its IR (``ModelIR.kinds``, its norm classes, its blocks' ``parallel``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Config keys of state-space mixers (Mamba-1/-2 and the hybrids built on them: Jamba, Bamba, Falcon-H1,
@@ -151,3 +152,33 @@ def differences(want: Structure, have: Structure) -> list[tuple[float, str]]:
         out.append((PARALLEL_COST, f"the config has {want.why['parallel']}; the base's residual is "
                                    + ("parallel" if have.parallel else "serial")))
     return out
+
+
+def modeling_rope_style(model_type: str) -> tuple[str, str] | None:
+    """(RoPE style, where it was read) from the installed transformers' ``modeling_<model_type>.py``:
+    ``rotate_half`` slicing ``x[..., 0::2]`` / ``x[..., 1::2]`` rotates pairs (2i, 2i+1), ``pairwise``; slicing at
+    ``x.shape[-1] // 2`` rotates halves, ``rotate_half``. None when the file or the function is not there. The file
+    is read as text, never imported (a config's model_type must not pick code to run)."""
+    import importlib.util
+    import re
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", model_type):
+        return None
+    found = importlib.util.find_spec("transformers")
+    if found is None or found.origin is None:
+        return None
+    path = Path(found.origin).parent / "models" / model_type / f"modeling_{model_type}.py"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    at = text.find("def rotate_half(")
+    if at < 0:
+        return None
+    body = text[at:at + 600].split("\n\n")[0]
+    where = f"transformers/models/{model_type}/modeling_{model_type}.py rotate_half"
+    if re.search(r"x\[\.\.\., *0?::2\]", body) and re.search(r"x\[\.\.\., *1::2\]", body):
+        return "pairwise", where
+    if "x.shape[-1] // 2" in body:
+        return "rotate_half", where
+    return None
