@@ -40,7 +40,7 @@ from modelgen.codegen.lower import SPECS_DIR, compile_spec
 from modelgen.codegen.spec_file import display_path, load_spec
 from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-from .structure import (FEATURE_GROUPS, config_structure, differences, modeling_rope_style, spec_structure,
+from .structure import (FEATURE_GROUPS, HF_ALIASES, config_structure, differences, modeling_rope_style, spec_structure,
                         ssm_keys)
 
 DEPTH_COST = 0.75  # score lost per spec in a candidate's extends: chain
@@ -223,13 +223,19 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
     return sorted(out, key=lambda c: -c.score)
 
 
-def _dry_run(candidate: Candidate, checkpoint: Path) -> None:
-    """Unmatched tensors/parameters of the candidate's generated model on the checkpoint (headers only)."""
+def _dry_run(candidate: Candidate, checkpoint: Path, aliases: dict[str, str] | None = None) -> None:
+    """Unmatched tensors/parameters of the candidate's generated model on the checkpoint (headers only);
+    ``aliases``: config key -> the key whose value it takes (the draft's alias bindings, seen by the base's reader)."""
+    from modelgen.runtime.checkpoint_dir import CheckpointDir
+
     from .coverage import checkpoint_coverage
 
+    candidate.coverage_error = candidate.refused = None
     try:
         module = importlib.import_module(f"modelgen.generated.rocm.{candidate.ir.name}")
-        report = checkpoint_coverage(module, checkpoint, "rocm")
+        ckdir = CheckpointDir(checkpoint)
+        ckdir.hf_config = {**ckdir.hf_config, **{k: ckdir.hf_config[a] for k, a in (aliases or {}).items()}}
+        report = checkpoint_coverage(module, ckdir, "rocm")
     except Exception as e:  # refused config (the requires: TODO says so), an unbuilt spec: no dry run possible
         candidate.unmatched, candidate.refused = 10**6, f"{type(e).__name__}: {e}".splitlines()[0]
         return
@@ -292,8 +298,9 @@ def _read_by(readers: list[tuple[str, str]]) -> str:
 
 
 def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candidate],
-                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str]]:
-    """The draft's ``config:`` bindings, its ``config_ignore:``, its added ``requires:`` and its config TODO lines.
+                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str], dict[str, str]]:
+    """The draft's ``config:`` bindings, its ``config_ignore:``, its added ``requires:``, its config TODO lines and
+    its alias bindings (config key -> the key read into it).
 
     A key (top level, or inside a mapping the base reads: ``rope_parameters.partial_rotary_factor``) the base does
     not read is, in this order: bound into a base field another spec reads it into (``as X reads it``); listed under
@@ -350,9 +357,20 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
         return nullable[0].reader.removeprefix("read_") if config.get(key) is None and key in config and nullable \
             else None
 
+    # A base field none of whose keys the config has, under another name transformers uses for the same value
+    # (structure.HF_ALIASES: OLMoE's experts are intermediate_size wide, Qwen3-MoE's moe_intermediate_size).
+    aliased: dict[str, str] = {}  # the field's first config key -> the alias read into it
+    for fld, v in base_fields.items():
+        alias = next((a for a in HF_ALIASES.get(fld, ()) if config.get(a) is not None), None)
+        if alias and not any(config.get(k) is not None for k in v.keys) and (alias not in base_read or v.required):
+            bindings[fld] = _flow({"type": v.reader.removeprefix("read_"), "read": _flow([_scalar(k) for k in
+                                                                                         (*v.keys, alias)])})
+            bindings.yaml_add_eol_comment(_comment(f"{alias}: the same value under the name transformers gives it "
+                                                   "in families without {fld}".replace("{fld}", fld)), fld)
+            aliased[v.keys[0]] = alias
     # Keys the base does not read at all.
-    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
-        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
+    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read | set(aliased.values())):
+        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields and f not in bindings]
         if elsewhere:
             spec_name, fld = elsewhere[0]
             keys = [key] + [k for k in base_fields[fld].keys if k != key]
@@ -399,7 +417,7 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
         values = ", ".join(f"'{key}' = {_value(config, key)}" for key, _ in parts)
         lines.append(_comment(head + values + "".join(whys) if len(whys) == 1 else
                               head + "; ".join(f"'{key}' = {_value(config, key)}{why}" for key, why in parts)))
-    return bindings, ignores, refusals, lines
+    return bindings, ignores, refusals, lines, aliased
 
 
 def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
@@ -489,7 +507,11 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
         ("model_type", _scalar(model_type)),
         ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
     ])
-    bindings, ignores, refusals, unread = _config_keys(config, base, candidates, served)
+    bindings, ignores, refusals, unread, aliased = _config_keys(config, base, candidates, served)
+    if aliased:  # the base's reader and dry run see the config as the draft reads it
+        config = {**config, **{k: config[a] for k, a in aliased.items()}}
+        if checkpoint is not None:
+            _dry_run(base, checkpoint, aliased)
     if bindings:
         doc["config"] = bindings
     if ignores:

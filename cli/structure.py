@@ -31,6 +31,14 @@ FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
                                               "output_router_logits", "moe_topk", "num_shared_experts"),
     "projection biases": ("attention_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qkv_bias"),
 }
+# A spec field -> other config keys transformers uses for the same value, bound by `new` when the config has none
+# of the field's own keys: the expert width is intermediate_size where no dense MLP has it (Mixtral, OLMoE,
+# Granite-MoE); a norm's epsilon is spelled per norm kind (a LayerNorm-vs-RMSNorm difference is a structure TODO).
+HF_ALIASES: dict[str, tuple[str, ...]] = {
+    "moe_intermediate_size": ("intermediate_size",),
+    "rms_norm_eps": ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+    "layer_norm_eps": ("rms_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+}
 GATED_ACTS = {"silu", "swish", "swiglu"}
 UNGATED_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "relu", "relu2", "quick_gelu"}
 # What each kind of difference costs a candidate base (added to draft.score_candidates' config-key score, whose
