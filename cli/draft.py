@@ -40,8 +40,8 @@ from modelgen.codegen.lower import SPECS_DIR, compile_spec
 from modelgen.codegen.spec_file import display_path, load_spec
 from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-from .structure import (FEATURE_GROUPS, HF_ALIASES, config_structure, differences, modeling_rope_style, spec_structure,
-                        ssm_keys)
+from .structure import (FEATURE_GROUPS, HF_ALIASES, config_structure, differences, modeling_rope_style, reference_uses,
+                        spec_structure, ssm_keys)
 
 DEPTH_COST = 0.75  # score lost per spec in a candidate's extends: chain
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
@@ -289,6 +289,13 @@ def _rope_style_blocks(model_type: str, base: Path) -> CommentedMap | None:
     return out or None
 
 
+def _base_sets(base: Path, entries: dict[str, Any]) -> bool:
+    """Whether the base spec (resolved) already sets one of ``entries``' fields (``lm_head.divide_by``)."""
+    spec = load_spec(base)[0]
+    return any(getattr(getattr(spec, top, None), sub, None) is not None
+               for top, fields in entries.items() for sub in fields)
+
+
 def _read_by(readers: list[tuple[str, str]]) -> str:
     """`` (read by a.yaml, b.yaml and 3 more)``: who reads a key, bounded."""
     names = sorted({s for s, _ in readers})
@@ -298,9 +305,11 @@ def _read_by(readers: list[tuple[str, str]]) -> str:
 
 
 def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candidate],
-                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str], dict[str, str]]:
+                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str], dict[str, str],
+                                          dict[str, Any]]:
     """The draft's ``config:`` bindings, its ``config_ignore:``, its added ``requires:``, its config TODO lines and
-    its alias bindings (config key -> the key read into it).
+    its alias bindings (config key -> the key read into it) and top-level entries using keys it reads
+    (``lm_head: {divide_by: 1.0 / logit_scale}``).
 
     A key (top level, or inside a mapping the base reads: ``rope_parameters.partial_rotary_factor``) the base does
     not read is, in this order: bound into a base field another spec reads it into (``as X reads it``); listed under
@@ -368,6 +377,18 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
             bindings.yaml_add_eol_comment(_comment(f"{alias}: the same value under the name transformers gives it "
                                                    "in families without {fld}".replace("{fld}", fld)), fld)
             aliased[v.keys[0]] = alias
+    # Keys whose use transformers' modeling file of this family shows (structure.REFERENCE_USES), where the base
+    # has no field of that name: the field and its use are written, with the file they were read from.
+    uses: dict[str, Any] = {}
+    used = reference_uses(str(config.get("model_type") or ""),
+                          {k for k in config if k not in base_read and k not in base_fields})
+    for key, (ftype, entries, where) in used.items():
+        if _base_sets(base.spec, entries):  # the base already fills that entry (Granite's own logits divisor)
+            continue
+        bindings[key] = _flow({"type": ftype, "default": config[key]})
+        bindings.yaml_add_eol_comment(_comment(f"used as {where} uses it"), key)
+        uses.update(entries)
+        aliased[key] = key
     # Keys the base does not read at all.
     for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read | set(aliased.values())):
         elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields and f not in bindings]
@@ -419,7 +440,7 @@ def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candi
         values = ", ".join(f"'{key}' = {_value(config, key)}" for key, _ in parts)
         lines.append(_comment(head + values + "".join(whys) if len(whys) == 1 else
                               head + "; ".join(f"'{key}' = {_value(config, key)}{why}" for key, why in parts)))
-    return bindings, ignores, refusals, lines, aliased
+    return bindings, ignores, refusals, lines, aliased, uses
 
 
 def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
@@ -509,7 +530,8 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
         ("model_type", _scalar(model_type)),
         ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
     ])
-    bindings, ignores, refusals, unread, aliased = _config_keys(config, base, candidates, served)
+    bindings, ignores, refusals, unread, aliased, uses = _config_keys(config, base, candidates, served)
+    aliased = {k: a for k, a in aliased.items() if k != a}
     if aliased:  # the base's reader and dry run see the config as the draft reads it
         config = {**config, **{k: config[a] for k, a in aliased.items()}}
         if checkpoint is not None:
@@ -521,6 +543,8 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     rope = _rope_style_blocks(model_type, base.spec)
     if rope:
         doc["blocks"] = rope
+    for entry, value in uses.items():
+        doc[entry] = _flow(value)
     if refusals:  # a child's list replaces its base's: the base's requires: are restated first
         doc["requires"] = CommentedSeq([CommentedMap([("check", DoubleQuotedScalarString(r.check)),
                                                       ("message", DoubleQuotedScalarString(r.message))])

@@ -162,11 +162,19 @@ def differences(want: Structure, have: Structure) -> list[tuple[float, str]]:
     return out
 
 
-def modeling_rope_style(model_type: str) -> tuple[str, str] | None:
-    """(RoPE style, where it was read) from the installed transformers' ``modeling_<model_type>.py``:
-    ``rotate_half`` slicing ``x[..., 0::2]`` / ``x[..., 1::2]`` rotates pairs (2i, 2i+1), ``pairwise``; slicing at
-    ``x.shape[-1] // 2`` rotates halves, ``rotate_half``. None when the file or the function is not there. The file
-    is read as text, never imported (a config's model_type must not pick code to run)."""
+# Config keys whose use `new` writes when transformers' modeling file of the family shows that use (a regex over its
+# text): key -> (pattern, the spec's field type, the top-level spec entries using it). Read from the reference,
+# so no TODO; absent the pattern, the key stays a TODO.
+REFERENCE_USES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    # CohereForCausalLM / Cohere2ForCausalLM: logits = logits * self.logit_scale
+    "logit_scale": (r"logits\s*=\s*logits\s*\*\s*self\.logit_scale", "float",
+                    {"lm_head": {"divide_by": "1.0 / logit_scale"}}),
+}
+
+
+def modeling_source(model_type: str) -> tuple[str, str] | None:
+    """(text, display path) of the installed transformers' ``modeling_<model_type>.py``, or None. The file is read
+    as text, never imported (a config's model_type must not pick code to run)."""
     import importlib.util
     import re
 
@@ -177,14 +185,39 @@ def modeling_rope_style(model_type: str) -> tuple[str, str] | None:
         return None
     path = Path(found.origin).parent / "models" / model_type / f"modeling_{model_type}.py"
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), f"transformers/models/{model_type}/modeling_{model_type}.py"
     except OSError:
         return None
+
+
+def reference_uses(model_type: str, keys: set[str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """The :data:`REFERENCE_USES` among ``keys`` that the family's modeling file shows: key -> (type, entries, the
+    file)."""
+    import re
+
+    source = modeling_source(model_type)
+    if source is None:
+        return {}
+    text, where = source
+    return {k: (ftype, entries, where) for k, (pattern, ftype, entries) in REFERENCE_USES.items()
+            if k in keys and re.search(pattern, text)}
+
+
+def modeling_rope_style(model_type: str) -> tuple[str, str] | None:
+    """(RoPE style, where it was read) from the installed transformers' ``modeling_<model_type>.py``:
+    ``rotate_half`` slicing ``x[..., 0::2]`` / ``x[..., 1::2]`` rotates pairs (2i, 2i+1), ``pairwise``; slicing at
+    ``x.shape[-1] // 2`` rotates halves, ``rotate_half``. None when the file or the function is not there."""
+    import re
+
+    source = modeling_source(model_type)
+    if source is None:
+        return None
+    text, path = source
     at = text.find("def rotate_half(")
     if at < 0:
         return None
     body = text[at:at + 600].split("\n\n")[0]
-    where = f"transformers/models/{model_type}/modeling_{model_type}.py rotate_half"
+    where = f"{path} rotate_half"
     if re.search(r"x\[\.\.\., *0?::2\]", body) and re.search(r"x\[\.\.\., *1::2\]", body):
         return "pairwise", where
     if "x.shape[-1] // 2" in body:

@@ -37,9 +37,6 @@ MAX_TODOS = 2  # the issue's bar
 ANSWERS: dict[str, dict[str, str]] = {
     "cohere": {
         "# TODO config: 'layer_norm_eps'": "config: {layer_norm_eps: {type: float, default: 1.0e-5}}",
-        "# TODO config: 'logit_scale'": """
-config: {logit_scale: {type: float, default: 0.0625}}
-lm_head: {divide_by: 1.0 / logit_scale}""",
         "# TODO checkpoint": """
 blocks:
   decoder:
