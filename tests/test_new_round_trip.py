@@ -305,3 +305,25 @@ def test_answers_must_match_the_todos():
         answer(draft, {"# TODO config: 'a'": "config: {a: int}", "# TODO checkpoint": "checkpoint: {}"})
     text = answer(draft, {"# TODO config: 'a'": "config: {a: {type: int, default: 1}}"})
     assert "a: {type: int, default: 1}" in text and text.startswith("extends: llama.yaml")
+
+
+@pytest.mark.slow
+def test_negative_control_a_draft_without_what_it_read_from_transformers_fails_verify(drafts, tmp_path):
+    # ERNIE 4.5's draft verifies with no TODO because new read its pairwise RoPE off modeling_ernie4_5.py; the same
+    # draft rotating halves, as its base does, must fail: the round trip above can fail
+    text = drafts["ernie4_5"].text
+    assert "rope: {style: pairwise}" in text, text
+    specs = tmp_path / "specs"
+    shutil.copytree(REPO_ROOT / "specs", specs)
+    (specs / "ernie4_5.yaml").unlink()
+    path = specs / "draft_ernie4_5.yaml"
+    path.write_text(text.replace("rope: {style: pairwise}", "rope: {style: rotate_half}"))
+    report = verify_spec(path, ("rocm",), bf16=False)
+    assert not report.passed and any(c.name == "fp32 logits" for c in report.failures()), report.format()
+
+
+def test_verify_help_says_what_features_switches_on(capsys):
+    with pytest.raises(SystemExit):
+        main(["verify", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "+features" in text and "clip_qkv" in text and "requires: refuses is left off" in text
