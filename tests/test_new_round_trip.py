@@ -327,3 +327,20 @@ def test_verify_help_says_what_features_switches_on(capsys):
         main(["verify", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "+features" in text and "clip_qkv" in text and "requires: refuses is left off" in text
+
+
+def test_rope_style_is_read_from_the_modeling_file_or_left_a_todo(tmp_path):
+    import json
+
+    from modelgen.cli.structure import modeling_rope_style
+
+    assert modeling_rope_style("cohere")[0] == "pairwise"
+    assert modeling_rope_style("llama")[0] == "rotate_half"
+    assert modeling_rope_style("no_such_family") is None
+    assert modeling_rope_style("../llama") is None  # a config's model_type never reaches outside models/
+    make_tiny_checkpoint(tmp_path / "ck", "LlamaForCausalLM", num_hidden_layers=2)
+    cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
+    cfg.update(model_type="zz_family", architectures=["ZzFamilyForCausalLM"])
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(cfg))
+    draft = draft_spec(tmp_path / "ck")
+    assert [t for t in todo_lines(draft.text) if t.startswith("# TODO structure: RoPE style not read")], draft.text
