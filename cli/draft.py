@@ -305,6 +305,26 @@ def _base_sets(base: Path, entries: dict[str, Any]) -> bool:
                for top, fields in entries.items() for sub in fields)
 
 
+def _norm_layout_hints(checkpoint: Path | None, base: Path) -> list[str]:
+    """What the checkpoint's per-layer norm tensors say about the residual layout, where it differs from the base's
+    first block: one norm per layer where the base has two suggests attention and MLP sharing it in parallel
+    (Cohere); names only, from the headers."""
+    if checkpoint is None:
+        return []
+    from modelgen.runtime.loader.checkpoint import Checkpoint
+
+    with Checkpoint(checkpoint, check_finite="off") as ck:
+        have = sorted({m.group(1) for key in ck.keys()
+                       if (m := re.search(r"\.layers\.0\.([A-Za-z0-9_]*norm[A-Za-z0-9_]*)\.weight$", key))})
+    block = next(iter(load_spec(base)[0].blocks.values()))
+    want = [n.name for n in (getattr(block, f, None) for f in ("attention_norm", "mlp_norm", "attention_post_norm",
+                                                              "mlp_post_norm")) if n is not None]
+    if len(have) == 1 and len(want) == 2 and not getattr(block, "parallel", None):
+        return [f"each layer has one norm ({have[0]}) where {base.name} has two ({', '.join(want)}): attention and "
+                f"MLP likely share it in parallel (`parallel: true`, out = x + attn(norm(x)) + mlp(norm(x)))"]
+    return []
+
+
 def _read_by(readers: list[tuple[str, str]]) -> str:
     """`` (read by a.yaml, b.yaml and 3 more)``: who reads a key, bounded."""
     names = sorted({s for s, _ in readers})
@@ -588,6 +608,7 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
                 f"prefix / fuse / rename / ignore / experts, or the blocks):"] + [_comment(f"  {d}") for d in detail[:12]]
         if len(detail) > 12:
             todo.append(f"#   ... and {len(detail) - 12} more")
+        todo += [_comment(f"  hint: {h}") for h in _norm_layout_hints(checkpoint, base.spec)]
         lines += [""] + todo
         todos.append(todo[0])
     elif base.refused:
