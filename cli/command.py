@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint directory (config.json + *.safetensors) or a config.json")
     n.add_argument("-o", "--output", metavar="SPEC", help="write the draft here (default: stdout), e.g. specs/x.yaml")
     n.add_argument("--base", metavar="SPEC", help="extend this spec instead of the closest one found")
+    n.add_argument("--exclude", action="append", default=[], metavar="SPEC",
+                   help="never extend or borrow from this spec (a name or path; repeatable), nor any spec that "
+                   "extends it: onboard a family that specs/ already has as if it were new")
     n.add_argument("--force", action="store_true", help="overwrite --output")
     n.set_defaults(func=cmd_new)
 
@@ -63,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For every architecture a spec names, build a tiny random transformers model "
                        "(GQA, several layers, every layer kind of the schedule), render the spec for each target into "
                        "a temporary package and compare: every config.json key read or ignored, fp32 logits, 16 "
-                       "greedy tokens, bf16 three-way. Exit 1 on any failed check. Needs transformers.")
+                       "greedy tokens, bf16 three-way. Each architecture runs twice: its default tiny config and "
+                       "`+features`, the same with every optional feature the spec reads switched on (clip_qkv, "
+                       "attention / final logit soft-caps, attention / MLP / QKV biases, QK norm, a sliding window "
+                       "shorter than the prompt, partial rotary, Granite / Cohere multipliers and logit scales, linear "
+                       "RoPE scaling); a feature the spec's requires: refuses is left off and named. Exit 1 on any "
+                       "failed check. Needs transformers.")
     v.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (need not be built)")
     v.add_argument("--target", choices=[*ENGINE_TARGETS, "all"], default="all", help="targets to check (default: all)")
     v.add_argument("--no-bf16", action="store_true", help="skip the bf16 three-way check (faster)")

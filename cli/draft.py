@@ -5,12 +5,21 @@ headers when present), as the delta over the closest existing spec.
    against the config's keys, fields it reads that the config lacks), its ``model_type`` family (qwen2_moe ~
    qwen3_moe) and its architectures; the best three are then dry-run against the checkpoint's headers
    (``cli/coverage.py``: no weights read) and one whose generated model loads the checkpoint as is wins.
-2. The draft ``extends:`` it and binds config fields: a key the base does not read but another spec reads into a
-   field the base has (Mixtral's ``num_local_experts`` for Qwen3-MoE's ``num_experts``) becomes ``read: [key, ...]``.
-3. Everything left is a ``# TODO`` comment: each config key nobody reads (with its value), each key the base
-   declares irrelevant (``config_ignore:`` is one family's knowledge), the base's ``requires:`` refusing this config,
-   and the checkpoint tensors / parameters the base's model does not match (layer and expert indices folded to
-   ``{i}``/``{e}``). A draft with no TODO builds as is; each TODO is a decision for the author.
+2. The draft ``extends:`` it and writes what it can read rather than guess: a key the base does not read but
+   another spec reads into a field the base has (Mixtral's ``num_local_experts`` for Qwen3-MoE's ``num_experts``)
+   becomes ``read: [key, ...]``, and so does a transformers alias of a base field the config lacks
+   (``structure.HF_ALIASES``: ``moe_intermediate_size`` <- ``intermediate_size``); a key some spec ignores and none
+   reads is listed under ``config_ignore:`` (a multimodal wrapper's vision fields); a feature another spec reads that
+   this checkpoint switches off (``use_qk_norm: false``, ``clip_qkv: null``) is read and refused by name in
+   ``requires:``; the RoPE style and known key uses (``structure.REFERENCE_USES``: Cohere's ``logit_scale``) are read
+   from the installed transformers' modeling file of the family (as text, never imported).
+3. Everything left is a ``# TODO`` comment, one per decision (the keys of one feature share a line:
+   ``structure.FEATURE_GROUPS``): config keys no spec reads the base's way (with their values), nested RoPE keys the
+   base does not implement, keys the base ignores that another spec reads, the base's ``requires:`` refusing this
+   config, structure that differs, and the checkpoint tensors / parameters the base's model does not match (layer and
+   expert indices folded to ``{i}``/``{e}``). A draft with no TODO builds as is; each TODO is a decision for the
+   author. ``--exclude`` hides specs (and the specs extending them), to onboard a family as if it were new:
+   tests/test_new_round_trip.py does so for nine families and verifies the answered drafts.
 
 ``config.json`` is untrusted (it comes from a model hub): every value of it that reaches the draft goes through
 ruamel's YAML emitter (a string that is not a plain name is double-quoted and escaped), every comment through
@@ -37,11 +46,13 @@ from modelgen.codegen.errors import ModelgenError
 from modelgen.codegen.expr import short_repr
 from modelgen.codegen.literal import comment_text
 from modelgen.codegen.lower import SPECS_DIR, compile_spec
-from modelgen.codegen.spec_file import display_path
+from modelgen.codegen.spec_file import display_path, load_spec
 from modelgen.runtime.loader.files import MAX_CONFIG_BYTES, read_json_object
 
-from .structure import config_structure, differences, spec_structure, ssm_keys
+from .structure import (FEATURE_GROUPS, HF_ALIASES, config_structure, differences, modeling_rope_style, reference_uses,
+                        spec_structure, ssm_keys)
 
+DEPTH_COST = 0.75  # score lost per spec in a candidate's extends: chain
 MAX_COMMENT = 1000  # characters of one comment line quoting config text (a long key must not make a huge line)
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # strings written unquoted: names, dotted keys, nothing YAML reads
 
@@ -79,6 +90,10 @@ def _read_config(source: Path) -> tuple[dict[str, Any], Path | None]:
     if raw is None:
         raise DraftError(f"{path}: no such config.json")
     config = flatten_text_config(raw)
+    if isinstance(raw.get("model_type"), str):
+        # A multimodal wrapper's own model_type (qwen3_vl, not its text_config's qwen3_vl_text) names the family,
+        # its transformers folder and the spec.
+        config["model_type"] = raw["model_type"]
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
         raise DraftError(f"{path}: architectures: expected a list of strings, got {short_repr(archs)}")
@@ -170,10 +185,12 @@ def _generated_tokens(name: str) -> set[str]:
     return out
 
 
-def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str] = frozenset()) -> list[Candidate]:
+def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str] = frozenset(),
+                     exclude: tuple[str, ...] = ()) -> list[Candidate]:
     """Every spec that builds, best first. ``tokens``: the checkpoint's module-name segments, compared with the
     names in each spec's generated package (a checkpoint with ``experts``/``linear_attn`` modules points at a spec
-    generating them)."""
+    generating them); ``exclude``: spec names left out together with every spec that ``extends:`` one of them
+    (directly or through others), since such a child carries the excluded family's knowledge."""
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
 
     keys = {k for k in config if k not in GENERIC_CONFIG_KEYS and not k.startswith("_")}
@@ -186,10 +203,15 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
             ir = compile_spec(spec)
         except ModelgenError:
             continue  # a broken spec is no base
+        if any(Path(name).stem in exclude for name, _ in ir.sources):
+            continue
         known = _read_keys(ir) | set(ir.config_ignore)
         overlap = len(keys & known) / max(len(keys), 1)
         unknown_read = len(_read_keys(ir) - set(config) - {"rope_scaling", "rope_theta"})  # fields the config lacks
-        score = 20 * overlap - 0.5 * unknown_read
+        # A less specialised base (fewer specs in its extends: chain) wins a near tie: it carries fewer of another
+        # family's decisions into the draft (ERNIE from llama.yaml rather than from qwen3_vl.yaml).
+        depth = len(ir.sources) - 1
+        score = 20 * overlap - 0.5 * unknown_read - DEPTH_COST * depth
         reasons = [f"reads or ignores {len(keys & known)}/{len(keys)} of its config keys"]
         if archs & set(ir.architectures):
             score += 100
@@ -210,13 +232,19 @@ def score_candidates(config: dict[str, Any], specs: list[Path], tokens: set[str]
     return sorted(out, key=lambda c: -c.score)
 
 
-def _dry_run(candidate: Candidate, checkpoint: Path) -> None:
-    """Unmatched tensors/parameters of the candidate's generated model on the checkpoint (headers only)."""
+def _dry_run(candidate: Candidate, checkpoint: Path, aliases: dict[str, str] | None = None) -> None:
+    """Unmatched tensors/parameters of the candidate's generated model on the checkpoint (headers only);
+    ``aliases``: config key -> the key whose value it takes (the draft's alias bindings, seen by the base's reader)."""
+    from modelgen.runtime.checkpoint_dir import CheckpointDir
+
     from .coverage import checkpoint_coverage
 
+    candidate.coverage_error = candidate.refused = None
     try:
         module = importlib.import_module(f"modelgen.generated.rocm.{candidate.ir.name}")
-        report = checkpoint_coverage(module, checkpoint, "rocm")
+        ckdir = CheckpointDir(checkpoint)
+        ckdir.hf_config = {**ckdir.hf_config, **{k: ckdir.hf_config[a] for k, a in (aliases or {}).items()}}
+        report = checkpoint_coverage(module, ckdir, "rocm")
     except Exception as e:  # refused config (the requires: TODO says so), an unbuilt spec: no dry run possible
         candidate.unmatched, candidate.refused = 10**6, f"{type(e).__name__}: {e}".splitlines()[0]
         return
@@ -244,17 +272,219 @@ def _identifier(text: str, pattern: str, fallback: str) -> str:
     return text if re.fullmatch(pattern, text) else fallback
 
 
+def _value(config: dict[str, Any], dotted: str) -> str:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    text = json.dumps(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _rope_style_blocks(model_type: str, base: Path) -> CommentedMap | None:
+    """``blocks:`` overrides setting each rotary block of ``base`` to the RoPE style transformers' modeling file
+    uses for this family (structure.modeling_rope_style), where the base's differs: read from the reference, not
+    guessed, so no TODO (Cohere, ERNIE 4.5 and GLM-4 rotate pairs where Llama rotates halves)."""
+    found = modeling_rope_style(model_type)
+    if found is None:
+        return None  # draft_spec writes the TODO
+    style, where = found
+    out = CommentedMap()
+    for name, block in load_spec(base)[0].blocks.items():
+        rope = getattr(getattr(block, "attention", None), "rope", None)
+        if rope is not None and rope.enabled is not False and rope.style != style:
+            out[name] = CommentedMap([("attention", CommentedMap([("rope", _flow({"style": style}))]))])
+            out[name]["attention"].yaml_add_eol_comment(_comment(f"as {where} does ({base.name}: {rope.style})"),
+                                                        "rope")
+    return out or None
+
+
+def _base_sets(base: Path, entries: dict[str, Any]) -> bool:
+    """Whether the base spec (resolved) already sets one of ``entries``' fields (``lm_head.divide_by``)."""
+    spec = load_spec(base)[0]
+    return any(getattr(getattr(spec, top, None), sub, None) is not None
+               for top, fields in entries.items() for sub in fields)
+
+
+def _norm_layout_hints(checkpoint: Path | None, base: Path) -> list[str]:
+    """What the checkpoint's per-layer norm tensors say about the residual layout, where it differs from the base's
+    first block: one norm per layer where the base has two suggests attention and MLP sharing it in parallel
+    (Cohere); names only, from the headers."""
+    if checkpoint is None:
+        return []
+    from modelgen.runtime.loader.checkpoint import Checkpoint
+
+    with Checkpoint(checkpoint, check_finite="off") as ck:
+        have = sorted({m.group(1) for key in ck.keys()
+                       if (m := re.search(r"\.layers\.0\.([A-Za-z0-9_]*norm[A-Za-z0-9_]*)\.weight$", key))})
+    block = next(iter(load_spec(base)[0].blocks.values()))
+    want = [n.name for n in (getattr(block, f, None) for f in ("attention_norm", "mlp_norm", "attention_post_norm",
+                                                              "mlp_post_norm")) if n is not None]
+    if len(have) == 1 and len(want) == 2 and not getattr(block, "parallel", None):
+        return [f"each layer has one norm ({have[0]}) where {base.name} has two ({', '.join(want)}): attention and "
+                f"MLP likely share it in parallel (`parallel: true`, out = x + attn(norm(x)) + mlp(norm(x)))"]
+    return []
+
+
+def _read_by(readers: list[tuple[str, str]]) -> str:
+    """`` (read by a.yaml, b.yaml and 3 more)``: who reads a key, bounded."""
+    names = sorted({s for s, _ in readers})
+    if not names:
+        return ""
+    return f" (read by {', '.join(names[:4])}" + (f" and {len(names) - 4} more)" if len(names) > 4 else ")")
+
+
+def _config_keys(config: dict[str, Any], base: Candidate, candidates: list[Candidate],
+                 served: list[str]) -> tuple[CommentedMap, CommentedSeq, CommentedSeq, list[str], dict[str, str],
+                                          dict[str, Any]]:
+    """The draft's ``config:`` bindings, its ``config_ignore:``, its added ``requires:``, its config TODO lines and
+    its alias bindings (config key -> the key read into it) and top-level entries using keys it reads
+    (``lm_head: {divide_by: 1.0 / logit_scale}``).
+
+    A key (top level, or inside a mapping the base reads: ``rope_parameters.partial_rotary_factor``) the base does
+    not read is, in this order: bound into a base field another spec reads it into (``as X reads it``); listed under
+    ``config_ignore:`` when some spec ignores it and no spec reads it (the vision fields of a multimodal wrapper;
+    the comment names who ignores it); else a TODO. TODOs of one feature (the sliding-window keys, the NoPE
+    keys, the µP multipliers: structure.FEATURE_GROUPS) share one line: one decision, not one per key.
+
+    A feature another spec reads that this checkpoint switches off (every key of its group ``false``, or ``null``
+    where another spec reads the key as nullable: ``use_qk_norm: false``, ``clip_qkv: null``) is no guess: the draft reads the keys and
+    refuses the feature by name when a config turns it on (``requires:``), since the base does not generate it."""
+    from modelgen.runtime.config_nesting import nested_unread_keys
+    from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS
+
+    ir = base.ir
+    base_read = _read_keys(ir) | set(ir.config_ignore)
+    by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
+    ignored_by: dict[str, list[str]] = {}  # config key (dotted for nested ones) -> specs listing it in config_ignore
+    for c in candidates:
+        for v in c.ir.config_values:
+            if v.kind == "read":
+                for k in set(v.keys) | _top_keys(v.keys):
+                    by_key.setdefault(k, []).append((c.spec.name, v.name))
+        for k in c.ir.config_ignore:
+            ignored_by.setdefault(k, []).append(c.spec.name)
+    base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
+    fields_by_key: dict[str, list[Any]] = {}  # config key -> the ConfigValues other specs read it into
+    for c in candidates:
+        for v in c.ir.config_values:
+            if v.kind == "read":
+                for k in v.keys:
+                    fields_by_key.setdefault(k, []).append(v)
+    bindings, ignores, refusals = CommentedMap(), CommentedSeq(), CommentedSeq()
+    todo: dict[str, list[tuple[str, str]]] = {}  # group (or the key itself) -> [(key, why)]
+
+    def ignore(key: str) -> bool:
+        who = sorted(set(ignored_by.get(key, [])))
+        if not who or by_key.get(key):
+            return False
+        ignores.append(_scalar(key))
+        ignores.yaml_add_eol_comment(_comment(f"ignored by {', '.join(who)} (read by no spec)"), len(ignores) - 1)
+        return True
+
+    def todo_for(key: str, why: str) -> None:
+        group = next((g for g, keys in FEATURE_GROUPS.items() if key.split(".")[-1] in keys), key)
+        todo.setdefault(group, []).append((key, why))
+
+    def off_type(key: str) -> str | None:
+        """The field type to read an off feature's key as (None: not off, or no type known)."""
+        if "." in key or key in bindings or not by_key.get(key):  # no spec reads it: what it does is unknown
+            return None
+        if config.get(key) is False:
+            return "bool"
+        nullable = [v for v in fields_by_key.get(key, []) if key in v.null_keys]
+        return nullable[0].reader.removeprefix("read_") if config.get(key) is None and key in config and nullable \
+            else None
+
+    # A base field none of whose keys the config has, under another name transformers uses for the same value
+    # (structure.HF_ALIASES: OLMoE's experts are intermediate_size wide, Qwen3-MoE's moe_intermediate_size).
+    aliased: dict[str, str] = {}  # the field's first config key -> the alias read into it
+    for fld, v in base_fields.items():
+        alias = next((a for a in HF_ALIASES.get(fld, ()) if config.get(a) is not None), None)
+        if alias and not any(config.get(k) is not None for k in v.keys) and (alias not in base_read or v.required):
+            bindings[fld] = _flow({"type": v.reader.removeprefix("read_"), "read": _flow([_scalar(k) for k in
+                                                                                         (*v.keys, alias)])})
+            bindings.yaml_add_eol_comment(_comment(f"{alias}: the same value under the name transformers gives it "
+                                                   "in families without {fld}".replace("{fld}", fld)), fld)
+            aliased[v.keys[0]] = alias
+    # Keys whose use transformers' modeling file of this family shows (structure.REFERENCE_USES), where the base
+    # has no field of that name: the field and its use are written, with the file they were read from.
+    uses: dict[str, Any] = {}
+    used = reference_uses(str(config.get("model_type") or ""),
+                          {k for k in config if k not in base_read and k not in base_fields})
+    for key, (ftype, entries, where) in used.items():
+        if _base_sets(base.spec, entries):  # the base already fills that entry (Granite's own logits divisor)
+            continue
+        bindings[key] = _flow({"type": ftype, "default": config[key]})
+        bindings.yaml_add_eol_comment(_comment(f"used as {where} uses it"), key)
+        uses.update(entries)
+        aliased[key] = key
+    # Keys the base does not read at all.
+    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read | set(aliased.values())):
+        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields and f not in bindings]
+        if elsewhere:
+            spec_name, fld = elsewhere[0]
+            keys = [key] + [k for k in base_fields[fld].keys if k != key]
+            ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
+            bindings[fld] = _flow({"type": ftype, "read": _flow([_scalar(k) for k in keys])})
+            bindings.yaml_add_eol_comment(_comment(f"{key}: as {spec_name} reads it"), fld)
+            continue
+        if ignore(key):
+            continue
+        todo_for(key, f" not read by {base.spec.name}{_read_by(by_key.get(key, []))}")
+    # Keys the base declares irrelevant (config_ignore: is never inherited: it is one family's knowledge). One
+    # no spec reads is ignored again, with who ignores it; one another spec reads is a decision again (Qwen3
+    # ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
+    for key in ir.config_ignore:
+        if served or "." in key or config.get(key) is None or ignore(key):
+            continue
+        todo_for(key, f" in {base.spec.name}'s config_ignore: but read elsewhere{_read_by(by_key.get(key, []))}; "
+                      "confirm it does not change this family's forward pass")
+    # Inside the mappings the base reads (rope_parameters): sub-keys it neither reads nor implements.
+    read_dotted = [k for v in ir.config_values if v.kind == "read" for k in v.keys]
+    # (the base's own config_ignore: entries are not passed: they are not inherited, so each is listed again below
+    # or becomes a TODO, like a top-level one)
+    unread, unimplemented = nested_unread_keys(config, read_dotted)
+    for key in sorted(set(unread) | set(unimplemented)):
+        if served or ignore(key):
+            continue
+        leaf = key.split(".")[-1]
+        todo_for(key, f" not implemented by {base.spec.name}{_read_by(by_key.get(key, []) + by_key.get(leaf, []))}")
+    lines = []
+    for group, parts in todo.items():
+        types = {key: off_type(key) for key, _ in parts}
+        if all(types.values()):
+            for key, ftype in types.items():
+                bindings[key] = _flow({"type": ftype, "nullable": True, "default": None} if ftype != "bool"
+                                      else {"type": ftype, "default": False})
+                others = sorted({s for s, _ in by_key.get(key, [])})
+                refusals.append(CommentedMap([
+                    ("check", f"not {key}" if ftype == "bool" else f"{key} is None"),
+                    ("message", DoubleQuotedScalarString(
+                        f"{key} is not generated by this spec (off in the checkpoint it was drafted from"
+                        + (f"; {', '.join(others[:4])} read{'s' if len(others) == 1 else ''} it" if others else "")
+                        + ")"))]))
+            continue
+        head = f"TODO config: {group}: " if group in FEATURE_GROUPS else "TODO config: "
+        whys = sorted({why for _, why in parts})
+        values = ", ".join(f"'{key}' = {_value(config, key)}" for key, _ in parts)
+        lines.append(_comment(head + values + "".join(whys) if len(whys) == 1 else
+                              head + "; ".join(f"'{key}' = {_value(config, key)}{why}" for key, why in parts)))
+    return bindings, ignores, refusals, lines, aliased, uses
+
+
 def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tuple[str, ...] = (),
                base: str | Path | None = None) -> Draft:
-    """Draft a spec for ``source`` (a checkpoint directory or a config.json); ``exclude``: spec names never chosen
-    as the base (tests use it to onboard an existing family as if it were new); ``base``: the spec to extend, chosen
+    """Draft a spec for ``source`` (a checkpoint directory or a config.json); ``exclude``: specs (names or paths)
+    that neither serve as the base nor lend their knowledge, nor do the specs extending them (``new --exclude``;
+    onboarding an existing family as if it were new); ``base``: the spec to extend, chosen
     by the author instead of by score (the other specs still supply config-key spellings)."""
     from modelgen.runtime.hf_config import GENERIC_CONFIG_KEYS, ConfigError
 
     source = Path(source)
     config, checkpoint = _read_config(source)
+    exclude = tuple(Path(e).stem for e in exclude)  # a spec name or its path
     specs = [s for s in (specs if specs is not None else sorted(SPECS_DIR.glob("*.yaml"))) if s.stem not in exclude]
-    candidates = score_candidates(config, specs, checkpoint_tokens(checkpoint))
+    candidates = score_candidates(config, specs, checkpoint_tokens(checkpoint), exclude)
     if not candidates:
         raise DraftError("no spec in specs/ builds, so there is nothing to extend")
     if checkpoint is not None:
@@ -277,7 +507,8 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     archs = list(config.get("architectures") or ["TODOForCausalLM"])
     model_type = str(config.get("model_type") or "todo")
     name = _identifier(re.sub(r"[^a-z0-9_]", "_", model_type.lower()), r"[a-z][a-z0-9_]*", "todo_model")
-    prefix = re.sub(r"For(CausalLM|ConditionalGeneration)$", "", archs[0])
+    # Ernie4_5ForCausalLM -> Ernie45: the class name less its head, without the underscores class names avoid
+    prefix = re.sub(r"_", "", re.sub(r"For(CausalLM|ConditionalGeneration)$", "", archs[0]))
     prefix = _identifier(prefix, r"[A-Z][A-Za-z0-9]*", "Todo")
 
     todos: list[str] = []
@@ -328,39 +559,31 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
         ("model_type", _scalar(model_type)),
         ("modeling", _scalar(f"transformers/models/{model_type}/modeling_{model_type}.py")),
     ])
-    # Config keys: read by the base, bound from another spec's spelling, or TODO.
-    base_read = _read_keys(ir) | set(ir.config_ignore)
-    by_key: dict[str, list[tuple[str, str]]] = {}  # config key -> [(spec, field)] of every spec reading it
-    for c in candidates:
-        for v in c.ir.config_values:
-            if v.kind == "read":
-                for k in _top_keys(v.keys):
-                    by_key.setdefault(k, []).append((c.spec.name, v.name))
-    base_fields = {v.name: v for v in ir.config_values if v.kind == "read"}
-    bindings = CommentedMap()
-    unread: list[str] = []
-    for key in sorted(k for k in config if k not in GENERIC_CONFIG_KEYS and k not in base_read):
-        elsewhere = [(s, f) for s, f in by_key.get(key, []) if f in base_fields]
-        if elsewhere:
-            spec_name, fld = elsewhere[0]
-            keys = [key] + [k for k in base_fields[fld].keys if k != key]
-            ftype = base_fields[fld].reader.removeprefix("read_")  # restated: the base may use the `x: int` shorthand
-            bindings[fld] = _flow({"type": ftype, "read": _flow([_scalar(k) for k in keys])})
-            bindings.yaml_add_eol_comment(_comment(f"{key}: as {spec_name} reads it"), fld)
-            continue
-        value = json.dumps(config[key])
-        value = value if len(value) <= 60 else value[:57] + "..."
-        others = sorted({s for s, _ in by_key.get(key, [])})
-        hint = f" (read by {', '.join(others)})" if others else ""
-        unread.append(_comment(f"TODO config: '{key}' = {value} is not read by {base.spec.name}{hint}"))
+    bindings, ignores, refusals, unread, aliased, uses = _config_keys(config, base, candidates, served)
+    aliased = {k: a for k, a in aliased.items() if k != a}
+    if aliased:  # the base's reader and dry run see the config as the draft reads it
+        config = {**config, **{k: config[a] for k, a in aliased.items()}}
+        if checkpoint is not None:
+            _dry_run(base, checkpoint, aliased)
     if bindings:
         doc["config"] = bindings
-    # Keys the base declares irrelevant (config_ignore:) are that family's knowledge: for a new family each is a
-    # decision again (Qwen3 ignores sliding_window because use_sliding_window gates it; Mixtral has no such gate).
-    inherited = [_comment(f"TODO config: '{k}' = {json.dumps(config[k])[:60]} is in {base.spec.name}'s "
-                          "config_ignore: (not read); confirm it does not change this family's forward pass")
-                 for k in ir.config_ignore if k in config and config[k] is not None and not served]
-    unread += inherited
+    if ignores:
+        doc["config_ignore"] = ignores
+    rope = _rope_style_blocks(model_type, base.spec)
+    if rope:
+        doc["blocks"] = rope
+    if modeling_rope_style(model_type) is None and any(k in ir.kinds for k in ("gqa", "mla")):
+        todo = _comment(f"TODO structure: RoPE style not read (no rotate_half in an installed transformers/models/"
+                        f"{model_type}/modeling_{model_type}.py); {base.spec.name} rotates halves unless its blocks "
+                        "say `style: pairwise`: check which one the family uses")
+        lines.append(todo)
+        todos.append(todo)
+    for entry, value in uses.items():
+        doc[entry] = _flow(value)
+    if refusals:  # a child's list replaces its base's: the base's requires: are restated first
+        doc["requires"] = CommentedSeq([CommentedMap([("check", DoubleQuotedScalarString(r.check)),
+                                                      ("message", DoubleQuotedScalarString(r.message))])
+                                        for r in load_spec(base.spec)[0].requires] + list(refusals))
     if unread:
         lines += [""] + unread
         todos += unread
@@ -385,6 +608,7 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
                 f"prefix / fuse / rename / ignore / experts, or the blocks):"] + [_comment(f"  {d}") for d in detail[:12]]
         if len(detail) > 12:
             todo.append(f"#   ... and {len(detail) - 12} more")
+        todo += [_comment(f"  hint: {h}") for h in _norm_layout_hints(checkpoint, base.spec)]
         lines += [""] + todo
         todos.append(todo[0])
     elif base.refused:

@@ -150,7 +150,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.force:
         print(f"modelgen new: {out} exists; choose another -o or pass --force", file=sys.stderr)
         return 2
-    draft = draft_spec(Path(args.from_hf), base=Path(args.base) if args.base else None)
+    draft = draft_spec(Path(args.from_hf), base=Path(args.base) if args.base else None,
+                       exclude=tuple(args.exclude))
     if out is None:
         sys.stdout.write(draft.text)
     else:

@@ -9,6 +9,7 @@ read off its IR (``ModelIR.kinds``, its norm classes, its blocks' ``parallel``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Config keys of state-space mixers (Mamba-1/-2 and the hybrids built on them: Jamba, Bamba, Falcon-H1,
@@ -19,6 +20,25 @@ SSM_KEYS = ("ssm_state_size", "state_size", "conv_kernel", "mamba_d_state", "mam
             "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "ssm_cfg")
 SSM_PREFIXES = ("mamba_", "time_step_", "ssm_")
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# Config keys that switch one feature between them: their TODOs share one line in a draft (one decision each).
+FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
+    "sliding window": ("sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern",
+                       "layer_types"),
+    "NoPE layers (no rotary embedding)": ("no_rope_layers", "no_rope_layer_interval", "nope_layer_interval"),
+    "muP multipliers": ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"),
+    "mixture of experts": EXPERT_COUNT_KEYS + ("num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                                              "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef",
+                                              "output_router_logits", "moe_topk", "num_shared_experts"),
+    "projection biases": ("attention_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qkv_bias"),
+}
+# A spec field -> other config keys transformers uses for the same value, bound by `new` when the config has none
+# of the field's own keys: the expert width is intermediate_size where no dense MLP has it (Mixtral, OLMoE,
+# Granite-MoE); a norm's epsilon is spelled per norm kind (a LayerNorm-vs-RMSNorm difference is a structure TODO).
+HF_ALIASES: dict[str, tuple[str, ...]] = {
+    "moe_intermediate_size": ("intermediate_size",),
+    "rms_norm_eps": ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+    "layer_norm_eps": ("rms_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+}
 GATED_ACTS = {"silu", "swish", "swiglu"}
 UNGATED_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "relu", "relu2", "quick_gelu"}
 # What each kind of difference costs a candidate base (added to draft.score_candidates' config-key score, whose
@@ -140,3 +160,66 @@ def differences(want: Structure, have: Structure) -> list[tuple[float, str]]:
         out.append((PARALLEL_COST, f"the config has {want.why['parallel']}; the base's residual is "
                                    + ("parallel" if have.parallel else "serial")))
     return out
+
+
+# Config keys whose use `new` writes when transformers' modeling file of the family shows that use (a regex over its
+# text): key -> (pattern, the spec's field type, the top-level spec entries using it). Read from the reference,
+# so no TODO; absent the pattern, the key stays a TODO.
+REFERENCE_USES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    # CohereForCausalLM / Cohere2ForCausalLM: logits = logits * self.logit_scale
+    "logit_scale": (r"logits\s*=\s*logits\s*\*\s*self\.logit_scale", "float",
+                    {"lm_head": {"divide_by": "1.0 / logit_scale"}}),
+}
+
+
+def modeling_source(model_type: str) -> tuple[str, str] | None:
+    """(text, display path) of the installed transformers' ``modeling_<model_type>.py``, or None. The file is read
+    as text, never imported (a config's model_type must not pick code to run)."""
+    import importlib.util
+    import re
+
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", model_type):
+        return None
+    found = importlib.util.find_spec("transformers")
+    if found is None or found.origin is None:
+        return None
+    path = Path(found.origin).parent / "models" / model_type / f"modeling_{model_type}.py"
+    try:
+        return path.read_text(encoding="utf-8"), f"transformers/models/{model_type}/modeling_{model_type}.py"
+    except OSError:
+        return None
+
+
+def reference_uses(model_type: str, keys: set[str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """The :data:`REFERENCE_USES` among ``keys`` that the family's modeling file shows: key -> (type, entries, the
+    file)."""
+    import re
+
+    source = modeling_source(model_type)
+    if source is None:
+        return {}
+    text, where = source
+    return {k: (ftype, entries, where) for k, (pattern, ftype, entries) in REFERENCE_USES.items()
+            if k in keys and re.search(pattern, text)}
+
+
+def modeling_rope_style(model_type: str) -> tuple[str, str] | None:
+    """(RoPE style, where it was read) from the installed transformers' ``modeling_<model_type>.py``:
+    ``rotate_half`` slicing ``x[..., 0::2]`` / ``x[..., 1::2]`` rotates pairs (2i, 2i+1), ``pairwise``; slicing at
+    ``x.shape[-1] // 2`` rotates halves, ``rotate_half``. None when the file or the function is not there."""
+    import re
+
+    source = modeling_source(model_type)
+    if source is None:
+        return None
+    text, path = source
+    at = text.find("def rotate_half(")
+    if at < 0:
+        return None
+    body = text[at:at + 600].split("\n\n")[0]
+    where = f"{path} rotate_half"
+    if re.search(r"x\[\.\.\., *0?::2\]", body) and re.search(r"x\[\.\.\., *1::2\]", body):
+        return "pairwise", where
+    if "x.shape[-1] // 2" in body:
+        return "rotate_half", where
+    return None
