@@ -32,12 +32,14 @@ class QKNormSpec(Strict):
         default=False, description="layer_norm, scope head only: the norms have a bias (Phi qk_layernorm: "
         "nn.LayerNorm(head_dim)); StableLM's per-head norms have none",
     )
-    scope: Literal["head", "projection", "each_head"] = Field(
+    scope: Literal["head", "projection", "each_head", "stacked"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
         "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; an RMS kind; "
         "under tensor parallelism the variance is all-reduced over the ranks' heads); each_head: a norm over head_dim per head with its "
-        "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused)",
+        "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused); stacked: "
+        "a layer_norm over head_dim per head, the weights one tensor `[heads, head_dim]` (Command R+ use_qk_norm: "
+        "CohereLayerNorm((heads, head_dim)), mean-subtracted, float32, no bias; each rank holds its heads' rows)",
     )
 
 
@@ -109,11 +111,14 @@ class QKNorm:
         """The q or k norm as an IR norm over head_dim (its bias only where the spec gives one)."""
         return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias))
 
-    def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False) -> str:
+    def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False, tp: str = "") -> str:
         """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``;
-        ``projection``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key heads)."""
+        ``projection`` / ``stacked``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key
+        heads; ``tp``: extra constructor arguments of a stacked norm, e.g. vLLM's rank and world)."""
         if self.scope == "projection":
             return f"ShardedProjectionRMSNorm({', '.join(self.projection_args(dim_py, heads_py, kv))})"
+        if self.scope == "stacked":
+            return f"StackedHeadLayerNorm({heads_py}, {dim_py}, eps={self.eps.py}{', kv=True' if kv else ''}{tp})"
         one = norm_module(self.norm(name), dim_py)
         return f"PerHeadNorm([{one} for _ in range({heads_py})])" if self.scope == "each_head" else one
 
@@ -185,7 +190,8 @@ class GQAttention(Module):
         ]
         if self.qk_norm is not None:
             when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
-            scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights"}[
+            scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights",
+                     "stacked": "per-head ([heads, head_dim] weight)"}[
                 self.qk_norm.scope]
             rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k before RoPE{when}"))
         if self.output_gate:
@@ -218,6 +224,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
             ctx.error(qp + ("kind",), "a whole-projection QK norm is an RMS kind (rms, zero_centred_rms, rms_float32)")
         if q.bias and (q.kind != "layer_norm" or q.scope != "head"):
             ctx.error(qp + ("bias",), "a QK-norm bias needs kind layer_norm and scope head")
+        if q.scope == "stacked" and q.kind != "layer_norm":
+            ctx.error(qp + ("kind",), "a stacked per-head QK norm (one [heads, head_dim] weight) is a layer_norm")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,

@@ -1,0 +1,31 @@
+"""Issue 26's attention vocabulary on the vllm target, served by real vLLM (tests/test_parity_attn26.py's feature-on
+configs): greedy tokens equal transformers' float32 choices, teacher-forced (harness.py). Command R+'s per-head QK
+LayerNorm ([heads, head_dim] weights). vLLM's CPU attention takes head sizes 32..512: hidden_size 128, 4 heads.
+"""
+from __future__ import annotations
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt  # noqa: E402
+from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
+
+WIDE = dict(hidden_size=128)  # head_dim = hidden_size // heads = 32
+SCALE = dict(initializer_range=0.1)
+# name -> (architecture, config overrides)
+CASES: dict[str, tuple[str, dict]] = {
+    "cohere_qk_norm": ("CohereForCausalLM", dict(WIDE, use_qk_norm=True, logit_scale=0.3, attention_bias=True)),
+}
+PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_tokens_equal_transformers(tmp_path, name):
+    arch, overrides = CASES[name]
+    hf = make_tiny_checkpoint(tmp_path, arch, **SCALE, **overrides)
+    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
+    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
+    assert not any(misses.values()), misses
+    assert all(len(t) == 8 for t in served.tokens)
