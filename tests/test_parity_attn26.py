@@ -1,5 +1,7 @@
 """Issue 26's attention vocabulary against transformers: Command R+'s per-head QK LayerNorm stored as one
-``[heads, head_dim]`` weight (specs/cohere.yaml ``use_qk_norm``; gqa ``qk_norm.scope: stacked``).
+``[heads, head_dim]`` weight (specs/cohere.yaml ``use_qk_norm``; gqa ``qk_norm.scope: stacked``); HunYuan dense's QK
+RMSNorm after RoPE (gqa ``qk_norm.after_rope``) and NTK-alpha RoPE (``rope_type: dynamic`` + ``alpha``: a stretched
+base, specs/hunyuan_v1_dense.yaml).
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA 4 query / 2 KV heads, 4 layers, norm
 weights perturbed off their initial constants) with the family's optional features switched on; gates as for the other
@@ -8,6 +10,8 @@ neuron, plus bf16 three-way for one case per family. The negative controls switc
 or in the reference) and require the logits to move far past the tolerance.
 """
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -21,14 +25,22 @@ PREFILL_ATOL = 1e-4
 PROMPT = tiny_prompt()  # 24 tokens
 SCALE = dict(initializer_range=0.1)  # weights 5x transformers' default: logits of order 1, so each feature shows
 
+HUNYUAN_ALPHA = dict(rope_type="dynamic", alpha=1000.0, factor=1.0, rope_theta=10000.0, beta_fast=32, beta_slow=1,
+                     mscale=1.0, mscale_all_dim=1.0)
 # name -> (architecture, config overrides)
 CASES: dict[str, tuple[str, dict]] = {
     # Command R+: q_norm [4, 16] and k_norm [2, 16] LayerNorms (own row per head) before the interleaved RoPE.
     "cohere_qk_norm": ("CohereForCausalLM", dict(use_qk_norm=True, logit_scale=0.3, attention_bias=True)),
     # MQA: one KV head, so under TP=2 the k_norm row is held by both ranks.
     "cohere_qk_norm_mqa": ("CohereForCausalLM", dict(use_qk_norm=True, num_key_value_heads=1)),
+    # HunYuan: NTK-alpha (with the YaRN leftovers real checkpoints carry under dynamic), q/k/v/o biases.
+    "hunyuan_alpha": ("HunYuanDenseV1ForCausalLM", dict(attention_bias=True, rope_parameters=HUNYUAN_ALPHA)),
+    "hunyuan_plain": ("HunYuanDenseV1ForCausalLM", dict(tie_word_embeddings=True)),
+    # v4 layout: rope_theta + rope_scaling {type: dynamic, alpha, factor}
+    "hunyuan_v4_alpha": ("HunYuanDenseV1ForCausalLM", dict(
+        rope_theta=5000.0, rope_scaling=dict(type="dynamic", alpha=50.0, factor=1.0))),
 }
-THREE_WAY = ["cohere_qk_norm"]
+THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha"]
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +104,57 @@ def test_cohere_qk_norm_moves_the_logits(checkpoint, target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", ["cohere_qk_norm", "cohere_qk_norm_mqa"])
 def test_cohere_qk_norm_tensor_parallel_2_matches_1(checkpoint, tmp_path, target, name):
     """TP=2 over gloo: each rank holds its query heads' rows of q_norm and its KV head's row of k_norm (the MQA head's
     row on both ranks): logits and greedy tokens equal TP=1's."""
     assert_tp2_matches_tp1(checkpoint(name)[0], target, PROMPT, tmp_path)
+
+
+class _HeadNorm(torch.nn.Module):
+    """A projection followed by a per-head norm: HunYuan's q/k norm moved before RoPE."""
+
+    def __init__(self, proj: torch.nn.Module, norm: torch.nn.Module, head_dim: int):
+        super().__init__()
+        self.proj, self.norm, self.head_dim = proj, norm, head_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        return self.norm(y.view(*y.shape[:-1], -1, self.head_dim)).view(y.shape)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hunyuan_features_move_the_logits(checkpoint, tmp_path, target):
+    """Negative controls: the QK norm switched off, the QK norm before RoPE (transformers' model rewired), and alpha
+    dropped (plain RoPE on rope_theta: the same weights in transformers) are each another model."""
+    path, hf = checkpoint("hunyuan_alpha")
+    ref = hf_logits(hf, PROMPT)
+    llm = _llm(path, target)
+    assert _err(llm, ref) < PREFILL_ATOL
+    with torch.no_grad():
+        for attn in _attentions(llm):
+            attn.query_layernorm.weight.fill_(1.0)  # the norms' learned weights are read ...
+            attn.key_layernorm.weight.fill_(1.0)
+    assert _err(llm, ref) > 1e-2
+    before = copy.deepcopy(hf)
+    for layer in before.model.layers:
+        attn = layer.self_attn
+        attn.q_proj = _HeadNorm(attn.q_proj, attn.query_layernorm, attn.head_dim)
+        attn.k_proj = _HeadNorm(attn.k_proj, attn.key_layernorm, attn.head_dim)
+        attn.query_layernorm, attn.key_layernorm = torch.nn.Identity(), torch.nn.Identity()
+    moved = hf_logits(before, PROMPT)
+    assert (moved - ref).abs().max().item() > 1e-2  # ... and so does the order
+    assert _err(_llm(path, target), moved) > 1e-2
+    arch, overrides = CASES["hunyuan_alpha"]
+    no_alpha = {k: v for k, v in HUNYUAN_ALPHA.items() if k != "alpha"}
+    plain = make_tiny_checkpoint(tmp_path / "no_alpha", arch, **SCALE, **dict(overrides, rope_parameters=no_alpha))
+    assert _err(_llm(path, target), hf_logits(plain, PROMPT)) > 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dynamic_alpha_still_refused_where_not_implemented(tmp_path, target):
+    """Llama's spec does not read alpha: a dynamic RoPE with an alpha is refused by name there, not run as plain
+    dynamic NTK (the silent case of issue 26)."""
+    make_tiny_checkpoint(tmp_path, "LlamaForCausalLM", rope_parameters=HUNYUAN_ALPHA)
+    with pytest.raises(Exception, match="alpha"):
+        _llm(tmp_path, target)

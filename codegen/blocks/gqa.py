@@ -32,6 +32,11 @@ class QKNormSpec(Strict):
         default=False, description="layer_norm, scope head only: the norms have a bias (Phi qk_layernorm: "
         "nn.LayerNorm(head_dim)); StableLM's per-head norms have none",
     )
+    after_rope: bool = Field(
+        default=False,
+        description="true: q and k are normed after RoPE, not before (HunYuan query_layernorm / key_layernorm, Llama 4 "
+        "qk_norm); a per-head scope, without clip_qkv",
+    )
     scope: Literal["head", "projection", "each_head", "stacked"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
@@ -106,6 +111,7 @@ class QKNorm:
     k_name: str
     scope: str = "head"  # "head" | "projection"
     bias: bool = False  # layer_norm, head scope: a learned bias per norm (Phi)
+    after_rope: bool = False  # normed after RoPE (HunYuan, Llama 4), not before
 
     def norm(self, name: str) -> Norm:
         """The q or k norm as an IR norm over head_dim (its bias only where the spec gives one)."""
@@ -162,7 +168,7 @@ class GQAttention(Module):
         (on the GPU inside the cache-write / decode kernels); LayerNorms and the other scopes are applied in forward."""
         # clip_qkv clamps the normed q and k (HF OLMoE), so with a clip the norm runs in forward, before the clamp.
         return bool(self.qk_norm and self.qk_norm.scope == "head" and self.qk_norm.kind != "layer_norm"
-                    and self.clip_qkv is None)
+                    and self.clip_qkv is None and not self.qk_norm.after_rope)
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
@@ -193,7 +199,8 @@ class GQAttention(Module):
             scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights",
                      "stacked": "per-head ([heads, head_dim] weight)"}[
                 self.qk_norm.scope]
-            rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k before RoPE{when}"))
+            order = "after" if self.qk_norm.after_rope else "before"
+            rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k {order} RoPE{when}"))
         if self.output_gate:
             rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
@@ -224,12 +231,14 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
             ctx.error(qp + ("kind",), "a whole-projection QK norm is an RMS kind (rms, zero_centred_rms, rms_float32)")
         if q.bias and (q.kind != "layer_norm" or q.scope != "head"):
             ctx.error(qp + ("bias",), "a QK-norm bias needs kind layer_norm and scope head")
+        if q.after_rope and (q.scope == "projection" or a.clip_qkv is not None):
+            ctx.error(qp + ("after_rope",), "a QK norm after RoPE is per head (not scope projection), without clip_qkv")
         if q.scope == "stacked" and q.kind != "layer_norm":
             ctx.error(qp + ("kind",), "a stacked per-head QK norm (one [heads, head_dim] weight) is a layer_norm")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
-                        k_name=q.k_name, scope=q.scope, bias=q.bias)
+                        k_name=q.k_name, scope=q.scope, bias=q.bias, after_rope=q.after_rope)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),

@@ -17,6 +17,7 @@ MODELS = {
     "GptOssForCausalLM": "gpt_oss",
     "GraniteForCausalLM": "granite",
     "GraniteMoeForCausalLM": "granitemoe",
+    "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",
     "Lfm2ForCausalLM": "lfm2",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",

@@ -1,6 +1,7 @@
 """Issue 26's attention vocabulary on the vllm target, served by real vLLM (tests/test_parity_attn26.py's feature-on
 configs): greedy tokens equal transformers' float32 choices, teacher-forced (harness.py). Command R+'s per-head QK
-LayerNorm ([heads, head_dim] weights). vLLM's CPU attention takes head sizes 32..512: hidden_size 128, 4 heads.
+LayerNorm ([heads, head_dim] weights); HunYuan dense (QK RMSNorm after RoPE, NTK-alpha RoPE). vLLM's CPU attention
+takes head sizes 32..512: hidden_size 128 over 4 heads, or head_dim 32.
 """
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prom
 from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
 
 WIDE = dict(hidden_size=128)  # head_dim = hidden_size // heads = 32
+HD = dict(head_dim=32)
+HUNYUAN_ALPHA = dict(rope_type="dynamic", alpha=1000.0, factor=1.0, rope_theta=10000.0)
 SCALE = dict(initializer_range=0.1)
 # name -> (architecture, config overrides)
 CASES: dict[str, tuple[str, dict]] = {
     "cohere_qk_norm": ("CohereForCausalLM", dict(WIDE, use_qk_norm=True, logit_scale=0.3, attention_bias=True)),
+    "hunyuan_alpha": ("HunYuanDenseV1ForCausalLM", dict(HD, attention_bias=True, rope_parameters=HUNYUAN_ALPHA)),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 

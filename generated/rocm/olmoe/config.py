@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): f87e9ff6ef9320b7
+# source hash (spec + templates + generator): 213a0294a29f5e9e
 # ==================================================================================================================
 """OlmoeConfig: the HF ``config.json`` fields specs/olmoe.yaml reads, typed, with the spec's defaults.
 

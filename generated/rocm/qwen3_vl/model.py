@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_vl.yaml --target rocm
-# source hash (spec + templates + generator): dd4282a0b1019415
+# source hash (spec + templates + generator): f67f265810f88559
 # ==================================================================================================================
 """Qwen3VL for the rocm target, in ATOM's style.
 

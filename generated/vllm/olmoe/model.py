@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): f87e9ff6ef9320b7
+# source hash (spec + templates + generator): 213a0294a29f5e9e
 # ==================================================================================================================
 """Olmoe for the vllm target: vLLM's model interface and layer library.
 
