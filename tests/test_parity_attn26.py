@@ -1,7 +1,10 @@
 """Issue 26's attention vocabulary against transformers: Command R+'s per-head QK LayerNorm stored as one
 ``[heads, head_dim]`` weight (specs/cohere.yaml ``use_qk_norm``; gqa ``qk_norm.scope: stacked``); HunYuan dense's QK
 RMSNorm after RoPE (gqa ``qk_norm.after_rope``) and NTK-alpha RoPE (``rope_type: dynamic`` + ``alpha``: a stretched
-base, specs/hunyuan_v1_dense.yaml).
+base, specs/hunyuan_v1_dense.yaml); Llama 4 text's dense layers (specs/llama4.yaml): NoPE layers by no_rope_layers, a
+weightless QK RMSNorm after the interleaved RoPE (gqa ``qk_norm: {affine: false, after_rope: true}``) and attention
+temperature tuning on the NoPE layers (gqa ``temperature_tuning``); its MoE layers and chunked attention are refused
+by name (tested below).
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA 4 query / 2 KV heads, 4 layers, norm
 weights perturbed off their initial constants) with the family's optional features switched on; gates as for the other
@@ -27,6 +30,7 @@ SCALE = dict(initializer_range=0.1)  # weights 5x transformers' default: logits 
 
 HUNYUAN_ALPHA = dict(rope_type="dynamic", alpha=1000.0, factor=1.0, rope_theta=10000.0, beta_fast=32, beta_slow=1,
                      mscale=1.0, mscale_all_dim=1.0)
+LLAMA4 = dict(moe_layers=[], attention_chunk_size=None, intermediate_size_mlp=80)
 # name -> (architecture, config overrides)
 CASES: dict[str, tuple[str, dict]] = {
     # Command R+: q_norm [4, 16] and k_norm [2, 16] LayerNorms (own row per head) before the interleaved RoPE.
@@ -39,8 +43,17 @@ CASES: dict[str, tuple[str, dict]] = {
     # v4 layout: rope_theta + rope_scaling {type: dynamic, alpha, factor}
     "hunyuan_v4_alpha": ("HunYuanDenseV1ForCausalLM", dict(
         rope_theta=5000.0, rope_scaling=dict(type="dynamic", alpha=50.0, factor=1.0))),
+    # Llama 4: NoPE on layers 1 and 3, temperature tuning biting from position 3 (floor_scale 4 < the prompt), dense
+    # layers of intermediate_size_mlp, biases; then QK norm and tuning off on the interval schedule; then a chunk as
+    # long as the context (no key masked, so accepted).
+    "llama4": ("Llama4ForCausalLM", dict(LLAMA4, no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5,
+                                         attention_bias=True)),
+    "llama4_plain": ("Llama4ForCausalLM", dict(LLAMA4, use_qk_norm=False, attn_temperature_tuning=False,
+                                               no_rope_layer_interval=2, tie_word_embeddings=True)),
+    "llama4_chunk_is_context": ("Llama4ForCausalLM", dict(LLAMA4, attention_chunk_size=256, floor_scale=8,
+                                                          max_position_embeddings=256)),
 }
-THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha"]
+THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha", "llama4"]
 
 
 @pytest.fixture(scope="module")
@@ -157,4 +170,40 @@ def test_dynamic_alpha_still_refused_where_not_implemented(tmp_path, target):
     dynamic NTK (the silent case of issue 26)."""
     make_tiny_checkpoint(tmp_path, "LlamaForCausalLM", rope_parameters=HUNYUAN_ALPHA)
     with pytest.raises(Exception, match="alpha"):
+        _llm(tmp_path, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama4_features_move_the_logits(checkpoint, tmp_path, target):
+    """Negative controls: the weightless QK norm off, temperature tuning off (both in modelgen's model), and RoPE on
+    every layer (transformers' own switch, same weights) are each another model."""
+    path, hf = checkpoint("llama4")
+    ref = hf_logits(hf, PROMPT)
+    llm = _llm(path, target)
+    assert _err(llm, ref) < PREFILL_ATOL
+    rope_layers = [a for a in _attentions(llm) if hasattr(a, "use_qk_norm")]
+    nope_layers = [a for a in _attentions(llm) if hasattr(a, "temperature_tuning")]
+    assert len(rope_layers) == len(nope_layers) == 2
+    for attn in rope_layers:
+        attn.use_qk_norm = False
+    assert _err(llm, ref) > 1e-2
+    llm = _llm(path, target)
+    for attn in _attentions(llm):
+        if hasattr(attn, "temperature_tuning"):
+            attn.temperature_tuning = False
+    assert _err(llm, ref) > 1e-2
+    arch, overrides = CASES["llama4"]
+    all_rope = make_tiny_checkpoint(tmp_path / "all_rope", arch, **SCALE, **dict(overrides, no_rope_layers=[1] * 4))
+    assert _err(_llm(path, target), hf_logits(all_rope, PROMPT)) > 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("change, field", [
+    (dict(attention_chunk_size=8), "attention_chunk_size"),  # shorter than the context: keys would be masked
+    (dict(moe_layers=[1, 3]), "moe_layers"),
+])
+def test_llama4_refuses_what_it_does_not_generate(tmp_path, target, change, field):
+    """Chunked attention and the MoE layers are refused naming the field, never served as dense full attention."""
+    make_tiny_checkpoint(tmp_path, "Llama4ForCausalLM", **SCALE, **dict(LLAMA4, **change))
+    with pytest.raises(Exception, match=field):
         _llm(tmp_path, target)

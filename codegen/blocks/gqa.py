@@ -32,6 +32,10 @@ class QKNormSpec(Strict):
         default=False, description="layer_norm, scope head only: the norms have a bias (Phi qk_layernorm: "
         "nn.LayerNorm(head_dim)); StableLM's per-head norms have none",
     )
+    affine: bool = Field(
+        default=True, description="false: no learned weight, x * rsqrt(mean(x^2) + eps) only (Llama 4's weightless "
+        "L2 qk_norm); an RMS kind",
+    )
     after_rope: bool = Field(
         default=False,
         description="true: q and k are normed after RoPE, not before (HunYuan query_layernorm / key_layernorm, Llama 4 "
@@ -46,6 +50,14 @@ class QKNormSpec(Strict):
         "a layer_norm over head_dim per head, the weights one tensor `[heads, head_dim]` (Command R+ use_qk_norm: "
         "CohereLayerNorm((heads, head_dim)), mean-subtracted, float32, no bias; each rank holds its heads' rows)",
     )
+
+
+class TemperatureTuningSpec(Strict):
+    """Llama 4's attention temperature tuning (arXiv 2501.19399): q scaled per position after RoPE and the QK norm."""
+
+    enabled: Expression = Field(default=True, description="expression, e.g. attn_temperature_tuning")
+    floor_scale: Expression = Field(description="positions per step of the scale (floor_scale)")
+    attn_scale: Expression = Field(description="slope of the scale (attn_scale)")
 
 
 class KVCacheSpec(Strict):
@@ -79,6 +91,11 @@ class GQASpec(Strict):
         "(max_position_embeddings)",
     )
     kv_cache: KVCacheSpec = Field(description="the cache this attention declares, e.g. {kind: paged_kv}")
+    temperature_tuning: TemperatureTuningSpec | None = Field(
+        default=None,
+        description="q multiplied by log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1 per token position, "
+        "in float32, before attention (Llama 4 attn_temperature_tuning on its NoPE layers)",
+    )
     sliding_window: Expression | None = Field(
         default=None,
         description="expression: window W in tokens (a query at position q sees keys k with q - W < k <= q, "
@@ -112,10 +129,11 @@ class QKNorm:
     scope: str = "head"  # "head" | "projection"
     bias: bool = False  # layer_norm, head scope: a learned bias per norm (Phi)
     after_rope: bool = False  # normed after RoPE (HunYuan, Llama 4), not before
+    affine: bool = True  # False: weightless (Llama 4's L2 qk_norm)
 
     def norm(self, name: str) -> Norm:
         """The q or k norm as an IR norm over head_dim (its bias only where the spec gives one)."""
-        return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias))
+        return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias), affine=self.affine)
 
     def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False, tp: str = "") -> str:
         """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``;
@@ -161,6 +179,7 @@ class GQAttention(Module):
     sinks: bool = False
     softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
     clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
+    temperature: tuple[Value, Value, Value] | None = None  # (enabled, floor_scale, attn_scale); None: no tuning
 
     @property
     def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
@@ -217,6 +236,10 @@ class GQAttention(Module):
             rows.append(("logit soft-cap", f"`{self.softcap.spec}` * tanh(scores / cap) before the softmax"))
         if self.clip_qkv is not None:
             rows.append(("clip_qkv", f"q, k, v clamped to +-`{self.clip_qkv.spec}`"))
+        if self.temperature is not None:
+            on, floor, slope = self.temperature
+            rows.append(("temperature tuning", f"q x (log(floor((pos + 1) / `{floor.spec}`) + 1) * `{slope.spec}` + 1)"
+                                               + ("" if on.always else f", when `{on.spec}`")))
         layout = "`[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"
         rows.append(("KV cache", f"{self.kv_cache}: {layout}"))
         return rows
@@ -233,12 +256,14 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
             ctx.error(qp + ("bias",), "a QK-norm bias needs kind layer_norm and scope head")
         if q.after_rope and (q.scope == "projection" or a.clip_qkv is not None):
             ctx.error(qp + ("after_rope",), "a QK norm after RoPE is per head (not scope projection), without clip_qkv")
+        if not q.affine and (q.kind == "layer_norm" or q.scope != "head"):
+            ctx.error(qp + ("affine",), "a weightless QK norm is an RMS kind with scope head")
         if q.scope == "stacked" and q.kind != "layer_norm":
             ctx.error(qp + ("kind",), "a stacked per-head QK norm (one [heads, head_dim] weight) is a layer_norm")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
-                        k_name=q.k_name, scope=q.scope, bias=q.bias, after_rope=q.after_rope)
+                        k_name=q.k_name, scope=q.scope, bias=q.bias, after_rope=q.after_rope, affine=q.affine)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -255,6 +280,9 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         sinks=a.sinks,
         softcap=ctx.optional(p + ("softcap",), a.softcap),
         clip_qkv=ctx.optional(p + ("clip_qkv",), a.clip_qkv),
+        temperature=None if a.temperature_tuning is None else tuple(
+            ctx.value(p + ("temperature_tuning", f), getattr(a.temperature_tuning, f))
+            for f in ("enabled", "floor_scale", "attn_scale")),
     )
 
 

@@ -19,6 +19,7 @@ MODELS = {
     "GraniteMoeForCausalLM": "granitemoe",
     "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",
     "Lfm2ForCausalLM": "lfm2",
+    "Llama4ForCausalLM": "llama4",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",

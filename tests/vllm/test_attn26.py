@@ -1,6 +1,7 @@
 """Issue 26's attention vocabulary on the vllm target, served by real vLLM (tests/test_parity_attn26.py's feature-on
 configs): greedy tokens equal transformers' float32 choices, teacher-forced (harness.py). Command R+'s per-head QK
-LayerNorm ([heads, head_dim] weights); HunYuan dense (QK RMSNorm after RoPE, NTK-alpha RoPE). vLLM's CPU attention
+LayerNorm ([heads, head_dim] weights); HunYuan dense (QK RMSNorm after RoPE, NTK-alpha RoPE); Llama 4 text's dense
+layers (NoPE, weightless QK norm after RoPE, temperature tuning). vLLM's CPU attention
 takes head sizes 32..512: hidden_size 128 over 4 heads, or head_dim 32.
 """
 from __future__ import annotations
@@ -20,6 +21,12 @@ SCALE = dict(initializer_range=0.1)
 CASES: dict[str, tuple[str, dict]] = {
     "cohere_qk_norm": ("CohereForCausalLM", dict(WIDE, use_qk_norm=True, logit_scale=0.3, attention_bias=True)),
     "hunyuan_alpha": ("HunYuanDenseV1ForCausalLM", dict(HD, attention_bias=True, rope_parameters=HUNYUAN_ALPHA)),
+    # Llama 4's dense layers: NoPE on layers 1 and 3 with temperature tuning (floor_scale 4), weightless QK norm after
+    # RoPE on the others (its MoE layers and chunked attention are refused by the spec)
+    # (a chunk as long as the context: this environment's transformers needs a chunk size for its reference)
+    "llama4": ("Llama4ForCausalLM", dict(HD, moe_layers=[], attention_chunk_size=512, max_position_embeddings=512,
+                                         intermediate_size_mlp=80,
+                                         no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5)),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 

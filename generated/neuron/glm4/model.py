@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4.yaml --target neuron
-# source hash (spec + templates + generator): d0037ce84d3b80ff
+# source hash (spec + templates + generator): f2546710a3840cf5
 # ==================================================================================================================
 """Glm4 for the neuron target, in vLLM Neuron's style.
 

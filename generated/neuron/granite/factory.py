@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): 833ceda0897fb9e0
+# source hash (spec + templates + generator): bba76a777a13d2c5
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

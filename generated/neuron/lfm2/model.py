@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/lfm2.yaml --target neuron
-# source hash (spec + templates + generator): 8ce4032d5204d933
+# source hash (spec + templates + generator): 89e79c4c5d3e7b0e
 # ==================================================================================================================
 """Lfm2 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): febb7d2563859396
+# source hash (spec + templates + generator): ffd25c2c3af5e894
 # ==================================================================================================================
 """Mistral for the neuron target, in vLLM Neuron's style.
 

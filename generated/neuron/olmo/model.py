@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo.yaml --target neuron
-# source hash (spec + templates + generator): bf6c938be31652cc
+# source hash (spec + templates + generator): 5d28c262a1586ce0
 # ==================================================================================================================
 """Olmo for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): 05485a961c262c10
+# source hash (spec + templates + generator): c7e258078e84ef78
 # ==================================================================================================================
 """Phi3Config: the HF ``config.json`` fields specs/phi3.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 49f4ce8ac925c6a4
+# source hash (spec + templates + generator): 5348f99995d29ab9
 # ==================================================================================================================
 """Cohere for the rocm target, in ATOM's style.
 

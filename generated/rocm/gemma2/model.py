@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma2.yaml --target rocm
-# source hash (spec + templates + generator): b3b886ff1db61637
+# source hash (spec + templates + generator): 576092f4022edc37
 # ==================================================================================================================
 """Gemma2 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 8ce4032d5204d933
+# source hash (spec + templates + generator): 89e79c4c5d3e7b0e
 # ==================================================================================================================
 """Weight-loader tables of Lfm2ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

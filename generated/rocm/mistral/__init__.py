@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): febb7d2563859396
+# source hash (spec + templates + generator): ffd25c2c3af5e894
 # ==================================================================================================================
 """Mistral for the rocm target. See README.md."""
 from .config import ARCHITECTURES, MistralConfig

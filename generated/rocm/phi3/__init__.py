@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): 05485a961c262c10
+# source hash (spec + templates + generator): c7e258078e84ef78
 # ==================================================================================================================
 """Phi3 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Phi3Config

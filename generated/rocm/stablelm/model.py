@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 8c8e3a73d75e09db
+# source hash (spec + templates + generator): 0b533c1f834d7934
 # ==================================================================================================================
 """StableLm for the rocm target, in ATOM's style.
 

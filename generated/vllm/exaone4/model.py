@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 8554d345f3b5737e
+# source hash (spec + templates + generator): 1864d2d0cd51b65b
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): b3b886ff1db61637
+# source hash (spec + templates + generator): 576092f4022edc37
 # ==================================================================================================================
 """Gemma2 for the vllm target. See README.md.
 

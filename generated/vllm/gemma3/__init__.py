@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): 1668fc54176fd3b2
+# source hash (spec + templates + generator): 2b22f5c48e8b9fd6
 # ==================================================================================================================
 """Gemma3 for the vllm target. See README.md.
 

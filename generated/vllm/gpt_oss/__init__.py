@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): 6e1c34b2e8b09b4b
+# source hash (spec + templates + generator): 06b9edcacd2f572b
 # ==================================================================================================================
 """GptOss for the vllm target. See README.md.
 

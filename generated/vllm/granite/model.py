@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 833ceda0897fb9e0
+# source hash (spec + templates + generator): bba76a777a13d2c5
 # ==================================================================================================================
 """Granite for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): 5d3fafc3533f4c50
+# source hash (spec + templates + generator): c517182ff45f4d57
 # ==================================================================================================================
 """Llama for the vllm target. See README.md.
 

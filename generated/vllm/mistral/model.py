@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): febb7d2563859396
+# source hash (spec + templates + generator): ffd25c2c3af5e894
 # ==================================================================================================================
 """Mistral for the vllm target: vLLM's model interface and layer library.
 

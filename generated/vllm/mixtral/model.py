@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): 2198f717f4170e05
+# source hash (spec + templates + generator): 5fffe744b13cc7ac
 # ==================================================================================================================
 """Mixtral for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 213a0294a29f5e9e
+# source hash (spec + templates + generator): 08a2c165c6b30bd3
 # ==================================================================================================================
 """OlmoeConfig: the HF ``config.json`` fields specs/olmoe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 200551f42e2ef476
+# source hash (spec + templates + generator): 155ecd5789346d79
 # ==================================================================================================================
 """Phi for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 8c8e3a73d75e09db
+# source hash (spec + templates + generator): 0b533c1f834d7934
 # ==================================================================================================================
 """StableLmConfig: the HF ``config.json`` fields specs/stablelm.yaml reads, typed, with the spec's defaults.
 
