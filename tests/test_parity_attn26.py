@@ -207,3 +207,28 @@ def test_llama4_refuses_what_it_does_not_generate(tmp_path, target, change, fiel
     make_tiny_checkpoint(tmp_path, "Llama4ForCausalLM", **SCALE, **dict(LLAMA4, **change))
     with pytest.raises(Exception, match=field):
         _llm(tmp_path, target)
+
+
+@pytest.mark.parametrize("qk_norm, field", [
+    (dict(kind="rms", eps="rms_norm_eps", scope="stacked"), "qk_norm.kind"),  # stacked is a LayerNorm
+    (dict(kind="rms", eps="rms_norm_eps", scope="projection", after_rope=True), "qk_norm.after_rope"),
+    (dict(kind="layer_norm", eps="rms_norm_eps", affine=False), "qk_norm.affine"),  # weightless is an RMS kind
+])
+def test_qk_norm_combinations_not_generated_are_spec_errors(tmp_path, qk_norm, field):
+    """The new QK-norm options refuse the combinations no template generates, located at the field."""
+    import json
+
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+    from modelgen.codegen.spec_file import REPO_ROOT
+    from modelgen.codegen.yaml_source import load_yaml
+
+    data, _ = load_yaml(REPO_ROOT / "specs" / "llama.yaml")
+    data["blocks"]["decoder"]["attention"]["qk_norm"] = qk_norm
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=field.replace(".", r"\.")):
+        compile_spec(path)
+    data["blocks"]["decoder"]["attention"]["qk_norm"] = dict(kind="rms", eps="rms_norm_eps", after_rope=True)
+    path.write_text(json.dumps(data))  # the allowed form compiles
+    assert compile_spec(path).blocks[0].attention.qk_norm.after_rope
