@@ -65,6 +65,7 @@ GENERATED_IMPORTS = frozenset({
     "ShortConv", "SiluAndMul", "StateSpec", "SupportsPP", "TopKRouter", "VllmConfig", "VocabParallelEmbedding",
     "WeightTables",
     "HybridLightningModel", "LightningAttention",  # the lightning_attention kind (MiniMax)
+    "StackedHeadLayerNorm",  # Command R+'s [heads, head_dim] QK LayerNorm (gqa qk_norm.scope stacked)
 })
 
 

@@ -40,3 +40,50 @@ def checkpoint_cache(tmp_path_factory, make):
         return cache[name, fused]
 
     return get
+
+
+def assert_fp32_parity(model: LLM, hf, prompt: list[int], atol: float, name: str, tokens: int = 16) -> None:
+    """fp32 prefill logits within ``atol`` of transformers' and ``tokens`` greedy tokens equal (teacher-forced)."""
+    err = (model.score(prompt).float() - hf_logits(hf, prompt)).abs().max().item()
+    assert err < atol, f"{name}: prefill logits differ by {err}"
+    out = model.generate_ids([prompt], _greedy(tokens))[0]
+    assert out == hf_greedy_forward(hf, prompt, tokens), f"{name}: greedy tokens differ"
+
+
+def assert_tp2_matches_tp1(path, target: str, prompt: list[int], tmp_path) -> None:
+    """Two gloo ranks (tests/tp_worker.py) give TP=1's fp32 logits and 8 greedy tokens on every rank."""
+    import json
+
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.tp_worker import run_rank
+
+    single = llm(path, target, max_model_len=64)
+    want = single.score(prompt)
+    want_tokens = single.generate_ids([prompt], _greedy(8))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, prompt, out), nprocs=2)
+    for rank in range(2):
+        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
+        with open(f"{out}.rank{rank}.json") as f:
+            assert json.load(f)["tokens"] == want_tokens, f"rank {rank}: greedy tokens differ"
+
+
+def _greedy(n: int):
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    return SamplingParams(max_tokens=n, ignore_eos=True)
+
+
+def assert_bf16_three_way(path, target: str, hf, prompt: list[int], name: str) -> None:
+    """modelgen in bf16 within the three-way bound of transformers' fp32 (gold) and bf16 (floor) logits."""
+    import copy
+
+    from modelgen.runtime.testing import assert_close_three_way
+    from tests.test_parity_llama import THREE_WAY_ATOL, THREE_WAY_FACTOR
+
+    gold = hf_logits(hf, prompt)
+    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), prompt)
+    ours = llm(path, target, dtype="bfloat16", max_model_len=128).score(prompt).float()
+    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=name)

@@ -231,12 +231,3 @@ class _Clamp(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.clamp(-self.c, self.c)
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_cohere_qk_norm_is_refused_by_name(tmp_path, target):
-    """Command R+'s use_qk_norm (one [heads, head_dim] LayerNorm weight) is not generated: refused naming the field,
-    not served without its norms."""
-    make_tiny_checkpoint(tmp_path, "CohereForCausalLM", use_qk_norm=True)
-    with pytest.raises(Exception, match="use_qk_norm"):
-        _llm(tmp_path, target)

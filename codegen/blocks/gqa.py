@@ -32,13 +32,32 @@ class QKNormSpec(Strict):
         default=False, description="layer_norm, scope head only: the norms have a bias (Phi qk_layernorm: "
         "nn.LayerNorm(head_dim)); StableLM's per-head norms have none",
     )
-    scope: Literal["head", "projection", "each_head"] = Field(
+    affine: bool = Field(
+        default=True, description="false: no learned weight, x * rsqrt(mean(x^2) + eps) only (Llama 4's weightless "
+        "L2 qk_norm); an RMS kind",
+    )
+    after_rope: bool = Field(
+        default=False,
+        description="true: q and k are normed after RoPE, not before (HunYuan query_layernorm / key_layernorm, Llama 4 "
+        "qk_norm); a per-head scope, without clip_qkv",
+    )
+    scope: Literal["head", "projection", "each_head", "stacked"] = Field(
         default="head",
         description="head: one norm over head_dim applied to every head (Qwen3 q_norm [head_dim]); projection: over "
         "the whole q / k projection before it is split into heads (OLMo 2 q_norm [heads * head_dim]; an RMS kind; "
         "under tensor parallelism the variance is all-reduced over the ranks' heads); each_head: a norm over head_dim per head with its "
-        "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused)",
+        "own weights, checkpoint `<q_name>.norms.{h}` (StableLM qk_layernorm; tensor parallelism > 1 refused); stacked: "
+        "a layer_norm over head_dim per head, the weights one tensor `[heads, head_dim]` (Command R+ use_qk_norm: "
+        "CohereLayerNorm((heads, head_dim)), mean-subtracted, float32, no bias; each rank holds its heads' rows)",
     )
+
+
+class TemperatureTuningSpec(Strict):
+    """Llama 4's attention temperature tuning (arXiv 2501.19399): q scaled per position after RoPE and the QK norm."""
+
+    enabled: Expression = Field(default=True, description="expression, e.g. attn_temperature_tuning")
+    floor_scale: Expression = Field(description="positions per step of the scale (floor_scale)")
+    attn_scale: Expression = Field(description="slope of the scale (attn_scale)")
 
 
 class KVCacheSpec(Strict):
@@ -72,6 +91,11 @@ class GQASpec(Strict):
         "(max_position_embeddings)",
     )
     kv_cache: KVCacheSpec = Field(description="the cache this attention declares, e.g. {kind: paged_kv}")
+    temperature_tuning: TemperatureTuningSpec | None = Field(
+        default=None,
+        description="q multiplied by log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1 per token position, "
+        "in float32, before attention (Llama 4 attn_temperature_tuning on its NoPE layers)",
+    )
     sliding_window: Expression | None = Field(
         default=None,
         description="expression: window W in tokens (a query at position q sees keys k with q - W < k <= q, "
@@ -104,16 +128,21 @@ class QKNorm:
     k_name: str
     scope: str = "head"  # "head" | "projection"
     bias: bool = False  # layer_norm, head scope: a learned bias per norm (Phi)
+    after_rope: bool = False  # normed after RoPE (HunYuan, Llama 4), not before
+    affine: bool = True  # False: weightless (Llama 4's L2 qk_norm)
 
     def norm(self, name: str) -> Norm:
         """The q or k norm as an IR norm over head_dim (its bias only where the spec gives one)."""
-        return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias))
+        return Norm(name=name, kind=self.kind, eps=self.eps, bias=Const(self.bias), affine=self.affine)
 
-    def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False) -> str:
+    def module(self, name: str, dim_py: str, heads_py: str = "", kv: bool = False, tp: str = "") -> str:
         """Constructor source of the q or k norm over ``dim_py`` features (``each_head``: one per ``heads_py``;
-        ``projection``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key heads)."""
+        ``projection`` / ``stacked``: over ``heads_py`` heads of ``dim_py``, sharded with them, ``kv`` for the key
+        heads; ``tp``: extra constructor arguments of a stacked norm, e.g. vLLM's rank and world)."""
         if self.scope == "projection":
             return f"ShardedProjectionRMSNorm({', '.join(self.projection_args(dim_py, heads_py, kv))})"
+        if self.scope == "stacked":
+            return f"StackedHeadLayerNorm({heads_py}, {dim_py}, eps={self.eps.py}{', kv=True' if kv else ''}{tp})"
         one = norm_module(self.norm(name), dim_py)
         return f"PerHeadNorm([{one} for _ in range({heads_py})])" if self.scope == "each_head" else one
 
@@ -150,6 +179,7 @@ class GQAttention(Module):
     sinks: bool = False
     softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
     clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
+    temperature: tuple[Value, Value, Value] | None = None  # (enabled, floor_scale, attn_scale); None: no tuning
 
     @property
     def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
@@ -157,7 +187,7 @@ class GQAttention(Module):
         (on the GPU inside the cache-write / decode kernels); LayerNorms and the other scopes are applied in forward."""
         # clip_qkv clamps the normed q and k (HF OLMoE), so with a clip the norm runs in forward, before the clamp.
         return bool(self.qk_norm and self.qk_norm.scope == "head" and self.qk_norm.kind != "layer_norm"
-                    and self.clip_qkv is None)
+                    and self.clip_qkv is None and not self.qk_norm.after_rope)
 
     def bias_groups(self) -> list[tuple[Value, list[str]]]:
         """(condition, projections) with one entry per distinct condition, so equal bias flags share one ``if``."""
@@ -185,9 +215,11 @@ class GQAttention(Module):
         ]
         if self.qk_norm is not None:
             when = "" if self.qk_norm.enabled.always else f", when `{self.qk_norm.enabled.spec}`"
-            scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights"}[
+            scope = {"head": "per-head", "projection": "whole-projection", "each_head": "per-head-weights",
+                     "stacked": "per-head ([heads, head_dim] weight)"}[
                 self.qk_norm.scope]
-            rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k before RoPE{when}"))
+            order = "after" if self.qk_norm.after_rope else "before"
+            rows.append(("QK norm", f"{scope} {self.qk_norm.kind} of q and k {order} RoPE{when}"))
         if self.output_gate:
             rows.append(("output gate", "q_proj emits a per-head gate; o_proj(attention * sigmoid(gate))"))
         partial = f", rotating `{rope.partial_factor.spec}` of head_dim" if rope.partial_factor is not None else ""
@@ -204,6 +236,10 @@ class GQAttention(Module):
             rows.append(("logit soft-cap", f"`{self.softcap.spec}` * tanh(scores / cap) before the softmax"))
         if self.clip_qkv is not None:
             rows.append(("clip_qkv", f"q, k, v clamped to +-`{self.clip_qkv.spec}`"))
+        if self.temperature is not None:
+            on, floor, slope = self.temperature
+            rows.append(("temperature tuning", f"q x (log(floor((pos + 1) / `{floor.spec}`) + 1) * `{slope.spec}` + 1)"
+                                               + ("" if on.always else f", when `{on.spec}`")))
         layout = "`[num_blocks, kv_heads, block_size, head_dim]` per layer (K and V)"
         rows.append(("KV cache", f"{self.kv_cache}: {layout}"))
         return rows
@@ -218,10 +254,16 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
             ctx.error(qp + ("kind",), "a whole-projection QK norm is an RMS kind (rms, zero_centred_rms, rms_float32)")
         if q.bias and (q.kind != "layer_norm" or q.scope != "head"):
             ctx.error(qp + ("bias",), "a QK-norm bias needs kind layer_norm and scope head")
+        if q.after_rope and (q.scope == "projection" or a.clip_qkv is not None):
+            ctx.error(qp + ("after_rope",), "a QK norm after RoPE is per head (not scope projection), without clip_qkv")
+        if not q.affine and (q.kind == "layer_norm" or q.scope != "head"):
+            ctx.error(qp + ("affine",), "a weightless QK norm is an RMS kind with scope head")
+        if q.scope == "stacked" and q.kind != "layer_norm":
+            ctx.error(qp + ("kind",), "a stacked per-head QK norm (one [heads, head_dim] weight) is a layer_norm")
         enabled = ctx.value(qp + ("enabled",), q.enabled)
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
-                        k_name=q.k_name, scope=q.scope, bias=q.bias)
+                        k_name=q.k_name, scope=q.scope, bias=q.bias, after_rope=q.after_rope, affine=q.affine)
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -238,6 +280,9 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         sinks=a.sinks,
         softcap=ctx.optional(p + ("softcap",), a.softcap),
         clip_qkv=ctx.optional(p + ("clip_qkv",), a.clip_qkv),
+        temperature=None if a.temperature_tuning is None else tuple(
+            ctx.value(p + ("temperature_tuning", f), getattr(a.temperature_tuning, f))
+            for f in ("enabled", "floor_scale", "attn_scale")),
     )
 
 

@@ -171,3 +171,59 @@ class ShardedProjectionRMSNorm(nn.Module):
         sum_sq = dist.all_reduce(h.pow(2).sum(-1, keepdim=True)) / self.replicas
         h = h * torch.rsqrt(sum_sq / self.width + self.eps)
         return torch_norm.apply_rms_weight(h, self.weight, x.dtype, self.zero_centred, self.weight_float32)
+
+
+class StackedHeadLayerNorm(nn.Module):
+    """A LayerNorm over head_dim per head whose weights are one tensor ``[heads, head_dim]`` (Command R+'s
+    ``CohereLayerNorm((heads, head_dim))``: mean-subtracted, no bias, computed in float32), over ``[tokens, heads, D]``.
+
+    Under tensor parallelism each rank holds the rows of its own heads (as QKVParallelLinear shards q and k; a KV head
+    replicated on several ranks is held by each). ``rank`` / ``world`` default to modelgen's tensor-parallel group (the
+    vllm target passes vLLM's). ``weight_loader`` (rocm, vllm) takes the full checkpoint tensor; the neuron template
+    sets :meth:`neuron_loader` on ``weight``.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, eps: float, kv: bool = False, rank: int | None = None,
+                 world: int | None = None):
+        super().__init__()
+        self.world = dist.tp_size() if world is None else world
+        self.rank = dist.tp_rank() if rank is None else rank
+        self.num_heads, self.head_dim, self.kv, self.eps = num_heads, head_dim, kv, eps
+        if kv:
+            self.local, _ = dist.kv_heads_per_rank(num_heads, self.world)
+        else:
+            self.local = dist.divide(num_heads, self.world, "num_attention_heads")
+        self.weight = nn.Parameter(torch.ones(self.local, head_dim), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+
+    def start(self, rank: int) -> int:
+        """First head (row of the checkpoint tensor) held by ``rank``."""
+        if self.kv:
+            return dist.kv_head_offset(rank, self.num_heads, self.world)
+        return rank * self.local
+
+    def _check(self, shape: tuple[int, ...]) -> None:
+        if tuple(shape) != (self.num_heads, self.head_dim):
+            raise ValueError(f"checkpoint tensor has shape {tuple(shape)}, expected ({self.num_heads}, {self.head_dim})")
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        """The full ``[heads, head_dim]`` checkpoint tensor -> this rank's rows."""
+        self._check(loaded.shape)
+        param.data.copy_(loaded.narrow(0, self.start(self.rank), self.local))
+
+    def neuron_loader(self):
+        """neuron: a closure loader reading only ``rank``'s rows of the checkpoint tensor."""
+        from ..neuron.weight_loader import SafetensorsWeightLoader
+
+        def transform(slices, rank: int) -> torch.Tensor:
+            self._check(slices[0].get_shape())
+            start = self.start(rank)
+            return slices[0][start:start + self.local]
+
+        return SafetensorsWeightLoader(transform)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h - h.mean(-1, keepdim=True)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * h).to(x.dtype)

@@ -44,6 +44,9 @@ TINY_SIZES: dict[str, Any] = {
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
+    # Llama 4: specs/llama4.yaml refuses its MoE layers and chunked attention (requires:) for now, so its tiny model
+    # is dense and unchunked (NoPE layers, QK norm and temperature tuning still on); switch on once they are generated
+    "moe_layers": [], "attention_chunk_size": None,
 }
 # A one-layer vision tower for multimodal wrappers (only its shapes matter: the text model ignores it).
 # num_heads (Qwen vision) and num_attention_heads (SigLIP, Gemma 3): each config takes the name it knows.

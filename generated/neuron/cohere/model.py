@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): baea1c9c17b5bb8e
+# source hash (spec + templates + generator): c74642e600ecb30e
 # ==================================================================================================================
 """Cohere for the neuron target, in vLLM Neuron's style.
 
@@ -22,7 +22,7 @@ from torch import nn
 import modelgen.runtime.targets.neuron.functional as NF
 from modelgen.runtime import distributed as dist
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
-from modelgen.runtime.layers.norm import LayerNorm
+from modelgen.runtime.layers.norm import LayerNorm, StackedHeadLayerNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.mapped import load_mapped_weights
 from modelgen.runtime.neuron.weight_loader import (
@@ -83,6 +83,15 @@ class CohereAttention(nn.Module):
         else:
             self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
             self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.use_qk_norm = config.use_qk_norm
+        if self.use_qk_norm:
+            # One [heads, head_dim] weight per norm: this rank reads its heads' rows.
+            self.q_norm = StackedHeadLayerNorm(config.num_attention_heads, self.head_dim, eps=config.layer_norm_eps)
+            self.k_norm = StackedHeadLayerNorm(
+                config.num_key_value_heads, self.head_dim, eps=config.layer_norm_eps, kv=True
+            )
+            for norm in (self.q_norm, self.k_norm):
+                set_weight_loader(norm.weight, norm.neuron_loader())
         self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
         self.v_cache: torch.Tensor | None = None
 
@@ -95,6 +104,8 @@ class CohereAttention(nn.Module):
         q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
         k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
         v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        if self.use_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = NF.rope(q, cos_sin, positions, self.rotary_dim, "pairwise")
         k = NF.rope(k, cos_sin, positions, self.rotary_dim, "pairwise")
         # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.

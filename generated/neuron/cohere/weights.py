@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): baea1c9c17b5bb8e
+# source hash (spec + templates + generator): c74642e600ecb30e
 # ==================================================================================================================
 """Checkpoint mappings of CohereForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -26,6 +26,9 @@ def _cohere_attention_mappings(mappings: dict[str, list[str]], module: str, conf
             module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
         ]
         mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+    if config.use_qk_norm:
+        for norm in ("q_norm", "k_norm"):
+            mappings[f"{module}.{norm}.weight"] = [f"{module}.{norm}.weight"]
 
 
 def _cohere_mlp_mappings(mappings: dict[str, list[str]], module: str, config: CohereConfig) -> None:

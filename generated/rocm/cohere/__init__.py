@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): baea1c9c17b5bb8e
+# source hash (spec + templates + generator): c74642e600ecb30e
 # ==================================================================================================================
 """Cohere for the rocm target. See README.md."""
 from .config import ARCHITECTURES, CohereConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): baea1c9c17b5bb8e
+# source hash (spec + templates + generator): c74642e600ecb30e
 # ==================================================================================================================
 """Cohere for the rocm target, in ATOM's style.
 
@@ -26,7 +26,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from modelgen.runtime.layers.norm import LayerNorm
+from modelgen.runtime.layers.norm import LayerNorm, StackedHeadLayerNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -42,7 +42,7 @@ from .weights import (
 
 
 class CohereAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (pairwise), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (pairwise), paged KV cache, row-parallel output."""
 
     def __init__(self, config: CohereConfig, layer_idx: int):
         super().__init__()
@@ -62,6 +62,13 @@ class CohereAttention(nn.Module):
         self.o_proj = RowParallelLinear(
             config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
         )
+        self.use_qk_norm = config.use_qk_norm
+        if self.use_qk_norm:
+            # One [heads, head_dim] weight per norm: this rank holds its heads' rows.
+            self.q_norm = StackedHeadLayerNorm(config.num_attention_heads, self.head_dim, eps=config.layer_norm_eps)
+            self.k_norm = StackedHeadLayerNorm(
+                config.num_key_value_heads, self.head_dim, eps=config.layer_norm_eps, kv=True
+            )
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
@@ -84,6 +91,8 @@ class CohereAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.use_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
 
     def kv_spec(self) -> LayerSpec:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): 81d78d4947162e1b
+# source hash (spec + templates + generator): 800647947ce40a04
 # ==================================================================================================================
 """Phi3 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Phi3Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): baea1c9c17b5bb8e
+# source hash (spec + templates + generator): c74642e600ecb30e
 # ==================================================================================================================
 """Cohere for the vllm target: vLLM's model interface and layer library.
 
@@ -22,12 +22,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from modelgen.runtime.layers.norm import LayerNorm
+from modelgen.runtime.layers.norm import LayerNorm, StackedHeadLayerNorm
 from modelgen.runtime.vllm.config import spec_config
 from modelgen.runtime.vllm.loader import WeightTables, load_generated_weights
 from modelgen.runtime.vllm.rope import rope_parameters
 from vllm.config import VllmConfig
-from vllm.distributed import get_pp_group
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 from vllm.model_executor.layers.activation import SiluAndMul
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
@@ -55,7 +55,8 @@ from .weights import (
 
 
 class CohereAttention(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (pairwise), vLLM's paged attention, row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK LayerNorm, RoPE (pairwise), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: CohereConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -82,6 +83,21 @@ class CohereAttention(nn.Module):
             quant_config=quant_config,
             prefix=f"{prefix}.o_proj",
         )
+        self.use_qk_norm = config.use_qk_norm
+        if self.use_qk_norm:
+            # One [heads, head_dim] weight per norm: this rank (vLLM's) holds its heads' rows.
+            tp_rank, tp_world = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+            self.q_norm = StackedHeadLayerNorm(
+                config.num_attention_heads, self.head_dim, eps=config.layer_norm_eps, rank=tp_rank, world=tp_world
+            )
+            self.k_norm = StackedHeadLayerNorm(
+                config.num_key_value_heads,
+                self.head_dim,
+                eps=config.layer_norm_eps,
+                kv=True,
+                rank=tp_rank,
+                world=tp_world,
+            )
         self.rotary_emb = get_rope(
             self.head_dim,
             max_position=config.max_position_embeddings,
@@ -105,6 +121,9 @@ class CohereAttention(nn.Module):
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.use_qk_norm:
+            q = self.q_norm(q.view(-1, self.num_heads, self.head_dim)).reshape(q.shape)
+            k = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim)).reshape(k.shape)
         q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v))
         return output

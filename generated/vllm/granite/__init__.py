@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 0b6e83a4d9a6a4b0
+# source hash (spec + templates + generator): d08bb77442c34b9a
 # ==================================================================================================================
 """Granite for the vllm target. See README.md.
 

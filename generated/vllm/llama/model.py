@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): abba65991bca355b
+# source hash (spec + templates + generator): 610dc0c7c6be5d27
 # ==================================================================================================================
 """Llama for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): cc3c2302d4143000
+# source hash (spec + templates + generator): 08543452c392e7bc
 # ==================================================================================================================
 """Mixtral for the vllm target. See README.md.
 

@@ -1,0 +1,163 @@
+# ==================================================================================================================
+# GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target neuron
+# source hash (spec + templates + generator): 50f11e825c5313a3
+# ==================================================================================================================
+"""HunYuanDenseConfig: the HF ``config.json`` fields specs/hunyuan_v1_dense.yaml reads, typed, with the spec's defaults.
+
+Serves: HunYuanDenseV1ForCausalLM (model_type ``hunyuan_v1_dense``). Reference:
+transformers/models/hunyuan_v1_dense/modeling_hunyuan_v1_dense.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from modelgen.runtime.hf_config import (
+    ConfigError,
+    as_dict,
+    read_bool,
+    read_float,
+    read_int,
+    read_rope_scaling,
+    read_str,
+    require,
+)
+from modelgen.runtime.targets.neuron.config import NeuronModelConfig
+
+ARCHITECTURES = ("HunYuanDenseV1ForCausalLM",)
+
+
+@dataclass(frozen=True)
+class HunYuanDenseConfig(NeuronModelConfig):
+    # NeuronModelConfig adds the keyword-only ``neuron_config`` field and ``from_configs(hf_config, neuron_config)``
+    # (the vLLM Neuron guide's config contract, step 1a).
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float  # config.json: rope_theta or rope_parameters.rope_theta
+    rope_scaling: dict[str, Any] | None  # config.json: rope_parameters or rope_scaling
+    attention_bias: bool
+    tie_word_embeddings: bool
+    hidden_act: str
+    rope_alpha: float  # config.json: rope_parameters.alpha or rope_scaling.alpha
+    rope_base: Any  # derived: rope_theta * rope_alpha ** (head_dim / (head_dim - 2)) if rope_alpha else rope_theta
+    rope_extension: Any  # derived: None if rope_alpha else rope_scaling
+
+    # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
+    # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
+    CONFIG_KEYS_READ: ClassVar[tuple[str, ...]] = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_parameters.rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "attention_bias",
+        "tie_word_embeddings",
+        "hidden_act",
+        "rope_parameters.alpha",
+        "rope_scaling.alpha",
+    )
+    CONFIG_KEYS_IGNORED: ClassVar[tuple[str, ...]] = (
+        "pretraining_tp",
+        "eod_token_id",
+        "rope_parameters.beta_fast",
+        "rope_parameters.beta_slow",
+        "rope_parameters.mscale",
+        "rope_parameters.mscale_all_dim",
+        "rope_scaling.beta_fast",
+        "rope_scaling.beta_slow",
+        "rope_scaling.mscale",
+        "rope_scaling.mscale_all_dim",
+)
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "HunYuanDenseConfig":
+        """Build from a parsed ``config.json`` dict or a transformers ``PretrainedConfig``."""
+        cfg = as_dict(hf_config)
+        vocab_size = read_int(cfg, "vocab_size", ("vocab_size",))
+        if vocab_size is None:
+            vocab_size = 290943
+        hidden_size = require("hidden_size", ("hidden_size",), read_int(cfg, "hidden_size", ("hidden_size",)))
+        intermediate_size = require(
+            "intermediate_size", ("intermediate_size",), read_int(cfg, "intermediate_size", ("intermediate_size",))
+        )
+        num_hidden_layers = require(
+            "num_hidden_layers", ("num_hidden_layers",), read_int(cfg, "num_hidden_layers", ("num_hidden_layers",))
+        )
+        num_attention_heads = require(
+            "num_attention_heads",
+            ("num_attention_heads",),
+            read_int(cfg, "num_attention_heads", ("num_attention_heads",)),
+        )
+        num_key_value_heads = read_int(cfg, "num_key_value_heads", ("num_key_value_heads",))
+        if num_key_value_heads is None:
+            num_key_value_heads = num_attention_heads
+        head_dim = read_int(cfg, "head_dim", ("head_dim",))
+        if head_dim is None:
+            head_dim = hidden_size // num_attention_heads
+        max_position_embeddings = read_int(cfg, "max_position_embeddings", ("max_position_embeddings",))
+        if max_position_embeddings is None:
+            max_position_embeddings = 2048
+        rms_norm_eps = read_float(cfg, "rms_norm_eps", ("rms_norm_eps",))
+        if rms_norm_eps is None:
+            rms_norm_eps = 1e-05
+        rope_theta = read_float(cfg, "rope_theta", ("rope_theta", "rope_parameters.rope_theta"))
+        if rope_theta is None:
+            rope_theta = 10000.0
+        rope_scaling = read_rope_scaling(cfg, "rope_scaling", ("rope_parameters", "rope_scaling"))
+        attention_bias = read_bool(cfg, "attention_bias", ("attention_bias",))
+        if attention_bias is None:
+            attention_bias = False
+        tie_word_embeddings = read_bool(cfg, "tie_word_embeddings", ("tie_word_embeddings",))
+        if tie_word_embeddings is None:
+            tie_word_embeddings = False
+        hidden_act = read_str(cfg, "hidden_act", ("hidden_act",))
+        if hidden_act is None:
+            hidden_act = "silu"
+        rope_alpha = read_float(cfg, "rope_alpha", ("rope_parameters.alpha", "rope_scaling.alpha"))
+        rope_base = rope_theta * rope_alpha ** (head_dim / (head_dim - 2)) if rope_alpha else rope_theta
+        rope_extension = None if rope_alpha else rope_scaling
+        if not (hidden_act == 'silu'):
+            raise ConfigError(
+                "specs/hunyuan_v1_dense.yaml: hidden_act other than silu (the MLP's activation) is not generated by "
+                "this spec",
+            )
+        if not (not rope_scaling or rope_scaling['rope_type'] != 'yarn'):
+            raise ConfigError(
+                "specs/hunyuan_v1_dense.yaml: rope_type yarn: this spec ignores the beta_fast / beta_slow / mscale "
+                "keys HunYuan writes under dynamic",
+            )
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            max_position_embeddings=max_position_embeddings,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            attention_bias=attention_bias,
+            tie_word_embeddings=tie_word_embeddings,
+            hidden_act=hidden_act,
+            rope_alpha=rope_alpha,
+            rope_base=rope_base,
+            rope_extension=rope_extension,
+        )

@@ -1,0 +1,213 @@
+# ==================================================================================================================
+# GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target rocm
+# source hash (spec + templates + generator): 50f11e825c5313a3
+# ==================================================================================================================
+"""HunYuanDense for the rocm target, in ATOM's style.
+
+Dense decoder with GQA, per-head QK RMSNorm after RoPE, NTK-alpha RoPE, a SwiGLU MLP and RMSNorm.
+
+Reference: transformers/models/hunyuan_v1_dense/modeling_hunyuan_v1_dense.py.
+
+Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
+batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
+gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
+shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
+of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+``MODELGEN_BACKEND`` overrides).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from modelgen.runtime.kv_cache import KVSpec, LayerSpec
+from modelgen.runtime.layers.activation import SiluAndMul
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
+from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce
+from modelgen.runtime.layers.rotary import get_rope
+from modelgen.runtime.loader.checkpoint import Checkpoint
+from modelgen.runtime.loader.packed import load_packed_weights
+from modelgen.runtime.loader.protocol import ExpertMapping
+
+from .config import HunYuanDenseConfig
+from .weights import (
+    IGNORED_KEYS,
+    PACKED_MODULES_MAPPING,
+    RENAMES,
+    TIED_PARAMETERS,
+)
+
+
+class HunYuanDenseAttention(nn.Module):
+    """GQA self-attention: fused QKV, per-head QK RMSNorm after RoPE, RoPE (rotate_half), paged KV cache, row-parallel
+    output."""
+
+    def __init__(self, config: HunYuanDenseConfig, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            bias=config.attention_bias,
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.attention_bias
+        )
+        self.query_layernorm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.key_layernorm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=self.head_dim,
+            max_position=config.max_position_embeddings,
+            base=config.rope_base,
+            scaling=config.rope_extension,
+            style="rotate_half",
+        )
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attn",
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        # RoPE first, then the QK norm (HunYuan / Llama 4 order): rotated here, not inside the attention kernels
+        q, k = self.rotary_emb(positions, q, k)
+        q, k = self.query_layernorm(q), self.key_layernorm(k)
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
+
+class HunYuanDenseMLP(nn.Module):
+    """Gated MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), gate/up fused into one GEMM."""
+
+    def __init__(self, config: HunYuanDenseConfig, intermediate_size: int):
+        super().__init__()
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [intermediate_size] * 2, bias=False)
+        self.down_proj = RowParallelLinear(intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class HunYuanDenseDecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
+
+    def __init__(self, config: HunYuanDenseConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = HunYuanDenseAttention(config, layer_idx)
+        self.mlp = HunYuanDenseMLP(config, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
+        # all-reduce + residual add + RMSNorm (nothing changes at world size 1, or with an o_proj bias)
+        fuse_all_reduce(self.self_attn.o_proj, self.post_attention_layernorm)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+        attn_metadata: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        hidden_states = self.mlp(hidden_states)
+        return hidden_states, residual
+
+
+class HunYuanDenseModel(nn.Module):
+    def __init__(self, config: HunYuanDenseConfig):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList([HunYuanDenseDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # Tensor parallelism: each MLP's down_proj partial sums are all-reduced inside the norm that adds them to the
+        # residual next (the next layer's input_layernorm; norm after the last layer)
+        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, norm in zip(self.layers, next_norms):
+            fuse_all_reduce(layer.mlp.down_proj, norm)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, residual, attn_metadata)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class HunYuanDenseForCausalLM(nn.Module):
+    # The loader protocol (runtime/loader/protocol.py): the tables load_packed_weights reads, as ATOM's loading_core
+    # reads packed_modules_mapping and get_expert_mapping().
+    packed_modules_mapping = PACKED_MODULES_MAPPING
+    ignored_keys = IGNORED_KEYS
+    renames = RENAMES
+    tied_parameters = TIED_PARAMETERS
+
+    def __init__(self, config: HunYuanDenseConfig):
+        super().__init__()
+        self.config = config
+        self.model = HunYuanDenseModel(config)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
+        if config.tie_word_embeddings:
+            # One tensor in memory; the loader fills it through the embedding (TIED_PARAMETERS).
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        """``input_ids, positions [num_tokens]`` -> final hidden states ``[num_tokens, hidden]``."""
+        return self.model(input_ids, positions, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Hidden states of the sampled positions -> logits over the full vocabulary (gathered across ranks)."""
+        return self.lm_head.compute_logits(hidden_states)
+
+    def get_kv_spec(self) -> KVSpec:
+        """Every layer's cache, as its attention declares it."""
+        return KVSpec(layers=[layer.self_attn.kv_spec() for layer in self.model.layers])
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        for layer in self.model.layers:
+            layer.self_attn.bind_kv_cache(kv_caches)
+
+    def get_expert_mapping(self) -> ExpertMapping:
+        """No routed experts in this model."""
+        return ExpertMapping()
+
+    def load_weights(self, checkpoint: Checkpoint) -> None:
+        """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""
+        load_packed_weights(self, checkpoint)

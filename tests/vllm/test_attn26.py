@@ -1,0 +1,42 @@
+"""Issue 26's attention vocabulary on the vllm target, served by real vLLM (tests/test_parity_attn26.py's feature-on
+configs): greedy tokens equal transformers' float32 choices, teacher-forced (harness.py). Command R+'s per-head QK
+LayerNorm ([heads, head_dim] weights); HunYuan dense (QK RMSNorm after RoPE, NTK-alpha RoPE); Llama 4 text's dense
+layers (NoPE, weightless QK norm after RoPE, temperature tuning). vLLM's CPU attention
+takes head sizes 32..512: hidden_size 128 over 4 heads, or head_dim 32.
+"""
+from __future__ import annotations
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt  # noqa: E402
+from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
+
+WIDE = dict(hidden_size=128)  # head_dim = hidden_size // heads = 32
+HD = dict(head_dim=32)
+HUNYUAN_ALPHA = dict(rope_type="dynamic", alpha=1000.0, factor=1.0, rope_theta=10000.0)
+SCALE = dict(initializer_range=0.1)
+# name -> (architecture, config overrides)
+CASES: dict[str, tuple[str, dict]] = {
+    "cohere_qk_norm": ("CohereForCausalLM", dict(WIDE, use_qk_norm=True, logit_scale=0.3, attention_bias=True)),
+    "hunyuan_alpha": ("HunYuanDenseV1ForCausalLM", dict(HD, attention_bias=True, rope_parameters=HUNYUAN_ALPHA)),
+    # Llama 4's dense layers: NoPE on layers 1 and 3 with temperature tuning (floor_scale 4), weightless QK norm after
+    # RoPE on the others (its MoE layers and chunked attention are refused by the spec)
+    # (a chunk as long as the context: this environment's transformers needs a chunk size for its reference)
+    "llama4": ("Llama4ForCausalLM", dict(HD, moe_layers=[], attention_chunk_size=512, max_position_embeddings=512,
+                                         intermediate_size_mlp=80,
+                                         no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5)),
+}
+PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_tokens_equal_transformers(tmp_path, name):
+    arch, overrides = CASES[name]
+    hf = make_tiny_checkpoint(tmp_path, arch, **SCALE, **overrides)
+    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
+    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
+    assert not any(misses.values()), misses
+    assert all(len(t) == 8 for t in served.tokens)
