@@ -44,7 +44,7 @@ _PY_TYPES = {
 # ------------------------------------------------------------------------------------------------- semantic lowering
 # A decoder layer's layout fields (``decoder:`` defaults, block overrides) and the norms each residual style applies.
 NORM_FIELDS = ("attention_norm", "attention_post_norm", "mlp_norm", "mlp_post_norm")
-LAYOUT_FIELDS = ("residual",) + NORM_FIELDS + ("parallel", "residual_multiplier")
+LAYOUT_FIELDS = ("residual",) + NORM_FIELDS + ("parallel", "residual_multiplier", "parallel_mlp_norm")
 RESIDUAL_NORMS = {
     "pre_norm": frozenset({"attention_norm", "mlp_norm"}),
     "sandwich": frozenset(NORM_FIELDS),
@@ -233,6 +233,9 @@ class _Lowerer:
                                   f"(it uses {', '.join(sorted(RESIDUAL_NORMS[residual]))})")
         if parts["parallel"] is not None and residual != "pre_norm":
             self.error(("blocks", key), f"parallel applies to residual pre_norm only, not {residual}")
+        if parts["parallel_mlp_norm"] not in (None, False) and (parts["parallel"] in (None, False)
+                                                              or parts["mlp_norm"] is None):
+            self.error(("blocks", key), "parallel_mlp_norm needs parallel and an mlp_norm (the MLP's own norm)")
         return parts
 
     def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Module, ...]]:
@@ -274,6 +277,7 @@ class _Lowerer:
                 key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name),
                 mlp=m.named(class_name), **norms, parallel=parallel or ir.Const(False),
                 residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
+                parallel_mlp_norm=self.optional(p + ("parallel_mlp_norm",), parts["parallel_mlp_norm"]) or ir.Const(False),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:

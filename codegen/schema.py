@@ -123,6 +123,11 @@ class _LayerParts(Strict):
         default=None, description="each sub-layer's output times this before the residual add (Granite "
         "residual_multiplier)",
     )
+    parallel_mlp_norm: Expression | None = Field(
+        default=None, description="with parallel: the MLP reads mlp_norm(x) instead of attention_norm(x), each "
+        "sub-layer with its own norm (GPT-NeoX post_attention_layernorm, Falcon-40B ln_mlp); expression, default "
+        "false; the mlp_norm is then built whenever this is true",
+    )
 
 
 class DecoderSpec(_LayerParts):

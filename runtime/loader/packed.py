@@ -239,7 +239,7 @@ def load_packed_weights(
                             f"{checkpoint.file_of(key)}: tensor '{key}': part '{part}' ({start}:{stop} along dim "
                             f"{split.axis}, checkpoint.split '{split.module}') is used by no parameter"
                         )
-                    load(key, part_route, tensor.narrow(split.axis, start, stop - start),
+                    load(key, part_route, split.take(getattr(model, "config", None), tensor, start, stop),
                          f"{key} [{start}:{stop}] ({part})")
                 coverage.unused.discard(key)
                 continue

@@ -167,7 +167,7 @@ class _Loader:
                 raise CheckpointError(
                     f"{self.where}: tensor '{key}': part '{part}' ({start}:{stop} along dim {split.axis}, "
                     f"checkpoint.split '{split.module}') is used by no parameter")
-            self._load(key, tensor.narrow(split.axis, start, stop - start), param_name, shard,
+            self._load(key, split.take(getattr(self.model, "config", None), tensor, start, stop), param_name, shard,
                        f"{key} [{start}:{stop}] ({part})")
         self.coverage.unused.discard(key)
 

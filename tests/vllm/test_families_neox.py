@@ -1,0 +1,34 @@
+"""GPT-NeoX, DBRX and Falcon (issue 26) on the vllm target, served by real vLLM, on feature-on configs of
+tests/test_parity_gpt_neox.py (and its DBRX / Falcon siblings): greedy tokens equal transformers' float32 choices,
+teacher-forced (harness.py). vLLM's CPU attention takes head sizes 32..512: hidden_size 128 over 4 heads.
+"""
+from __future__ import annotations
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt  # noqa: E402
+from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
+
+WIDE = dict(hidden_size=128)  # head_dim = hidden_size // heads = 32
+SCALE = dict(initializer_range=0.1)
+# name -> (architecture, config overrides, transformers v5 names on save)
+CASES: dict[str, tuple[str, dict, bool]] = {
+    "gpt_neox_parallel": ("GPTNeoXForCausalLM", dict(WIDE, use_parallel_residual=True, hidden_act="gelu"), False),
+    "gpt_neox_sequential": ("GPTNeoXForCausalLM", dict(
+        WIDE, use_parallel_residual=False, hidden_act="gelu_fast", attention_bias=False,
+        rope_parameters=dict(rope_type="default", rope_theta=500.0, partial_rotary_factor=1.0)), True),
+}
+PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_tokens_equal_transformers(tmp_path, name):
+    arch, overrides, v5_names = CASES[name]
+    hf = make_tiny_checkpoint(tmp_path, arch, fused_experts=v5_names, **SCALE, **overrides)
+    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
+    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
+    assert not any(misses.values()), misses
+    assert all(len(t) == 8 for t in served.tokens)
