@@ -8,6 +8,7 @@ MODELS = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Ernie4_5ForCausalLM": "ernie4_5",
     "Exaone4ForCausalLM": "exaone4",
+    "FalconForCausalLM": "falcon",
     "GPTNeoXForCausalLM": "gpt_neox",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",

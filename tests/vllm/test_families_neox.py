@@ -19,6 +19,11 @@ CASES: dict[str, tuple[str, dict, bool]] = {
     "gpt_neox_sequential": ("GPTNeoXForCausalLM", dict(
         WIDE, use_parallel_residual=False, hidden_act="gelu_fast", attention_bias=False,
         rope_parameters=dict(rope_type="default", rope_theta=500.0, partial_rotary_factor=1.0)), True),
+    "falcon_multi_query": ("FalconForCausalLM", dict(WIDE, multi_query=True), False),
+    "falcon_new_arch": ("FalconForCausalLM", dict(WIDE, new_decoder_architecture=True, num_kv_heads=2, bias=True),
+                        False),
+    "falcon_sequential": ("FalconForCausalLM", dict(WIDE, multi_query=False, parallel_attn=False,
+                                                    activation="gelu_fast", tie_word_embeddings=False), True),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): d5a5c6900eee2164
+# source hash (spec + templates + generator): 3ec26c067c057a8a
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 
