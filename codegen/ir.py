@@ -66,7 +66,12 @@ class ConfigValue:
     keys: tuple[str, ...] = ()  # config.json keys tried in order (dotted = nested)
     required: bool = False
     default: Value | None = None  # over already-computed locals; None = no default
-    null_keys: tuple[str, ...] = ()  # nullable: top-level keys whose explicit null overrides the default
+    null_keys: tuple[str, ...] = ()  # nullable: keys whose explicit null overrides the default
+
+    @property
+    def null_keys_nested(self) -> bool:
+        """A null key is dotted: its presence is tested with ``config_has`` (``key in cfg`` for top-level keys)."""
+        return any("." in k for k in self.null_keys)
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,7 @@ class Fusion:
 @dataclass(frozen=True)
 class Experts:
     per_expert: tuple[tuple[str, str], ...]  # (gate|up|down, pattern with {e}) relative to the MoE module
-    fused: tuple[tuple[str, str], ...]  # (gate_up|down, name) relative to the MoE module; () when absent
+    fused: tuple[tuple[str, str], ...]  # (gate_up|gate|up|down, name) relative to the MoE module; () when absent
 
     def pattern(self, part: str) -> str:
         return dict(self.per_expert)[part]

@@ -170,8 +170,9 @@ class _Lowerer:
                 name=name, py_type=_PY_TYPES[f.type], kind="read", reader=f"read_{f.type}", keys=keys,
                 required=f.required, default=None if default == ir.Const(None) else default,
                 # An explicit null of a nullable field is a value (Gemma 2 final_logit_softcapping: null = no cap),
-                # not "use the default"; told apart by the key's presence (top-level keys only).
-                null_keys=tuple(k for k in keys if "." not in k) if f.nullable else (),
+                # not "use the default"; told apart by the key's presence (nested keys too: DBRX's
+                # ffn_config.moe_normalize_expert_weights: null = no renormalisation).
+                null_keys=keys if f.nullable else (),
             )
         for name, value in self.spec.derived.items():
             if name in self.spec.config:
@@ -342,11 +343,11 @@ class _Lowerer:
                 if "{e}" not in v:
                     self.error(("checkpoint", "experts", "per_expert", k), "pattern must contain {e} (expert index)")
             fused = ck.experts.fused or {}
-            if fused and set(fused) != {"gate_up", "down"}:
-                self.error(("checkpoint", "experts", "fused"), "needs gate_up and down")
+            if fused and set(fused) not in ({"gate_up", "down"}, {"gate", "up", "down"}):
+                self.error(("checkpoint", "experts", "fused"), "needs gate_up and down (or gate, up and down)")
             experts = ir.Experts(
                 per_expert=tuple((k, pe[k]) for k in ("gate", "up", "down") if k in pe),
-                fused=tuple((k, fused[k]) for k in ("gate_up", "down") if k in fused),
+                fused=tuple((k, fused[k]) for k in ("gate_up", "gate", "up", "down") if k in fused),
             )
         elif has_moe:
             self.error(("checkpoint",), "an moe block needs checkpoint.experts (per-expert checkpoint names)")

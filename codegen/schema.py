@@ -196,8 +196,10 @@ class ExpertCheckpointSpec(Strict):
         description="e.g. {gate: experts.{e}.gate_proj.weight, up: experts.{e}.up_proj.weight, down: ...}; may be "
         "left out when the family's checkpoints only ever store fused experts (GraniteMoE input_linear)",
     )
-    fused: dict[Literal["gate_up", "down"], TensorName] | None = Field(
-        default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]"
+    fused: dict[Literal["gate_up", "down", "gate", "up"], TensorName] | None = Field(
+        default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]; or "
+        "gate, up and down each one tensor of every expert (DBRX ffn.experts.mlp.w1 / v1 / w2, moe expert_layout "
+        "flat)",
     )
 
 

@@ -3,6 +3,7 @@
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
     "CohereForCausalLM": "cohere",
+    "DbrxForCausalLM": "dbrx",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "DeepseekV3ForCausalLM": "deepseek_v3",

@@ -1,6 +1,6 @@
 """GPT-NeoX, DBRX and Falcon (issue 26) on the vllm target, served by real vLLM, on feature-on configs of
-tests/test_parity_gpt_neox.py (and its DBRX / Falcon siblings): greedy tokens equal transformers' float32 choices,
-teacher-forced (harness.py). vLLM's CPU attention takes head sizes 32..512: hidden_size 128 over 4 heads.
+tests/test_parity_{gpt_neox,dbrx,falcon}.py: greedy tokens equal transformers' float32 choices, teacher-forced
+(harness.py). vLLM's CPU attention takes head sizes 32..512: hidden size 128 over 4 heads.
 """
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ CASES: dict[str, tuple[str, dict, bool]] = {
                         False),
     "falcon_sequential": ("FalconForCausalLM", dict(WIDE, multi_query=False, parallel_attn=False,
                                                     activation="gelu_fast", tie_word_embeddings=False), True),
+    # DBRX: sizes under its own names; clip_qkv binding, and far above every value (transformers cannot run null)
+    "dbrx_clip": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=0.3),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2, moe_normalize_expert_weights=1.0)), False),
+    "dbrx_no_norm": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=1000.0),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=3, moe_normalize_expert_weights=None)),
+        False),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon.yaml --target neuron
-# source hash (spec + templates + generator): 04624c564fbea29f
+# source hash (spec + templates + generator): 72efb85a6af4762a
 # ==================================================================================================================
 """FalconConfig: the HF ``config.json`` fields specs/falcon.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): ed3c86d2d14ba0fe
+# source hash (spec + templates + generator): 0dc72e0202525b0f
 # ==================================================================================================================
 """Checkpoint mappings of GptOssForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): e25d4c54356dddb8
+# source hash (spec + templates + generator): 9b522c0b8f706206
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 

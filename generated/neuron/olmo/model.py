@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo.yaml --target neuron
-# source hash (spec + templates + generator): 0995aa656c1fdf3c
+# source hash (spec + templates + generator): 6a248b748af50cce
 # ==================================================================================================================
 """Olmo for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi.yaml --target neuron
-# source hash (spec + templates + generator): b4668ca46356d98d
+# source hash (spec + templates + generator): c49331ae07d9b2f2
 # ==================================================================================================================
 """Phi for the neuron target, in vLLM Neuron's style.
 

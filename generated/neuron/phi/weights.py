@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi.yaml --target neuron
-# source hash (spec + templates + generator): b4668ca46356d98d
+# source hash (spec + templates + generator): c49331ae07d9b2f2
 # ==================================================================================================================
 """Checkpoint mappings of PhiForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon.yaml --target rocm
-# source hash (spec + templates + generator): 04624c564fbea29f
+# source hash (spec + templates + generator): 72efb85a6af4762a
 # ==================================================================================================================
 """Falcon for the rocm target. See README.md."""
 from .config import ARCHITECTURES, FalconConfig

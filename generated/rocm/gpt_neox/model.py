@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_neox.yaml --target rocm
-# source hash (spec + templates + generator): 838e362861f3943e
+# source hash (spec + templates + generator): 46f4f7fb07ced2c3
 # ==================================================================================================================
 """GPTNeoX for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): ed3c86d2d14ba0fe
+# source hash (spec + templates + generator): 0dc72e0202525b0f
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): d167e0d835ddf89f
+# source hash (spec + templates + generator): 2c3b5861a0ebb283
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): 0995aa656c1fdf3c
+# source hash (spec + templates + generator): 6a248b748af50cce
 # ==================================================================================================================
 """Olmo for the rocm target. See README.md."""
 from .config import ARCHITECTURES, OlmoConfig

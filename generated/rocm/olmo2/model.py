@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 51acd3aec9c1c13f
+# source hash (spec + templates + generator): be4a0ad81072cc1f
 # ==================================================================================================================
 """Olmo2 for the rocm target, in ATOM's style.
 

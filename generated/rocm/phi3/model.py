@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): ad71dab85a2c8742
+# source hash (spec + templates + generator): 4439e236281298d9
 # ==================================================================================================================
 """Phi3 for the rocm target, in ATOM's style.
 

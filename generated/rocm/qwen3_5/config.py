@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): 3675f50d96b0d4bf
+# source hash (spec + templates + generator): 3082cbae872e9bb5
 # ==================================================================================================================
 """Qwen35Config: the HF ``config.json`` fields specs/qwen3_5.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 08edfc03fbf0c2ab
+# source hash (spec + templates + generator): 1ce25bf392b9a23e
 # ==================================================================================================================
 """Cohere for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): af8758af4cb7f92c
+# source hash (spec + templates + generator): 646abc841f128254
 # ==================================================================================================================
 """DeepseekV2 for the vllm target. See README.md.
 

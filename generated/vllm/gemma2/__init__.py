@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 3e8ba49d5e40c515
+# source hash (spec + templates + generator): a4675f055fb9dae8
 # ==================================================================================================================
 """Gemma2 for the vllm target. See README.md.
 

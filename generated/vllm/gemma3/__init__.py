@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): 7ffa3f32d24b5394
+# source hash (spec + templates + generator): 769537bf0af44c73
 # ==================================================================================================================
 """Gemma3 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): d8fe7a69258d4904
+# source hash (spec + templates + generator): 8de423d55c18cd75
 # ==================================================================================================================
 """Granite for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): 0995aa656c1fdf3c
+# source hash (spec + templates + generator): 6a248b748af50cce
 # ==================================================================================================================
 """Olmo for the vllm target: vLLM's model interface and layer library.
 

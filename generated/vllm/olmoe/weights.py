@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 4166a1b81af1a5f1
+# source hash (spec + templates + generator): 216f7a062bf49943
 # ==================================================================================================================
 """Weight-loader tables of OlmoeForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): b4668ca46356d98d
+# source hash (spec + templates + generator): c49331ae07d9b2f2
 # ==================================================================================================================
 """Phi for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2.yaml --target vllm
-# source hash (spec + templates + generator): 344f5b933b674608
+# source hash (spec + templates + generator): c6a8167ff38b8708
 # ==================================================================================================================
 """Qwen2 for the vllm target. See README.md.
 
