@@ -12,21 +12,16 @@ the reference's clip is set to 1e30 after saving (no entry is clamped, which is 
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.hf_config import ConfigError
-from modelgen.runtime.testing import assert_close_three_way
-from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from tests.parity_helpers import hf_greedy_forward, hf_logits, llm
-from tests.test_parity_llama import THREE_WAY_ATOL, THREE_WAY_FACTOR
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+from tests.family_parity import (
+    PREFILL_ATOL, PROMPT, TARGETS, assert_bf16_three_way, assert_fp32_parity, checkpoint_getter, err_after,
+)
+from tests.parity_helpers import hf_logits, llm
 
-TARGETS = ["rocm", "neuron"]
-PREFILL_ATOL = 1e-4
-PROMPT = tiny_prompt()
 ARCH = "DbrxForCausalLM"
 SIZES = dict(initializer_range=0.1, d_model=64, n_heads=4, n_layers=4, max_seq_len=256)
 
@@ -54,42 +49,21 @@ def _runnable(hf, overrides: dict):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            d = tmp_path_factory.mktemp(name)
-            cache[name] = (d, _runnable(make_tiny_checkpoint(d, ARCH, **CASES[name]), CASES[name]))
-        return cache[name]
-
-    return get
+    return checkpoint_getter(tmp_path_factory, lambda d, name: _runnable(make_tiny_checkpoint(d, ARCH, **CASES[name]),
+                                                                          CASES[name]))
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_dbrx_fp32(checkpoint, name, target):
     path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True, max_model_len=128)
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_fp32_parity(path, hf, name, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_against_dbrx_bf16_three_way(checkpoint, target):
     path, hf = checkpoint("clip_sum_norm")
-    gold = hf_logits(hf, PROMPT)
-    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)
-    ours = llm(path, target, dtype="bfloat16", max_model_len=128).score(PROMPT).float()
-    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=f"dbrx/{target}")
-
-
-def _err_after(path, ref, edit, target: str) -> float:
-    model = llm(path, target, max_model_len=128)
-    with torch.no_grad():
-        edit(model.model)
-    return (model.score(PROMPT).float() - ref).abs().max().item()
+    assert_bf16_three_way(path, hf, "dbrx", target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -98,19 +72,19 @@ def test_each_feature_moves_the_logits(checkpoint, target):
     path, hf = checkpoint("clip_sum_norm")
     ref = hf_logits(hf, PROMPT)
     layers = lambda m: m.transformer.layers  # noqa: E731
-    assert _err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
-    assert _err_after(path, ref, lambda m: [setattr(x.attn, "clip_qkv", None) for x in layers(m)], target) > 1e-2
+    assert err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
+    assert err_after(path, ref, lambda m: [setattr(x.attn, "clip_qkv", None) for x in layers(m)], target) > 1e-2
 
     def no_renormalize(m):
         for x in layers(m):
             setattr(x.ffn if target == "neuron" else x.ffn.router, "renormalize", False)
-    assert _err_after(path, ref, no_renormalize, target) > 1e-2
+    assert err_after(path, ref, no_renormalize, target) > 1e-2
 
     def swap_gate_up(m):  # w1 read as up and v1 as gate
         for x in layers(m):
             w13 = x.ffn.experts_w13_weight if target == "neuron" else x.ffn.experts.w13_weight
             w13.copy_(torch.cat(w13.chunk(2, dim=1)[::-1], dim=1))
-    assert _err_after(path, ref, swap_gate_up, target) > 1e-2
+    assert err_after(path, ref, swap_gate_up, target) > 1e-2
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -12,20 +12,14 @@ MLP's own ln_mlp replaced by ln_attn, the parallel layer run sequentially, and t
 """
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
 
-from modelgen.runtime.engine.sampler import SamplingParams
-from modelgen.runtime.testing import assert_close_three_way
-from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from tests.parity_helpers import hf_greedy_forward, hf_logits, llm
-from tests.test_parity_llama import THREE_WAY_ATOL, THREE_WAY_FACTOR
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+from tests.family_parity import (
+    PREFILL_ATOL, PROMPT, TARGETS, assert_bf16_three_way, assert_fp32_parity, checkpoint_getter, err_after,
+)
+from tests.parity_helpers import hf_logits, llm
 
-TARGETS = ["rocm", "neuron"]
-PREFILL_ATOL = 1e-4
-PROMPT = tiny_prompt()
 SCALE = dict(initializer_range=0.1)
 ARCH = "FalconForCausalLM"
 NEW = dict(new_decoder_architecture=True, num_kv_heads=2)
@@ -43,44 +37,25 @@ THREE_WAY = ["multi_query", "new_arch_two_norms"]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cache: dict = {}
+    def make(d, name: str):
+        overrides, v5_names = CASES[name]
+        return make_tiny_checkpoint(d, ARCH, fused_experts=v5_names, **SCALE, **overrides)
 
-    def get(name: str):
-        if name not in cache:
-            overrides, v5_names = CASES[name]
-            d = tmp_path_factory.mktemp(name)
-            cache[name] = (d, make_tiny_checkpoint(d, ARCH, fused_experts=v5_names, **SCALE, **overrides))
-        return cache[name]
-
-    return get
+    return checkpoint_getter(tmp_path_factory, make)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_falcon_fp32(checkpoint, name, target):
     path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True, max_model_len=128)
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_fp32_parity(path, hf, name, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", THREE_WAY)
 def test_against_falcon_bf16_three_way(checkpoint, name, target):
     path, hf = checkpoint(name)
-    gold = hf_logits(hf, PROMPT)
-    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)
-    ours = llm(path, target, dtype="bfloat16", max_model_len=128).score(PROMPT).float()
-    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=f"{name}/{target}")
-
-
-def _err_after(path, ref, edit, target: str) -> float:
-    model = llm(path, target, max_model_len=128)
-    with torch.no_grad():
-        edit(model.model)
-    return (model.score(PROMPT).float() - ref).abs().max().item()
+    assert_bf16_three_way(path, hf, name, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -89,7 +64,7 @@ def test_each_feature_moves_the_logits(checkpoint, target):
     path, hf = checkpoint("new_arch_two_norms")
     ref = hf_logits(hf, PROMPT)
     layers = lambda m: m.transformer.layers  # noqa: E731
-    assert _err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
+    assert err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
 
     def contiguous_qkv(m):  # [all q | k | v] (falcon-7B's reading) instead of per KV group
         for layer, hf_layer in zip(layers(m), hf.transformer.h):
@@ -100,24 +75,24 @@ def test_each_feature_moves_the_logits(checkpoint, target):
             else:
                 layer.self_attention.qkv_proj_weight.copy_(fused.weight.T)
                 layer.self_attention.qkv_proj_bias.copy_(fused.bias)
-    assert _err_after(path, ref, contiguous_qkv, target) > 1e-2
+    assert err_after(path, ref, contiguous_qkv, target) > 1e-2
 
     def shared_norm(m):  # ln_mlp replaced by ln_attn (num_ln_in_parallel_attn 1)
         for layer in layers(m):
             layer.post_attention_layernorm.weight.copy_(layer.input_layernorm.weight)
             layer.post_attention_layernorm.bias.copy_(layer.input_layernorm.bias)
-    assert _err_after(path, ref, shared_norm, target) > 1e-2
+    assert err_after(path, ref, shared_norm, target) > 1e-2
 
     def no_mlp_bias(m):
         for layer in layers(m):
             (layer.mlp.up_proj_bias if target == "neuron" else layer.mlp.up_proj.bias).zero_()
-    assert _err_after(path, ref, no_mlp_bias, target) > 1e-2
+    assert err_after(path, ref, no_mlp_bias, target) > 1e-2
 
     path, hf = checkpoint("multi_head_sequential")  # parallel_attn false: run it as a parallel layer instead
     ref = hf_logits(hf, PROMPT)
-    assert _err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
+    assert err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
     parallel = lambda m: [setattr(x, "parallel_residual", True) for x in layers(m)]  # noqa: E731
-    assert _err_after(path, ref, parallel, target) > 1e-2
+    assert err_after(path, ref, parallel, target) > 1e-2
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -12,23 +12,18 @@ move the logits far past the tolerance.
 """
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 
 import pytest
-import torch
 
 from modelgen.runtime.layers.mlp import Activation
-from modelgen.runtime.testing import assert_close_three_way
-from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from modelgen.runtime.engine.sampler import SamplingParams
-from tests.parity_helpers import hf_greedy_forward, hf_logits, llm
-from tests.test_parity_llama import THREE_WAY_ATOL, THREE_WAY_FACTOR
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+from tests.family_parity import (
+    PREFILL_ATOL, PROMPT, TARGETS, assert_bf16_three_way, assert_fp32_parity, checkpoint_getter, err_after,
+)
+from tests.parity_helpers import hf_logits, llm
 
-TARGETS = ["rocm", "neuron"]
-PREFILL_ATOL = 1e-4
-PROMPT = tiny_prompt()
 SCALE = dict(initializer_range=0.1)
 ARCH = "GPTNeoXForCausalLM"
 
@@ -50,37 +45,25 @@ THREE_WAY = ["parallel", "sequential_full_rotary"]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cache: dict = {}
+    def make(d, name: str):
+        overrides, v5_names = CASES[name]
+        return make_tiny_checkpoint(d, ARCH, fused_experts=v5_names, **SCALE, **overrides)
 
-    def get(name: str):
-        if name not in cache:
-            overrides, v5_names = CASES[name]
-            d = tmp_path_factory.mktemp(name)
-            cache[name] = (d, make_tiny_checkpoint(d, ARCH, fused_experts=v5_names, **SCALE, **overrides))
-        return cache[name]
-
-    return get
+    return checkpoint_getter(tmp_path_factory, make)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_gpt_neox_fp32(checkpoint, name, target):
     path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True, max_model_len=128)
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_fp32_parity(path, hf, name, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", THREE_WAY)
 def test_against_gpt_neox_bf16_three_way(checkpoint, name, target):
     path, hf = checkpoint(name)
-    gold = hf_logits(hf, PROMPT)
-    floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), PROMPT)
-    ours = llm(path, target, dtype="bfloat16", max_model_len=128).score(PROMPT).float()
-    assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=f"{name}/{target}")
+    assert_bf16_three_way(path, hf, name, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -98,20 +81,13 @@ def test_transformers4_config_keys(checkpoint, tmp_path, target):
     assert err < PREFILL_ATOL
 
 
-def _err_after(path, ref, edit, target: str) -> float:
-    model = llm(path, target, max_model_len=128)
-    with torch.no_grad():
-        edit(model.model)
-    return (model.score(PROMPT).float() - ref).abs().max().item()
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_each_feature_moves_the_logits(checkpoint, tmp_path, target):
     """Parity means the features are implemented: each, switched off, moves the logits far past PREFILL_ATOL."""
     path, hf = checkpoint("parallel")
     ref = hf_logits(hf, PROMPT)
     layers = lambda m: m.gpt_neox.layers  # noqa: E731
-    assert _err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
+    assert err_after(path, ref, lambda m: None, target) < PREFILL_ATOL
 
     # query_key_value read as contiguous [all q | all k | all v] rows instead of per head [h, 3, d]
     def contiguous_qkv(m):
@@ -123,19 +99,19 @@ def test_each_feature_moves_the_logits(checkpoint, tmp_path, target):
             else:
                 layer.attention.qkv_proj_weight.copy_(fused.weight.T)
                 layer.attention.qkv_proj_bias.copy_(fused.bias)
-    assert _err_after(path, ref, contiguous_qkv, target) > 1e-2
+    assert err_after(path, ref, contiguous_qkv, target) > 1e-2
 
     # the parallel MLP reading the attention's norm (Phi / Cohere) instead of its own post_attention_layernorm
     def shared_norm(m):
         for layer in layers(m):
             layer.post_attention_layernorm.weight.copy_(layer.input_layernorm.weight)
             layer.post_attention_layernorm.bias.copy_(layer.input_layernorm.bias)
-    assert _err_after(path, ref, shared_norm, target) > 1e-2
+    assert err_after(path, ref, shared_norm, target) > 1e-2
     # the parallel layer run sequentially
     sequential = lambda m: [setattr(x, "parallel_residual", False) for x in layers(m)]  # noqa: E731
-    assert _err_after(path, ref, sequential, target) > 1e-2
+    assert err_after(path, ref, sequential, target) > 1e-2
     # exact GELU (hidden_act gelu) vs its tanh approximation: small (7.6e-4 here) but past the tolerance
-    assert _err_after(path, ref, lambda m: [setattr(x.mlp, "act_fn", Activation("gelu_tanh")) for x in layers(m)],
+    assert err_after(path, ref, lambda m: [setattr(x.mlp, "act_fn", Activation("gelu_tanh")) for x in layers(m)],
                       target) > 5 * PREFILL_ATOL
     # rotary_pct: transformers with every dim rotated is another model than ours (0.25)
     overrides, _ = CASES["parallel"]
