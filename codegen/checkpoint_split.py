@@ -8,6 +8,10 @@ the part modules in storage order with their sizes (expressions over config fiel
       qkv_proj:
         parts: {q_proj: num_attention_heads * head_dim, k_proj: num_key_value_heads * head_dim, ...}
 
+A tensor interleaved in repeating groups (GPT-NeoX ``query_key_value``: ``[heads, 3, head_dim]`` rows; Falcon-40B:
+``[kv_heads, q_per_kv + 2, head_dim]``) names ``groups:`` (an expression): the parts' sizes are then per group, and
+each part is the concatenation of its rows over the groups.
+
 Every tensor of the stored module (``.weight``, ``.bias``) is then read as the tensors its parts would be if stored
 separately, so the parameters, fusions and both targets' loaders see the familiar names
 (``runtime/loader/split.py``). Here: the schema (used by ``codegen/schema.py``), the IR and its lowering.
@@ -32,6 +36,10 @@ class SplitSpec(Strict):
         description="checkpoint module of each part -> its size along `axis` (expression over config fields), in "
         "storage order, e.g. {q_proj: num_attention_heads * head_dim, k_proj: num_key_value_heads * head_dim, ...}",
     )
+    groups: Expression | None = Field(
+        default=None, description="the parts repeat in this many interleaved groups along `axis` (sizes are then per "
+        "group), e.g. num_attention_heads for GPT-NeoX's [heads, 3, head_dim] query_key_value rows; default: one",
+    )
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Split:
     module: str  # the stored module, e.g. qkv_proj
     axis: int
     parts: tuple[tuple[str, Value], ...]  # (part module, size) in storage order
+    groups: Value | None = None  # interleaved groups the parts repeat in (sizes per group); None: one
 
     def part_names(self) -> tuple[str, ...]:
         return tuple(p for p, _ in self.parts)
@@ -56,5 +65,6 @@ def lower_splits(ctx: Any, splits: dict[str, SplitSpec]) -> tuple[Split, ...]:
                 ctx.error(path + ("parts", part), f"part '{part}' is already a part of split '{owner[part]}'")
             owner.setdefault(part, module)
         sizes = tuple((part, ctx.value(path + ("parts", part), size)) for part, size in spec.parts.items())
-        out.append(Split(module=module, axis=spec.axis, parts=sizes))
+        groups = ctx.value(path + ("groups",), spec.groups) if spec.groups is not None else None
+        out.append(Split(module=module, axis=spec.axis, parts=sizes, groups=groups))
     return tuple(out)

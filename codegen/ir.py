@@ -66,7 +66,12 @@ class ConfigValue:
     keys: tuple[str, ...] = ()  # config.json keys tried in order (dotted = nested)
     required: bool = False
     default: Value | None = None  # over already-computed locals; None = no default
-    null_keys: tuple[str, ...] = ()  # nullable: top-level keys whose explicit null overrides the default
+    null_keys: tuple[str, ...] = ()  # nullable: keys whose explicit null overrides the default
+
+    @property
+    def null_keys_nested(self) -> bool:
+        """A null key is dotted: its presence is tested with ``config_has`` (``key in cfg`` for top-level keys)."""
+        return any("." in k for k in self.null_keys)
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,9 @@ class Block:
     sandwich   pre- and post-norms around each sub-layer (Gemma 2/3):
                ``h = x + attention_post_norm(attn(attention_norm(x)))``, the same for the MLP;
     post_norm  only post-norms (OLMo 2): ``h = x + attention_post_norm(attn(x))``, the same for the MLP.
-    ``residual_multiplier`` (Granite) scales each sub-layer's output before it joins the stream.
+    ``residual_multiplier`` (Granite) scales each sub-layer's output before it joins the stream;
+    ``parallel_mlp_norm`` (GPT-NeoX, Falcon-40B) gives the parallel MLP its own norm: ``x + attn(attention_norm(x))
+    + mlp(mlp_norm(x))``.
     """
 
     key: str  # block name in the spec
@@ -203,23 +210,38 @@ class Block:
     parallel: Value = Const(False)
     residual_multiplier: Value | None = None
     residual_scale: ResidualScale | None = None  # per block: the layer sets its block's factors
+    parallel_mlp_norm: Value = Const(False)
 
     @property
     def layout(self) -> tuple:
         """What the one decoder-layer class depends on (must agree across blocks)."""
         return (self.residual, self.attention_norm, self.attention_post_norm, self.mlp_norm, self.mlp_post_norm,
-                self.parallel, self.residual_multiplier)
+                self.parallel, self.residual_multiplier, self.parallel_mlp_norm)
 
     def norms(self) -> list[tuple[Norm, bool]]:
-        """Every norm of the layer, each with whether it exists only when the layer is not parallel (the mlp_norm
-        of a layer whose ``parallel`` is a config expression; a literally parallel layer has none)."""
+        """Every norm of the layer, each with whether it exists only under a config condition (the mlp_norm of a
+        layer whose ``parallel`` is a config expression and whose MLP has no norm of its own when parallel; a
+        literally parallel layer sharing its norm has none). The condition: :attr:`optional_norm_test`."""
         out = [(n, False) for n in (self.attention_norm, self.attention_post_norm) if n is not None]
-        if self.mlp_norm is not None and not self.parallel.always:
+        if self.mlp_norm is not None and self.parallel_mlp_norm.always:
+            out.append((self.mlp_norm, False))
+        elif self.mlp_norm is not None and not self.parallel.always:
             out.append((self.mlp_norm, not self.parallel.never))
+        elif self.mlp_norm is not None and not self.parallel_mlp_norm.never:
+            out.append((self.mlp_norm, True))
         if self.mlp_post_norm is not None:
             out.append((self.mlp_post_norm, False))
         return out
 
+
+    @property
+    def optional_norm_test(self) -> str:
+        """The decoder layer's test (over its own attributes) for building a norm :meth:`norms` marks conditional."""
+        if self.parallel_mlp_norm.never:
+            return "not self.parallel_residual"
+        if self.parallel.always:
+            return "self.parallel_mlp_norm"
+        return "not self.parallel_residual or self.parallel_mlp_norm"
 
     def norm_params(self) -> list[tuple[str, Value]]:
         """(``<norm>.<param>``, condition over the config) of every learned norm tensor of the layer."""
@@ -228,6 +250,8 @@ class Block:
             for param, cond in n.params:
                 if only_serial:
                     serial = Code(py=f"not ({self.parallel.py})", spec=f"not ({self.parallel.spec})")
+                    if not self.parallel_mlp_norm.never:
+                        serial = Code(py=f"not ({self.parallel.py}) or ({self.parallel_mlp_norm.py})", spec="")
                     cond = serial if cond.always else Code(py=f"{cond.py} and {serial.py}", spec="")
                 out.append((f"{n.name}.{param}", cond))
         return out
@@ -242,7 +266,7 @@ class Fusion:
 @dataclass(frozen=True)
 class Experts:
     per_expert: tuple[tuple[str, str], ...]  # (gate|up|down, pattern with {e}) relative to the MoE module
-    fused: tuple[tuple[str, str], ...]  # (gate_up|down, name) relative to the MoE module; () when absent
+    fused: tuple[tuple[str, str], ...]  # (gate_up|gate|up|down, name) relative to the MoE module; () when absent
 
     def pattern(self, part: str) -> str:
         return dict(self.per_expert)[part]

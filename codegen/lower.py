@@ -44,7 +44,7 @@ _PY_TYPES = {
 # ------------------------------------------------------------------------------------------------- semantic lowering
 # A decoder layer's layout fields (``decoder:`` defaults, block overrides) and the norms each residual style applies.
 NORM_FIELDS = ("attention_norm", "attention_post_norm", "mlp_norm", "mlp_post_norm")
-LAYOUT_FIELDS = ("residual",) + NORM_FIELDS + ("parallel", "residual_multiplier")
+LAYOUT_FIELDS = ("residual",) + NORM_FIELDS + ("parallel", "residual_multiplier", "parallel_mlp_norm")
 RESIDUAL_NORMS = {
     "pre_norm": frozenset({"attention_norm", "mlp_norm"}),
     "sandwich": frozenset(NORM_FIELDS),
@@ -170,8 +170,9 @@ class _Lowerer:
                 name=name, py_type=_PY_TYPES[f.type], kind="read", reader=f"read_{f.type}", keys=keys,
                 required=f.required, default=None if default == ir.Const(None) else default,
                 # An explicit null of a nullable field is a value (Gemma 2 final_logit_softcapping: null = no cap),
-                # not "use the default"; told apart by the key's presence (top-level keys only).
-                null_keys=tuple(k for k in keys if "." not in k) if f.nullable else (),
+                # not "use the default"; told apart by the key's presence (nested keys too: DBRX's
+                # ffn_config.moe_normalize_expert_weights: null = no renormalisation).
+                null_keys=keys if f.nullable else (),
             )
         for name, value in self.spec.derived.items():
             if name in self.spec.config:
@@ -238,6 +239,9 @@ class _Lowerer:
                                   or parts["residual_multiplier"] is not None):
             self.error(("blocks", key), "residual_scale applies to a serial pre_norm layer without "
                                         "residual_multiplier (its output factors play that part)")
+        if parts["parallel_mlp_norm"] not in (None, False) and (parts["parallel"] in (None, False)
+                                                              or parts["mlp_norm"] is None):
+            self.error(("blocks", key), "parallel_mlp_norm needs parallel and an mlp_norm (the MLP's own norm)")
         return parts
 
     def _residual_scale(self, p: tuple[Any, ...], scale: Any) -> ir.ResidualScale | None:
@@ -290,6 +294,7 @@ class _Lowerer:
                 residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
                 residual_scale=self._residual_scale(p + ("residual_scale",),
                                                     self._decoder_part(self.spec.blocks[key], "residual_scale")),
+                parallel_mlp_norm=self.optional(p + ("parallel_mlp_norm",), parts["parallel_mlp_norm"]) or ir.Const(False),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:
@@ -358,11 +363,11 @@ class _Lowerer:
                 if "{e}" not in v:
                     self.error(("checkpoint", "experts", "per_expert", k), "pattern must contain {e} (expert index)")
             fused = ck.experts.fused or {}
-            if fused and set(fused) != {"gate_up", "down"}:
-                self.error(("checkpoint", "experts", "fused"), "needs gate_up and down")
+            if fused and set(fused) not in ({"gate_up", "down"}, {"gate", "up", "down"}):
+                self.error(("checkpoint", "experts", "fused"), "needs gate_up and down (or gate, up and down)")
             experts = ir.Experts(
                 per_expert=tuple((k, pe[k]) for k in ("gate", "up", "down") if k in pe),
-                fused=tuple((k, fused[k]) for k in ("gate_up", "down") if k in fused),
+                fused=tuple((k, fused[k]) for k in ("gate_up", "gate", "up", "down") if k in fused),
             )
         elif has_moe:
             self.error(("checkpoint",), "an moe block needs checkpoint.experts (per-expert checkpoint names)")

@@ -315,7 +315,9 @@ def _context(ir: ModelIR, target: str, env: jinja2.Environment) -> dict:
     gate_up = ck.modules("gate_up_proj", {0: "gate_proj", 1: "up_proj"})
     readers = sorted({"as_dict"} | {v.reader for v in ir.config_values if v.kind == "read"}
                      | ({"require"} if any(v.required for v in ir.config_values) else set())
-                     | ({"ConfigError"} if ir.requires else set()))
+                     | ({"ConfigError"} if ir.requires else set())
+                     | ({"config_has"} if any(v.null_keys_nested and v.default is not None for v in ir.config_values)
+                        else set()))
     ctx = {
         "ir": ir, "target": target, "version": GENERATOR_VERSION, "P": ir.class_prefix, "pre": ck.prefix,
         "readers": readers, "qkv": [qkv["q"], qkv["k"], qkv["v"]], "gate_up": [gate_up[0], gate_up[1]],

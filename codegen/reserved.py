@@ -22,7 +22,7 @@ PYTHON_BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 CONFIG_CLASS_NAMES = frozenset({
     "cfg", "cls", "self", "hf_config", "i", "as_dict", "require", "ConfigError", "Any", "ClassVar", "dataclass",
     "field", "ARCHITECTURES", "CONFIG_KEYS_READ", "CONFIG_KEYS_IGNORED", "from_hf_config", "from_configs",
-    "layer_block", "neuron_config", "NeuronModelConfig", "NeuronConfig",
+    "layer_block", "neuron_config", "NeuronModelConfig", "NeuronConfig", "config_has",
 })
 
 # Public attributes of torch.nn.Module (torch 2.x); private ones are covered by the leading-underscore rule.

@@ -148,6 +148,11 @@ class _LayerParts(Strict):
         default=None, description="pre_norm only: factors on the residual stream and on each sub-layer's output, and "
         "whether the stream continues from the norm's output (MiniMax); may differ between blocks",
     )
+    parallel_mlp_norm: Expression | None = Field(
+        default=None, description="with parallel: the MLP reads mlp_norm(x) instead of attention_norm(x), each "
+        "sub-layer with its own norm (GPT-NeoX post_attention_layernorm, Falcon-40B ln_mlp); expression, default "
+        "false; the mlp_norm is then built whenever this is true",
+    )
 
 
 class DecoderSpec(_LayerParts):
@@ -216,8 +221,10 @@ class ExpertCheckpointSpec(Strict):
         description="e.g. {gate: experts.{e}.gate_proj.weight, up: experts.{e}.up_proj.weight, down: ...}; may be "
         "left out when the family's checkpoints only ever store fused experts (GraniteMoE input_linear)",
     )
-    fused: dict[Literal["gate_up", "down"], TensorName] | None = Field(
-        default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]"
+    fused: dict[Literal["gate_up", "down", "gate", "up"], TensorName] | None = Field(
+        default=None, description="transformers v5 fused names: gate_up_proj [E, 2I, H], down_proj [E, H, I]; or "
+        "gate, up and down each one tensor of every expert (DBRX ffn.experts.mlp.w1 / v1 / w2, moe expert_layout "
+        "flat)",
     )
 
 

@@ -26,6 +26,11 @@ def _lookup(cfg: Mapping[str, Any], key: str) -> Any:
     return node
 
 
+def config_has(cfg: Mapping[str, Any], key: str) -> bool:
+    """``key`` (dotted = nested) is present in ``cfg``, null or not: a nullable field's explicit null is a value."""
+    return _lookup(cfg, key) is not _MISSING
+
+
 def _first(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any]:
     for key in keys:
         value = _lookup(cfg, key)
@@ -313,7 +318,7 @@ def check_config_keys(config: Mapping[str, Any], config_class: Any, where: str, 
     if read is None:
         return []
     ignored = getattr(config_class, "CONFIG_KEYS_IGNORED", ())
-    nested, unimplemented = nested_unread_keys(config, read, ignored)  # inside rope_parameters & co (issue 26)
+    nested, unimplemented = nested_unread_keys(config, read, ignored, GENERIC_CONFIG_KEYS)  # inside rope_parameters & co
     if unimplemented:
         raise ConfigError(
             f"{where}: {', '.join(unimplemented)}: {spec} reads this RoPE mapping but implements no such parameter for "

@@ -88,11 +88,12 @@ class MoESpec(Strict):
         default=False,
         description="experts carry gate-up [E, 2I] and down [E, H] biases, loaded from `<fused name>_bias` (GPT-OSS)",
     )
-    expert_layout: Literal["stacked", "interleaved_transposed"] = Field(
+    expert_layout: Literal["stacked", "interleaved_transposed", "flat"] = Field(
         default="stacked",
         description="layout of checkpoint.experts.fused tensors: stacked = transformers v5 MoE ([E, 2I, H] gate rows "
         "then up rows, [E, H, I]); interleaved_transposed = GPT-OSS ([E, H, 2I] with gate/up interleaved on the last "
-        "dim, [E, I, H])",
+        "dim, [E, I, H]); flat = DBRX (fused gate, up and down names, each [E * I, H]: expert e's rows e*I..(e+1)*I, "
+        "down stored transposed, down = x @ w2_e)",
     )
     router: RouterSpec = Field(
         description="the router: name, scoring, top_k, renormalize, grouped top-k, correction bias",

@@ -3,11 +3,14 @@
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
     "CohereForCausalLM": "cohere",
+    "DbrxForCausalLM": "dbrx",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Ernie4_5ForCausalLM": "ernie4_5",
     "Exaone4ForCausalLM": "exaone4",
+    "FalconForCausalLM": "falcon",
+    "GPTNeoXForCausalLM": "gpt_neox",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
     "Gemma3ForConditionalGeneration": "gemma3",

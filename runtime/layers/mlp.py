@@ -26,6 +26,10 @@ def relu2(x: torch.Tensor) -> torch.Tensor:
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"gelu": gelu, "gelu_tanh": gelu_tanh,
                                                                    "relu2": relu2}
+# transformers ACT2FN name -> the entry of ACTIVATIONS computing it (an MLP whose spec reads its activation from the
+# config, `activation_from: hidden_act`: GPT-NeoX's gelu / gelu_fast, Falcon's activation)
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                  "relu2": "relu2"}
 
 
 class Activation(nn.Module):
@@ -37,6 +41,13 @@ class Activation(nn.Module):
             raise ValueError(f"activation {name!r} not in {sorted(ACTIVATIONS)}")
         self.name = name
         self.fn = ACTIVATIONS[name]
+
+    @classmethod
+    def from_hf(cls, hf_name: str) -> "Activation":
+        """The activation transformers' ``ACT2FN[hf_name]`` computes; ValueError naming it when none does."""
+        if hf_name not in HF_ACTIVATIONS:
+            raise ValueError(f"activation {hf_name!r} (config) is not generated; known: {sorted(HF_ACTIVATIONS)}")
+        return cls(HF_ACTIVATIONS[hf_name])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)

@@ -64,7 +64,7 @@ class _Router:
         ex = tables.experts
         self.per_expert = [(expert_regex(pattern), param, shard) for param, pattern, shard in ex.per_expert]
         # Whole-tensor expert rows: a fused tensor fills the EXPERTS slot, a shared-expert tensor its own slot.
-        self.whole = [(pattern, param, shard, EXPERTS) for param, pattern, shard in ex.fused]
+        self.whole = [(pattern, param, shard, "w3" if shard == "w3" else EXPERTS) for param, pattern, shard in ex.fused]
         self.whole += [(pattern, param, shard, shard) for param, pattern, shard in ex.shared]
 
     def route(self, key: str) -> _Route | None:
@@ -114,6 +114,7 @@ def _expected_slots(
         if name in stacked:  # routed experts, plus one slot per shared-expert tensor the tables route here
             slots.append((name, EXPERTS))
             slots += [(name, s) for s in tables.experts.shared_slots(stacked[name])]
+            slots += [(name, s) for s in tables.experts.fused_up_slots(stacked[name])]
         elif module_name in shards_of:
             slots += [(name, s) for s in shards_of[module_name]]
         else:
@@ -239,7 +240,7 @@ def load_packed_weights(
                             f"{checkpoint.file_of(key)}: tensor '{key}': part '{part}' ({start}:{stop} along dim "
                             f"{split.axis}, checkpoint.split '{split.module}') is used by no parameter"
                         )
-                    load(key, part_route, tensor.narrow(split.axis, start, stop - start),
+                    load(key, part_route, split.take(getattr(model, "config", None), tensor, start, stop),
                          f"{key} [{start}:{stop}] ({part})")
                 coverage.unused.discard(key)
                 continue

@@ -58,6 +58,11 @@ class ExpertMapping:
     def shared_slots(self, param: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(shard for p, _, shard in self.shared if p == param))
 
+    def fused_up_slots(self, param: str) -> tuple[str, ...]:
+        """``("w3",)`` when a fused row fills ``param``'s up half on its own (DBRX's flat ``v1``, beside the gate
+        ``w1`` that fills the experts slot): its own coverage slot, so each tensor is counted once."""
+        return tuple(dict.fromkeys(shard for p, _, shard in self.fused if p == param and shard == "w3"))
+
 
 NO_EXPERTS = ExpertMapping()
 

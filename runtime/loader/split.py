@@ -16,6 +16,10 @@ if the checkpoint stored them separately, so the rest of loading is unchanged:
   through a lazy slice restricted to the part, so a rank's closure loader reads only its own rows of each part.
   The stored tensor counts as used once every part of it was mapped.
 
+An interleaved split (``groups``: GPT-NeoX's ``query_key_value`` rows ``[heads, 3, head_dim]``, Falcon-40B's ``[kv_heads,
+q_per_kv + 2, head_dim]``) repeats the parts in each of ``groups(config)`` groups along the axis; the sizes are per
+group, and :meth:`CheckpointSplit.take` gathers a part's rows from every group (a copy, not a view).
+
 A stored tensor whose extent along the axis is not the sum of the sizes is refused with one line naming the file,
 the tensor, its shape and the expected sizes (a config/checkpoint mismatch, e.g. the wrong num_key_value_heads).
 """
@@ -35,6 +39,10 @@ class CheckpointSplit:
     axis: int
     parts: tuple[str, ...]
     sizes: Callable[[Any], Sequence[int]]  # config -> one extent per part (the spec's expressions)
+    groups: Callable[[Any], int] | None = None  # config -> interleaved groups the parts repeat in; None: one
+
+    def num_groups(self, config: Any) -> int:
+        return 1 if self.groups is None else int(self.groups(config))
 
     def stored_in(self, key: str) -> bool:
         """``key`` is a tensor of the stored module (matched on whole dotted segments, as packed names are)."""
@@ -52,8 +60,11 @@ class CheckpointSplit:
         sizes = [int(s) for s in self.sizes(config)]
         if len(sizes) != len(self.parts):
             raise CheckpointError(f"checkpoint.split '{self.module}': {len(sizes)} sizes for parts {self.parts}")
-        total = sum(sizes)
+        groups = self.num_groups(config)
+        total = sum(sizes) * groups
         expected = " + ".join(f"{p} {n}" for p, n in zip(self.parts, sizes))
+        if groups != 1:
+            expected = f"{groups} groups x ({expected})"
         if self.axis >= len(shape) or shape[self.axis] != total:
             got = f"dim {self.axis} is {shape[self.axis]}" if self.axis < len(shape) else f"it has no dim {self.axis}"
             raise CheckpointError(
@@ -65,6 +76,15 @@ class CheckpointSplit:
             out.append((part, start, start + n))
             start += n
         return out
+
+    def take(self, config: Any, tensor: Any, start: int, stop: int) -> Any:
+        """The part at ``start:stop`` (a range :meth:`ranges` gave) of the stored ``tensor``: a narrowed view, or for
+        an interleaved split that range of every group, concatenated in group order."""
+        groups = self.num_groups(config)
+        if groups == 1:
+            return tensor.narrow(self.axis, start, stop - start)
+        grouped = tensor.unflatten(self.axis, (groups, -1))
+        return grouped.narrow(self.axis + 1, start, stop - start).flatten(self.axis, self.axis + 1)
 
 
 def split_of(key: str, splits: Iterable[CheckpointSplit]) -> CheckpointSplit | None:
@@ -122,8 +142,27 @@ class SplitReader:
         ranges = part.split.ranges(self.config, stored, ck.shape(stored), ck.file_of(stored))
         start, stop = next((a, b) for p, a, b in ranges if p == part.part)
         self._used.setdefault(stored, (part.split, set()))[1].add(part.part)
+        if part.split.num_groups(self.config) != 1:
+            return _InterleavedPart(ck.get_slice(stored), part.split, self.config, start, stop)
         return SliceView(ck.get_slice(stored), part.split.axis, start, stop - 1)
 
     def fully_used(self) -> list[str]:
         """Stored keys every part of which was mapped (they count as used; a partly used one stays unexpected)."""
         return [k for k, (rule, parts) in self._used.items() if set(rule.parts) <= parts]
+
+
+class _InterleavedPart:
+    """A part of an interleaved split as a lazy slice (``get_shape`` / ``[...]``): indexing reads the stored tensor
+    whole, gathers the part's rows from every group (:meth:`CheckpointSplit.take`) and indexes that."""
+
+    def __init__(self, inner: Any, split: CheckpointSplit, config: Any, start: int, stop: int):
+        self.inner, self.split, self.config, self.start, self.stop = inner, split, config, start, stop
+
+    def get_shape(self) -> list[int]:
+        shape = list(self.inner.get_shape())
+        shape[self.split.axis] = (self.stop - self.start) * self.split.num_groups(self.config)
+        return shape
+
+    def __getitem__(self, index: Any) -> Any:
+        whole = self.inner[tuple(slice(None) for _ in self.inner.get_shape())]
+        return self.split.take(self.config, whole, self.start, self.stop)[index]

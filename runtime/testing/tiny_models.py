@@ -72,6 +72,13 @@ FEATURES: dict[str, Any] = {
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.
 ROPE_SCALING = {"rope_type": "linear", "factor": 2.0}
+# Nested config values transformers' own model needs to run at all, merged under what the caller sets (key by key):
+# transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig does not declare, and
+# clamps with clip_qkv None (torch.clamp refuses two Nones), so a tiny DBRX gets a theta and a clip far above its
+# q/k/v values (no entry is clamped; the clip itself is tested with binding values in tests/test_parity_dbrx.py).
+REFERENCE_NEEDS: dict[str, dict[str, dict[str, Any]]] = {
+    "DbrxForCausalLM": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 1000.0}},
+}
 # Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
 CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
@@ -156,6 +163,10 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), aliases: dict[
     kwargs = _accepted(cfg_cls, sizes)
     _apply_aliases(cfg_cls, kwargs, sizes, aliases or {})
     kwargs.update(overrides)
+    for key, needed in REFERENCE_NEEDS.get(architecture, {}).items():
+        node = kwargs.setdefault(key, {})
+        if isinstance(node, dict):
+            kwargs[key] = {**needed, **node}
     return cfg_cls(**kwargs)
 
 

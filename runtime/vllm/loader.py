@@ -51,11 +51,17 @@ class WeightTables:
     shared: Sequence[ExpertRow] = ()
 
 
-def _split_fused_experts(tensor: torch.Tensor, shard: str, layout: str) -> list[tuple[str, torch.Tensor]]:
+def _split_fused_experts(tensor: torch.Tensor, shard: str, layout: str,
+                         num_experts: int | None = None) -> list[tuple[str, torch.Tensor]]:
     """A transformers v5 fused expert tensor ``[E, ...]`` -> (vLLM shard id, ``[E, rows, cols]`` in vLLM's
     ``[out, in]`` layout) per shard. ``stacked``: gate_up ``[E, 2I, H]`` (gate rows, then up), down ``[E, H, I]``;
     ``interleaved_transposed`` (GPT-OSS): gate_up ``[E, H, 2I]`` with gate/up columns alternating, down ``[E, I, H]``.
-    Biases (``*_bias`` shards): gate_up ``[E, 2I]`` split the same way, down ``[E, H]`` as is."""
+    Biases (``*_bias`` shards): gate_up ``[E, 2I]`` split the same way, down ``[E, H]`` as is. ``flat`` (DBRX): one
+    tensor per shard (w1 gate, w3 up, w2 down), each ``[E * I, H]`` (``experts_from_flat``)."""
+    if layout == "flat":
+        from ..layers.moe.ops import experts_from_flat
+
+        return [(shard, experts_from_flat(tensor, shard, num_experts))]
     bias = shard.endswith("_bias")
     if layout == "interleaved_transposed" and not bias:
         tensor = tensor.transpose(1, 2)
@@ -132,7 +138,8 @@ class _Loader:
         for pattern, suffix, shard in self.fused:
             if name.endswith("." + pattern) and name[: -len(pattern)] + suffix in self.params:
                 param_name = name[: -len(pattern)] + suffix
-                for vllm_shard, part in _split_fused_experts(tensor, shard, self.layout):
+                experts = getattr(self.model.get_submodule(param_name.rsplit(".", 1)[0]), "global_num_experts", None)
+                for vllm_shard, part in _split_fused_experts(tensor, shard, self.layout, experts):
                     for e in range(part.shape[0]):
                         self._expert(key, part[e], param_name, vllm_shard, e)
                 return True
@@ -167,7 +174,7 @@ class _Loader:
                 raise CheckpointError(
                     f"{self.where}: tensor '{key}': part '{part}' ({start}:{stop} along dim {split.axis}, "
                     f"checkpoint.split '{split.module}') is used by no parameter")
-            self._load(key, tensor.narrow(split.axis, start, stop - start), param_name, shard,
+            self._load(key, split.take(getattr(self.model, "config", None), tensor, start, stop), param_name, shard,
                        f"{key} [{start}:{stop}] ({part})")
         self.coverage.unused.discard(key)
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): 7f3a0313c41c174c
+# source hash (spec + templates + generator): f7120ce11a7a1d4c
 # ==================================================================================================================
 """Mistral for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, MistralConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): 5fae7b09a3e63424
+# source hash (spec + templates + generator): a35f1f093f6e4dde
 # ==================================================================================================================
 """Llama4 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): 7f3a0313c41c174c
+# source hash (spec + templates + generator): f7120ce11a7a1d4c
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 

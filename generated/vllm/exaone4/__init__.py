@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): a8c9d43f2730059f
+# source hash (spec + templates + generator): e8152570cb4d3c37
 # ==================================================================================================================
 """Exaone4 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): 08543452c392e7bc
+# source hash (spec + templates + generator): 55ee04ef342b6143
 # ==================================================================================================================
 """Mixtral for the vllm target: vLLM's model interface and layer library.
 

@@ -27,7 +27,7 @@ from ...ops import gpu
 from ...ops.activation import gated_activation
 from ..kind import LayerKind
 from ..linear import linear
-from .ops import fused_moe, fused_moe_static, route, stacked_from_fused
+from .ops import experts_from_flat, fused_moe, fused_moe_static, route, stacked_from_fused
 
 
 class TopKRouter(nn.Module):
@@ -161,6 +161,9 @@ class FusedMoE(LayerKind):
         if shard_id.startswith("shared_"):
             self._load_shared(param, loaded, shard_id)
             return
+        if expert_id is None and self.fused_layout == "flat":
+            self._load_flat(param, loaded, shard_id)
+            return
         if expert_id is None:  # fused tensor of every expert: [E, 2I, H] or [E, H, I] once in the stacked layout
             if shard_id in ("w13", "w2", "w13_bias", "w2_bias"):
                 loaded = stacked_from_fused(loaded, shard_id, self.fused_layout)
@@ -178,6 +181,20 @@ class FusedMoE(LayerKind):
         if tuple(loaded.shape) != want:
             raise ValueError(f"expert {expert_id} {shard_id}: checkpoint tensor has shape {tuple(loaded.shape)}, expected {want}")
         target.copy_(self._tp_slice(loaded, shard_id))
+
+    def _load_flat(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: str) -> None:
+        """DBRX's flat tensors of every expert (``w1`` gate / ``v1`` up / ``w2`` down, each ``[E * I, H]``): this
+        rank's experts into the gate rows, up rows or down of the stacked parameters."""
+        L, I = self.num_local_experts, self.intermediate_size
+        if shard_id not in ("w1", "w3", "w2"):
+            raise ValueError(f"flat experts: unknown shard {shard_id!r}; expected w1 (gate), w3 (up) or w2 (down)")
+        local = experts_from_flat(loaded, shard_id, self.num_experts).narrow(0, self.expert_offset, L)
+        target = {"w1": param.data[:L, :I], "w3": param.data[:L, I:], "w2": param.data[:L]}[shard_id]
+        want = (L, *self._full_shape(target.shape[1:], shard_id))
+        if tuple(local.shape) != want:
+            raise ValueError(f"flat experts ({shard_id}): checkpoint tensor has shape {tuple(loaded.shape)}, "
+                             f"expected {self.num_experts} experts of {want[1:]}")
+        target.copy_(self._tp_slice(local, shard_id))
 
     def _full_shape(self, local: tuple[int, ...], shard_id: str) -> tuple[int, ...]:
         """The checkpoint shape of a tensor whose TP-sharded local shape is ``local`` (no expert dim)."""

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 
 from ...ops.activation import gated_activation
 
-__all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused"]
+__all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused", "experts_from_flat"]
 
 
 # ------------------------------------------------------------------------------------------------------------ router
@@ -308,7 +308,18 @@ def fused_moe_static(
 
 
 # ----------------------------------------------------------------------------------------------- checkpoint layouts
-EXPERT_LAYOUTS = ("stacked", "interleaved_transposed")
+EXPERT_LAYOUTS = ("stacked", "interleaved_transposed", "flat")
+
+
+def experts_from_flat(tensor: torch.Tensor, part: str, num_experts: int) -> torch.Tensor:
+    """One DBRX-style flat expert tensor (``DbrxExpertGLU`` ``w1`` / ``v1`` / ``w2``, each ``[E * I, H]``: expert e's
+    rows ``e*I .. (e+1)*I``) -> ``[E, I, H]`` for ``part`` w1 (gate, used as ``x @ w1_e.T``) / w3 (up, ``v1``), or
+    ``[E, H, I]`` for w2 (down, stored transposed: used as ``h @ w2_e``). ValueError naming the shape otherwise."""
+    if tensor.dim() != 2 or tensor.shape[0] % num_experts:
+        raise ValueError(f"flat experts ({part}): checkpoint tensor has shape {tuple(tensor.shape)}, expected "
+                         f"[{num_experts} * intermediate, hidden]")
+    per_expert = tensor.unflatten(0, (num_experts, -1))
+    return per_expert.transpose(1, 2) if part == "w2" else per_expert
 
 
 def stacked_from_fused(tensor: torch.Tensor, part: str, layout: str) -> torch.Tensor:

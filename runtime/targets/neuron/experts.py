@@ -50,7 +50,7 @@ class _Ranges:
 def _narrowed(slices: Sequence[Any], part: str, layout_name: str | None, rank: int, size: int):
     """This rank's intermediate slice of each checkpoint slice, still lazy; None where the part has nothing to
     narrow (the down bias) or the layout is not one of the above (the caller then slices after reading)."""
-    if part == "w2_bias":
+    if part == "w2_bias" or layout_name == "flat":  # flat (DBRX): sliced after the local experts are read
         return None
     fused = len(slices) == 1
     layout = (layout_name or "stacked") if fused else "per_expert"

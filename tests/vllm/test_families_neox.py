@@ -1,0 +1,49 @@
+"""GPT-NeoX, DBRX and Falcon (issue 26) on the vllm target, served by real vLLM, on feature-on configs of
+tests/test_parity_{gpt_neox,dbrx,falcon}.py: greedy tokens equal transformers' float32 choices, teacher-forced
+(harness.py). vLLM's CPU attention takes head sizes 32..512: hidden size 128 over 4 heads.
+"""
+from __future__ import annotations
+
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt  # noqa: E402
+from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
+
+WIDE = dict(hidden_size=128)  # head_dim = hidden_size // heads = 32
+SCALE = dict(initializer_range=0.1)
+# name -> (architecture, config overrides, transformers v5 names on save)
+CASES: dict[str, tuple[str, dict, bool]] = {
+    "gpt_neox_parallel": ("GPTNeoXForCausalLM", dict(WIDE, use_parallel_residual=True, hidden_act="gelu"), False),
+    "gpt_neox_sequential": ("GPTNeoXForCausalLM", dict(
+        WIDE, use_parallel_residual=False, hidden_act="gelu_fast", attention_bias=False,
+        rope_parameters=dict(rope_type="default", rope_theta=500.0, partial_rotary_factor=1.0)), True),
+    "falcon_multi_query": ("FalconForCausalLM", dict(WIDE, multi_query=True), False),
+    "falcon_new_arch": ("FalconForCausalLM", dict(WIDE, new_decoder_architecture=True, num_kv_heads=2, bias=True),
+                        False),
+    "falcon_sequential": ("FalconForCausalLM", dict(WIDE, multi_query=False, parallel_attn=False,
+                                                    activation="gelu_fast", tie_word_embeddings=False), True),
+    # DBRX: sizes under its own names; clip_qkv binding, and far above every value (transformers cannot run null)
+    "dbrx_clip": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=0.3),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2, moe_normalize_expert_weights=1.0)), False),
+    "dbrx_no_norm": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=1000.0),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=3, moe_normalize_expert_weights=None)),
+        False),
+}
+PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_tokens_equal_transformers(tmp_path, name):
+    arch, overrides, v5_names = CASES[name]
+    hf = make_tiny_checkpoint(tmp_path, arch, fused_experts=v5_names, **SCALE, **overrides)
+    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
+    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
+    assert not any(misses.values()), misses
+    assert all(len(t) == 8 for t in served.tokens)
