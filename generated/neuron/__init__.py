@@ -17,6 +17,7 @@ MODELS = {
     "GptOssForCausalLM": "gpt_oss",
     "GraniteForCausalLM": "granite",
     "GraniteMoeForCausalLM": "granitemoe",
+    "JambaForCausalLM": "jamba",
     "Lfm2ForCausalLM": "lfm2",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",

@@ -172,8 +172,7 @@ class MambaMixer(LayerKind):
             y, xc = self._window_rows(x, A, meta)
         else:
             y, xc = self._mixed_eager(x, A, meta)
-        out = (y + xc * self.D.float()) * F.silu(z)  # the D skip, then the gate (float32, as transformers)
-        return self.out_proj(out.to(hidden_states.dtype))
+        return self.out_proj(ops.gated_output(y, xc, self.D, z, hidden_states.dtype))
 
     def _static_rows(self, x, A, slots: torch.Tensor, fresh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row (slot -1: padding row, zeros out, no state write), no host reads: the neuron decode

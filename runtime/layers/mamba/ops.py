@@ -93,6 +93,12 @@ def selective_scan(
     return y, h
 
 
+def gated_output(y: torch.Tensor, x: torch.Tensor, D: torch.Tensor, z: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(y + D * x) * silu(z)`` in ``dtype``: the scan output ``y`` (float32) with the ``D`` skip over the conv output
+    ``x``, gated by the other half of ``in_proj`` (float32 math, as transformers)."""
+    return ((y + x * D.float()) * F.silu(z)).to(dtype)
+
+
 # -------------------------------------------------------------------------------------------- shape-static forms
 def _rows_of_tokens(seq_ids: torch.Tensor, num_rows: int, decode: bool):
     """Where each row's tokens sit in the flattened bucket: (gather index ``[R, n]`` into the tokens, validity
