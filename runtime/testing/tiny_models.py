@@ -42,6 +42,9 @@ TINY_SIZES: dict[str, Any] = {
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
+    # Jamba: its default attention period (8) puts no attention layer in 4 layers; 3 / 1 gives mamba, attention,
+    # mamba, mamba, and experts every 2nd layer from 1 give an attention+MoE and a mamba+MoE layer
+    "attn_layer_period": 3, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
 }
 # A one-layer vision tower for multimodal wrappers (only its shapes matter: the text model ignores it).
 # num_heads (Qwen vision) and num_attention_heads (SigLIP, Gemma 3): each config takes the name it knows.
@@ -60,6 +63,7 @@ FEATURES: dict[str, Any] = {
     "partial_rotary_factor": 0.5,
     "logit_scale": 0.5, "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.3,
     "logits_scaling": 2.0,
+    "mamba_proj_bias": True,  # Jamba: in_proj / out_proj biases of the Mamba mixers
 }
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.
