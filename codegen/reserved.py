@@ -64,7 +64,7 @@ GENERATED_IMPORTS = frozenset({
     "QKVParallelLinear", "RMSNorm", "ReplicatedLinear", "RowParallelLinear", "ShardedProjectionRMSNorm",
     "ShortConv", "SiluAndMul", "StateSpec", "SupportsPP", "TopKRouter", "VllmConfig", "VocabParallelEmbedding",
     "WeightTables",
-    "MambaMixer",
+    "MambaMixer", "HybridMambaModel",
 })
 
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 49db04d4129adeba
+# source hash (spec + templates + generator): 6f22ce2b76367a63
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 
@@ -120,8 +120,7 @@ class JambaMambaMixer(MambaMixer):
     (dt_layernorm, b_layernorm, c_layernorm); softplus(dt_proj(dt)); selective scan (A = -exp(A_log), D skip);
     out_proj(y * silu(z)). vLLM's layer (recurrent_state state: conv history + SSM state, one slot per request of
     vLLM's KV cache, registered under ``prefix``). Parameters keep the checkpoint's names (``in_proj``, ``conv1d``,
-    ``x_proj``, ``dt_proj``, ``A_log``, ``D``, ``out_proj``).
-    """
+    ``x_proj``, ``dt_proj``, ``A_log``, ``D``, ``out_proj``)."""
 
     def __init__(self, config: JambaConfig, vllm_config: VllmConfig, prefix: str):
         super().__init__(
