@@ -19,6 +19,7 @@ MODELS = {
     "GraniteMoeForCausalLM": "granitemoe",
     "Lfm2ForCausalLM": "lfm2",
     "LlamaForCausalLM": "llama",
+    "Mamba2ForCausalLM": "mamba2",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Olmo2ForCausalLM": "olmo2",

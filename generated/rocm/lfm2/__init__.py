@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 14d031161e614b97
+# source hash (spec + templates + generator): 308bf01681385696
 # ==================================================================================================================
 """Lfm2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Lfm2Config
