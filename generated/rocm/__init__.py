@@ -2,6 +2,7 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "BambaForCausalLM": "bamba",
     "CohereForCausalLM": "cohere",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV32ForCausalLM": "deepseek_v32",

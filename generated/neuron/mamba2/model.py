@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mamba2.yaml --target neuron
-# source hash (spec + templates + generator): 7002174f20a546db
+# source hash (spec + templates + generator): 4f87fdf72e62af46
 # ==================================================================================================================
 """Mamba2 for the neuron target, in vLLM Neuron's style.
 
@@ -58,10 +58,11 @@ class Mamba2Mixer(nn.Module):
             raise ValueError(f"{self.layer_name}: num_heads * head_dim {intermediate} != expand * hidden_size")
         dist.divide(n_groups, world, "n_groups (a rank holds whole groups)")
         self.conv_kernel = config.conv_kernel
+        time_step_limit = tuple(float(t) for t in (config.time_step_limit))  # (min, max) of dt
         self.sizes = dict(
             num_heads=num_heads // world, head_dim=head_dim, n_groups=n_groups // world, state_size=state_size,
             intermediate=intermediate // world, group_size=intermediate // n_groups,
-            chunk_size=config.chunk_size, time_step_limit=tuple(float(t) for t in config.time_step_limit),
+            chunk_size=config.chunk_size, time_step_limit=time_step_limit,
             activation=config.hidden_act, eps=config.layer_norm_epsilon,
         )
         proj_parts = [[intermediate, intermediate, gn, gn, num_heads]]  # in_proj rows: z, x, B, C, dt
