@@ -65,6 +65,7 @@ GENERATED_IMPORTS = frozenset({
     "ShortConv", "SiluAndMul", "StateSpec", "SupportsPP", "TopKRouter", "VllmConfig", "VocabParallelEmbedding",
     "WeightTables",
     "MambaMixer", "HybridMambaModel",
+    "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
 })
 
 

@@ -2,6 +2,7 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "BambaForCausalLM": "bamba",
     "CohereForCausalLM": "cohere",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV32ForCausalLM": "deepseek_v32",
@@ -20,6 +21,7 @@ MODELS = {
     "JambaForCausalLM": "jamba",
     "Lfm2ForCausalLM": "lfm2",
     "LlamaForCausalLM": "llama",
+    "Mamba2ForCausalLM": "mamba2",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Olmo2ForCausalLM": "olmo2",

@@ -39,6 +39,12 @@ TINY_SIZES: dict[str, Any] = {
     # LFM2: short-conv layers around one full-attention layer (Lfm2Config derives layer_types from it; its default
     # makes every layer attention, which would leave the conv kind untested)
     "full_attn_idxs": [1],
+    "attn_layer_indices": [1],  # Bamba: attention at layer 1, Mamba-2 mixers around it
+    # Mamba-2 mixers (Mamba2, Bamba, Nemotron-H spell them differently): 8 heads of 16 (= expand 2 * hidden 64) over 2
+    # groups of B / C, a state of 16, chunks of 8 so the verify prompt spans several scan chunks
+    "num_heads": 8, "mamba_n_heads": 8, "mamba_num_heads": 8, "mamba_d_head": 16, "mamba_head_dim": 16,
+    "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16, "n_groups": 2, "mamba_n_groups": 2,
+    "chunk_size": 8, "mamba_chunk_size": 8,
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): b2cad7e613a157a8
+# source hash (spec + templates + generator): a148e278c4bf08d2
 # ==================================================================================================================
 """Llama for the neuron target, in vLLM Neuron's style.
 

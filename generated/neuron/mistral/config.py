@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): 3225dfe0a1d01d6c
+# source hash (spec + templates + generator): 1ce5ebe6c0b2e079
 # ==================================================================================================================
 """MistralConfig: the HF ``config.json`` fields specs/mistral.yaml reads, typed, with the spec's defaults.
 

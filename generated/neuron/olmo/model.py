@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo.yaml --target neuron
-# source hash (spec + templates + generator): 4bb07b81fdaf350f
+# source hash (spec + templates + generator): 2572ffe14ea4da71
 # ==================================================================================================================
 """Olmo for the neuron target, in vLLM Neuron's style.
 

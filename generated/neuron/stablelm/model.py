@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 164a2f1e3157d9c7
+# source hash (spec + templates + generator): b1935b02e21bf7ca
 # ==================================================================================================================
 """StableLm for the neuron target, in vLLM Neuron's style.
 

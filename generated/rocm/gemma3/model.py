@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): 56bbe1b8a863da8b
+# source hash (spec + templates + generator): af9d26be0dc517d7
 # ==================================================================================================================
 """Gemma3 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 364b03103fba3f7d
+# source hash (spec + templates + generator): c17f36d7a071fb0d
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): 4b7621c742b044c6
+# source hash (spec + templates + generator): f3ef0e19943961a2
 # ==================================================================================================================
 """GptOss for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granitemoe.yaml --target rocm
-# source hash (spec + templates + generator): 6e28a382724b6ee2
+# source hash (spec + templates + generator): 6132f8b33d1d1dab
 # ==================================================================================================================
 """GraniteMoe for the rocm target, in ATOM's style.
 

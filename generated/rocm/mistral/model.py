@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): 3225dfe0a1d01d6c
+# source hash (spec + templates + generator): 1ce5ebe6c0b2e079
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): b8d4bc165fedde89
+# source hash (spec + templates + generator): 2734714125993843
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 44290e21a4241b3c
+# source hash (spec + templates + generator): 4a769ff686d1d507
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi.yaml --target rocm
-# source hash (spec + templates + generator): 42a63adcbd708419
+# source hash (spec + templates + generator): 9a46b3e98015535f
 # ==================================================================================================================
 """Weight-loader tables of PhiForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

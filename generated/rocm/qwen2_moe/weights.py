@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): 2d97d878c683782e
+# source hash (spec + templates + generator): 5c708c4d8a16a492
 # ==================================================================================================================
 """Weight-loader tables of Qwen2MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

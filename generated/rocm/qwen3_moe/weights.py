@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 2483501cd8b834ad
+# source hash (spec + templates + generator): 8964c8e957647d42
 # ==================================================================================================================
 """Weight-loader tables of Qwen3MoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

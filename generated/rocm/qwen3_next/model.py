@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): e1e3bc4510040afe
+# source hash (spec + templates + generator): 3f0da57a507ece90
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 

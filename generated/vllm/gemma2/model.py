@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 8219ab22f9292a08
+# source hash (spec + templates + generator): 6e1b83c460caa0aa
 # ==================================================================================================================
 """Gemma2 for the vllm target: vLLM's model interface and layer library.
 

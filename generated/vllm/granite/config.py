@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 4813734582269c1b
+# source hash (spec + templates + generator): a1bbf2f41147762e
 # ==================================================================================================================
 """GraniteConfig: the HF ``config.json`` fields specs/granite.yaml reads, typed, with the spec's defaults.
 

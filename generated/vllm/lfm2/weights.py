@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/lfm2.yaml --target vllm
-# source hash (spec + templates + generator): eab08fe7b8873f17
+# source hash (spec + templates + generator): 673e4a1e766be455
 # ==================================================================================================================
 """Weight-loader tables of Lfm2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

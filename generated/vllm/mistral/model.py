@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): 3225dfe0a1d01d6c
+# source hash (spec + templates + generator): 1ce5ebe6c0b2e079
 # ==================================================================================================================
 """Mistral for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 44290e21a4241b3c
+# source hash (spec + templates + generator): 4a769ff686d1d507
 # ==================================================================================================================
 """Olmoe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 42a63adcbd708419
+# source hash (spec + templates + generator): 9a46b3e98015535f
 # ==================================================================================================================
 """Phi for the vllm target. See README.md.
 

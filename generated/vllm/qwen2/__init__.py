@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2.yaml --target vllm
-# source hash (spec + templates + generator): 13c2f97f302d96bb
+# source hash (spec + templates + generator): e7cdef382b5193a4
 # ==================================================================================================================
 """Qwen2 for the vllm target. See README.md.
 

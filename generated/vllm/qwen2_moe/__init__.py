@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): 2d97d878c683782e
+# source hash (spec + templates + generator): 5c708c4d8a16a492
 # ==================================================================================================================
 """Qwen2Moe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
-# source hash (spec + templates + generator): d9f9c8ee89be84f7
+# source hash (spec + templates + generator): 72e04ede7c70b132
 # ==================================================================================================================
 """Qwen35 for the vllm target. See README.md.
 
