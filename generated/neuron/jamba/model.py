@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/jamba.yaml --target neuron
-# source hash (spec + templates + generator): 0b4c884879186920
+# source hash (spec + templates + generator): 768e21bc4c55975f
 # ==================================================================================================================
 """Jamba for the neuron target, in vLLM Neuron's style.
 
@@ -125,8 +125,9 @@ class JambaAttention(nn.Module):
 
 
 class JambaMambaMixer(nn.Module):
-    """Mamba-1 mixer with static shapes: in_proj -> [x, z]; silu(causal conv1d(x)); x_proj -> [dt, B, C] (each RMSNormed); softplus(dt_proj(dt)); selective scan; out_proj(y * silu(z)). Each bucket's rows are
-    requests, each request's conv history and SSM state sit in its state-pool slot (``state_slots``)."""
+    """Mamba-1 mixer with static shapes: in_proj -> [x, z]; silu(causal conv1d(x)); x_proj -> [dt, B, C], each
+    RMSNormed; softplus(dt_proj(dt)); selective scan; out_proj(y * silu(z)). Each bucket's rows are requests, each
+    request's conv history and SSM state sit in its state-pool slot (``state_slots``)."""
 
     def __init__(self, config: JambaConfig, layer_idx: int):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/jamba.yaml --target rocm
-# source hash (spec + templates + generator): 0b4c884879186920
+# source hash (spec + templates + generator): 768e21bc4c55975f
 # ==================================================================================================================
 """JambaConfig: the HF ``config.json`` fields specs/jamba.yaml reads, typed, with the spec's defaults.
 

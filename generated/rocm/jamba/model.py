@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/jamba.yaml --target rocm
-# source hash (spec + templates + generator): 0b4c884879186920
+# source hash (spec + templates + generator): 768e21bc4c55975f
 # ==================================================================================================================
 """Jamba for the rocm target, in ATOM's style.
 
@@ -92,9 +92,9 @@ class JambaAttention(nn.Module):
 
 
 class JambaMambaMixer(MambaMixer):
-    """Mamba-1 mixer: in_proj -> [x, z]; silu(causal depthwise conv1d(x)); x_proj -> [dt, B, C], each
-    RMSNormed (dt_layernorm, b_layernorm, c_layernorm); softplus(dt_proj(dt)); selective scan (A = -exp(A_log),
-    D skip); out_proj(y * silu(z)).
+    """Mamba-1 mixer: in_proj -> [x, z]; silu(causal depthwise conv1d(x)); x_proj -> [dt, B, C], each RMSNormed
+    (dt_layernorm, b_layernorm, c_layernorm); softplus(dt_proj(dt)); selective scan (A = -exp(A_log), D skip);
+    out_proj(y * silu(z)).
 
     Parameters keep the checkpoint's names (``in_proj``, ``conv1d``, ``x_proj``, ``dt_proj``, ``A_log``, ``D``,
     ``out_proj``); each request's conv history and SSM state live in the engine's state pool, one slot per request

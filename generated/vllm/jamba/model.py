@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 0b4c884879186920
+# source hash (spec + templates + generator): 768e21bc4c55975f
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 
@@ -301,8 +301,8 @@ class JambaForCausalLM(HybridMambaModel, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
 
-    # Hybrid model (HybridMambaModel: vLLM's HasInnerState, IsHybrid): vLLM sizes the Mamba layers' states (one slot
-    # per request, in its KV cache beside the attention layers' blocks) from these, before building the model.
+    # HybridMambaModel: vLLM's HasInnerState and IsHybrid.
+    # vLLM sizes the Mamba layers' states (one slot per request, in its KV cache) from these, before building the model.
     @classmethod
     def get_mamba_state_dtype_from_config(cls, vllm_config: VllmConfig) -> tuple[torch.dtype, torch.dtype]:
         """(conv state, SSM state) dtypes."""

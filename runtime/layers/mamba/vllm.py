@@ -8,9 +8,9 @@ spec's expressions instead of a transformers config.
 
 What this module adds: the attention-slot interface of the generated decoders, ``forward(positions,
 hidden_states)`` (position-free: the states carry the order); the checkpoint's name ``A_log`` for vLLM's parameter
-``A`` (vLLM's loader of it stores ``-exp(A_log)``); and the hybrid ``*ForCausalLM`` pieces -- vLLM's
-``HasInnerState`` / ``IsHybrid`` behind ``nn.Module`` and the state shape / dtype / copy functions vLLM sizes the state
-cache with. Imported only by generated vllm modules (vLLM need not be installed for the other targets).
+``A`` (vLLM's loader of it stores ``-exp(A_log)``); and the ``*ForCausalLM`` pieces -- vLLM's ``HasInnerState`` with
+``IsHybrid`` (beside attention layers) or ``IsAttentionFree`` (Mamba alone) behind ``nn.Module``, and the state shape /
+dtype / copy functions vLLM sizes the state cache with. Imported only by generated vllm modules (vLLM need not be installed for the other targets).
 """
 from __future__ import annotations
 
@@ -23,12 +23,17 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
     MambaStateDtypeCalculator,
     MambaStateShapeCalculator,
 )
-from vllm.model_executor.models.interfaces import HasInnerState, IsHybrid
+from vllm.model_executor.models.interfaces import HasInnerState, IsAttentionFree, IsHybrid
 
 
 class HybridMambaModel(nn.Module, HasInnerState, IsHybrid):
-    """Base of a generated ``*ForCausalLM`` with Mamba-1 layers: vLLM's hybrid interfaces behind ``nn.Module`` (they
-    are typing Protocols, whose ``__init__`` would shadow ``nn.Module``'s were they listed first)."""
+    """Base of a generated ``*ForCausalLM`` with Mamba-1 layers beside attention layers: vLLM's hybrid interfaces
+    behind ``nn.Module`` (they are typing Protocols, whose ``__init__`` would shadow ``nn.Module``'s were they listed
+    first)."""
+
+
+class AttentionFreeMambaModel(nn.Module, HasInnerState, IsAttentionFree):
+    """Base of a generated ``*ForCausalLM`` whose every layer is a Mamba-1 mixer (vLLM's ``MambaForCausalLM``)."""
 
 
 class MambaMixer(VllmMambaMixer):
