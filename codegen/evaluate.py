@@ -34,7 +34,7 @@ from .spec_file import load_spec
 MAX_SAMPLE_LAYERS = 64  # the block rule is evaluated for this many layers of the sample at most
 
 _SAMPLES: dict[str, Any] = {"float": 1.0e-6, "bool": False, "str": "sample", "rope_scaling": {}, "int_list": [],
-                            "str_list": []}
+                            "str_list": [], "float_list": []}
 _SKIP_SECTIONS = ("config", "derived", "requires", "layers")  # evaluated with their own rules below
 
 
@@ -55,6 +55,9 @@ def _type_ok(value: Any, type_: str, nullable: bool) -> bool:
         item = str if type_ == "str_list" else int
         return isinstance(value, (list, tuple)) and all(
             isinstance(v, item) and not isinstance(v, bool) for v in value)
+    if type_ == "float_list":
+        return isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     return True  # a type this module does not know yet: schema validation owns the list
 
 

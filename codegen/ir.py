@@ -204,7 +204,7 @@ class Block:
     attention_norm: Norm | None
     attention: Module
     mlp_norm: Norm | None
-    mlp: Module
+    mlp: Module | None  # None: the mixer is the block's only sub-layer (pre_norm: out = x + attn(attention_norm(x)))
     attention_post_norm: Norm | None = None
     mlp_post_norm: Norm | None = None
     parallel: Value = Const(False)
@@ -216,7 +216,8 @@ class Block:
     def layout(self) -> tuple:
         """What the one decoder-layer class depends on (must agree across blocks)."""
         return (self.residual, self.attention_norm, self.attention_post_norm, self.mlp_norm, self.mlp_post_norm,
-                self.parallel, self.residual_multiplier, self.parallel_mlp_norm)
+                self.parallel, self.residual_multiplier, self.parallel_mlp_norm,
+                self.mlp is None)
 
     def norms(self) -> list[tuple[Norm, bool]]:
         """Every norm of the layer, each with whether it exists only under a config condition (the mlp_norm of a
@@ -348,7 +349,7 @@ class ModelIR:
 
     def slot_name(self, slot: str) -> str | None:
         """The module name of ``slot`` ("attention" | "mlp") when every block uses the same, else None."""
-        names = {getattr(b, slot).name for b in self.blocks}
+        names = {getattr(b, slot).name for b in self.blocks if getattr(b, slot) is not None}
         return names.pop() if len(names) == 1 else None
 
     @property
@@ -361,7 +362,7 @@ class ModelIR:
         under TP): only in the plain serial pre-norm layout, where that norm's residual add is the attention output's
         only use, with an affine RMS-kind norm and an attention kind whose output is one row-parallel linear's."""
         b = self.blocks[0]
-        return (b.residual == "pre_norm" and b.parallel.never and b.residual_multiplier is None
+        return (b.residual == "pre_norm" and b.mlp is not None and b.parallel.never and b.residual_multiplier is None
                 and b.residual_scale is None
                 and self.slot_name("attention") is not None and b.mlp_norm.kind != "layer_norm" and b.mlp_norm.affine
                 and all(blk.attention.output_reduce_deferrable for blk in self.blocks))

@@ -37,7 +37,7 @@ SPECS_DIR = REPO_ROOT / "specs"
 
 _PY_TYPES = {
     "int": "int", "float": "float", "bool": "bool", "str": "str", "rope_scaling": "dict[str, Any] | None",
-    "int_list": "list[int]", "str_list": "list[str]",
+    "int_list": "list[int]", "str_list": "list[str]", "float_list": "list[float]",
 }
 
 
@@ -223,6 +223,16 @@ class _Lowerer:
         # A literally parallel layer (``parallel: true``, Cohere) applies no mlp_norm: both sub-layers read
         # attention_norm(x), so it needs none (a config-expression ``parallel`` still needs it for the serial case).
         always_parallel = parts["parallel"] is True
+        if b.mlp is None:  # one sub-layer, the mixer: out = x + attn(attention_norm(x))
+            if residual != "pre_norm" or parts["parallel"] is not None:
+                self.error(("blocks", key), "a block without an mlp takes residual pre_norm (and no parallel)")
+            for field_ in ("attention_post_norm", "mlp_norm", "mlp_post_norm"):
+                if parts[field_] is not None:
+                    where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
+                    self.error(where, f"a block without an mlp applies no {field_} (only attention_norm)")
+            if parts["attention_norm"] is None:
+                self.error(("blocks", key), "no attention_norm: give it in this block or under `decoder:`")
+            return parts
         for field_ in NORM_FIELDS:
             where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
             if field_ == "mlp_norm" and always_parallel and parts[field_] is None:
@@ -261,14 +271,14 @@ class _Lowerer:
             p = ("blocks", key)
             parts = self._layout_parts(key, b)
             attn = KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
-            mlp = KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
+            mlp = None if b.mlp is None else KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
             lowered.append((key, b, parts, attn, mlp))
         self._check_same_layout(lowered)
 
         # Definition order: attentions, then MLP-slot classes with what they build first.
         modules: list[ir.Module] = [a for *_, a, _ in lowered]
         for *_, m in lowered:
-            modules += [*m.dependencies(), m]
+            modules += [*m.dependencies(), m] if m is not None else []
         keys: dict[str, list[ir.Module]] = {}
         for m in modules:
             same_kind = keys.setdefault(m.kind, [])
@@ -290,7 +300,7 @@ class _Lowerer:
             parallel = self.value(p + ("parallel",), parts["parallel"]) if parts["parallel"] is not None else None
             blocks.append(ir.Block(
                 key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name),
-                mlp=m.named(class_name), **norms, parallel=parallel or ir.Const(False),
+                mlp=m.named(class_name) if m is not None else None, **norms, parallel=parallel or ir.Const(False),
                 residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
                 residual_scale=self._residual_scale(p + ("residual_scale",),
                                                     self._decoder_part(self.spec.blocks[key], "residual_scale")),
@@ -311,11 +321,15 @@ class _Lowerer:
             self.error(("blocks", lowered[-1][0], "residual_scale"), "residual_scale must be given in every block or "
                        f"none, with one stream (one decoder-layer class): {streams}")
         for key, b, parts, *_ in lowered:
+            if (b.mlp is None) != (lowered[0][1].mlp is None):
+                self.error(("blocks", key), "every block has an mlp or none has (one decoder-layer class)")
             for field_ in LAYOUT_FIELDS:
                 if parts[field_] != first_parts[field_]:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
                     self.error(where, f"{field_} must be the same in every block (one decoder-layer class)")
             for slot, module in (("attention", b.attention), ("mlp", b.mlp)):
+                if module is None:
+                    continue
                 if module.name in ACCESSORS.values() or module.name in {parts[f].name for f in NORM_FIELDS
                                                                          if parts[f]}:
                     self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")

@@ -130,7 +130,7 @@ def _accessors(ir: ModelIR) -> str:
     """Decoder-layer methods returning the module of each slot whose name differs between blocks."""
     methods = []
     for slot, method in ACCESSORS.items():
-        if ir.slot_name(slot) is None:
+        if ir.slot_name(slot) is None and all(getattr(b, slot) is not None for b in ir.blocks):
             body = _per_block(ir, lambda b, slot=slot: f"return self.{getattr(b, slot).name}", "self.block", " " * 8)
             methods.append(f"    def {method}(self) -> nn.Module:\n"
                            f'        """This layer\'s {slot} module (its name depends on the layer\'s block)."""\n{body}\n')
@@ -264,7 +264,7 @@ def _readme_rows(ir: ModelIR, target: str) -> list[tuple[str, str]]:
     """Architecture rows of every block sub-module, each row once (a label repeats when blocks differ)."""
     rows: dict[tuple[str, str], None] = {}
     for b in ir.blocks:
-        for m in (b.attention, b.mlp):
+        for m in (b.attention, b.mlp) if b.mlp is not None else (b.attention,):
             for row in m.readme_rows(target):
                 rows.setdefault(row)
     return list(rows)

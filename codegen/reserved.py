@@ -66,6 +66,8 @@ GENERATED_IMPORTS = frozenset({
     "WeightTables",
     "HybridLightningModel", "LightningAttention",  # the lightning_attention kind (MiniMax)
     "StackedHeadLayerNorm",  # Command R+'s [heads, head_dim] QK LayerNorm (gqa qk_norm.scope stacked)
+    "MambaMixer", "HybridMambaModel", "AttentionFreeMambaModel",
+    "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
 })
 
 

@@ -47,15 +47,16 @@ class HFSection(Strict):
 
 
 # ------------------------------------------------------------------------------------------------------------- config
-FieldType = Literal["int", "float", "bool", "str", "rope_scaling", "int_list", "str_list"]
+FieldType = Literal["int", "float", "bool", "str", "rope_scaling", "int_list", "str_list", "float_list"]
 
 
 class ConfigField(Strict):
     """One HF config.json field the model reads."""
 
     type: FieldType = Field(
-        description="int, float, bool, str, rope_scaling (the rope_scaling / rope_parameters dict), int_list or "
-        "str_list; `hidden_size: int` is shorthand for a required int",
+        description="int, float, bool, str, rope_scaling (the rope_scaling / rope_parameters dict), int_list, "
+        "str_list or float_list (numbers, Infinity allowed: Mamba-2's time_step_limit); `hidden_size: int` is "
+        "shorthand for a required int",
     )
     default: Expression | None = Field(
         default=None, description="literal or expression over other fields; absent = the field is required"
@@ -165,9 +166,11 @@ class BlockSpec(_LayerParts):
     attention: AttentionSpec = Field(  # type: ignore[valid-type]
         description="the token mixer, by `kind:` (gqa, mla, gated_deltanet), e.g. {name: self_attn, kind: gqa, ...}"
     )
-    mlp: MLPSpec = Field(  # type: ignore[valid-type]
+    mlp: MLPSpec | None = Field(  # type: ignore[valid-type]
+        default=None,
         description="the feed-forward, by `kind:` (gated, ungated, moe), e.g. {name: mlp, kind: gated, activation: silu, "
-        "intermediate_size: intermediate_size}"
+        "intermediate_size: intermediate_size}; left out: a block whose only sub-layer is the token mixer "
+        "(Mamba2Block: out = x + mixer(attention_norm(x)); residual pre_norm, no mlp_norm)",
     )
 
 

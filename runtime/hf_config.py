@@ -132,6 +132,21 @@ def read_str_list(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> li
     return list(v)
 
 
+def read_float_list(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> list[float] | None:
+    """A list of numbers; +-Infinity is a legal bound (Mamba-2's ``time_step_limit = (0.0, inf)``: JSON's
+    ``Infinity``, or transformers 5's ``{"__float__": "Infinity"}``), NaN is not."""
+    key, v = _first(cfg, keys)
+    if v is None:
+        return None
+    special = {"Infinity": math.inf, "-Infinity": -math.inf}
+    items = [special.get(x.get("__float__"), x) if isinstance(x, Mapping) and len(x) == 1 else x
+             for x in v] if isinstance(v, (list, tuple)) else None
+    if items is None or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) for x in items):
+        raise _fail(field, key, v, "a list of numbers")
+    return [float(x) for x in items]
+
+
 def read_rope_scaling(cfg: Mapping[str, Any], field: str, keys: Sequence[str]) -> dict[str, Any] | None:
     """``rope_scaling`` (transformers v4) or ``rope_parameters`` (v5), normalised to one dict.
 

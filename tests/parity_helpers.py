@@ -87,3 +87,37 @@ def assert_bf16_three_way(path, target: str, hf, prompt: list[int], name: str) -
     floor = hf_logits(copy.deepcopy(hf).to(torch.bfloat16), prompt)
     ours = llm(path, target, dtype="bfloat16", max_model_len=128).score(prompt).float()
     assert_close_three_way(gold, floor, ours, factor=THREE_WAY_FACTOR, atol=THREE_WAY_ATOL, name=name)
+
+
+# ------------------------------------------------------------------ per-request state (recurrent layer kinds) checks
+def assert_interleaved_equal_solo(path, target, prompts: list[list[int]], max_tokens: int = 8) -> None:
+    """Different lengths in one continuous batch (short ones decode beside longer prefills) give each request the
+    tokens it gets alone: no per-request state leaks between sequences."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    together = llm(path, target, max_num_seqs=len(prompts)).generate_ids(prompts, params)
+    assert together == [llm(path, target).generate_ids([p], params)[0] for p in prompts]
+
+
+def assert_preemption_restarts_fresh(path, prompts: list[list[int]], max_tokens: int = 12) -> None:
+    """A KV cache too small for both requests forces preemption; the victim restarts from zeroed states, later
+    requests reuse slots that earlier ones left dirty, and every slot comes back (rocm engine)."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    want = [llm(path, "rocm").generate_ids([p], params)[0] for p in prompts]
+    tight = llm(path, "rocm", block_size=8, num_blocks=7, max_num_seqs=2)
+    assert tight.generate_ids(prompts, params) == want
+    assert tight.stats.preemptions > 0
+    assert tight.state_pool.num_free == tight.state_pool.num_slots
+
+
+def assert_chunked_prefill_equals_one_shot(path, target, prompt: list[int], max_tokens: int = 6) -> None:
+    """A prompt prefilled 8 tokens per step continues exactly as one prefilled at once."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    want = llm(path, target).generate_ids([prompt], params)[0]
+    extra = {"prefill_buckets": [8, 256]} if target == "neuron" else {}
+    assert llm(path, target, max_num_batched_tokens=8, **extra).generate_ids([prompt], params)[0] == want

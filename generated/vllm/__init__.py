@@ -2,6 +2,7 @@
 
 # HF architecture (config.json `architectures`) -> model package under this one.
 MODELS = {
+    "BambaForCausalLM": "bamba",
     "CohereForCausalLM": "cohere",
     "DbrxForCausalLM": "dbrx",
     "DeepseekV2ForCausalLM": "deepseek_v2",
@@ -21,9 +22,12 @@ MODELS = {
     "GraniteForCausalLM": "granite",
     "GraniteMoeForCausalLM": "granitemoe",
     "HunYuanDenseV1ForCausalLM": "hunyuan_v1_dense",
+    "JambaForCausalLM": "jamba",
     "Lfm2ForCausalLM": "lfm2",
     "Llama4ForCausalLM": "llama4",
     "LlamaForCausalLM": "llama",
+    "Mamba2ForCausalLM": "mamba2",
+    "MambaForCausalLM": "mamba",
     "MiniMaxForCausalLM": "minimax",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",

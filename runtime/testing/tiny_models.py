@@ -47,6 +47,15 @@ TINY_SIZES: dict[str, Any] = {
     # Llama 4: specs/llama4.yaml refuses its MoE layers and chunked attention (requires:) for now, so its tiny model
     # is dense and unchunked (NoPE layers, QK norm and temperature tuning still on); switch on once they are generated
     "moe_layers": [], "attention_chunk_size": None,
+    "attn_layer_indices": [1],  # Bamba: attention at layer 1, Mamba-2 mixers around it
+    # Mamba-2 mixers (Mamba2, Bamba, Nemotron-H spell them differently): 8 heads of 16 (= expand 2 * hidden 64) over 2
+    # groups of B / C, a state of 16, chunks of 8 so the verify prompt spans several scan chunks
+    "num_heads": 8, "mamba_n_heads": 8, "mamba_num_heads": 8, "mamba_d_head": 16, "mamba_head_dim": 16,
+    "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16, "n_groups": 2, "mamba_n_groups": 2,
+    "chunk_size": 8, "mamba_chunk_size": 8,
+    # Jamba: its default attention period (8) puts no attention layer in 4 layers; 3 / 1 gives mamba, attention,
+    # mamba, mamba, and experts every 2nd layer from 1 give an attention+MoE and a mamba+MoE layer
+    "attn_layer_period": 3, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
 }
 # A one-layer vision tower for multimodal wrappers (only its shapes matter: the text model ignores it).
 # num_heads (Qwen vision) and num_attention_heads (SigLIP, Gemma 3): each config takes the name it knows.
@@ -68,6 +77,7 @@ FEATURES: dict[str, Any] = {
     # MiniMax residual joins (residual_scale): every alpha / beta away from 1, each its own value
     "full_attn_alpha_factor": 0.7, "full_attn_beta_factor": 1.3, "linear_attn_alpha_factor": 1.2,
     "linear_attn_beta_factor": 0.6, "mlp_alpha_factor": 0.9, "mlp_beta_factor": 1.4,
+    "mamba_proj_bias": True,  # Jamba: in_proj / out_proj biases of the Mamba mixers
 }
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.

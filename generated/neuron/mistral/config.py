@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mistral.yaml --target neuron
-# source hash (spec + templates + generator): f7120ce11a7a1d4c
+# source hash (spec + templates + generator): ed5dc00c19755629
 # ==================================================================================================================
 """MistralConfig: the HF ``config.json`` fields specs/mistral.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/exaone4.yaml --target rocm
-# source hash (spec + templates + generator): e8152570cb4d3c37
+# source hash (spec + templates + generator): 8d18442b30ae94cc
 # ==================================================================================================================
 """Exaone4 for the rocm target, in ATOM's style.
 
@@ -164,8 +164,7 @@ class Exaone4Attention1(nn.Module):
 
 
 class Exaone4Attention2(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), paged KV cache, row-parallel
-    output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, no RoPE (NoPE), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Exaone4Config, layer_idx: int):
         super().__init__()

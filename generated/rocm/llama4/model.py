@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): a35f1f093f6e4dde
+# source hash (spec + templates + generator): fca08a60abec94c1
 # ==================================================================================================================
 """Llama4 for the rocm target, in ATOM's style.
 
@@ -107,7 +107,7 @@ class Llama4Attention0(nn.Module):
 
 
 class Llama4Attention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), paged KV cache, row-parallel output."""
 
     def __init__(self, config: Llama4Config, layer_idx: int):
         super().__init__()

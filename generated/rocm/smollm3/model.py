@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 072906c69413a6d9
+# source hash (spec + templates + generator): e30bba58139eaa97
 # ==================================================================================================================
 """SmolLM3 for the rocm target, in ATOM's style.
 
@@ -155,7 +155,7 @@ class SmolLM3Attention1(nn.Module):
 
 
 class SmolLM3Attention2(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, row-parallel output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), paged KV cache, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()
@@ -203,8 +203,7 @@ class SmolLM3Attention2(nn.Module):
 
 
 class SmolLM3Attention3(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), paged KV cache, sliding window, row-parallel
-    output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), paged KV cache, sliding window, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, layer_idx: int):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): cae2f9134874442b
+# source hash (spec + templates + generator): 02c265a54f29087d
 # ==================================================================================================================
 """Dbrx for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): e8152570cb4d3c37
+# source hash (spec + templates + generator): 8d18442b30ae94cc
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 
@@ -178,8 +178,8 @@ class Exaone4Attention1(nn.Module):
 
 
 class Exaone4Attention2(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm, RoPE (rotate_half, partial), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm, no RoPE (NoPE), vLLM's paged attention, row-parallel
+    output."""
 
     def __init__(self, config: Exaone4Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

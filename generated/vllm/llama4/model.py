@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): a35f1f093f6e4dde
+# source hash (spec + templates + generator): fca08a60abec94c1
 # ==================================================================================================================
 """Llama4 for the vllm target: vLLM's model interface and layer library.
 
@@ -121,7 +121,7 @@ class Llama4Attention0(nn.Module):
 
 
 class Llama4Attention1(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, row-parallel output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: Llama4Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): f7120ce11a7a1d4c
+# source hash (spec + templates + generator): ed5dc00c19755629
 # ==================================================================================================================
 """Mistral for the vllm target. See README.md.
 

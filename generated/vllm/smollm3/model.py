@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 072906c69413a6d9
+# source hash (spec + templates + generator): e30bba58139eaa97
 # ==================================================================================================================
 """SmolLM3 for the vllm target: vLLM's model interface and layer library.
 
@@ -169,7 +169,7 @@ class SmolLM3Attention1(nn.Module):
 
 
 class SmolLM3Attention2(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, row-parallel output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -215,8 +215,7 @@ class SmolLM3Attention2(nn.Module):
 
 
 class SmolLM3Attention3(nn.Module):
-    """GQA self-attention: fused QKV, RoPE (rotate_half, partial), vLLM's paged attention, sliding window, row-parallel
-    output."""
+    """GQA self-attention: fused QKV, no RoPE (NoPE), vLLM's paged attention, sliding window, row-parallel output."""
 
     def __init__(self, config: SmolLM3Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()

@@ -1,0 +1,93 @@
+# ==================================================================================================================
+# GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
+# Edit the spec or templates/neuron/ and run: modelgen build specs/jamba.yaml --target neuron
+# source hash (spec + templates + generator): f6b2bae05c6e1ce4
+# ==================================================================================================================
+"""Checkpoint mappings of JambaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
+``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
+from __future__ import annotations
+
+from .config import JambaConfig
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ()
+
+# Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
+RENAMES = (("weight_scale_inv", "weight_scale"),)
+
+
+def _jamba_attention_mappings(mappings: dict[str, list[str]], module: str, config: JambaConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+
+
+def _jamba_mamba_mixer_mappings(mappings: dict[str, list[str]], module: str, config: JambaConfig) -> None:
+    names = [("in_proj", "weight"), ("conv1d", "weight"), ("x_proj", "weight"), ("dt_proj", "weight"),
+             ("dt_proj", "bias"), ("out_proj", "weight")]
+    if config.mamba_conv_bias:
+        names.append(("conv1d", "bias"))
+    if config.mamba_proj_bias:
+        names += [("in_proj", "bias"), ("out_proj", "bias")]
+    for part, kind in names:
+        mappings[f"{module}.{part}_{kind}"] = [f"{module}.{part}.{kind}"]
+    for name in ("A_log", "D"):
+        mappings[f"{module}.{name}"] = [f"{module}.{name}"]
+    for norm in ("dt_layernorm", "b_layernorm", "c_layernorm"):
+        mappings[f"{module}.{norm}.weight"] = [f"{module}.{norm}.weight"]
+
+
+def _jamba_mlp_mappings(mappings: dict[str, list[str]], module: str, config: JambaConfig) -> None:
+    mappings[module + ".gate_proj_weight"] = [module + ".gate_proj.weight"]
+    mappings[module + ".up_proj_weight"] = [module + ".up_proj.weight"]
+    mappings[module + ".down_proj_weight"] = [module + ".down_proj.weight"]
+
+
+def _jamba_sparse_moe_block_mappings(
+    mappings: dict[str, list[str]], module: str, config: JambaConfig, available: set[str]
+) -> None:
+    """Router, routed experts of one MoE block.
+
+    Experts load from transformers v5's fused tensors when the checkpoint has them (experts on a tensor dim), else
+    from per-expert tensors: w13 interleaved per expert [gate_0, up_0, gate_1, up_1, ...], w2 grouped [down_0, ...].
+    """
+    mappings[module + ".router_weight"] = [module + ".router.weight"]
+    # Per-expert checkpoint names relative to the MoE module; {e} is the expert index.
+    gate, up, down = "experts.{e}.gate_proj.weight", "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight"
+    num_experts = config.num_experts
+    if module + ".experts.gate_up_proj" in available:
+        mappings[module + ".experts_w13_weight"] = [module + ".experts.gate_up_proj"]
+        mappings[module + ".experts_w2_weight"] = [module + ".experts.down_proj"]
+    else:
+        mappings[module + ".experts_w13_weight"] = [
+            module + "." + name.format(e=e) for e in range(num_experts) for name in (gate, up)
+        ]
+        mappings[module + ".experts_w2_weight"] = [module + "." + down.format(e=e) for e in range(num_experts)]
+
+
+def checkpoint_mappings(config: JambaConfig, available: set[str]) -> dict[str, list[str]]:
+    """``available``: the checkpoint's keys after RENAMES (chooses fused vs per-expert expert tensors)."""
+    mappings: dict[str, list[str]] = {}
+    mappings["model.embed_tokens_weight"] = ["model.embed_tokens.weight"]
+    for i in range(config.num_hidden_layers):
+        prefix = "model.layers." + str(i)
+        block = config.layer_block(i)
+        if block in ("attention_dense", "attention_moe"):
+            _jamba_attention_mappings(mappings, prefix + ".self_attn", config)
+        else:
+            _jamba_mamba_mixer_mappings(mappings, prefix + ".mamba", config)
+        if block in ("attention_dense", "mamba_dense"):
+            _jamba_mlp_mappings(mappings, prefix + ".feed_forward", config)
+        else:
+            _jamba_sparse_moe_block_mappings(mappings, prefix + ".feed_forward", config, available)
+        for norm in ("input_layernorm", "pre_ff_layernorm"):
+            mappings[f"{prefix}.{norm}.weight"] = [f"{prefix}.{norm}.weight"]
+    mappings["model.final_layernorm.weight"] = ["model.final_layernorm.weight"]
+    # Tied embeddings: the LM head maps to the embedding tensor and is loaded a second time, never aliased (an
+    # alias made before loading would point at a stale tensor once parameters are replaced).
+    if config.tie_word_embeddings:
+        mappings["lm_head_weight"] = ["model.embed_tokens.weight"]
+    else:
+        mappings["lm_head_weight"] = ["lm_head.weight"]
+    return mappings

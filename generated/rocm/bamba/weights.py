@@ -1,0 +1,25 @@
+# ==================================================================================================================
+# GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
+# Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
+# source hash (spec + templates + generator): 172a913b7496329c
+# ==================================================================================================================
+"""Weight-loader tables of BambaForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
+from __future__ import annotations
+
+# HF module name -> (fused parameter, shard id) (ATOM's packed_modules_mapping).
+PACKED_MODULES_MAPPING = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+
+# Checkpoint keys dropped on purpose ("*" matches one dotted segment).
+IGNORED_KEYS = ("model.layers.*.self_attn.rotary_emb.inv_freq",)
+
+# Substring renames (old, new) applied to every checkpoint key before mapping.
+RENAMES = (("weight_scale_inv", "weight_scale"),)
+
+# Parameters that share storage with another when the config ties them (filled through the twin).
+TIED_PARAMETERS = {"lm_head.weight": "model.embed_tokens.weight"}
