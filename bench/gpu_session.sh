@@ -110,7 +110,7 @@ elif [ "$phase" = call2 ]; then  # nvidia-h200-x2, ~580 s: TP variants; MoE laye
   (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs tests/test_pdl.py tests/test_gpu_moe.py \
     -p no:cacheprovider 2>&1 | grep -v Warning | tail -25 > "$L/2-moe-pdl-tests.log") &
   CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m bench.moe_layer --layers 8 --batches 1 \
-    --modes base pdl pdl_pf pdl2_pf pdl_pf_ahead --out "$OUT/h200-moe-layer.json" 2>&1 | grep -v Warning | tail -80 \
+    --modes base pdl --out "$OUT/h200-moe-layer.json" 2>&1 | grep -v Warning | tail -80 \
     > "$L/2-moe-layer.log"
   wait
   echo "[$(( $(date +%s) - t0 ))s] moe layer + tests done" | tee -a "$L/2-moe-layer.log"
@@ -337,13 +337,14 @@ elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests;
   echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/3-deepseek.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20a.log"; rm -rf "$L"
   cat "$OUT/s20a.log"
-elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize leg; MoE engine PDL A/B; PDL=1 tests
+elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize leg; MoE engine PDL A/B (ran with
+  # --pdl-levels 1 2; level 2 lost and is gone, so the A/B is now against PDL off); PDL=1 tests
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 --quant-modes dequantize --systems none \
     --divergence --budget-s 140 --out "$OUT/h200-deepseek-v3-fp8-dequantize.json" 2>&1 | grep -v Warning | tail -30 \
     > "$L/1-deepseek.log"
   echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/1-deepseek.log"
-  timeout 230 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen --pdl-levels 1 2 --budget-s 220 \
+  timeout 230 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen --pdl-levels 0 --budget-s 220 \
     --out "$OUT/h200-qwen3-30b-a3b-moe-pdl.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-moe-pdl.log"
   echo "[$(( $(date +%s) - t0 ))s] moe done" | tee -a "$L/2-moe-pdl.log"
   MODELGEN_PDL=1 timeout 140 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu.py \
