@@ -29,6 +29,17 @@ if [ "$phase" = s30a ]; then  # nvidia-h200, ~150 s: every GPU test (but fla's) 
     2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -60 > "$OUT/s30a-tests.log"
   echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s30a-tests.log"
   cat "$OUT/s30a-tests.log"
+elif [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
+  # default) beside nothing else; then bench/spec_oracle.py on the DeepSeek-V3 shape (8 layers): speed-up over plain
+  # decode at oracle acceptance 0.5 / 0.7 / 0.8 / 0.9, K = 1..3, batch 1 and 8, and the host-read path at K = 3
+  timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -60 > "$OUT/s30b-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s30b-tests.log"
+  timeout -k 10 300 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 1 2 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --budget-s 270 --out "$OUT/h200-spec-oracle-deepseek.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | tail -50 > "$OUT/s30b-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$OUT/s30b-spec-oracle.log"
+  cat "$OUT/s30b-tests.log" "$OUT/s30b-spec-oracle.log"
 elif [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
   # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
   L="$OUT/logs"; mkdir -p "$L"
