@@ -40,6 +40,18 @@ elif [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculati
     2>&1 | grep -v "Warning\|warn\|it/s" | tail -50 > "$OUT/s30b-spec-oracle.log"
   echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$OUT/s30b-spec-oracle.log"
   cat "$OUT/s30b-tests.log" "$OUT/s30b-spec-oracle.log"
+elif [ "$phase" = s30c ]; then  # nvidia-h200, ~330 s: bench/spec_oracle.py on the Qwen3-Next shape (8 layers: 6
+  # Gated DeltaNet + 2 attention), then the DeepSeek-V3 shape's K = 3 rows again (p 0.8 / 0.9, a repeat of s30b's) with
+  # the GPU time of each graph a step replays (the rest of a step's wall time is host time)
+  timeout -k 10 230 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --budget-s 200 --out "$OUT/h200-spec-oracle-qwen3-next.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|Error\|error" | tail -40 > "$OUT/s30c-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$OUT/s30c-spec-oracle.log"
+  timeout -k 10 120 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+    --host-k --new-tokens 128 --reps 3 --budget-s 100 --out "$OUT/h200-spec-oracle-deepseek-k3.json" 2>&1 \
+    | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|Error\|error" | tail -20 >> "$OUT/s30c-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$OUT/s30c-spec-oracle.log"
+  cat "$OUT/s30c-spec-oracle.log"
 elif [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
   # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
   L="$OUT/logs"; mkdir -p "$L"

@@ -19,7 +19,8 @@ of the same batch on a plain engine kept alongside (paired legs; ``--reps`` repe
 ``--host-k``, the same rows with the drafts read back after each draft step (the path before this change: graphs
 without the LM head, ``resident=False``). Each row records tokens/s, the paired plain tokens/s, the speed-up, the
 measured acceptance rate (accepted / proposed drafts), mean tokens per verify step and whether every row's tokens
-equal the plain leg's.
+equal the plain leg's; with ``--components``, the GPU time of each graph a step replays (the host time a step adds
+is its wall time less their sum).
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
       --p 0.5 0.7 0.8 0.9 --out bench/results/h200-spec-oracle.json
@@ -116,6 +117,42 @@ def engine(path: Path, args, k: int | None) -> LLM:
     return llm
 
 
+def replay_ms(replay, reps: int = 30) -> float:
+    """Median milliseconds of one replay of a captured graph, back to back (GPU time, no host work between)."""
+    replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return statistics.median(times)
+
+
+def components(plain, llm, b: int) -> dict | None:
+    """GPU milliseconds of each graph a step replays at batch ``b`` (static inputs of the last step run): the plain
+    decode step, the verify step, the draft's settling step and one chained draft step. A speculative step replays
+    verify + settle + (K - 1) chained; its wall time less that sum is host time the GPU waited."""
+    graphs = getattr(plain.runner, "graphs", None)
+    dec = llm.speculative
+    if graphs is None or dec.verify_graphs is None:
+        return None
+    bucket = graphs.bucket_for(b)
+    out = {"plain_decode": replay_ms(graphs._buckets[bucket].graph.replay)}
+    steps = (("verify", dec.verify_graphs), ("draft_settle", dec.draft_graphs), ("draft_chain", dec.chain_graphs))
+    for name, g in steps:
+        if g is not None:
+            bk = g._buckets.get(next(x for x in g.buckets if b <= x))
+            out[name] = replay_ms(bk.replay) if bk is not None else None
+    k = dec.k
+    out["spec_gpu_sum"] = out["verify"] + out["draft_settle"] + (k - 1) * (out.get("draft_chain") or 0.0)
+    return out
+
+
 def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
     for x, y in zip(a, b):
         for i, (s, t) in enumerate(zip(x, y)):
@@ -166,11 +203,18 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                        "mean_tokens_per_verify_step": spec.get("mean_tokens_per_verify_step"),
                        "equal_plain": toks == ref, "first_divergence": first_diff(toks, ref),
                        "graph_replays": dec.graph_replays()}
+                # wall milliseconds per verify step (the prefill step included: one of ~new / tokens-per-step)
+                row["ms_per_step"] = 1e3 * b * (row["mean_tokens_per_verify_step"] or 1) / tps
+                row["plain_ms_per_step"] = 1e3 * b / base
                 out["rows"].append(row)
                 log(f"{kind} k{k} bs{b} p{p} {row['path']:8s}: {tps:,.0f} tok/s vs plain {base:,.0f} = "
                     f"{row['speedup']:.2f}x, acceptance {row['acceptance_rate'] or 0:.2f}, "
                     f"{row['mean_tokens_per_verify_step'] or 0:.2f} tok/step, equal {row['equal_plain']}")
                 Path(args.out).write_text(json.dumps(results, indent=2))
+        if args.components and args.device.startswith("cuda"):
+            out.setdefault("components_ms", {})[f"k{k}"] = {str(b): components(plain, llm, b) for b in args.batches}
+            log(f"{kind} k{k} graph replay ms: {out['components_ms'][f'k{k}']}")
+            Path(args.out).write_text(json.dumps(results, indent=2))
         del llm, dec
         free_memory()
     del plain
@@ -195,6 +239,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--num-blocks", type=int, default=512, help="KV blocks of each engine (two live at once)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--components", type=int, default=1, choices=[0, 1],
+                    help="on a GPU, also time each graph a step replays (components())")
     ap.add_argument("--budget-s", type=float, default=None)
     ap.add_argument("--out", default="bench/results/h200-spec-oracle.json")
     args = ap.parse_args()
