@@ -473,9 +473,15 @@ class SpeculativeDecoder:
                 pool.restore(slots, snapshot, rows=redo)
                 again = [Work(batch[i].seq_id, batch[i].tokens[starts[i]:batch[i].computed], starts[i])
                          for i in (verifying[j] for j in redo)]
-                self._send(_REDO, again)
-                runner = loaded.runner.inner if self._ranks is not None else loaded.runner
-                runner.step(again, return_hidden=True)
+                graphs = self.verify_graphs
+                if graphs is not None and graphs.accepts(again):  # at most K + 1 tokens each: the verify graph
+                    tables = loaded.blocks.tables
+                    graphs.run(again, [tables[w.seq_id] for w in again],
+                               state_slots=[pool.slot(w.seq_id) for w in again])
+                else:
+                    self._send(_REDO, again)
+                    runner = loaded.runner.inner if self._ranks is not None else loaded.runner
+                    runner.step(again, return_hidden=True)
                 self.stats.rollbacks += len(redo)
         for r in batch:
             if r.done and r in running:  # (one that failed alone has left already)
@@ -603,8 +609,14 @@ class SpeculativeDecoder:
         n = len(work)
         ends_at = _index(ends, dev)
         last_hidden = hidden.index_select(0, ends_at)
-        buf[0, :n].copy_(top.index_select(0, ends_at))
         active = [j for j in range(n) if wanted[j] > 0]
+        # Oracle drafts (propose_override): every draft of every request in one upload; the head's own proposals
+        # are then not stored (each chained step reads the replaced one).
+        over = self._overrides(owners, active, wanted)
+        if over is not None:
+            buf[:, :n].copy_(torch.tensor(over, dtype=torch.int64, pin_memory=dev.type == "cuda"), non_blocking=True)
+        else:
+            buf[0, :n].copy_(top.index_select(0, ends_at))
         for step in range(self.k):
             active = [j for j in active if wanted[j] > step]
             if not active:
@@ -618,17 +630,29 @@ class SpeculativeDecoder:
                                                         hidden=h_in, head=True)
                 if at is None:
                     last_hidden = chained
-                    buf[step, :n].copy_(top)
+                    if over is None:
+                        buf[step, :n].copy_(top)
                 else:
                     last_hidden = last_hidden.index_copy(0, at, chained)
-                    buf[step].index_copy_(0, at, top)
-            if self.propose_override is not None:
-                over = self.propose_override([owners[j] for j in active], step)
-                if over is not None:
-                    buf[step].index_copy_(0, _index(active, dev) if at is None else at, _index(over, dev))
+                    if over is None:
+                        buf[step].index_copy_(0, at, top)
         for j in range(n):
             if wanted[j] > 0:
                 self.drafted[owners[j].seq_id] = _Drafted(buf, j, wanted[j])
+
+    def _overrides(self, owners: list, active: list[int], wanted: list[int]) -> list[list[int]] | None:
+        """``propose_override``'s drafts as a ``[K, len(owners)]`` table (0 where a request drafts fewer), or None."""
+        if self.propose_override is None:
+            return None
+        table = [[0] * len(owners) for _ in range(self.k)]
+        for step in range(self.k):
+            rows = [j for j in active if wanted[j] > step]
+            got = self.propose_override([owners[j] for j in rows], step) if rows else []
+            if got is None:
+                return None
+            for j, t in zip(rows, got):
+                table[step][j] = t
+        return table
 
     def _read_drafts(self) -> None:
         """Bring every device-resident draft to the host in one read (a step that cannot verify on the device)."""
