@@ -52,6 +52,22 @@ elif [ "$phase" = s30c ]; then  # nvidia-h200, ~330 s: bench/spec_oracle.py on t
     | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|Error\|error" | tail -20 >> "$OUT/s30c-spec-oracle.log"
   echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$OUT/s30c-spec-oracle.log"
   cat "$OUT/s30c-spec-oracle.log"
+elif [ "$phase" = s30d ]; then  # nvidia-h200, ~420 s: every GPU test on the final speculative code (rollback
+  # re-advance through the verify graph); Qwen3-Next and DeepSeek-V3 oracle rows again with a host profile of the
+  # K = 3 steps at batch 1
+  timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$OUT/s30d-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s30d-tests.log"
+  timeout -k 10 130 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 1 2 3 --p 0.8 0.9 \
+    --host-k 3 --new-tokens 128 --reps 3 --profile 1 --budget-s 110 --out "$OUT/h200-spec-oracle-qwen3-next-s30d.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|profile\|Error\|error" | tail -30 > "$OUT/s30d-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$OUT/s30d-spec.log"
+  timeout -k 10 110 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --profile 1 --budget-s 90 \
+    --out "$OUT/h200-spec-oracle-deepseek-s30d.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|profile\|Error\|error" | tail -20 >> "$OUT/s30d-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$OUT/s30d-spec.log"
+  cat "$OUT/s30d-tests.log" "$OUT/s30d-spec.log"
 elif [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
   # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
   L="$OUT/logs"; mkdir -p "$L"

@@ -153,6 +153,29 @@ def components(plain, llm, b: int) -> dict | None:
     return out
 
 
+def host_profile(llm, prompts, truth, vocab: int, args) -> dict:
+    """Host milliseconds per speculative step in each labelled part of ``SpeculativeDecoder.step`` (torch profiler,
+    CPU side; ``spec::target_forward_argmax`` includes the wait for the verify graph at the step's one read), over
+    one 64-token generate call at p = 0.8. The profiler itself adds host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    llm.speculative.propose_override = Oracle(truth, 0.8, vocab, args.seed)
+    params = SamplingParams(max_new_tokens=64, ignore_eos=True)
+    llm.generate(prompts, params)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        llm.generate(prompts, params)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    steps = llm.stats.as_dict().get("steps") or 1
+    out = {"steps": steps, "wall_ms_per_step": 1e3 * wall / steps}
+    for e in prof.key_averages():
+        if e.key.startswith("spec::") or e.key in ("cudaStreamSynchronize", "cudaEventSynchronize"):
+            out[e.key] = {"ms_per_step": e.cpu_time_total / 1e3 / steps, "calls": e.count}
+    return out
+
+
 def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
     for x, y in zip(a, b):
         for i, (s, t) in enumerate(zip(x, y)):
@@ -211,6 +234,9 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                     f"{row['speedup']:.2f}x, acceptance {row['acceptance_rate'] or 0:.2f}, "
                     f"{row['mean_tokens_per_verify_step'] or 0:.2f} tok/step, equal {row['equal_plain']}")
                 Path(args.out).write_text(json.dumps(results, indent=2))
+        if args.profile and k == max(args.k) and args.device.startswith("cuda"):
+            out.setdefault("host_profile", {})[f"k{k}"] = host_profile(llm, prompts[:1], truth, vocab, args)
+            log(f"{kind} k{k} host profile (bs1, p 0.8): {out['host_profile'][f'k{k}']}")
         if args.components and args.device.startswith("cuda"):
             out.setdefault("components_ms", {})[f"k{k}"] = {str(b): components(plain, llm, b) for b in args.batches}
             log(f"{kind} k{k} graph replay ms: {out['components_ms'][f'k{k}']}")
@@ -239,6 +265,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--num-blocks", type=int, default=512, help="KV blocks of each engine (two live at once)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=0, choices=[0, 1],
+                    help="on a GPU, a host profile of the largest K's steps at batch 1 (host_profile())")
     ap.add_argument("--components", type=int, default=1, choices=[0, 1],
                     help="on a GPU, also time each graph a step replays (components())")
     ap.add_argument("--budget-s", type=float, default=None)
