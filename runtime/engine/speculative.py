@@ -41,8 +41,15 @@ scheduler and the targets' runners, unchanged:
   Targets with Gated DeltaNet layers (Qwen3-Next, Qwen3.5) graph their verify step too: varlen attention, and the
   recurrent layers run their one-token decode op once per token slot with each sequence's state slot, fresh flag
   and real token count in the bucket (``StateMetadata.tokens_per_seq``: no host reads); the snapshot before a
-  verify step and the restore + re-advance after a rejection stay eager tensor copies / steps around the replay.
+  verify step and the restore after a rejection stay eager tensor copies around the replay, the re-advance over
+  the kept tokens (at most K + 1 a sequence) replays the verify graph.
   Steps with a longer run (a prompt chunk) stay eager.
+* **Drafts on the device** (greedy requests, graphs built ``resident``): the graphs also compute the LM head's
+  argmax; the draft steps leave draft j of the request in row r at ``_draft_buf[j, r]`` and the next chained step and
+  the next verify step feed it by reference (token id ``-1 - r``, ``runtime/ops/tokens.py``), so a step reads the
+  device once -- the target's argmax and the drafts it verified, together -- instead of once per draft step and once
+  more for the verify. A step that must run on the host path (a sampling request, a prompt chunk, no bucket) first
+  reads the waiting drafts in one transfer. A Gated DeltaNet re-advance replays the verify graph too.
 * **Tensor parallelism.** Under torchrun every rank runs this loop itself. With engine-started ranks
   (``LLM(tensor_parallel_size=N)``) rank 0 announces each model call (target, re-advance, draft, chained draft)
   with launch.py's SPEC message and the followers mirror it (:meth:`SpeculativeDecoder.follow`) on their own
@@ -194,10 +201,6 @@ def _index(values: list[int], device: torch.device) -> torch.Tensor:
 class SpeculativeDecoder:
     """The MTP draft model of an engine and the engine step that drafts and verifies (see module docstring)."""
 
-    # Device-resident greedy steps when the speculative graphs exist (module docstring, "Drafts on the device");
-    # bench/spec_oracle.py sets it False for its host-path leg.
-    RESIDENT = True
-
     def __init__(self, loaded: LoadedModel, scheduler: Scheduler, num_speculative_tokens: int, *,
                  allow_external_shards: bool = False, check_finite: str = "sampled"):
         """``loaded``: the target model (its runner's RunnerOptions and StepBudget are the draft runner's too, without
@@ -253,17 +256,18 @@ class SpeculativeDecoder:
                 and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 
-    def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool | None = None) -> None:
+    def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool = True) -> None:
         """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
         verify step (K + 1 tokens per sequence; Gated DeltaNet targets with their state slots, the state snapshot /
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
         chained step (1), with the target's hidden states as a static input. ``capture``: the graphs' capture seam
-        (None: CUDA graphs); lazily captured per batch bucket on first use. ``resident`` (default
-        :attr:`RESIDENT`): the graphs also compute the LM head's argmax and the verify / chained-draft steps read their
-        draft tokens from the draft buffer, so a greedy step reads the device once (module docstring)."""
+        (None: CUDA graphs); lazily captured per batch bucket on first use. ``resident``: the graphs also compute the
+        LM head's argmax and the verify / chained-draft steps read their draft tokens from the draft buffer, so a
+        greedy step reads the device once (module docstring, "Drafts on the device"); ``False`` only for
+        bench/spec_oracle.py's A/B against the step that reads its drafts back (which lost: bench/NOTES-mtp.md)."""
         loaded = self.loaded
         q = self.k + 1
-        self.resident = self.RESIDENT if resident is None else bool(resident)
+        self.resident = bool(resident)
         self._draft_buf = (torch.zeros(self.k, loaded.max_num_seqs, dtype=torch.int64, device=loaded.device)
                            if self.resident else None)
         flat = self._draft_buf.view(-1) if self.resident else None
