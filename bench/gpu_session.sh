@@ -23,7 +23,46 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
+if [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
+  # default) beside nothing else; then bench/spec_oracle.py on the DeepSeek-V3 shape (8 layers): speed-up over plain
+  # decode at oracle acceptance 0.5 / 0.7 / 0.8 / 0.9, K = 1..3, batch 1 and 8, and the host-read path at K = 3
+  timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -60 > "$OUT/s30b-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s30b-tests.log"
+  timeout -k 10 300 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 1 2 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --budget-s 270 --out "$OUT/h200-spec-oracle-deepseek.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | tail -50 > "$OUT/s30b-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$OUT/s30b-spec-oracle.log"
+  cat "$OUT/s30b-tests.log" "$OUT/s30b-spec-oracle.log"
+elif [ "$phase" = s30c ]; then  # nvidia-h200, ~330 s: bench/spec_oracle.py on the Qwen3-Next shape (8 layers: 6
+  # Gated DeltaNet + 2 attention), then the DeepSeek-V3 shape's K = 3 rows again (p 0.8 / 0.9, a repeat of s30b's) with
+  # the GPU time of each graph a step replays (the rest of a step's wall time is host time)
+  timeout -k 10 230 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --budget-s 200 --out "$OUT/h200-spec-oracle-qwen3-next.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|Error\|error" | tail -40 > "$OUT/s30c-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$OUT/s30c-spec-oracle.log"
+  timeout -k 10 120 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+    --host-k --new-tokens 128 --reps 3 --budget-s 100 --out "$OUT/h200-spec-oracle-deepseek-k3.json" 2>&1 \
+    | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|Error\|error" | tail -20 >> "$OUT/s30c-spec-oracle.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$OUT/s30c-spec-oracle.log"
+  cat "$OUT/s30c-spec-oracle.log"
+elif [ "$phase" = s30d ]; then  # nvidia-h200, ~420 s: every GPU test on the final speculative code (rollback
+  # re-advance through the verify graph); Qwen3-Next and DeepSeek-V3 oracle rows again with a host profile of the
+  # K = 3 steps at batch 1
+  timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$OUT/s30d-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$OUT/s30d-tests.log"
+  timeout -k 10 130 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 1 2 3 --p 0.8 0.9 \
+    --host-k 3 --new-tokens 128 --reps 3 --profile 1 --budget-s 110 --out "$OUT/h200-spec-oracle-qwen3-next-s30d.json" \
+    2>&1 | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|profile\|Error\|error" | tail -30 > "$OUT/s30d-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$OUT/s30d-spec.log"
+  timeout -k 10 110 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 8 --k 3 \
+    --p 0.5 0.7 0.8 0.9 --host-k 3 --new-tokens 128 --reps 3 --profile 1 --budget-s 90 \
+    --out "$OUT/h200-spec-oracle-deepseek-s30d.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|profile\|Error\|error" | tail -20 >> "$OUT/s30d-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$OUT/s30d-spec.log"
+  cat "$OUT/s30d-tests.log" "$OUT/s30d-spec.log"
+elif [ "$phase" = s29a ]; then  # nvidia-h200, ~550 s: every GPU test (but fla's); per-kernel profiles of the MoE
   # layer at bs1 (moe_layer stages vs byte-time), Qwen3-Next bs1 + bs32, gpt-oss bs1, Llama-3-8B bs32 (weights + KV)
   L="$OUT/logs"; mkdir -p "$L"
   timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
@@ -110,7 +149,7 @@ elif [ "$phase" = call2 ]; then  # nvidia-h200-x2, ~580 s: TP variants; MoE laye
   (CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -rs tests/test_pdl.py tests/test_gpu_moe.py \
     -p no:cacheprovider 2>&1 | grep -v Warning | tail -25 > "$L/2-moe-pdl-tests.log") &
   CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m bench.moe_layer --layers 8 --batches 1 \
-    --modes base pdl pdl_pf pdl2_pf pdl_pf_ahead --out "$OUT/h200-moe-layer.json" 2>&1 | grep -v Warning | tail -80 \
+    --modes base pdl --out "$OUT/h200-moe-layer.json" 2>&1 | grep -v Warning | tail -80 \
     > "$L/2-moe-layer.log"
   wait
   echo "[$(( $(date +%s) - t0 ))s] moe layer + tests done" | tee -a "$L/2-moe-layer.log"
@@ -337,13 +376,14 @@ elif [ "$phase" = s20a ]; then  # nvidia-h200, ~520 s: bias/quant/PDL MoE tests;
   echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/3-deepseek.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s20a.log"; rm -rf "$L"
   cat "$OUT/s20a.log"
-elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize leg; MoE engine PDL A/B; PDL=1 tests
+elif [ "$phase" = s20b ]; then  # nvidia-h200, ~530 s: DeepSeek FP8 dequantize leg; MoE engine PDL A/B (ran with
+  # --pdl-levels 1 2; level 2 lost and is gone, so the A/B is now against PDL off); PDL=1 tests
   L="$OUT/logs"; mkdir -p "$L"
   timeout 150 python3 -m bench.deepseek --layers 2 --batches 1 32 --quant fp8 --quant-modes dequantize --systems none \
     --divergence --budget-s 140 --out "$OUT/h200-deepseek-v3-fp8-dequantize.json" 2>&1 | grep -v Warning | tail -30 \
     > "$L/1-deepseek.log"
   echo "[$(( $(date +%s) - t0 ))s] deepseek done" | tee -a "$L/1-deepseek.log"
-  timeout 230 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen --pdl-levels 1 2 --budget-s 220 \
+  timeout 230 python3 -m bench.moe --layers 24 --batches 1 8 32 --systems modelgen --pdl-levels 0 --budget-s 220 \
     --out "$OUT/h200-qwen3-30b-a3b-moe-pdl.json" 2>&1 | grep -v Warning | tail -40 > "$L/2-moe-pdl.log"
   echo "[$(( $(date +%s) - t0 ))s] moe done" | tee -a "$L/2-moe-pdl.log"
   MODELGEN_PDL=1 timeout 140 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu.py \

@@ -210,7 +210,7 @@ def main() -> int:
                          "MODELGEN_PIPELINED_DECODE=0), against the first leg in the same run")
     ap.add_argument("--pdl-levels", nargs="*", default=[],
                     help="after the modelgen leg (MODELGEN_PDL as set), rebuild the engine with each of these "
-                         "MODELGEN_PDL levels (0/1/2), time it the same way and compare its greedy tokens")
+                         "MODELGEN_PDL levels (0/1), time it the same way and compare its greedy tokens")
     args = ap.parse_args()
     t_start = time.perf_counter()
     out_path = Path(args.out)

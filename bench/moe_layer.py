@@ -18,16 +18,14 @@ rocm module runs a decode step on the GPU path --
 chain up to each kernel (with PDL they overlap, so they are shares, not isolated times); ``total`` is the whole
 layer. Each setting (``--modes``) is measured in the same process on the same weights:
 
-  base        MODELGEN_PDL=0: ordinary launches (the committed default)
-  pdl / pdl2  programmatic dependent launch, release after / before the wait (MODELGEN_PDL=1 / 2)
+  base        MODELGEN_PDL=0: ordinary launches
+  pdl         programmatic dependent launch (MODELGEN_PDL=1, the default)
   *_nf        the two add+RMSNorms fused into the GEMVs after them (norm1 into QKV, norm2 into the router GEMM:
               runtime/ops/gpu/norm_linear.py): the norm stages read 0, their time is in qkv / router_gemm
-  *ahead      MODELGEN_PREFETCH_AHEAD=1: the QKV projection prefetches o_proj's weight behind its own (streamed while
-              attention, which reads little, runs; ``linear(..., prefetch=)``) and the MoE gate-up programs their
-              experts' down weights (*ahead_moe: the latter only, no plumbing needed)
   pdl_fr      the router GEMM and top-k in one launch (moe.FUSED_ROUTER_T = 2)
-  *_pf        MODELGEN_PDL_PREFETCH=1: each GEMV / down program prefetches its own weight tile before its wait
-              (slower in the first H200 run: 59.1 vs 55.8 us/layer with PDL alone)
+
+(The release-before-wait level ``pdl2``, the pre-wait prefetch ``*_pf`` and the prefetch of a later kernel's weight
+``*ahead`` were measured here and lost; their code is gone: bench/NOTES-switches.md.)
 
 Then it checks that every setting computes bitwise the same layer outputs (graph replays on new inputs, with the
 first setting's kernel choices) and prints the byte-time of each kernel's weights at ``--copy-tb-s``. At bs 8 the
@@ -49,22 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H, NH, NKV, D, E, K, I, EPS = 2048, 32, 4, 128, 128, 8, 768, 1e-6
 STAGES = ["norm", "qkv", "attention", "o_proj", "norm2", "router_gemm", "router_topk", "gate_up", "down"]
-_OFF = dict(pdl=0, prefetch=False, fused_router=0, ahead=False, nf=False)
-MODES = {  # most informative first: --budget-s drops the last ones (first H200 run: pdl best, the prefetch hurt)
+_OFF = dict(pdl=0, fused_router=0, nf=False)
+MODES = {  # most informative first: --budget-s drops the last ones
     "base": _OFF,
     "pdl": dict(_OFF, pdl=1),
-    "pdl2": dict(_OFF, pdl=2),
     "pdl_nf": dict(_OFF, pdl=1, nf=True),
-    "pdl2_nf": dict(_OFF, pdl=2, nf=True),
-    "pdl_ahead_moe": dict(_OFF, pdl=1, ahead="moe"),
-    "pdl_ahead": dict(_OFF, pdl=1, ahead=True),
     "pdl_fr": dict(_OFF, pdl=1, fused_router=2),
     "nf": dict(_OFF, nf=True),
-    "ahead": dict(_OFF, ahead=True),
-    "pdl_pf": dict(_OFF, pdl=1, prefetch=True),
-    "pdl2_pf": dict(_OFF, pdl=2, prefetch=True),
 }
-AHEAD = {"on": False, "nf": False}
+FLAGS = {"nf": False}
 
 
 def log(*a) -> None:
@@ -121,7 +112,7 @@ class Chain:
         stop = STAGES.index(upto)
         x, res = self.x, self.res
         for i, L in enumerate(self.layers):
-            if AHEAD["nf"]:  # norm1 inside the QKV GEMV
+            if FLAGS["nf"]:  # norm1 inside the QKV GEMV
                 if stop < 1:
                     continue
                 qkv, _, res = nl.add_rms_norm_linear(x, res, L.ln1, EPS, L.wqkv, want_normed=False)
@@ -129,7 +120,7 @@ class Chain:
                 h, res = gn.add_rms_norm(x, res, L.ln1, EPS)
                 if stop < 1:
                     continue
-                qkv = linear(h, L.wqkv, prefetch=L.wo if AHEAD["on"] else None)
+                qkv = linear(h, L.wqkv)
             if stop < 2:
                 continue
             q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=-1)
@@ -142,7 +133,7 @@ class Chain:
             if stop < 4:
                 continue
             route_kw = dict(scoring="softmax", renormalize=True, out_dtype=torch.bfloat16)
-            if AHEAD["nf"]:  # norm2 inside the router GEMV
+            if FLAGS["nf"]:  # norm2 inside the router GEMV
                 if stop < 5:
                     continue
                 logits, h2, res = nl.add_rms_norm_linear(o, res, L.ln2, EPS, L.wr)
@@ -175,9 +166,9 @@ def set_mode(m: dict) -> None:
     from modelgen.runtime.layers.moe import kernels as gm
     from modelgen.runtime.ops.gpu import linear as gl, pdl
 
-    pdl.set_mode(pdl=m["pdl"], prefetch=m["prefetch"], ahead=bool(m["ahead"]))
+    pdl.set_mode(pdl=m["pdl"])
     gm.FUSED_ROUTER_T = m["fused_router"]
-    AHEAD["on"], AHEAD["nf"] = m["ahead"] is True, m["nf"]  # "moe": only the gate-up -> down prefetch
+    FLAGS["nf"] = m["nf"]
     gl._CHOICE.clear()  # re-time cuBLAS / skinny / GEMV under this setting (PDL favours the Triton kernels)
     gm._CHOICE.clear()
 
@@ -268,7 +259,7 @@ def main() -> int:
     for b in args.batches:
         res.setdefault("byte_time_us_per_layer", {})[str(b)] = byte_us(args.copy_tb_s, E * (1 - (1 - K / E) ** b))
 
-    # PDL and the prefetch change when work starts, never what it computes: under the first setting's kernel
+    # PDL changes when work starts, never what it computes: under the first setting's kernel
     # choices, a captured chain of all layers replayed on new inputs gives bitwise the same outputs with each
     # setting as with that setting's launches made ordinary (a missing wait would show here as a race).
     def replays(ch, m: dict) -> list[torch.Tensor]:
@@ -294,10 +285,10 @@ def main() -> int:
     for b, ch in chains.items():
         for name in args.modes:
             m = MODES[name]
-            if not (m["pdl"] or m["ahead"]) or name not in choices:
+            if not m["pdl"] or name not in choices:
                 continue
             try:
-                want = replays(ch, dict(m, pdl=0, prefetch=False, ahead=False))  # nf / fused router kept
+                want = replays(ch, dict(m, pdl=0))  # nf / fused router kept
                 got = replays(ch, m)
             except Exception as e:  # recorded as a failed check, the table still prints
                 res["modes"][name][str(b)]["check_error"] = f"{type(e).__name__}: {e}"[:500]
@@ -306,7 +297,7 @@ def main() -> int:
                 continue
             same = all(torch.equal(x, w) for x, w in zip(got, want))
             res["modes"][name][str(b)]["bitwise_equal_without_pdl"] = same
-            log(f"check {name:10s} bs{b}: 3 replays bitwise equal to the same kernels without PDL/prefetch: {same}")
+            log(f"check {name:10s} bs{b}: 3 replays bitwise equal to the same kernels without PDL: {same}")
             if not same:
                 failed.append(f"{name} bs{b}")
     timed = [n for n in args.modes if n in choices]

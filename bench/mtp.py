@@ -150,8 +150,9 @@ class MtpHead(torch.nn.Module):
         return out
 
 
-def build(kind: str, size: str, path: Path, device: str, seed: int = 0, layers: int | None = None):
-    """Random HF model of the shape saved to ``path``, and an untrained :class:`MtpHead` for it (fp32, on device)."""
+def build(kind: str, size: str, path: Path, device: str, seed: int = 0, layers: int | None = None, edit=None):
+    """Random HF model of the shape saved to ``path``, and an untrained :class:`MtpHead` for it (fp32, on device).
+    ``edit(hf)``: changes the weights before they are saved (bench/spec_oracle.py)."""
     import transformers
 
     cfg_cls, model_cls = (getattr(transformers, n) for n in HF_CLASSES[kind])
@@ -164,6 +165,8 @@ def build(kind: str, size: str, path: Path, device: str, seed: int = 0, layers: 
     torch.manual_seed(seed)
     with torch.device(device):  # initialised where it trains (billions of parameters initialise slowly on a CPU)
         hf = model_cls(config).eval()
+    if edit is not None:
+        edit(hf)
     hf.save_pretrained(path)
     # The MTP block: a decoder layer at index num_hidden_layers of a config that makes it the MTP kind (transformers'
     # get_mtp_config: MoE; full attention), initialised by the library.

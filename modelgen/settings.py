@@ -117,27 +117,23 @@ _ALL: tuple[Setting, ...] = (
             allowed_text="`missing`, `all` or a comma list of HF architecture names"),
     Setting("MODELGEN_TRITON_ON_CPU", FLAG, False,
             "`1` with `TRITON_INTERPRET=1`: run the Triton kernels on CPU tensors (the GPU tests' CPU mode)"),
-    # -------------------------------------------------------------------------- A/B switches of GPU experiments
-    # Kept because tests or benchmarks compare both sides of them (bench/NOTES-switches.md); not for users.
+    # -------------------------------------------------------------------------- GPU path switches
+    # Each turns off (or pins) one side of a measured choice whose winner is the default; the other side stays as the
+    # general path or the fallback, so a user may set them to rule a fast path out (bench/NOTES-switches.md).
     Setting("MODELGEN_PIPELINED_DECODE", FLAG, True,
-            "`0`: each greedy decode step reads its tokens before the next is launched", experimental=True),
+            "`0`: each greedy decode step reads its tokens before the next is launched (the path sampling takes)"),
     Setting("MODELGEN_SPEC_GRAPHS", FLAG, True,
-            "`0`: speculative verify / draft steps eager (decode steps keep their graphs)", experimental=True),
-    Setting("MODELGEN_PDL", CHOICE, "1",
-            "programmatic dependent launch on the decode-chain kernels: `0` off, `1` on, `2` early release",
-            choices=("0", "1", "2"), experimental=True),
-    Setting("MODELGEN_PDL_PREFETCH", FLAG, False,
-            "L2 weight prefetch before each kernel's wait (slower when measured; `runtime/ops/gpu/pdl.py`)",
-            experimental=True),
-    Setting("MODELGEN_PREFETCH_AHEAD", FLAG, False,
-            "L2 prefetch of the next kernel's weight (slower when measured; `runtime/ops/gpu/pdl.py`)",
-            experimental=True),
-    Setting("MODELGEN_GEMV", CHOICE, None, "force the skinny linear kernel", choices=("cublas", "triton", "gemv"),
-            shown="timed", experimental=True),
-    Setting("MODELGEN_MOE", CHOICE, None, "force the small-batch MoE path", choices=("pairs", "sorted"),
-            shown="timed", experimental=True),
+            "`0`: speculative verify / draft steps eager (decode steps keep their graphs)"),
+    Setting("MODELGEN_PDL", FLAG, True,
+            "`0`: no programmatic dependent launch on the decode-chain kernels (sm_90+; `runtime/ops/gpu/pdl.py`)"),
+    Setting("MODELGEN_GEMV", CHOICE, None,
+            "pin the skinny linear kernel instead of timing each shape (the same kernel in every run)",
+            choices=("cublas", "triton", "gemv"), shown="timed"),
+    Setting("MODELGEN_MOE", CHOICE, None,
+            "pin the small-batch MoE path instead of timing each shape (the same kernels in every run)",
+            choices=("pairs", "sorted"), shown="timed"),
     Setting("MODELGEN_FUSED_ALLREDUCE_NORM", FLAG, True,
-            "`0`: a row-parallel all-reduce, then a separate residual add + RMSNorm launch", experimental=True),
+            "`0`: a row-parallel all-reduce, then a separate residual add + RMSNorm launch"),
 )
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _ALL}

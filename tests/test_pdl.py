@@ -2,10 +2,11 @@
 
 Three levels: the switch is a no-op off sm_90 CUDA devices (here: CPU tensors and Triton's interpreter); the kernels
 compiled for sm_90a with PDL on wait for their predecessor before reading anything it writes, release their
-dependents only after that wait, prefetch weights only before it, and compiled without PDL (as for sm_80) carry no
-grid-dependency instruction at all -- checked in the PTX, which needs no GPU (Triton ships ptxas); and on an sm_90+
-GPU a captured decode chain (norm -> router -> fused MoE, both the pair and the sorted path) gives bitwise the same
-outputs with PDL and prefetch on as off, replay after replay on new inputs.
+dependents only after that wait and issue no L2 prefetch (the pre-wait and ahead prefetches lost their measurements
+and were removed; only the MoE pair gate-up's timed in-loop prefetch remains, after the wait), and compiled without
+PDL (as for sm_80) carry no grid-dependency instruction at all -- checked in the PTX, which needs no GPU (Triton
+ships ptxas); and on an sm_90+ GPU a captured decode chain (norm -> router -> fused MoE, both the pair and the
+sorted path) gives bitwise the same outputs with PDL on as off, replay after replay on new inputs.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ triton = pytest.importorskip("triton")
 def pdl_on():
     from modelgen.runtime.ops.gpu import pdl
 
-    pdl.set_mode(pdl=True, prefetch=True)
+    pdl.set_mode(pdl=True)
     yield pdl
     pdl.refresh()
 
@@ -31,7 +32,7 @@ def pdl_on():
 def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
     pdl = pdl_on
     assert pdl.launch(torch.device("cpu")) == {"PDL": False}
-    assert not pdl.prefetch_ok(torch.device("cpu"), torch.zeros(8, 8))
+    assert not pdl.bulk_prefetch_ok(torch.device("cpu"), torch.zeros(8, 8))
     monkeypatch.delenv("MODELGEN_PDL", raising=False)
     pdl.refresh()
     assert pdl._STATE["pdl"] == 1  # the default since the end-to-end A/B (module docstring)
@@ -39,12 +40,11 @@ def test_switch_is_off_for_cpu_tensors_and_the_interpreter(pdl_on, monkeypatch):
     pdl.refresh()
     assert not pdl._STATE["pdl"]
     monkeypatch.setenv("MODELGEN_PDL", "1")
-    monkeypatch.setenv("MODELGEN_PDL_PREFETCH", "0")
     pdl.refresh()
-    assert pdl._STATE["pdl"] == 1 and not pdl._STATE["prefetch"]
-    monkeypatch.setenv("MODELGEN_PDL", "2")
-    pdl.refresh()
-    assert pdl._STATE["pdl"] == 2
+    assert pdl._STATE["pdl"] == 1 and set(pdl._STATE) == {"pdl"}  # the prefetch switches are gone
+    monkeypatch.setenv("MODELGEN_PDL", "2")  # the early-release level lost and was removed
+    with pytest.raises(ValueError, match="MODELGEN_PDL='2'"):
+        pdl.refresh()
     monkeypatch.setenv("MODELGEN_PDL", "yes")
     with pytest.raises(ValueError, match="MODELGEN_PDL='yes'"):
         pdl.refresh()
@@ -98,65 +98,35 @@ def _chain_kernels():
     return [
         (gn._rms_norm_kernel, dict(N=2048, BLOCK=2048, ADD=True, ZERO_CENTRED=False), 4, 3, 0),
         (ga._gated_kernel, dict(BLOCK=1024, GELU=False), 4, 3, 0),
-        (gl._skinny_kernel, dict(HAS_BIAS=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, EVEN_K=True, PF_CHUNKS=4,
-                                 AHEAD=False), 4, 4, 0),
-        (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, PF_CHUNKS=8, AHEAD=False), 4, 1, 0),
+        (gl._skinny_kernel, dict(HAS_BIAS=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, EVEN_K=True), 4, 4, 0),
+        (gl._gemv_kernel, dict(HAS_BIAS=False, BLOCK_N=16, BLOCK_K=256, SPLIT_K=4), 4, 1, 0),
         (gm._route_kernel, route, 2, 3, 0),
         (gm._router_topk_kernel, dict(route, BLOCK_E=16, BLOCK_K=256, IEEE=False), 4, 3, 0),
         (gm._align_kernel, dict(BLOCK_M=16, NB=256, CHUNK=256, CHUNK_B=128), 4, 3, 0),
         (gm._gate_up_kernel, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, EVEN_K=True, GELU=False, IEEE=False), 4, 4, 0),
-        (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False, PF_CHUNKS=2), 4, 4, 2),
+        (gm._down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, EVEN_K=True, IEEE=False), 4, 4, 1),
         (gm._combine_kernel, dict(BKT=8, BLOCK_H=1024), 4, 3, 0),
-        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False, PF_DIST=0), 4, 3, 0),
-        (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256, PF_CHUNKS=4), 4, 3, 1),
-        (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False, PF_CHUNKS=2), 4, 3, 1),
+        (gm._gate_up_pairs_kernel, dict(BLOCK_N=16, BLOCK_K=256, GELU=False, PF_DIST=0), 4, 3, 0),
+        (gm._down_pairs_kernel, dict(BLOCK_N=32, BLOCK_K=256), 4, 3, 1),
+        (gm._down_slots_kernel, dict(BLOCK_N=8, BLOCK_K=128, BKT=8, PAIR_FP32=False), 4, 3, 1),
         (nl._norm_gemv_kernel, dict(BLOCK_N=16, BLOCK_K=256, SPLIT_K=4, BLOCK_ROW=2048, ADD=True, ZERO_CENTRED=False,
-                                    H_OUT=True, PF_CHUNKS=8), 4, 1, 0),
+                                    H_OUT=True), 4, 1, 0),
     ]
 
 
 @compiles
 @pytest.mark.parametrize("case", range(14))
-def test_sm90_ptx_waits_before_reading_and_prefetches_before_waiting(case):
+def test_sm90_ptx_waits_before_reading_and_prefetches_nothing(case):
     kernel, const, warps, stages, allowed = _chain_kernels()[case]
-    const = dict(const, PDL=1)
-    if "PREFETCH" in _jit(kernel).arg_names:
-        const["PREFETCH"] = True
-    lines = _ptx(kernel, const, 90, warps, stages)
+    assert not {"PREFETCH", "AHEAD"} & set(_jit(kernel).arg_names)  # the removed prefetch paths stay removed
+    lines = _ptx(kernel, dict(const, PDL=1), 90, warps, stages)
     wait = [i for i, s in enumerate(lines) if "griddepcontrol.wait" in s]
     release = [i for i, s in enumerate(lines) if "griddepcontrol.launch_dependents" in s]
-    prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
     assert wait and release and wait[0] < release[0]  # dependents launch only once this kernel's inputs are final
-    early = _ptx(kernel, dict(const, PDL=2), 90, warps, stages)  # MODELGEN_PDL=2: release first, then wait
-    assert min(i for i, s in enumerate(early) if "launch_dependents" in s) < min(
-        i for i, s in enumerate(early) if "griddepcontrol.wait" in s)
-    if const.get("PREFETCH"):
-        assert prefetch and max(prefetch) < wait[0]
-    else:
-        assert not prefetch
+    assert not any("cp.async.bulk.prefetch" in s for s in lines)
     before = [s for s in lines[:wait[0]] if "ld.global" in s or "atom.global" in s or "st.global" in s]
     assert not any("st.global" in s or "atom.global" in s for s in before)  # nothing written before the wait
     assert len(before) <= allowed, before  # only the two-back routing data (ids, row counts) is read early
-
-
-@compiles
-@pytest.mark.parametrize("case", [2, 3, 10])
-def test_prefetch_ahead_after_the_wait(case):
-    """``MODELGEN_PREFETCH_AHEAD``: the GEMV / skinny programs (``linear(..., prefetch=t)``) and the MoE gate-up
-    programs (their experts' down weights) prefetch their share of a later kernel's tensor after the wait, behind
-    their own weight stream; the GEMVs also their own tile before it. Without PDL too (the prefetch alone)."""
-    kernel, const, warps, stages, _ = _chain_kernels()[case]
-    const = dict(const, AHEAD=True)
-    if "PREFETCH" in _jit(kernel).arg_names:
-        const["PREFETCH"] = True
-    lines = _ptx(kernel, dict(const, PDL=1), 90, warps, stages)
-    wait = min(i for i, s in enumerate(lines) if "griddepcontrol.wait" in s)
-    prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
-    assert any(i > wait for i in prefetch)
-    assert any(i < wait for i in prefetch) == ("PREFETCH" in const)
-    plain = _ptx(kernel, dict(const, PDL=0, PREFETCH=False) if "PREFETCH" in const else dict(const, PDL=0), 90,
-                 warps, stages)
-    assert any("cp.async.bulk.prefetch.L2" in s for s in plain) and not any("griddepcontrol" in s for s in plain)
 
 
 @compiles
@@ -165,7 +135,7 @@ def test_gate_up_prefetch_distance():
     loads), with or without PDL."""
     from modelgen.runtime.layers.moe import kernels as gm
 
-    const = dict(BLOCK_N=16, BLOCK_K=256, GELU=False, AHEAD=False, PF_DIST=2)
+    const = dict(BLOCK_N=16, BLOCK_K=256, GELU=False, PF_DIST=2)
     for level in (0, 1):
         lines = _ptx(gm._gate_up_pairs_kernel, dict(const, PDL=level), 90)
         prefetch = [i for i, s in enumerate(lines) if "cp.async.bulk.prefetch.L2" in s]
@@ -180,10 +150,7 @@ def test_gate_up_prefetch_distance():
 def test_without_pdl_no_grid_dependency_instruction(case):
     """PDL off compiles the kernels as before (sm_80 has no griddepcontrol: it must not appear)."""
     kernel, const, warps, stages, _ = _chain_kernels()[case]
-    const = dict(const, PDL=0)
-    if "PREFETCH" in _jit(kernel).arg_names:
-        const["PREFETCH"] = False
-    lines = _ptx(kernel, const, 80, warps, min(stages, 3))
+    lines = _ptx(kernel, dict(const, PDL=0), 80, warps, min(stages, 3))
     assert not any("griddepcontrol" in s or "cp.async.bulk" in s for s in lines)
 
 
@@ -192,7 +159,7 @@ def test_without_pdl_no_grid_dependency_instruction(case):
 @pytest.mark.parametrize("split_k", [1, 4])
 def test_gemv_and_skinny_kernels_with_the_new_arguments(split_k):
     """The split-K GEMV (its last-arrival sum resets the counters) and the skinny kernel with one fixed config (the
-    autotuner times on a GPU only), prefetch arguments present but off as off-sm_90: torch's product."""
+    autotuner times on a GPU only), PDL off as off-sm_90: torch's product."""
     from modelgen.runtime.ops.gpu import linear as gl
 
     N, K = 256, 1024
@@ -200,12 +167,12 @@ def test_gemv_and_skinny_kernels_with_the_new_arguments(split_k):
     x, w, b = torch.randn(1, K, **f), torch.randn(N, K, **f), torch.randn(N, **f)
     y, ws = torch.empty(1, N, **f), torch.empty(8, N, **f)
     cnt = torch.zeros(N // 8, dtype=torch.int32, device=DEV)
-    off = dict(PREFETCH=False, AHEAD=False, PDL=False, num_warps=4)
-    gl._gemv_kernel.fn[(N // 16, split_k)](x, w, b, y, ws, cnt, w, 0, N=N, K=K, s_wn=K, HAS_BIAS=True, BLOCK_N=16,
+    off = dict(PDL=False, num_warps=4)
+    gl._gemv_kernel.fn[(N // 16, split_k)](x, w, b, y, ws, cnt, N=N, K=K, s_wn=K, HAS_BIAS=True, BLOCK_N=16,
                                            BLOCK_K=256, SPLIT_K=split_k, **off)
     assert rel(y, x.double() @ w.double().T + b.double()) < 1e-5 and int(cnt.abs().sum()) == 0
     x3, y3 = torch.randn(3, K, **f), torch.empty(3, N, **f)
-    gl._skinny_kernel.fn[(N // 32,)](x3, w, w, y3, w, 0, M=3, N=N, K=K, s_xm=K, s_wn=K, s_ym=N, HAS_BIAS=False,
+    gl._skinny_kernel.fn[(N // 32,)](x3, w, w, y3, M=3, N=N, K=K, s_xm=K, s_wn=K, s_ym=N, HAS_BIAS=False,
                                      BLOCK_M=16, BLOCK_N=32, BLOCK_K=128 * split_k, **off)
     # tl.dot on fp32 inputs runs TF32 on a GPU (10-bit mantissa: ~1e-3 relative over this K; measured 7.7e-4 on the
     # H200), exact fp32 in the interpreter
@@ -223,9 +190,9 @@ def test_gemv_and_skinny_through_the_autotuner(monkeypatch):
         monkeypatch.setattr(kern, "cache", {})
     N, K = 64, 512
     x, w, b = torch.randn(1, K), torch.randn(N, K), torch.randn(N)
-    assert rel(gl.gemv(x, w, b, prefetch=w), x.double() @ w.double().T + b.double()) < 1e-5
+    assert rel(gl.gemv(x, w, b), x.double() @ w.double().T + b.double()) < 1e-5
     x3 = torch.randn(3, K)
-    assert rel(gl.skinny_linear(x3, w, None, prefetch=w), x3.double() @ w.double().T) < 1e-5
+    assert rel(gl.skinny_linear(x3, w, None), x3.double() @ w.double().T) < 1e-5
 
 
 # -------------------------------------------------------------------------------------------------------- on an H200
@@ -235,9 +202,8 @@ def _sm90():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90+ CUDA GPU")
-@pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("T,path", [(1, "pairs"), (1, "slots"), (8, "sorted")])
-def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypatch):
+def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, monkeypatch):
     from modelgen.runtime.layers.moe import kernels as gm
     from modelgen.runtime.ops.gpu import linear as gl, norm as gn, pdl
 
@@ -258,14 +224,13 @@ def test_graphed_moe_chain_is_bitwise_the_same_with_pdl(T, path, level, monkeypa
         h, res = x, res0
         for w in W:
             n, res = gn.add_rms_norm(h, res, w["ln"], 1e-6)
-            # the router GEMM also prefetches a later tensor (linear's prefetch=): the first expert's w2
             tw, ids = gm.router(n, w["wr"], k, scoring="softmax", renormalize=True, out_dtype=torch.bfloat16,
-                                gemm=lambda a, b: gl.linear(a, b, prefetch=w["w2"][0]))
+                                gemm=gl.linear)
             h = gm.fused_moe(n, w["w13"], w["w2"], tw, ids)
         return torch.cat([h, res], dim=1)
 
     def replays(on: bool) -> list[torch.Tensor]:
-        pdl.set_mode(pdl=level if on else 0, prefetch=on, ahead=on)
+        pdl.set_mode(pdl=on)
         assert pdl.active(x.device) == on
         gl._CHOICE.clear()
         chain()

@@ -31,7 +31,13 @@ class FakeCapture:
     def __call__(self, fn):
         self.captures += 1
         out = fn()
-        return out, lambda: out.copy_(fn())
+        outs = out if isinstance(out, tuple) else (out,)  # a head=True graph: (hidden, argmax, fed ids)
+
+        def replay():
+            new = fn()
+            for o, n in zip(outs, new if isinstance(new, tuple) else (new,)):
+                o.copy_(n)
+        return out, replay
 
 
 def _engine(path, **kw):
@@ -297,3 +303,87 @@ def test_graphed_dsa_and_glm5(tmp_path):
         assert spec.generate(PROMPTS[:3], _greedy(8)) == ref
         replays = spec.speculative.graph_replays()
         assert replays["verify"] > 0 and replays["draft"] > 0 and replays["draft_chain"] > 0
+
+
+# -------------------------------------------------------------------------------------- drafts kept on the device
+def _spy(monkeypatch):
+    """Counts of what the device-resident path must (and must not) do: verify replays fed drafts by reference (ids
+    ``-1 - r``), drafts read back to the host outside the verify step's one read. (The draft over a whole prompt runs
+    eagerly, so the first verify step of a generate call feeds host tokens.)"""
+    from modelgen.runtime.engine import speculative as sp
+
+    seen = {"by_reference": 0, "verify_head": 0, "read_back": 0}
+    run = StepGraphs.run
+
+    def counting_run(self, work, tables, hidden=None, state_slots=None, head=False):
+        if head and hidden is None:  # the target's verify step
+            seen["verify_head"] += 1
+            seen["by_reference"] += any(t < 0 for w in work for t in w.token_ids)
+        return run(self, work, tables, hidden, state_slots, head)
+
+    read = sp.SpeculativeDecoder._read_drafts
+
+    def counting_read(self):
+        seen["read_back"] += sum(e.resident for e in self.drafted.values())
+        read(self)
+
+    monkeypatch.setattr(StepGraphs, "run", counting_run)
+    monkeypatch.setattr(sp.SpeculativeDecoder, "_read_drafts", counting_read)
+    return seen
+
+
+def _override(ref_by_prompt, corrupt):
+    """``propose_override`` with the reference continuation; ``corrupt(n_out, j)``: draft j proposed when the
+    request had n_out tokens is a wrong token instead."""
+    def propose(requests, j):
+        out = []
+        for r in requests:
+            n = len(r.output)
+            t = ref_by_prompt[tuple(r.prompt)][n + j]
+            out.append((t + 1) % 160 if corrupt(n, j) else t)
+        return out
+    return propose
+
+
+@pytest.mark.parametrize("kind", ["deepseek", "glm4_moe_plain", "qwen3_next"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_device_resident_greedy_equals_plain(ckpts, monkeypatch, kind, k):
+    """Graphed greedy speculation with the drafts kept on the device (the default with graphs): every verify step
+    feeds its drafts by reference to the draft buffer, no draft is read back on its own, and the output equals
+    plain greedy decoding -- with the random head (rejections), and with device-side oracle drafts corrupted
+    mid-run (accepted runs, partial acceptances, Gated DeltaNet rollbacks, requests ending inside a run)."""
+    path, _ = ckpts(kind)
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    spec, _ = _graphed(path, k)
+    assert spec.speculative.resident
+    seen = _spy(monkeypatch)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    assert seen["by_reference"] > 0 and seen["verify_head"] - seen["by_reference"] <= 1 and seen["read_back"] == 0
+    spec.speculative.propose_override = _override({tuple(p): r for p, r in zip(PROMPTS, ref)},
+                                                  lambda n, j: n % 3 == 1 and j == k - 1)
+    for max_new in (16, 5):
+        assert spec.generate(PROMPTS, _greedy(max_new)) == [r[:max_new] for r in ref]
+        s = spec.stats.as_dict()["speculative"]
+        if max_new == 16:
+            assert 0 < s["accepted_tokens"] < s["proposed_tokens"]
+            assert s["rollbacks"] > 0 if kind == "qwen3_next" else s["rollbacks"] == 0
+    assert seen["read_back"] == 0 and seen["verify_head"] - seen["by_reference"] <= 3  # one per generate call
+    # the same engine with the host path (drafts read after each draft step) gives the same tokens
+    host, _ = _graphed(path, k)
+    host.speculative.enable_graphs([1, 2, 4, 8], capture=FakeCapture(), resident=False)
+    host.speculative.propose_override = spec.speculative.propose_override
+    assert not host.speculative.resident and host.generate(PROMPTS, _greedy(16)) == ref
+
+
+def test_device_resident_drafts_read_back_for_an_eager_step(ckpts, monkeypatch):
+    """A step that cannot verify on the device (a prompt chunk joins, more sequences than the largest bucket)
+    reads the waiting drafts in one transfer and runs the host path; output still plain greedy."""
+    path, _ = ckpts("deepseek")
+    prompts = PROMPTS + [[7] * 20, [3, 9] * 6]
+    ref = _engine(path).generate(prompts, _greedy(12))
+    lengths = [12, 3, 12, 5, 12, 12]  # two end early: the waiting prompts' chunks join requests with drafts
+    spec, _ = _graphed(path, 2, buckets=(1, 2, 4), max_num_batched_tokens=16, max_num_seqs=4)
+    seen = _spy(monkeypatch)
+    assert spec.generate(prompts, [_greedy(n) for n in lengths]) == [r[:n] for r, n in zip(ref, lengths)]
+    assert seen["by_reference"] > 0 and seen["read_back"] > 0
+    assert spec.blocks.num_free == spec.blocks.num_blocks

@@ -41,8 +41,15 @@ scheduler and the targets' runners, unchanged:
   Targets with Gated DeltaNet layers (Qwen3-Next, Qwen3.5) graph their verify step too: varlen attention, and the
   recurrent layers run their one-token decode op once per token slot with each sequence's state slot, fresh flag
   and real token count in the bucket (``StateMetadata.tokens_per_seq``: no host reads); the snapshot before a
-  verify step and the restore + re-advance after a rejection stay eager tensor copies / steps around the replay.
+  verify step and the restore after a rejection stay eager tensor copies around the replay, the re-advance over
+  the kept tokens (at most K + 1 a sequence) replays the verify graph.
   Steps with a longer run (a prompt chunk) stay eager.
+* **Drafts on the device** (greedy requests, graphs built ``resident``): the graphs also compute the LM head's
+  argmax; the draft steps leave draft j of the request in row r at ``_draft_buf[j, r]`` and the next chained step and
+  the next verify step feed it by reference (token id ``-1 - r``, ``runtime/ops/tokens.py``), so a step reads the
+  device once -- the target's argmax and the drafts it verified, together -- instead of once per draft step and once
+  more for the verify. A step that must run on the host path (a sampling request, a prompt chunk, no bucket) first
+  reads the waiting drafts in one transfer. A Gated DeltaNet re-advance replays the verify graph too.
 * **Tensor parallelism.** Under torchrun every rank runs this loop itself. With engine-started ranks
   (``LLM(tensor_parallel_size=N)``) rank 0 announces each model call (target, re-advance, draft, chained draft)
   with launch.py's SPEC message and the followers mirror it (:meth:`SpeculativeDecoder.follow`) on their own
@@ -58,7 +65,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch.profiler import record_function
@@ -152,10 +159,43 @@ def verify(drafts: list[int], target_logits: torch.Tensor, params: SamplingParam
     return drafts + [int(torch.multinomial(p, 1, generator=generator))], len(drafts)
 
 
-@dataclass
 class _Drafted:
-    tokens: list[int] = field(default_factory=list)
-    probs: list[torch.Tensor] = field(default_factory=list)  # sampling requests: the q each draft was drawn from
+    """A request's drafts: host tokens (``tokens``; sampling requests also ``probs``, the q each draft was drawn
+    from), or -- device-resident drafting -- ``count`` tokens in column ``row`` of the draft buffer ``buf``
+    (``[K, stride]``), unread: the next verify step feeds them by reference (:meth:`ids`); ``tokens`` reads them."""
+
+    def __init__(self, buf: torch.Tensor | None = None, row: int = -1, count: int = 0):
+        self._tokens: list[int] | None = [] if buf is None else None
+        self.probs: list[torch.Tensor] = []
+        self.buf, self.row, self.count = buf, row, count
+
+    @property
+    def resident(self) -> bool:
+        return self._tokens is None
+
+    @property
+    def tokens(self) -> list[int]:
+        if self._tokens is None:  # a device-to-host read (tests, fallbacks); the graphed greedy step never asks
+            self._tokens = self.buf[: self.count, self.row].tolist()
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, value: list[int]) -> None:
+        self._tokens = list(value)
+
+    def ids(self) -> list[int]:
+        """The drafts as input ids: host tokens, or ``-1 - r`` naming element ``r`` of the flat draft buffer
+        (``runtime/ops/tokens.py``; the verify graph's ``chain``)."""
+        if self._tokens is not None:
+            return self._tokens
+        return [-1 - (j * self.buf.shape[1] + self.row) for j in range(self.count)]
+
+
+def _index(values: list[int], device: torch.device) -> torch.Tensor:
+    """``values`` as an int64 index on ``device`` without waiting for the device: a pinned host tensor copied
+    asynchronously (a plain ``torch.tensor(values, device=cuda)`` would synchronise the stream)."""
+    t = torch.tensor(values, dtype=torch.int64, pin_memory=torch.device(device).type == "cuda")
+    return t.to(device, non_blocking=True)
 
 
 class SpeculativeDecoder:
@@ -201,6 +241,11 @@ class SpeculativeDecoder:
                 runner.segmented_prefill = True  # neuron: a verify window continues a cached sequence
         self.drafted: dict[int, _Drafted] = {}
         self.stats = SpeculativeStats(self.k)
+        # ``propose_override(requests, j) -> list[int] | None``: replaces draft j of each request (greedy drafting
+        # only) before the next draft step reads it -- bench/spec_oracle.py's oracle drafts at a fixed acceptance.
+        self.propose_override = None
+        self.resident = False  # greedy steps keep drafts on the device (enable_graphs)
+        self._draft_buf: torch.Tensor | None = None  # [K, max_num_seqs]: draft j of the request drafting in row r
         # CUDA graphs of the verify step and the draft steps (module docstring), when the target runner replays its
         # decode steps from graphs; MODELGEN_SPEC_GRAPHS=0 keeps speculative steps eager (bench/mtp.py compares).
         self.verify_graphs = self.draft_graphs = self.chain_graphs = None
@@ -211,28 +256,36 @@ class SpeculativeDecoder:
                 and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 
-    def enable_graphs(self, buckets: list[int] | None = None, capture=None) -> None:
+    def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool = True) -> None:
         """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
         verify step (K + 1 tokens per sequence; Gated DeltaNet targets with their state slots, the state snapshot /
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
         chained step (1), with the target's hidden states as a static input. ``capture``: the graphs' capture seam
-        (None: CUDA graphs); lazily captured per batch bucket on first use."""
+        (None: CUDA graphs); lazily captured per batch bucket on first use. ``resident``: the graphs also compute the
+        LM head's argmax and the verify / chained-draft steps read their draft tokens from the draft buffer, so a
+        greedy step reads the device once (module docstring, "Drafts on the device"); ``False`` only for
+        bench/spec_oracle.py's A/B against the step that reads its drafts back (which lost: bench/NOTES-mtp.md)."""
         loaded = self.loaded
         q = self.k + 1
+        self.resident = bool(resident)
+        self._draft_buf = (torch.zeros(self.k, loaded.max_num_seqs, dtype=torch.int64, device=loaded.device)
+                           if self.resident else None)
+        flat = self._draft_buf.view(-1) if self.resident else None
         common = dict(max_num_seqs=loaded.max_num_seqs, block_size=loaded.blocks.block_size, buckets=buckets,
                       capture=capture, width=loaded.blocks.blocks_needed(loaded.max_model_len + q))
         pool = None
         if capture is None:
             pool = torch.cuda.graph_pool_handle()  # one pool: run() gathers its output before another replay
         layout = multi_token_layout(loaded.model, q)
+        head = self.resident
         self.verify_graphs = (StepGraphs(loaded.model, loaded.device, tokens_per_seq=q, layout=layout, pool=pool,
-                                         **common) if layout is not None else None)
+                                         head=head, chain=flat, **common) if layout is not None else None)
         hidden = (int(loaded.config.hidden_size), loaded.dtype)
         layout = multi_token_layout(self.draft, q)
         self.draft_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=q, layout=layout, hidden=hidden,
-                                        pool=pool, **common) if layout is not None else None)
+                                        pool=pool, head=head, **common) if layout is not None else None)
         self.chain_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=1, layout="rows", hidden=hidden,
-                                        pool=pool, **common) if self.k > 1 else None)
+                                        pool=pool, head=head, chain=flat, **common) if self.k > 1 else None)
 
     def warmup(self) -> None:
         """Capture every bucket of the verify / draft / chained-draft graphs now (``LLM.warmup``; none exist with
@@ -244,8 +297,9 @@ class SpeculativeDecoder:
 
     def release_graphs(self) -> None:
         """Drop the verify / draft / chained-draft graphs (before a NCCL group goes: launch.release_graphs says why);
-        later speculative steps run eagerly."""
+        later speculative steps run eagerly (drafts still on the device are read when next needed)."""
         self.verify_graphs = self.draft_graphs = self.chain_graphs = None
+        self.resident = False
 
     def graph_replays(self) -> dict:
         """Replays of each speculative graph set so far (None: that step runs eagerly)."""
@@ -321,7 +375,7 @@ class SpeculativeDecoder:
             # Uncomputed tokens: the last sampled one, or (after a recurrent rollback) the accepted run again, or a
             # prompt (chunk). Drafts follow them when all of them fit this step.
             n = len(r.tokens) - r.computed
-            d = self.drafted[r.seq_id].tokens if r.seq_id in self.drafted else []
+            d = self.drafted[r.seq_id].ids() if r.seq_id in self.drafted else []
             room = len(tables.get(r.seq_id, [])) * block_size - len(r.tokens)
             d = d[: max(0, room)]
             if budget is not None:
@@ -337,29 +391,50 @@ class SpeculativeDecoder:
             drafts.append(d)
         if not work:
             return []
+        prefill = any(r.computed < len(r.prompt) for r in batch)  # a prompt (chunk) in this step
+        # Device-resident greedy step: the verify graph reads the drafts from the draft buffer and computes the
+        # argmax of every slot; one device-to-host read brings back the argmax and the drafts it fed.
+        resident = (self.resident and not prefill and all(r.params.temperature == 0 for r in batch)
+                    and any(len(w.token_ids) > 1 for w in work) and self.verify_graphs.accepts(work))
+        if not resident and any(x < 0 for d in drafts for x in d):  # drafts on the device, an eager / sampled step
+            self._read_drafts()
+            for i, r in enumerate(batch):
+                if drafts[i]:
+                    drafts[i] = self.drafted[r.seq_id].tokens[: len(drafts[i])]
+                    work[i] = Work(r.seq_id, work[i].token_ids[: real[i]] + drafts[i], work[i].start_pos)
         pool = loaded.state_pool
         verifying = [i for i, d in enumerate(drafts) if d]
         snapshot = None
         if pool is not None and verifying:
             slots = [pool.slot(batch[i].seq_id) for i in verifying]
             snapshot = pool.snapshot(slots)
-        with record_function("spec::target_forward"):
-            hidden = self._target_step(work)
         offsets = [0]
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
-        # The target's logits at each sampling request's last token and drafts: one gather, one LM-head call.
-        with record_function("spec::target_logits_argmax"):  # the device-to-host read waits for the forward
-            logits, first = self._logit_rows(work, hidden)
-            row_at = {i: first[i] + offsets[i] + n - 1 for i, (r, n) in enumerate(zip(batch, real))
-                      if r.computed + n == len(r.tokens)}
-            # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
-            argmax = (logits.argmax(-1).tolist() if row_at and any(r.params.temperature == 0 for r in batch)
-                      else None)
+        if resident:
+            with record_function("spec::target_forward_argmax"):
+                tables = loaded.blocks.tables
+                state = [pool.slot(w.seq_id) for w in work] if self.verify_graphs.with_state else None
+                hidden, top, fed = self.verify_graphs.run(work, [tables[w.seq_id] for w in work], state_slots=state,
+                                                          head=True)
+                argmax, fed = torch.stack([top, fed]).tolist()  # the step's one device-to-host read
+            logits = None
+            row_at = {i: offsets[i] + n - 1 for i, n in enumerate(real)}
+            drafts = [fed[offsets[i] + real[i]: offsets[i] + real[i] + len(d)] for i, d in enumerate(drafts)]
+        else:
+            with record_function("spec::target_forward"):
+                hidden = self._target_step(work)
+            # The target's logits at each sampling request's last token and drafts: one gather, one LM-head call.
+            with record_function("spec::target_logits_argmax"):  # the device-to-host read waits for the forward
+                logits, first = self._logit_rows(work, hidden)
+                row_at = {i: first[i] + offsets[i] + n - 1 for i, (r, n) in enumerate(zip(batch, real))
+                          if r.computed + n == len(r.tokens)}
+                # Greedy rows' argmax in one device-to-host transfer (not one sync per request).
+                argmax = (logits.argmax(-1).tolist() if row_at and any(r.params.temperature == 0 for r in batch)
+                          else None)
         now = time.perf_counter()
         emitted, starts, accepted_counts = [], [], []
         n_emitted = 0
-        prefill = any(r.computed < len(r.prompt) for r in batch)  # a prompt (chunk) in this step
         for i, (r, n, d) in enumerate(zip(batch, real, drafts)):
             start = r.computed
             starts.append(start)
@@ -371,7 +446,8 @@ class SpeculativeDecoder:
             lo, hi = row_at[i], row_at[i] + len(d) + 1
             got = self.drafted.get(r.seq_id)
             try:
-                tokens, a = verify(d, logits[lo:hi], r.params, r.generator, got.probs[: len(d)] if got and d else None,
+                tokens, a = verify(d, logits[lo:hi] if logits is not None else None, r.params, r.generator,
+                                   got.probs[: len(d)] if got and d else None,
                                    argmax[lo:hi] if argmax is not None else None)
             except RuntimeError as e:  # non-finite probabilities: this request fails alone (scheduler.py)
                 self.scheduler.fail(r, sampling_error(r, e), waiting, running)
@@ -401,9 +477,15 @@ class SpeculativeDecoder:
                 pool.restore(slots, snapshot, rows=redo)
                 again = [Work(batch[i].seq_id, batch[i].tokens[starts[i]:batch[i].computed], starts[i])
                          for i in (verifying[j] for j in redo)]
-                self._send(_REDO, again)
-                runner = loaded.runner.inner if self._ranks is not None else loaded.runner
-                runner.step(again, return_hidden=True)
+                graphs = self.verify_graphs
+                if graphs is not None and graphs.accepts(again):  # at most K + 1 tokens each: the verify graph
+                    tables = loaded.blocks.tables
+                    graphs.run(again, [tables[w.seq_id] for w in again],
+                               state_slots=[pool.slot(w.seq_id) for w in again])
+                else:
+                    self._send(_REDO, again)
+                    runner = loaded.runner.inner if self._ranks is not None else loaded.runner
+                    runner.step(again, return_hidden=True)
                 self.stats.rollbacks += len(redo)
         for r in batch:
             if r.done and r in running:  # (one that failed alone has left already)
@@ -459,6 +541,9 @@ class SpeculativeDecoder:
             at += len(w.token_ids)
             ends.append(at - 1)
         tables = self.loaded.blocks.tables
+        if self.resident and all(r.params.temperature == 0 for r in owners) and self.draft_graphs.accepts(work):
+            self._draft_on_device(work, rows, owners, wanted, ends)
+            return
         if self.draft_graphs is not None and self.draft_graphs.accepts(work):
             last_hidden = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows))[ends]
             last_logits = self.draft.compute_logits(last_hidden)
@@ -498,6 +583,11 @@ class SpeculativeDecoder:
                 new_logits[active] = rows_logits.to(new_logits.dtype)
                 last_logits = new_logits
             greedy = last_logits.argmax(-1).tolist() if any(owners[j].params.temperature == 0 for j in active) else None
+            if greedy is not None and self.propose_override is not None:
+                over = self.propose_override([owners[j] for j in active], step)
+                if over is not None:
+                    for j, t in zip(active, over):
+                        greedy[j] = t
             for j in active:
                 r = owners[j]
                 entry = self.drafted[r.seq_id]
@@ -507,6 +597,75 @@ class SpeculativeDecoder:
                     q = _probs(last_logits[j], r.params)
                     entry.tokens.append(int(torch.multinomial(q, 1, generator=r.generator)))
                     entry.probs.append(q)
+
+    def _draft_on_device(self, work: list[Work], rows: list[torch.Tensor], owners: list, wanted: list[int],
+                         ends: list[int]) -> None:
+        """:meth:`_draft` for greedy requests with the graphs built ``resident``: the settling step and the K - 1
+        chained steps replay their graphs with the LM head's argmax inside; draft j of the request in row r lands
+        in ``_draft_buf[j, r]``, which the next chained step and the next verify step read by reference. Nothing is
+        read back here (the verify step's one read returns the drafts it fed)."""
+        dev, tables = self.loaded.device, self.loaded.blocks.tables
+        buf = self._draft_buf
+        for seq_id in [q for q, e in self.drafted.items() if e.resident]:
+            self.release(seq_id)  # unverified drafts of a request left out of this step: the buffer is rewritten
+        hidden, top, _ = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows),
+                                               head=True)
+        n = len(work)
+        ends_at = _index(ends, dev)
+        last_hidden = hidden.index_select(0, ends_at)
+        active = [j for j in range(n) if wanted[j] > 0]
+        # Oracle drafts (propose_override): every draft of every request in one upload; the head's own proposals
+        # are then not stored (each chained step reads the replaced one).
+        over = self._overrides(owners, active, wanted)
+        if over is not None:
+            buf[:, :n].copy_(torch.tensor(over, dtype=torch.int64, pin_memory=dev.type == "cuda"), non_blocking=True)
+        else:
+            buf[0, :n].copy_(top.index_select(0, ends_at))
+        for step in range(self.k):
+            active = [j for j in active if wanted[j] > step]
+            if not active:
+                break
+            at = None if len(active) == n else _index(active, dev)
+            if step > 0:
+                step_work = [Work(owners[j].seq_id, [-1 - ((step - 1) * buf.shape[1] + j)],
+                                  len(owners[j].tokens) + step - 2) for j in active]
+                h_in = last_hidden if at is None else last_hidden.index_select(0, at)
+                chained, top, _ = self.chain_graphs.run(step_work, [tables[w.seq_id] for w in step_work],
+                                                        hidden=h_in, head=True)
+                if at is None:
+                    last_hidden = chained
+                    if over is None:
+                        buf[step, :n].copy_(top)
+                else:
+                    last_hidden = last_hidden.index_copy(0, at, chained)
+                    if over is None:
+                        buf[step].index_copy_(0, at, top)
+        for j in range(n):
+            if wanted[j] > 0:
+                self.drafted[owners[j].seq_id] = _Drafted(buf, j, wanted[j])
+
+    def _overrides(self, owners: list, active: list[int], wanted: list[int]) -> list[list[int]] | None:
+        """``propose_override``'s drafts as a ``[K, len(owners)]`` table (0 where a request drafts fewer), or None."""
+        if self.propose_override is None:
+            return None
+        table = [[0] * len(owners) for _ in range(self.k)]
+        for step in range(self.k):
+            rows = [j for j in active if wanted[j] > step]
+            got = self.propose_override([owners[j] for j in rows], step) if rows else []
+            if got is None:
+                return None
+            for j, t in zip(rows, got):
+                table[step][j] = t
+        return table
+
+    def _read_drafts(self) -> None:
+        """Bring every device-resident draft to the host in one read (a step that cannot verify on the device)."""
+        host = {}
+        for e in self.drafted.values():
+            if e.resident:
+                if id(e.buf) not in host:
+                    host[id(e.buf)] = e.buf.tolist()
+                e.tokens = [host[id(e.buf)][j][e.row] for j in range(e.count)]
 
     # -------------------------------------------------------------------------------------------- follower ranks
     def follow(self, kind: int, work: list[Work]) -> None:

@@ -136,15 +136,12 @@ def _router_topk_kernel(
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
     SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Router GEMM and top-k in one launch for a few tokens: each program computes the logits of BLOCK_E experts
     (rounded to the activations' dtype, as F.linear returns them); the last to finish (an acq_rel counter, reset
     afterwards for graph replay) routes every token."""
     pid = tl.program_id(0)
-    if PREFETCH:  # this program's router rows (a weight) while the previous kernel finishes
-        pdl.prefetch_rows(rw_ptr + (pid * BLOCK_E).to(tl.int64) * s_rw, s_rw, E - pid * BLOCK_E, H, BLOCK_E,
-                          128 // BLOCK_E)
     pdl.wait(PDL)
     offs_t = tl.arange(0, 16)  # tokens padded to a tensor-core tile (T <= 16)
     offs_e = pid * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -242,7 +239,7 @@ def router(
         x.stride(0), weight.stride(0), float(routed_scaling_factor),
         BLOCK_E=block_e, BLOCK_K=128 if x.dtype == torch.float32 else 256, IEEE=x.dtype == torch.float32,
         **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4, num_stages=3,
-        PREFETCH=pdl.prefetch_ok(x.device, weight), **pdl.launch(x.device),
+        **pdl.launch(x.device),
     )
     return w, ids
 
@@ -450,17 +447,11 @@ def _down_kernel(
     a_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, npost_ptr, tw_ptr, b_ptr,
     N, K, KT, K_ROUTED, P, s_am, s_we, s_wn, s_om, s_tw, s_be,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    IEEE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
-    HAS_BIAS: tl.constexpr = False,
+    IEEE: tl.constexpr, PDL: tl.constexpr, HAS_BIAS: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     live = pid_m * BLOCK_M < tl.load(npost_ptr)  # the align launch (two back) wrote these: readable before the wait
-    if PREFETCH:
-        if live:  # this block's expert rows of w2 into L2 while gate-up finishes
-            e0 = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-            pdl.prefetch_rows(w_ptr + e0 * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn, N - pid_n * BLOCK_N,
-                              K, BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     if not live:
         return
@@ -517,24 +508,23 @@ def _combine_kernel(
 
 @triton.jit
 def _gate_up_pairs_kernel(
-    x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn,
-    s_om, s_w2e, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr,
-    PDL: tl.constexpr, AHEAD: tl.constexpr, PF_DIST: tl.constexpr = 0, HAS_BIAS: tl.constexpr = False,
-    SWIGLU: tl.constexpr = False,
+    x_ptr, w_ptr, out_ptr, ids_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn,
+    s_om, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU: tl.constexpr,
+    PDL: tl.constexpr, PF_DIST: tl.constexpr = 0, HAS_BIAS: tl.constexpr = False, SWIGLU: tl.constexpr = False,
 ):
-    pdl.wait(PDL)  # the expert ids come from the router launch just before: nothing to prefetch
-    _gate_up_pair(x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, tl.program_id(0), tl.program_id(1).to(tl.int64),
-                  tl.num_programs(0), N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om, s_w2e,
-                  b_ptr, s_be, alpha, limit, BLOCK_N, BLOCK_K, GELU, AHEAD, PF_DIST, HAS_BIAS, SWIGLU)
+    pdl.wait(PDL)  # the expert ids come from the router launch just before
+    _gate_up_pair(x_ptr, w_ptr, out_ptr, ids_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
+                  N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_xm, s_we, s_wn, s_om,
+                  b_ptr, s_be, alpha, limit, BLOCK_N, BLOCK_K, GELU, PF_DIST, HAS_BIAS, SWIGLU)
 
 
 @triton.jit
 def _gate_up_pair(
-    x_ptr, w_ptr, out_ptr, ids_ptr, w2_ptr, w2_bytes, pid_n, pair, n_blocks, N, K, KT, K_ROUTED, expert_offset, L,
-    s_ids, s_xm, s_we, s_wn, s_om, s_w2e, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GELU: tl.constexpr, AHEAD: tl.constexpr, PF_DIST: tl.constexpr, HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr,
+    x_ptr, w_ptr, out_ptr, ids_ptr, pid_n, pair, N, K, KT, K_ROUTED, expert_offset, L,
+    s_ids, s_xm, s_we, s_wn, s_om, b_ptr, s_be, alpha, limit, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GELU: tl.constexpr, PF_DIST: tl.constexpr, HAS_BIAS: tl.constexpr, SWIGLU: tl.constexpr,
 ):
-    """Column block ``pid_n`` (of ``n_blocks``) of pair ``pair``'s gated activation: ``act(x @ w13[e, gate].T) *
+    """Column block ``pid_n`` of pair ``pair``'s gated activation: ``act(x @ w13[e, gate].T) *
     (x @ w13[e, up].T)`` for the pair's expert ``e``, stored to row ``pair`` of ``out`` (nothing for a slot this
     rank does not compute)."""
     t = pair // KT
@@ -564,8 +554,6 @@ def _gate_up_pair(
             u_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
         dt = out_ptr.dtype.element_ty
-        if AHEAD:  # this program's share of its expert's down weight (MODELGEN_PREFETCH_AHEAD), for the next launch
-            pdl.prefetch_share(w2_ptr + e.to(tl.int64) * s_w2e, w2_bytes, pid_n, n_blocks, 8)
         # gate columns then up columns of w13_bias [E, 2I], before F.linear's rounding
         gate = tl.sum(acc_g, 1)
         if HAS_BIAS:
@@ -604,8 +592,7 @@ def _expert_gemv(a_ptr, w_ptr, offs_n, nmask, K, s_wn, BLOCK_N: tl.constexpr, BL
 def _down_pairs_kernel(
     a_ptr, w_ptr, pair_ptr, out_ptr, ids_ptr, tw_ptr, cnt_ptr, N, K, KT, K_ROUTED, expert_offset, L,
     s_ids, s_tw, s_am, s_we, s_wn, s_pair, s_out, b_ptr, s_be,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-    PF_CHUNKS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, HAS_BIAS: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pair = tl.program_id(1).to(tl.int64)
@@ -613,13 +600,8 @@ def _down_pairs_kernel(
     j = pair % KT
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
-    # The expert ids come from the router (two launches back): readable before the wait, so this program's rows of
-    # its expert's w2 stream into L2 while gate-up finishes.
+    # The expert ids come from the router (two launches back): readable before the wait.
     e, ok = _pair_slot(ids_ptr, s_ids, t, j, pair >= 0, K_ROUTED, expert_offset, L)
-    if PREFETCH:
-        if ok:
-            pdl.prefetch_rows(w_ptr + e.to(tl.int64) * s_we + (pid_n * BLOCK_N).to(tl.int64) * s_wn, s_wn,
-                              N - pid_n * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     if ok:
         y = _expert_gemv(a_ptr + pair * s_am, w_ptr + e.to(tl.int64) * s_we, offs_n, nmask, K, s_wn, BLOCK_N, BLOCK_K,
@@ -642,7 +624,7 @@ def _down_pairs_kernel(
 def _down_slots_kernel(
     a_ptr, w_ptr, out_ptr, ids_ptr, tw_ptr, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_tw, s_am, s_we, s_wn,
     s_out, b_ptr, s_be, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BKT: tl.constexpr, PAIR_FP32: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+    PDL: tl.constexpr, HAS_BIAS: tl.constexpr = False,
 ):
     """Down GEMV of all of one token's slots in one program per (column block, token): the ``BKT * BLOCK_N`` rows
     (slot j, column n) of its experts' ``w2`` stream as one tile per K step, and the slots are summed in registers:
@@ -652,19 +634,6 @@ def _down_slots_kernel(
     the last bit of the model dtype at most; which is faster is timed."""
     pid_n = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
-    R: tl.constexpr = BKT * BLOCK_N
-    if PREFETCH:  # every slot's expert rows of w2 (ids from the router, two launches back) while gate-up finishes
-        q = tl.arange(0, R * PF_CHUNKS)
-        rq = q // PF_CHUNKS
-        jq = rq // BLOCK_N
-        nq = pid_n * BLOCK_N + rq % BLOCK_N
-        eq, okq = _pair_slot(ids_ptr, s_ids, t, jq, jq < KT, K_ROUTED, expert_offset, L)
-        ESIZE: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-        piece = (K * ESIZE // PF_CHUNKS) // 16 * 16
-        c = q % PF_CHUNKS
-        nbytes = tl.where(c == PF_CHUNKS - 1, K * ESIZE - (PF_CHUNKS - 1) * piece, piece)
-        addr = (w_ptr + eq.to(tl.int64) * s_we + nq.to(tl.int64) * s_wn).to(tl.pointer_type(tl.int8)) + c * piece
-        pdl.bulk_prefetch(addr, nbytes, (okq & (nq < N) & (nbytes > 0)).to(tl.int32))
     pdl.wait(PDL)
     tile = _down_slots_first(ids_ptr, w_ptr, a_ptr, t, pid_n, N, K, KT, K_ROUTED, expert_offset, L, s_ids, s_am, s_we,
                              s_wn, BLOCK_N, BLOCK_K, BKT)
@@ -887,7 +856,7 @@ def fused_moe(
         hidden, w13, inter, sorted_ids, expert_ids, npost, b13,
         I, H, KT, P, hidden.stride(0), w13.stride(0), w13.stride(1), inter.stride(0), b13.stride(0), extra["alpha"],
         extra["limit"], BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0, IEEE=ieee, **act,
-        num_warps=nw, num_stages=ns, **pdl.launch(dev, early=False),  # down reads align's rows before its wait
+        num_warps=nw, num_stages=ns, **pdl.launch(dev),
     )
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
@@ -899,8 +868,7 @@ def fused_moe(
         inter, w2, pair_out, sorted_ids, expert_ids, npost, topk_weights, b2,
         H, I, KT, k, P, inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0), topk_weights.stride(0),
         b2.stride(0), HAS_BIAS=w2_bias is not None, BLOCK_M=BM, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=I % bk == 0,
-        IEEE=ieee, num_warps=nw, num_stages=ns,
-        PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
+        IEEE=ieee, num_warps=nw, num_stages=ns, **pdl.launch(dev),
     )
     if stages < 4:
         return out
@@ -921,16 +889,14 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
     has_b2 = extra["w2_bias"] is not None
     pair_dtype = torch.promote_types(hidden.dtype, topk_weights.dtype)
     bn, bk, nw, ns = cfg["up"]
-    ahead = pdl.ahead_ok(dev, w2[0])
     # in-loop prefetch distance (sm_90, 16-byte aligned rows and tiles); the candidates that set it are timed
     pf_dist = int(cfg.get("up_prefetch", 0)) if pdl.bulk_prefetch_ok(dev, w13) and (bk * w13.element_size()) % 16 == 0 \
         else 0
     _gate_up_pairs_kernel[(triton.cdiv(I, bn), P)](
-        hidden, w13, inter, topk_ids, w2, w2[0].numel() * w2.element_size() if ahead else 0,
-        I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
-        w13.stride(0), w13.stride(1), inter.stride(0), w2.stride(0), b13, b13.stride(0), extra["alpha"],
-        extra["limit"], BLOCK_N=bn, BLOCK_K=bk, **act, num_warps=nw, num_stages=ns, AHEAD=ahead,
-        PF_DIST=pf_dist, **pdl.launch(dev, early=False),  # down reads the router's ids before its wait
+        hidden, w13, inter, topk_ids, I, H, KT, k, expert_offset, L, topk_ids.stride(0), hidden.stride(0),
+        w13.stride(0), w13.stride(1), inter.stride(0), b13, b13.stride(0), extra["alpha"],
+        extra["limit"], BLOCK_N=bn, BLOCK_K=bk, **act, num_warps=nw, num_stages=ns,
+        PF_DIST=pf_dist, **pdl.launch(dev),
     )
     if stages < 3:
         return out
@@ -941,9 +907,7 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
             inter, w2, out, topk_ids, topk_weights, H, I, KT, k, expert_offset, L, topk_ids.stride(0),
             topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), out.stride(0), b2, b2.stride(0),
             HAS_BIAS=has_b2, BLOCK_N=bn, BLOCK_K=bk, BKT=max(2, next_pow2(KT)), PAIR_FP32=pair_dtype == torch.float32,
-            num_warps=nw,
-            num_stages=ns, PREFETCH=pdl.prefetch_ok(dev, w2),
-            PF_CHUNKS=max(1, 32 * nw // (bn * max(2, next_pow2(KT)))), **pdl.launch(dev),
+            num_warps=nw, num_stages=ns, **pdl.launch(dev),
         )
         return out
     pair_out = torch.empty((P, H), dtype=pair_dtype, device=dev)
@@ -951,7 +915,7 @@ def _fused_moe_pairs(hidden, w13, w2, topk_weights, topk_ids, act, extra, out, e
         inter, w2, pair_out, out, topk_ids, topk_weights, _counters(dev, T * nblk), H, I, KT, k, expert_offset, L,
         topk_ids.stride(0), topk_weights.stride(0), inter.stride(0), w2.stride(0), w2.stride(1), pair_out.stride(0),
         out.stride(0), b2, b2.stride(0), HAS_BIAS=has_b2, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
-        PREFETCH=pdl.prefetch_ok(dev, w2), PF_CHUNKS=max(1, 32 * nw // bn), **pdl.launch(dev),
+        **pdl.launch(dev),
     )
     return out
 

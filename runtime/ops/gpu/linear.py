@@ -44,17 +44,14 @@ _CONFIGS = [
 
 
 @triton.autotune(configs=_CONFIGS, key=["N", "K", "BLOCK_M"], do_bench=_graph_bench)
-@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
-                    "PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit
 def _skinny_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, ahead_ptr, ahead_bytes, M, N, K, s_xm, s_wn, s_ym,
+    x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, AHEAD: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if PREFETCH:  # this program's weight rows, whole K, into L2 while the previous kernel finishes
-        pdl.prefetch_rows(w_ptr + (pid * BLOCK_N).to(tl.int64) * s_wn, s_wn, N - pid * BLOCK_N, K, BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -75,8 +72,6 @@ def _skinny_kernel(
         acc = tl.dot(x, tl.trans(w), acc)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if AHEAD:  # this program's share of a later kernel's weight, once its own stream is issued
-        pdl.prefetch_share(ahead_ptr, ahead_bytes, pid, tl.num_programs(0), 16)
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m[:, None] * s_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -107,19 +102,15 @@ MAX_SPLIT = 8
 
 @triton.autotune(configs=_gemv_configs(), key=["N", "K"], prune_configs_by={"early_config_prune": _prune},
                  do_bench=_graph_bench)
-@triton.heuristics({"PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, ahead_ptr, ahead_bytes, N, K, s_wn,
+    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, N, K, s_wn,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr, AHEAD: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_len = K // SPLIT_K
-    if PREFETCH:  # this program's [BLOCK_N, K / SPLIT_K] weight tile into L2 while the previous kernel finishes
-        pdl.prefetch_rows(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * s_wn + pid_k * k_len, s_wn, BLOCK_N, k_len,
-                          BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = pid_k * k_len + tl.arange(0, BLOCK_K)
@@ -132,9 +123,6 @@ def _gemv_kernel(
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-    if AHEAD:  # this program's share of a later kernel's weight, once its own stream is issued
-        pdl.prefetch_share(ahead_ptr, ahead_bytes, pid_k * tl.num_programs(0) + pid_n,
-                           tl.num_programs(0) * SPLIT_K, 16)
     part = tl.sum(acc, 1)
     if SPLIT_K == 1:
         if HAS_BIAS:
@@ -156,11 +144,8 @@ def _gemv_kernel(
 _COUNTERS: dict[tuple, torch.Tensor] = {}
 
 
-def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-         prefetch: torch.Tensor | None = None) -> torch.Tensor:
-    """``x1 [1, K]`` @ ``weight [N, K]``.T (+ bias) -> ``[1, N]``; needs ``N % 8 == 0`` and ``K % 512 == 0``.
-    ``prefetch``: a tensor the next kernels will read, prefetched into L2 once this one's weights are in flight
-    (``MODELGEN_PREFETCH_AHEAD=1``, ``runtime/ops/gpu/pdl.py``)."""
+def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x1 [1, K]`` @ ``weight [N, K]``.T (+ bias) -> ``[1, N]``; needs ``N % 8 == 0`` and ``K % 512 == 0``."""
     N, K = weight.shape
     y = torch.empty((1, N), dtype=x1.dtype, device=x1.device)
     key = (x1.device, N)
@@ -169,11 +154,9 @@ def gemv(x1: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         cnt = _COUNTERS[key] = torch.zeros(N // 8, dtype=torch.int32, device=x1.device)  # left at zero by every call
     ws = torch.empty((MAX_SPLIT, N), dtype=torch.float32, device=x1.device)
     grid = lambda meta: (N // meta["BLOCK_N"], meta["SPLIT_K"])  # noqa: E731
-    ahead_ptr, ahead_bytes, ahead_on = _ahead(x1.device, prefetch, weight)
     # N and K positional: the autotuner's pruning reads them from the positional arguments only
-    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, ahead_ptr, ahead_bytes, N, K,
-                       weight.stride(0), HAS_BIAS=bias is not None, PREFETCH=pdl.prefetch_ok(x1.device, weight),
-                       AHEAD=ahead_on, **pdl.launch(x1.device))
+    _gemv_kernel[grid](x1, weight, bias if bias is not None else weight, y, ws, cnt, N, K, weight.stride(0),
+                       HAS_BIAS=bias is not None, **pdl.launch(x1.device))
     return y
 
 
@@ -182,24 +165,14 @@ def gemv_ok(M: int, N: int, K: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- 1 < M <= 16: dot tiles
-def _ahead(device, prefetch, placeholder) -> tuple:
-    """(tensor, bytes, on) for a kernel's ``ahead_ptr, ahead_bytes`` and ``AHEAD`` (``placeholder`` when off)."""
-    if pdl.ahead_ok(device, prefetch):
-        return prefetch, prefetch.numel() * prefetch.element_size(), True
-    return placeholder, 0, False
-
-
-def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                  prefetch: torch.Tensor | None = None) -> torch.Tensor:
+def skinny_linear(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     M, K = x2.shape
     N = weight.shape[0]
     y = torch.empty((M, N), dtype=x2.dtype, device=x2.device)
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    ahead_ptr, ahead_bytes, ahead_on = _ahead(x2.device, prefetch, weight)
-    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, ahead_ptr, ahead_bytes, M, N, K,
+    _skinny_kernel[grid](x2, weight, bias if bias is not None else weight, y, M, N, K,
                          x2.stride(0), weight.stride(0), y.stride(0), HAS_BIAS=bias is not None,
-                         BLOCK_M=max(16, triton.next_power_of_2(M)), PREFETCH=pdl.prefetch_ok(x2.device, weight),
-                         AHEAD=ahead_on, **pdl.launch(x2.device))
+                         BLOCK_M=max(16, triton.next_power_of_2(M)), **pdl.launch(x2.device))
     return y
 
 
@@ -260,11 +233,8 @@ def _pick(key, x2, weight, bias) -> str:
     return best if times[best] < 0.97 * times["cublas"] else "cublas"  # ties go to cuBLAS
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           prefetch: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` for CUDA tensors, with the skinny kernel where it measured faster for this shape. ``prefetch``:
-    a tensor a later kernel reads (the output projection's weight, passed with the QKV projection): the Triton
-    kernels prefetch it into L2 behind their own weights with ``MODELGEN_PREFETCH_AHEAD=1`` (ignored on cuBLAS)."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` for CUDA tensors, with the skinny kernel where it measured faster for this shape."""
     K = x.shape[-1]
     M = x.numel() // K if K else 0
     if not x.is_cuda or M == 0 or M > MAX_M or x.dtype not in (torch.bfloat16, torch.float16) or weight.dtype != x.dtype \
@@ -282,5 +252,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if impl == "cublas":
         return F.linear(x, weight, bias)
     if impl == "gemv":
-        return gemv(x2, weight, bias, prefetch).view(*x.shape[:-1], weight.shape[0])
-    return skinny_linear(x2, weight, bias, prefetch).view(*x.shape[:-1], weight.shape[0])
+        return gemv(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
+    return skinny_linear(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])

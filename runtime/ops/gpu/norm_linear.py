@@ -40,20 +40,16 @@ def _normed_slice(x_ptrs, r_ptrs, nw_ptrs, rstd, ADD: tl.constexpr, ZERO_CENTRED
 
 @triton.autotune(configs=_gemv_configs(), key=["N", "K"], prune_configs_by={"early_config_prune": _prune},
                  do_bench=_graph_bench)
-@triton.heuristics({"PF_CHUNKS": lambda a: max(1, 128 // a["BLOCK_N"])})
 @triton.jit
 def _norm_gemv_kernel(
     x_ptr, r_ptr, nw_ptr, w_ptr, y_ptr, h_ptr, ro_ptr, ws_ptr, cnt_ptr, eps, N, K, s_wn,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_ROW: tl.constexpr,
     ADD: tl.constexpr, ZERO_CENTRED: tl.constexpr, H_OUT: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr, PF_CHUNKS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     k_len = K // SPLIT_K
-    if PREFETCH:
-        pdl.prefetch_rows(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * s_wn + pid_k * k_len, s_wn, BLOCK_N, k_len,
-                          BLOCK_N, PF_CHUNKS)
     pdl.wait(PDL)
     # The row's mean of squares, over the whole (rounded) residual sum in one reduction as norm.py takes it.
     row = tl.arange(0, BLOCK_ROW)
@@ -129,5 +125,5 @@ def add_rms_norm_linear(
     # N, K positional: the autotuner's pruning reads them from the positional arguments
     _norm_gemv_kernel[grid](x, r, norm_weight, weight, y, h, res, ws, cnt, float(eps), N, K, weight.stride(0),
                             BLOCK_ROW=next_pow2(K), ADD=residual is not None, ZERO_CENTRED=bool(zero_centred),
-                            H_OUT=want_normed, PREFETCH=pdl.prefetch_ok(x.device, weight), **pdl.launch(x.device))
+                            H_OUT=want_normed, **pdl.launch(x.device))
     return y, (h if want_normed else None), res

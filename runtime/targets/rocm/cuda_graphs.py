@@ -275,11 +275,18 @@ class StepGraphs:
     ``run`` returns the model's output (its final hidden states) of the real tokens in work order, gathered out of
     the static output (a new tensor: the next replay of any graph on the shared pool overwrites the static one).
     ``capture(fn) -> (outputs, replay)`` is the seam: CUDA-graph capture by default, a recorded callable in the CPU
-    tests (tests/test_speculative.py)."""
+    tests (tests/test_speculative.py).
+
+    Device-resident drafting (runtime/engine/speculative.py, greedy steps): ``head=True`` also captures the LM head
+    and the argmax of every token slot, and keeps the token ids the replay fed (``run(..., head=True)`` returns
+    ``(hidden, argmax, fed ids)`` of the real tokens); ``chain``: a device buffer that token ids ``-1 - r`` name row
+    ``r`` of (``runtime/ops/tokens.py``), so a step's input tokens can be the previous graph's argmax without a
+    device-to-host read."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
                  max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
-                 hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2):
+                 hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2,
+                 head: bool = False, chain: torch.Tensor | None = None):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
         self.with_state = has_recurrent_state(model)
@@ -294,6 +301,7 @@ class StepGraphs:
         self.pool = pool
         self._capture_fn = capture
         self.warmup = warmup
+        self.head, self.chain = head, chain
         self.captures = 0
         self.replays = 0
 
@@ -310,12 +318,16 @@ class StepGraphs:
         """Whether a step fits a bucket: at most the largest bucket's sequences, 1..tokens_per_seq tokens each."""
         return bool(work) and len(work) <= self.buckets[-1] and all(1 <= len(w.token_ids) <= self.q for w in work)
 
-    def _forward(self, bk: _StepBucket) -> torch.Tensor:
+    def _forward(self, bk: _StepBucket):
         if bk.hidden_in is not None:
             self.model.bind_hidden_states(bk.hidden_in)
         if bk.with_state:  # bool view of the copied 0/1 flags, computed inside the graph
             torch.ne(bk.fresh_i64, 0, out=bk.fresh)
-        return self.model(bk.ids, bk.pos, bk.meta)
+        ids = bk.ids if self.chain is None else chain_token_ids(bk.ids, self.chain)
+        hidden = self.model(ids, bk.pos, bk.meta)
+        if not self.head:
+            return hidden
+        return hidden, self.model.compute_logits(hidden).argmax(-1), ids
 
     def _capture(self, batch: int) -> _StepBucket:
         bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state)
@@ -388,10 +400,11 @@ class StepGraphs:
         return m
 
     def run(self, work, tables: list[list[int]], hidden: torch.Tensor | None = None,
-            state_slots: list[int] | None = None) -> torch.Tensor:
+            state_slots: list[int] | None = None, head: bool = False):
         """Final hidden states ``[sum of tokens, hidden_size]`` of ``work`` (its sequences' ``tables``; ``hidden``:
         the draft head's input rows, one per fed token in work order; ``state_slots``: each sequence's state-pool
-        slot, for a model with recurrent layers, whose states the replay advances in place)."""
+        slot, for a model with recurrent layers, whose states the replay advances in place). ``head`` (graphs built
+        with ``head=True``): ``(hidden, argmax, fed ids)``, each in work order, all on the device."""
         if self.with_state and (state_slots is None or len(state_slots) != len(work)):
             raise ValueError(f"StepGraphs.run: a model with recurrent layers needs one state slot per work item "
                              f"({len(work)}), got {state_slots!r}")
@@ -409,4 +422,7 @@ class StepGraphs:
             bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
         bk.replay()
         self.replays += 1
-        return bk.out.index_select(0, dst)
+        if not self.head:
+            return bk.out.index_select(0, dst)
+        out = tuple(t.index_select(0, dst) for t in bk.out)
+        return out if head else out[0]
