@@ -23,6 +23,7 @@ MODELS = {
     "Mamba2ForCausalLM": "mamba2",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
+    "NemotronHForCausalLM": "nemotron_h",
     "Olmo2ForCausalLM": "olmo2",
     "OlmoForCausalLM": "olmo",
     "OlmoeForCausalLM": "olmoe",

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
-# source hash (spec + templates + generator): dd6c33627fdc6c65
+# source hash (spec + templates + generator): 5a466f9db5d4081f
 # ==================================================================================================================
 """Bamba for the rocm target, in ATOM's style.
 

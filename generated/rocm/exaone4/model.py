@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/exaone4.yaml --target rocm
-# source hash (spec + templates + generator): b1ce90109377ddeb
+# source hash (spec + templates + generator): d3ca2f82f6b7ee4e
 # ==================================================================================================================
 """Exaone4 for the rocm target, in ATOM's style.
 

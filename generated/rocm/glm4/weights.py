@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4.yaml --target rocm
-# source hash (spec + templates + generator): 711e6f801951909e
+# source hash (spec + templates + generator): c693086f4f1afb60
 # ==================================================================================================================
 """Weight-loader tables of Glm4ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

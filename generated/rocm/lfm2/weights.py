@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 308bf01681385696
+# source hash (spec + templates + generator): d7d4da4c8bc4f05e
 # ==================================================================================================================
 """Weight-loader tables of Lfm2ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): 375529c915893032
+# source hash (spec + templates + generator): d5636a5fe00f62ae
 # ==================================================================================================================
 """Llama for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): b90274dca45f9c1a
+# source hash (spec + templates + generator): 73f03ab59fe518ff
 # ==================================================================================================================
 """OlmoConfig: the HF ``config.json`` fields specs/olmo.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 61a4d7d97321f687
+# source hash (spec + templates + generator): e4f601c38a7a3045
 # ==================================================================================================================
 """Olmoe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, OlmoeConfig

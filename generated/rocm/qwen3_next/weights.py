@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): 54d39a56a25d1a47
+# source hash (spec + templates + generator): ca2ff18d92895c2b
 # ==================================================================================================================
 """Weight-loader tables of Qwen3NextForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

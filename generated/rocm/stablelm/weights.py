@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 6a85be14898a8208
+# source hash (spec + templates + generator): 4e5ff6043fba16c5
 # ==================================================================================================================
 """Weight-loader tables of StableLmForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 52882f4805e96b96
+# source hash (spec + templates + generator): cb199bdf1568a049
 # ==================================================================================================================
 """Cohere for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): b1ce90109377ddeb
+# source hash (spec + templates + generator): d3ca2f82f6b7ee4e
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 

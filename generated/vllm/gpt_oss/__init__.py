@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): 2376ed388348b3c1
+# source hash (spec + templates + generator): fffaea46cebf077d
 # ==================================================================================================================
 """GptOss for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): b90274dca45f9c1a
+# source hash (spec + templates + generator): 73f03ab59fe518ff
 # ==================================================================================================================
 """Olmo for the vllm target. See README.md.
 

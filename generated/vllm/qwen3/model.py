@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3.yaml --target vllm
-# source hash (spec + templates + generator): dc53b9009088dedf
+# source hash (spec + templates + generator): 1984fa2c7b0d3a19
 # ==================================================================================================================
 """Qwen3 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5_moe.yaml --target vllm
-# source hash (spec + templates + generator): 07a95080ccee444b
+# source hash (spec + templates + generator): a5e6511259041650
 # ==================================================================================================================
 """Qwen35Moe for the vllm target. See README.md.
 

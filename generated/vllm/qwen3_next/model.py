@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_next.yaml --target vllm
-# source hash (spec + templates + generator): 54d39a56a25d1a47
+# source hash (spec + templates + generator): ca2ff18d92895c2b
 # ==================================================================================================================
 """Qwen3Next for the vllm target: vLLM's model interface and layer library.
 

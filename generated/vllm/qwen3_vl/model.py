@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_vl.yaml --target vllm
-# source hash (spec + templates + generator): 313a896bea930ca2
+# source hash (spec + templates + generator): 9bb8c357737cc3fd
 # ==================================================================================================================
 """Qwen3VL for the vllm target: vLLM's model interface and layer library.
 
