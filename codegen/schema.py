@@ -135,9 +135,9 @@ class BlockSpec(_LayerParts):
 
     attention: AttentionSpec | None = Field(  # type: ignore[valid-type]
         default=None,
-        description="the token mixer, by `kind:` (gqa, mla, gated_deltanet, short_conv, mamba2), e.g. {name: self_attn, "
-        "kind: gqa, ...}; left out: a block whose only sub-layer is its mlp (Nemotron-H's MLP and MoE blocks: out = "
-        "x + mlp(attention_norm(x)))",
+        description="the token mixer, by `kind:` (gqa, mla, gated_deltanet, short_conv, mamba2), e.g. {name: "
+        "self_attn, kind: gqa, ...}; left out: a block whose only sub-layer is its mlp (Nemotron-H's MLP and MoE "
+        "blocks: out = x + mlp(attention_norm(x)))",
     )
     mlp: MLPSpec | None = Field(  # type: ignore[valid-type]
         default=None,

@@ -1,9 +1,9 @@
 """Bamba (specs/bamba.yaml: mamba2 mixers and GQA attention with partial RoPE by attn_layer_indices, each followed by
 a SwiGLU MLP) vs transformers' BambaForCausalLM on tiny random checkpoints.
 
-Cases cover what BambaConfig can switch: the schedule (attention at layer 1; at layers 0 and 3; at layer 2), Mamba-2 groups
-1 and 2, the conv bias on and off, in/out projection biases, a time_step_limit that clamps dt, conv kernels 4 and 3,
-attention and MLP biases, tied and untied embeddings. Gates as for the other families: fp32 prefill logits within
+Cases cover what BambaConfig can switch: the schedule (attention at layer 1; at layers 0 and 3; at layer 2), Mamba-2
+groups 1 and 2, the conv bias on and off, in/out projection biases, a time_step_limit that clamps dt, conv kernels 4
+and 3, attention and MLP biases, tied and untied embeddings. Gates as for the other families: fp32 prefill logits within
 1e-4 and 16 greedy tokens equal to transformers' (teacher-forced full forwards), on rocm and neuron. The negative
 control drops the clamp and shows the logits move.
 """

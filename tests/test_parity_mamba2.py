@@ -123,5 +123,6 @@ def test_heads_not_a_multiple_of_groups_are_refused_with_the_spec_message(tmp_pa
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["n_groups"] = 3
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"config\.json: specs/mamba2\.yaml: num_heads must be a multiple of n_groups"):
+    with pytest.raises(ConfigError, match=r"config\.json: specs/mamba2\.yaml: num_heads must be a multiple of "
+                                          r"n_groups"):
         llm(tmp_path, target)

@@ -3,7 +3,8 @@
 vLLM's CPU build runs Mamba-2 but drifts from transformers after a few decode steps (README "Serving with vLLM";
 test_vllm_parity.CPU_UNSUPPORTED), so the generated Mamba2ForCausalLM is held to vLLM's own: served on the same tiny
 checkpoint, both give the same greedy tokens (vLLM's own class in a child process that leaves the architecture to
-vLLM). Bamba, which vLLM no longer ships, and Nemotron-H (one-sub-layer blocks) are built, served and strict-loaded. A time_step_limit vLLM's kernels would
+vLLM). Bamba, which vLLM no longer ships, and Nemotron-H (one-sub-layer blocks) are built, served and
+strict-loaded. A time_step_limit vLLM's kernels would
 not apply is refused by name.
 """
 from __future__ import annotations

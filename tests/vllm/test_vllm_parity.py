@@ -56,9 +56,10 @@ CPU_UNSUPPORTED: dict[str, str] = {arch: DSA_REASON for arch in INDEX if "index_
 CPU_UNSUPPORTED["Qwen2VLForConditionalGeneration"] = (
     "vLLM's CPU model runner has no M-RoPE (`AssertionError: M-RoPE support is not implemented`), and transformers' "
     "Qwen2-VL needs mrope_section")
-# Mamba-2 (Mamba2, Bamba, Nemotron-H): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from transformers' after
-# a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated class
-# (tests/vllm/test_mamba2.py), while modelgen's rocm and neuron targets equal transformers on the same checkpoints.
+# Mamba-2 (Mamba2, Bamba, Nemotron-H): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from
+# transformers' after a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated
+# class (tests/vllm/test_mamba2.py), while modelgen's rocm and neuron targets equal transformers on the same
+# checkpoints.
 for arch in ("Mamba2ForCausalLM", "BambaForCausalLM", "NemotronHForCausalLM"):
     CPU_UNSUPPORTED[arch] = (
         "vLLM's CPU Mamba-2 layer (MambaMixer2, vLLM's own Mamba2ForCausalLM included) gives greedy tokens other than "
