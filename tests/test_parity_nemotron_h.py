@@ -15,14 +15,13 @@ import json
 
 import pytest
 
-from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import (
     assert_chunked_prefill_equals_one_shot,
     assert_interleaved_equal_solo,
+    assert_matches_hf,
     assert_preemption_restarts_fresh,
-    hf_greedy_forward,
     hf_logits,
     llm,
 )
@@ -73,12 +72,7 @@ def checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_hf_nemotron_h_fp32(checkpoint, name, target):
-    path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True)  # every config.json key read or declared irrelevant
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_matches_hf(*checkpoint(name), target, PROMPT, name)
 
 
 def test_schedule_and_mlp_blocks(checkpoint):
