@@ -202,7 +202,7 @@ class Block:
     key: str  # block name in the spec
     residual: str
     attention_norm: Norm | None
-    attention: Module
+    attention: Module | None  # None: the MLP is the block's only sub-layer (out = x + mlp(attention_norm(x)))
     mlp_norm: Norm | None
     mlp: Module | None  # None: the mixer is the block's only sub-layer (pre_norm: out = x + attn(attention_norm(x)))
     attention_post_norm: Norm | None = None
@@ -217,7 +217,17 @@ class Block:
         """What the one decoder-layer class depends on (must agree across blocks)."""
         return (self.residual, self.attention_norm, self.attention_post_norm, self.mlp_norm, self.mlp_post_norm,
                 self.parallel, self.residual_multiplier, self.parallel_mlp_norm,
-                self.mlp is None)
+                self.single)
+
+    @property
+    def single(self) -> bool:
+        """One sub-layer (a mixer without an MLP, or an MLP without a mixer) behind ``attention_norm``."""
+        return self.attention is None or self.mlp is None
+
+    @property
+    def only(self) -> Module:
+        """The sub-layer of a :attr:`single` block."""
+        return self.attention if self.attention is not None else self.mlp
 
     def norms(self) -> list[tuple[Norm, bool]]:
         """Every norm of the layer, each with whether it exists only under a config condition (the mlp_norm of a
@@ -338,7 +348,7 @@ class ModelIR:
 
     def rope_index(self, block: Block) -> int:
         """Index into :attr:`rope_tables` of the table ``block``'s attention reads (0 when it reads none)."""
-        table = block.attention.rope_table()
+        table = block.attention.rope_table() if block.attention is not None else None
         return self.rope_tables.index(table) if table in self.rope_tables else 0
 
     @property
@@ -365,7 +375,7 @@ class ModelIR:
         return (b.residual == "pre_norm" and b.mlp is not None and b.parallel.never and b.residual_multiplier is None
                 and b.residual_scale is None
                 and self.slot_name("attention") is not None and b.mlp_norm.kind != "layer_norm" and b.mlp_norm.affine
-                and all(blk.attention.output_reduce_deferrable for blk in self.blocks))
+                and all(blk.attention is not None and blk.attention.output_reduce_deferrable for blk in self.blocks))
 
     @property
     def fuse_mlp_all_reduce(self) -> bool:

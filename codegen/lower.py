@@ -223,13 +223,15 @@ class _Lowerer:
         # A literally parallel layer (``parallel: true``, Cohere) applies no mlp_norm: both sub-layers read
         # attention_norm(x), so it needs none (a config-expression ``parallel`` still needs it for the serial case).
         always_parallel = parts["parallel"] is True
-        if b.mlp is None:  # one sub-layer, the mixer: out = x + attn(attention_norm(x))
+        if b.mlp is None or b.attention is None:  # one sub-layer: out = x + f(attention_norm(x))
+            missing = "an mlp" if b.mlp is None else "an attention"
             if residual != "pre_norm" or parts["parallel"] is not None:
-                self.error(("blocks", key), "a block without an mlp takes residual pre_norm (and no parallel)")
+                self.error(("blocks", key), f"a block without {missing} takes residual pre_norm (and no parallel)")
             for field_ in ("attention_post_norm", "mlp_norm", "mlp_post_norm"):
                 if parts[field_] is not None:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
-                    self.error(where, f"a block without an mlp applies no {field_} (only attention_norm)")
+                    self.error(where, f"a block without {missing} applies no {field_} (its one norm is "
+                                      "attention_norm)")
             if parts["attention_norm"] is None:
                 self.error(("blocks", key), "no attention_norm: give it in this block or under `decoder:`")
             return parts
@@ -270,13 +272,13 @@ class _Lowerer:
         for key, b in self.spec.blocks.items():
             p = ("blocks", key)
             parts = self._layout_parts(key, b)
-            attn = KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
+            attn = None if b.attention is None else KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
             mlp = None if b.mlp is None else KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
             lowered.append((key, b, parts, attn, mlp))
         self._check_same_layout(lowered)
 
         # Definition order: attentions, then MLP-slot classes with what they build first.
-        modules: list[ir.Module] = [a for *_, a, _ in lowered]
+        modules: list[ir.Module] = [a for *_, a, _ in lowered if a is not None]
         for *_, m in lowered:
             modules += [*m.dependencies(), m] if m is not None else []
         keys: dict[str, list[ir.Module]] = {}
@@ -299,7 +301,7 @@ class _Lowerer:
             norms = {f: self.norm(p + (f,), parts[f]) if parts[f] else None for f in NORM_FIELDS}
             parallel = self.value(p + ("parallel",), parts["parallel"]) if parts["parallel"] is not None else None
             blocks.append(ir.Block(
-                key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name),
+                key=key, residual=parts["residual"] or "pre_norm", attention=a.named(class_name) if a else None,
                 mlp=m.named(class_name) if m is not None else None, **norms, parallel=parallel or ir.Const(False),
                 residual_multiplier=self.optional(p + ("residual_multiplier",), parts["residual_multiplier"]),
                 residual_scale=self._residual_scale(p + ("residual_scale",),
@@ -321,8 +323,10 @@ class _Lowerer:
             self.error(("blocks", lowered[-1][0], "residual_scale"), "residual_scale must be given in every block or "
                        f"none, with one stream (one decoder-layer class): {streams}")
         for key, b, parts, *_ in lowered:
-            if (b.mlp is None) != (lowered[0][1].mlp is None):
-                self.error(("blocks", key), "every block has an mlp or none has (one decoder-layer class)")
+            first = lowered[0][1]
+            if (b.mlp is None or b.attention is None) != (first.mlp is None or first.attention is None):
+                self.error(("blocks", key), "blocks with one sub-layer and blocks with two cannot mix (one "
+                                            "decoder-layer class)")
             for field_ in LAYOUT_FIELDS:
                 if parts[field_] != first_parts[field_]:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)

@@ -163,8 +163,11 @@ class DecoderSpec(_LayerParts):
 class BlockSpec(_LayerParts):
     """A block: its attention and MLP, plus any layout field that overrides ``decoder:``."""
 
-    attention: AttentionSpec = Field(  # type: ignore[valid-type]
-        description="the token mixer, by `kind:` (gqa, mla, gated_deltanet), e.g. {name: self_attn, kind: gqa, ...}"
+    attention: AttentionSpec | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="the token mixer, by `kind:` (gqa, mla, gated_deltanet, short_conv, mamba2), e.g. {name: "
+        "self_attn, kind: gqa, ...}; left out: a block whose only sub-layer is its mlp (Nemotron-H's MLP and MoE "
+        "blocks: out = x + mlp(attention_norm(x)))",
     )
     mlp: MLPSpec | None = Field(  # type: ignore[valid-type]
         default=None,
@@ -172,6 +175,12 @@ class BlockSpec(_LayerParts):
         "intermediate_size: intermediate_size}; left out: a block whose only sub-layer is the token mixer "
         "(Mamba2Block: out = x + mixer(attention_norm(x)); residual pre_norm, no mlp_norm)",
     )
+
+    @model_validator(mode="after")
+    def _a_sub_layer(self) -> "BlockSpec":
+        if self.attention is None and self.mlp is None:
+            raise ValueError("a block needs an attention (token mixer), an mlp, or both")
+        return self
 
 
 class LayersSpec(Strict):

@@ -121,3 +121,15 @@ def assert_chunked_prefill_equals_one_shot(path, target, prompt: list[int], max_
     want = llm(path, target).generate_ids([prompt], params)[0]
     extra = {"prefill_buckets": [8, 256]} if target == "neuron" else {}
     assert llm(path, target, max_num_batched_tokens=8, **extra).generate_ids([prompt], params)[0] == want
+
+
+def assert_matches_hf(path, hf, target, prompt: list[int], label: str, atol: float = 1e-4) -> None:
+    """The family gate: with every config.json key read or declared irrelevant (strict), fp32 prefill logits within
+    ``atol`` of transformers' and 16 greedy tokens equal to its teacher-forced choices."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    model = llm(path, target, strict_config=True)
+    err = (model.score(prompt).float() - hf_logits(hf, prompt)).abs().max().item()
+    assert err < atol, f"{label}/{target}: prefill logits differ by {err}"
+    out = model.generate_ids([prompt], SamplingParams(max_tokens=16, ignore_eos=True))[0]
+    assert out == hf_greedy_forward(hf, prompt, 16), f"{label}/{target}: greedy tokens differ"

@@ -1,9 +1,9 @@
 """Bamba (specs/bamba.yaml: mamba2 mixers and GQA attention with partial RoPE by attn_layer_indices, each followed by
 a SwiGLU MLP) vs transformers' BambaForCausalLM on tiny random checkpoints.
 
-Cases cover what BambaConfig can switch: the schedule (attention at layer 1; at layers 0 and 3; at layer 2), Mamba-2 groups
-1 and 2, the conv bias on and off, in/out projection biases, a time_step_limit that clamps dt, conv kernels 4 and 3,
-attention and MLP biases, tied and untied embeddings. Gates as for the other families: fp32 prefill logits within
+Cases cover what BambaConfig can switch: the schedule (attention at layer 1; at layers 0 and 3; at layer 2), Mamba-2
+groups 1 and 2, the conv bias on and off, in/out projection biases, a time_step_limit that clamps dt, conv kernels 4
+and 3, attention and MLP biases, tied and untied embeddings. Gates as for the other families: fp32 prefill logits within
 1e-4 and 16 greedy tokens equal to transformers' (teacher-forced full forwards), on rocm and neuron. The negative
 control drops the clamp and shows the logits move.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import (
     assert_chunked_prefill_equals_one_shot,
     assert_interleaved_equal_solo,
+    assert_matches_hf,
     assert_preemption_restarts_fresh,
-    hf_greedy_forward,
+    checkpoint_cache,
     hf_logits,
     llm,
 )
@@ -42,26 +42,14 @@ CASES: dict[str, dict] = {
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            d = tmp_path_factory.mktemp(name)
-            cache[name] = (d, make_tiny_checkpoint(d, "BambaForCausalLM", **SCALE, **CASES[name]))
-        return cache[name]
-
-    return get
+    return checkpoint_cache(tmp_path_factory,
+                            lambda d, name, _: make_tiny_checkpoint(d, "BambaForCausalLM", **SCALE, **CASES[name]))
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_hf_bamba_fp32(checkpoint, name, target):
-    path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True)  # every config.json key read or declared irrelevant
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_matches_hf(*checkpoint(name), target, PROMPT, name)
 
 
 def test_schedule_and_time_step_limit_matter(checkpoint):

@@ -19,8 +19,9 @@ from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prom
 from tests.parity_helpers import (
     assert_chunked_prefill_equals_one_shot,
     assert_interleaved_equal_solo,
+    assert_matches_hf,
     assert_preemption_restarts_fresh,
-    hf_greedy_forward,
+    checkpoint_cache,
     hf_logits,
     llm,
 )
@@ -44,26 +45,14 @@ CASES: dict[str, dict] = {
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            d = tmp_path_factory.mktemp(name)
-            cache[name] = (d, make_tiny_checkpoint(d, "Mamba2ForCausalLM", **SCALE, **CASES[name]))
-        return cache[name]
-
-    return get
+    return checkpoint_cache(tmp_path_factory,
+                            lambda d, name, _: make_tiny_checkpoint(d, "Mamba2ForCausalLM", **SCALE, **CASES[name]))
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_against_hf_mamba2_fp32(checkpoint, name, target):
-    path, hf = checkpoint(name)
-    model = llm(path, target, strict_config=True)  # every config.json key read or declared irrelevant
-    err = (model.score(PROMPT).float() - hf_logits(hf, PROMPT)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: prefill logits differ by {err}"
-    out = model.generate_ids([PROMPT], SamplingParams(max_tokens=16, ignore_eos=True))[0]
-    assert out == hf_greedy_forward(hf, PROMPT, 16), f"{name}/{target}: greedy tokens differ"
+    assert_matches_hf(*checkpoint(name), target, PROMPT, name)
 
 
 def test_hf_generate_agrees_without_a_limit(checkpoint):
@@ -123,5 +112,6 @@ def test_heads_not_a_multiple_of_groups_are_refused_with_the_spec_message(tmp_pa
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["n_groups"] = 3
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"config\.json: specs/mamba2\.yaml: num_heads must be a multiple of n_groups"):
+    with pytest.raises(ConfigError, match=r"config\.json: specs/mamba2\.yaml: num_heads must be a multiple of "
+                                          r"n_groups"):
         llm(tmp_path, target)

@@ -79,7 +79,8 @@ class Mamba2(Module):
                              f"`{self.conv_kernel.spec}`, bias `{self.conv_bias.spec}`) -> x, B, C "
                              f"(`{self.n_groups.spec}` groups); SSD scan over `{self.num_heads.spec}` heads of "
                              f"`{self.head_dim.spec}`, state `{self.state_size.spec}`, dt clamped to "
-                             f"`{self.time_step_limit.spec}`; gated grouped RMSNorm; out_proj (bias `{self.bias.spec}`)"),
+                             f"`{self.time_step_limit.spec}`; gated grouped RMSNorm; out_proj "
+                             f"(bias `{self.bias.spec}`)"),
             ("state cache", f"{self.state_cache}: one slot per request, the conv inputs and the SSM state `[H, P, N]`"),
         ]
 

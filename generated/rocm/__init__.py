@@ -31,6 +31,7 @@ MODELS = {
     "MiniMaxForCausalLM": "minimax",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
+    "NemotronHForCausalLM": "nemotron_h",
     "Olmo2ForCausalLM": "olmo2",
     "OlmoForCausalLM": "olmo",
     "OlmoeForCausalLM": "olmoe",

@@ -3,7 +3,8 @@
 vLLM's CPU build runs Mamba-2 but drifts from transformers after a few decode steps (README "Serving with vLLM";
 test_vllm_parity.CPU_UNSUPPORTED), so the generated Mamba2ForCausalLM is held to vLLM's own: served on the same tiny
 checkpoint, both give the same greedy tokens (vLLM's own class in a child process that leaves the architecture to
-vLLM). Bamba, which vLLM no longer ships, is built, served and strict-loaded. A time_step_limit vLLM's kernels would
+vLLM). Bamba, which vLLM no longer ships, and Nemotron-H (one-sub-layer blocks) are built, served and
+strict-loaded. A time_step_limit vLLM's kernels would
 not apply is refused by name.
 """
 from __future__ import annotations
@@ -57,6 +58,15 @@ def test_bamba_is_served(tmp_path):
                          mamba_proj_bias=True)
     served = serve(tmp_path, PROMPTS, max_tokens=8)
     assert served.model_class == "modelgen.generated.vllm.bamba.model:BambaForCausalLM", served.model_class
+    assert all(len(t) == 8 for t in served.tokens)
+
+
+def test_nemotron_h_is_served(tmp_path):
+    """One-sub-layer blocks on vLLM: Mamba-2 mixers, NoPE attention (head_dim 32) and a ReLU^2 MLP block."""
+    make_tiny_checkpoint(tmp_path, "NemotronHForCausalLM", hidden_size=128, head_dim=32, mamba_head_dim=32,
+                         layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention"])
+    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    assert served.model_class == "modelgen.generated.vllm.nemotron_h.model:NemotronHForCausalLM", served.model_class
     assert all(len(t) == 8 for t in served.tokens)
 
 

@@ -65,10 +65,11 @@ for arch, pkg in INDEX.items():
     module = importlib.import_module(f"modelgen.generated.vllm.{pkg}.model")
     if hasattr(module, "HybridMambaModel") or hasattr(module, "AttentionFreeMambaModel"):
         CPU_UNSUPPORTED[arch] = MAMBA1_REASON
-# Mamba-2 (Mamba2, Bamba): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from transformers' after
-# a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated class
-# (tests/vllm/test_mamba2.py), while modelgen's rocm and neuron targets equal transformers on the same checkpoints.
-for arch in ("Mamba2ForCausalLM", "BambaForCausalLM"):
+# Mamba-2 (Mamba2, Bamba, Nemotron-H): vLLM's CPU build runs its Mamba-2 layer, but its greedy tokens drift from
+# transformers' after a few decode steps -- for vLLM's own Mamba2ForCausalLM too, token for token as for the generated
+# class (tests/vllm/test_mamba2.py), while modelgen's rocm and neuron targets equal transformers on the same
+# checkpoints.
+for arch in ("Mamba2ForCausalLM", "BambaForCausalLM", "NemotronHForCausalLM"):
     CPU_UNSUPPORTED[arch] = (
         "vLLM's CPU Mamba-2 layer (MambaMixer2, vLLM's own Mamba2ForCausalLM included) gives greedy tokens other than "
         "transformers' after a few decode steps; tests/vllm/test_mamba2.py checks the generated model against vLLM's "

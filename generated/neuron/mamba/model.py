@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mamba.yaml --target neuron
-# source hash (spec + templates + generator): 1870b7c7db741b99
+# source hash (spec + templates + generator): eb6aace7f3e7ec72
 # ==================================================================================================================
 """Mamba for the neuron target, in vLLM Neuron's style.
 
@@ -134,7 +134,7 @@ class MambaDecoderLayer(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
     ) -> torch.Tensor:
-        # One sub-layer (no MLP): x + mixer(norm(x)).
+        # One sub-layer (a mixer or an MLP): x + f(norm(x)).
         residual = hidden_states
         hidden_states = self.norm(hidden_states)
         return residual + self.mixer(hidden_states, positions, cos_sin, attn_metadata)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mamba2.yaml --target neuron
-# source hash (spec + templates + generator): 3ba3f750e1a13d11
+# source hash (spec + templates + generator): 26e05b1ebd02a313
 # ==================================================================================================================
 """Mamba2 for the neuron target, in vLLM Neuron's style.
 
@@ -134,7 +134,7 @@ class Mamba2DecoderLayer(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
     ) -> torch.Tensor:
-        # One sub-layer (no MLP): x + mixer(norm(x)).
+        # One sub-layer (a mixer or an MLP): x + f(norm(x)).
         residual = hidden_states
         hidden_states = self.norm(hidden_states)
         return residual + self.mixer(hidden_states, positions, cos_sin, attn_metadata)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mamba.yaml --target rocm
-# source hash (spec + templates + generator): 1870b7c7db741b99
+# source hash (spec + templates + generator): eb6aace7f3e7ec72
 # ==================================================================================================================
 """Mamba for the rocm target, in ATOM's style.
 
@@ -89,7 +89,7 @@ class MambaDecoderLayer(nn.Module):
         residual: torch.Tensor | None,
         attn_metadata: AttentionMetadata,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # One sub-layer (no MLP): x + mixer(norm(x)).
+        # One sub-layer (a mixer or an MLP): x + f(norm(x)).
         if residual is None:
             residual = hidden_states
             hidden_states = self.norm(hidden_states)

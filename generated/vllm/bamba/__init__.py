@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/bamba.yaml --target vllm
-# source hash (spec + templates + generator): 172a913b7496329c
+# source hash (spec + templates + generator): fc3c123556ad1833
 # ==================================================================================================================
 """Bamba for the vllm target. See README.md.
 

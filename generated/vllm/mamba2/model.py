@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mamba2.yaml --target vllm
-# source hash (spec + templates + generator): 3ba3f750e1a13d11
+# source hash (spec + templates + generator): 26e05b1ebd02a313
 # ==================================================================================================================
 """Mamba2 for the vllm target: vLLM's model interface and layer library.
 
@@ -91,7 +91,7 @@ class Mamba2DecoderLayer(nn.Module):
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # One sub-layer (no MLP): x + mixer(norm(x)).
+        # One sub-layer (a mixer or an MLP): x + f(norm(x)).
         if residual is None:
             residual = hidden_states
             hidden_states = self.norm(hidden_states)

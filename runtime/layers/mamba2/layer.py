@@ -97,7 +97,8 @@ class Mamba2(LayerKind):
         if num_heads % n_groups:
             raise ValueError(f"{what}: num_heads {num_heads} is not a multiple of n_groups {n_groups}")
         if conv_kernel < 2:
-            raise ValueError(f"{what}: conv_kernel must be at least 2 (a kernel of 1 keeps no state), got {conv_kernel}")
+            raise ValueError(f"{what}: conv_kernel must be at least 2 (a kernel of 1 keeps no state), "
+                             f"got {conv_kernel}")
         if activation not in ops.CONV_ACTIVATIONS:
             raise ValueError(f"{what}: activation {activation!r} not in {sorted(ops.CONV_ACTIVATIONS)}")
         world = dist.tp_size()
