@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): a6da4a38e33a801e
+# source hash (spec + templates + generator): 49670ab4de6d336f
 # ==================================================================================================================
 """NemotronHConfig: the HF ``config.json`` fields specs/nemotron_h.yaml reads, typed, with the spec's defaults.
 
@@ -56,7 +56,8 @@ class NemotronHConfig(NeuronModelConfig):
     use_bias: bool
     mamba_hidden_act: str
     time_step_limit: list[float]  # config.json: time_step_limit or mamba_dt_limit
-    schedule_length: Any  # derived: len(layers_block_type) if layers_block_type is not None else len(hybrid_override_pattern or '')
+    schedule: Any  # derived: layers_block_type if layers_block_type is not None else hybrid_override_pattern or ''
+    schedule_length: Any  # derived: len(schedule)
 
     # config.json keys read above (dotted = inside a mapping) and keys the spec declares irrelevant (config_ignore);
     # modelgen.runtime.hf_config.check_config_keys reports any other key, which this model would not honour.
@@ -186,7 +187,8 @@ class NemotronHConfig(NeuronModelConfig):
         time_step_limit = read_float_list(cfg, "time_step_limit", ("time_step_limit", "mamba_dt_limit"))
         if time_step_limit is None:
             time_step_limit = [0.0, float('inf')]
-        schedule_length = len(layers_block_type) if layers_block_type is not None else len(hybrid_override_pattern or '')
+        schedule = layers_block_type if layers_block_type is not None else hybrid_override_pattern or ''
+        schedule_length = len(schedule)
         if not (layers_block_type is not None or hybrid_override_pattern is not None):
             raise ConfigError(
                 "specs/nemotron_h.yaml: neither layers_block_type nor hybrid_override_pattern is set: no layer schedule"
@@ -242,6 +244,7 @@ class NemotronHConfig(NeuronModelConfig):
             use_bias=use_bias,
             mamba_hidden_act=mamba_hidden_act,
             time_step_limit=time_step_limit,
+            schedule=schedule,
             schedule_length=schedule_length,
         )
 
@@ -249,10 +252,6 @@ class NemotronHConfig(NeuronModelConfig):
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
         return (
             'mamba'
-            if (self.layers_block_type[i] if self.layers_block_type is not None else self.hybrid_override_pattern[i]) in ('linear_attention', 'mamba', 'M')
-            else (
-                'attention'
-                if (self.layers_block_type[i] if self.layers_block_type is not None else self.hybrid_override_pattern[i]) in ('full_attention', 'attention', '*')
-                else 'mlp'
-            )
+            if self.schedule[i] in ('linear_attention', 'mamba', 'M')
+            else ('attention' if self.schedule[i] in ('full_attention', 'attention', '*') else 'mlp')
         )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): a6da4a38e33a801e
+# source hash (spec + templates + generator): 49670ab4de6d336f
 # ==================================================================================================================
 """NemotronH for the neuron target, in vLLM Neuron's style.
 
@@ -76,7 +76,8 @@ class NemotronHMixer(nn.Module):
         set_weight_loader(self.in_proj_weight, head_parts_weight_loader(proj_parts, world, True))
         self.conv1d_weight = _param(self.conv_dim, 1, self.conv_kernel)
         set_weight_loader(self.conv1d_weight, head_parts_weight_loader(conv_parts, world))
-        for name, rows in (("dt_bias", num_heads), ("A_log", num_heads), ("D", num_heads), ("norm_weight", intermediate)):
+        per_head = (("dt_bias", num_heads), ("A_log", num_heads), ("D", num_heads))
+        for name, rows in per_head + (("norm_weight", intermediate),):
             setattr(self, name, _param(rows // world))
             set_weight_loader(getattr(self, name), head_parts_weight_loader([[rows]], world))
         self.out_proj_weight = _param(intermediate // world, hidden_size)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/bamba.yaml --target vllm
-# source hash (spec + templates + generator): fc3c123556ad1833
+# source hash (spec + templates + generator): 040f4fc00283c009
 # ==================================================================================================================
 """Bamba for the vllm target: vLLM's model interface and layer library.
 
@@ -270,8 +270,8 @@ class BambaForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
 
-    # HybridMamba2Model: vLLM's HasInnerState and IsHybrid. vLLM sizes the Mamba-2 layers' states (one slot per
-    # request, in its KV cache) from these, before building the model.
+    # HybridMamba2Model: vLLM's HasInnerState and IsHybrid. vLLM sizes the Mamba-2
+    # layers' states (one slot per request, in its KV cache) from these, before building the model.
     @classmethod
     def get_mamba_state_dtype_from_config(cls, vllm_config: VllmConfig) -> tuple[torch.dtype, ...]:
         """The conv and SSM states' dtypes."""
@@ -282,8 +282,8 @@ class BambaForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
         """Per-rank conv state ``[I + 2*G*N, K-1]`` and SSM state ``[H, P, N]`` shapes of a slot."""
         config = spec_config(BambaConfig, vllm_config)
         return mamba2_state_shape(
-            vllm_config, num_heads=config.mamba_n_heads, head_dim=config.mamba_d_head, state_size=config.mamba_d_state,
-            n_groups=config.mamba_n_groups, conv_kernel=config.mamba_d_conv,
+            vllm_config, num_heads=config.mamba_n_heads, head_dim=config.mamba_d_head,
+            state_size=config.mamba_d_state, n_groups=config.mamba_n_groups, conv_kernel=config.mamba_d_conv,
         )
 
     @classmethod

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mamba2.yaml --target vllm
-# source hash (spec + templates + generator): 26e05b1ebd02a313
+# source hash (spec + templates + generator): a03b8ab47c206c5a
 # ==================================================================================================================
 """Mamba2 for the vllm target: vLLM's model interface and layer library.
 
@@ -157,8 +157,8 @@ class Mamba2ForCausalLM(AttentionFreeMamba2Model, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
 
-    # AttentionFreeMamba2Model: vLLM's HasInnerState and IsAttentionFree. vLLM sizes the Mamba-2 layers' states (one slot per
-    # request, in its KV cache) from these, before building the model.
+    # AttentionFreeMamba2Model: vLLM's HasInnerState and IsAttentionFree. vLLM sizes the Mamba-2
+    # layers' states (one slot per request, in its KV cache) from these, before building the model.
     @classmethod
     def get_mamba_state_dtype_from_config(cls, vllm_config: VllmConfig) -> tuple[torch.dtype, ...]:
         """The conv and SSM states' dtypes."""
@@ -169,8 +169,8 @@ class Mamba2ForCausalLM(AttentionFreeMamba2Model, nn.Module, SupportsPP):
         """Per-rank conv state ``[I + 2*G*N, K-1]`` and SSM state ``[H, P, N]`` shapes of a slot."""
         config = spec_config(Mamba2Config, vllm_config)
         return mamba2_state_shape(
-            vllm_config, num_heads=config.num_heads, head_dim=config.head_dim, state_size=config.state_size,
-            n_groups=config.n_groups, conv_kernel=config.conv_kernel,
+            vllm_config, num_heads=config.num_heads, head_dim=config.head_dim,
+            state_size=config.state_size, n_groups=config.n_groups, conv_kernel=config.conv_kernel,
         )
 
     @classmethod

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/nemotron_h.yaml --target vllm
-# source hash (spec + templates + generator): a6da4a38e33a801e
+# source hash (spec + templates + generator): 49670ab4de6d336f
 # ==================================================================================================================
 """NemotronH for the vllm target: vLLM's model interface and layer library.
 
@@ -251,8 +251,8 @@ class NemotronHForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
 
-    # HybridMamba2Model: vLLM's HasInnerState and IsHybrid. vLLM sizes the Mamba-2 layers' states (one slot per
-    # request, in its KV cache) from these, before building the model.
+    # HybridMamba2Model: vLLM's HasInnerState and IsHybrid. vLLM sizes the Mamba-2
+    # layers' states (one slot per request, in its KV cache) from these, before building the model.
     @classmethod
     def get_mamba_state_dtype_from_config(cls, vllm_config: VllmConfig) -> tuple[torch.dtype, ...]:
         """The conv and SSM states' dtypes."""
@@ -263,8 +263,8 @@ class NemotronHForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
         """Per-rank conv state ``[I + 2*G*N, K-1]`` and SSM state ``[H, P, N]`` shapes of a slot."""
         config = spec_config(NemotronHConfig, vllm_config)
         return mamba2_state_shape(
-            vllm_config, num_heads=config.mamba_num_heads, head_dim=config.mamba_head_dim, state_size=config.ssm_state_size,
-            n_groups=config.n_groups, conv_kernel=config.conv_kernel,
+            vllm_config, num_heads=config.mamba_num_heads, head_dim=config.mamba_head_dim,
+            state_size=config.ssm_state_size, n_groups=config.n_groups, conv_kernel=config.conv_kernel,
         )
 
     @classmethod
