@@ -97,6 +97,12 @@ def config_structure(config: dict[str, Any]) -> Structure:
         kinds.add("gated_deltanet")
         why["gated_deltanet"] = "linear_num_value_heads" if _present(config, "linear_num_value_heads") \
             else "layer_types"
+    # MiniMax's lightning attention writes "linear_attention" layer types too, with a prefill block_size and none of
+    # Gated DeltaNet's linear_* sizes
+    if why.get("gated_deltanet") == "layer_types" and _present(config, "block_size"):
+        kinds.discard("gated_deltanet")
+        kinds.add("lightning_attention")
+        why["lightning_attention"] = why.pop("gated_deltanet") + " + block_size"
     ssm = ssm_keys(config)
     if ssm:
         kind = "mamba2" if any(_present(config, k) for k in MAMBA2_KEYS) else "mamba"
