@@ -522,12 +522,13 @@ def draft_spec(source: str | Path, specs: list[Path] | None = None, exclude: tup
     if prefix == "Todo":
         guesses.append(f"TODO class_prefix: 'Todo' is a placeholder ({short_repr(archs[0])} gives no class name)")
     mamba = ssm_keys(config)
-    if mamba:
-        # Said first and plainly: no base below can serve this model, whatever the other TODOs say.
-        guesses.append("TODO layer kind: no modelgen layer kind implements a Mamba mixer yet (state-space config "
-                       f"keys: {', '.join(mamba[:6])}); this draft cannot serve the model until one does")
+    mixer = "mamba2" if {"mamba2", "mamba"} & config_structure(config).kinds == {"mamba2"} else "mamba"
+    if mamba and mixer not in spec_structure(ir).kinds:
+        # Said first and plainly: the base's layers cannot serve this model's mixer, whatever the other TODOs say.
+        guesses.append(f"TODO layer kind: state-space config keys ({', '.join(mamba[:6])}) describe a {mixer} mixer, "
+                       f"which {display_path(base.spec)} has none of; start from a spec with `kind: {mixer}` blocks")
     guesses += [f"TODO structure: {line}" for line in base.differs
-                if not (mamba and line.startswith("the config has a ssm layer"))]
+                if not (mamba and line.startswith(f"the config has a {mixer} layer"))]
     lines = [
         _comment(f"Draft spec for {', '.join(archs)} (model_type {model_type}), written by `modelgen new --from-hf "
                  f"{source}`."),

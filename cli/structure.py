@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 # Config keys of state-space mixers (Mamba-1/-2 and the hybrids built on them: Jamba, Bamba, Falcon-H1,
-# Nemotron-H, Zamba2). No modelgen layer kind implements one yet (issue 26 item 2), so a config with any of them
-# has no base that serves it.
+# Nemotron-H, Zamba2): the `mamba2` and `mamba` layer kinds implement them.
 SSM_KEYS = ("ssm_state_size", "state_size", "conv_kernel", "mamba_d_state", "mamba_d_conv", "mamba_expand",
             "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_chunk_size", "time_step_rank",
             "time_step_min", "time_step_max", "time_step_floor", "time_step_limit", "ssm_cfg")
 SSM_PREFIXES = ("mamba_", "time_step_", "ssm_")
+# Keys only a Mamba-2 mixer has (heads of head_dim over n_groups of B/C, the SSD scan's chunk): transformers'
+# Mamba2Config, BambaConfig, NemotronHConfig, FalconH1Config, Zamba2Config. A state-space config without any is Mamba-1
+# (MambaConfig, JambaConfig: time_step_rank, d_state over every channel).
+MAMBA2_KEYS = ("n_groups", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mamba_d_head", "mamba_head_dim",
+               "chunk_size", "mamba_chunk_size")
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 # Config keys that switch one feature between them: their TODOs share one line in a draft (one decision each).
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -93,10 +97,17 @@ def config_structure(config: dict[str, Any]) -> Structure:
         kinds.add("gated_deltanet")
         why["gated_deltanet"] = "linear_num_value_heads" if _present(config, "linear_num_value_heads") \
             else "layer_types"
+    # MiniMax's lightning attention writes "linear_attention" layer types too, with a prefill block_size and none of
+    # Gated DeltaNet's linear_* sizes
+    if why.get("gated_deltanet") == "layer_types" and _present(config, "block_size"):
+        kinds.discard("gated_deltanet")
+        kinds.add("lightning_attention")
+        why["lightning_attention"] = why.pop("gated_deltanet") + " + block_size"
     ssm = ssm_keys(config)
     if ssm:
-        kinds.add("ssm")
-        why["ssm"] = ", ".join(ssm[:4])
+        kind = "mamba2" if any(_present(config, k) for k in MAMBA2_KEYS) else "mamba"
+        kinds.add(kind)
+        why[kind] = ", ".join(ssm[:4])
     experts = next(((k, _get(config, k)) for k in EXPERT_COUNT_KEYS + ("ffn_config.moe_num_experts",)
                     if isinstance(_get(config, k), int) and _get(config, k) > 1), None)
     if experts:

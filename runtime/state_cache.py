@@ -1,10 +1,10 @@
-"""Per-request state pool for recurrent layers (Gated DeltaNet today; Mamba-2 / RWKV-style layers later).
+"""Per-request state pool for recurrent layers (Gated DeltaNet, Mamba-2, Mamba-1, LFM2 short conv, lightning attention).
 
 A K/V cache grows with the sequence and is paged; a recurrent layer instead keeps a fixed-size state per request, so
 its cache is a pool of *slots*: one slot per running request, the same slot index in every recurrent layer.
 
-A layer declares what one slot holds with :class:`StateSpec` (the ``state_spec()`` of
-``runtime/layers/gated_deltanet/layer.py``); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every
+A layer declares what one slot holds with :class:`StateSpec` (e.g. the ``state_spec()`` of
+``runtime/layers/gated_deltanet/layer.py``; a kind that keeps only one of the two parts leaves the other out); :class:`StatePool` allocates ``[num_slots, ...]`` tensors for every
 declared layer, counts their bytes for the engine's memory budget, and hands slots to sequences (``allocate`` at
 admission, ``free`` at the end or on preemption). Running out of slots raises :class:`StateFullError`, a
 :class:`~modelgen.runtime.kv_cache.CacheFullError`, so the scheduler's existing "preempt or refuse" handling
@@ -24,20 +24,24 @@ import torch
 from .kv_cache import CacheFullError
 
 PAD_SLOT = -1
+NO_STATE: tuple[int, ...] = (0,)  # a slot part the kind does not keep: the pool holds an empty [num_slots, 0] tensor
 
 
 class StateFullError(CacheFullError):
     """Raised when every state slot is held by another sequence."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StateSpec:
     """What one slot of one recurrent layer holds (per tensor-parallel rank).
 
     name            : layer name, the key of the pool's tensors (e.g. ``"layers.0.linear_attn"``)
-    conv_shape      : ``(conv_dim, K - 1)``: the last K-1 inputs of the depthwise causal conv1d (q, k, v channels)
+    conv_shape      : ``(conv_dim, K - 1)``: the last K-1 inputs of the depthwise causal conv1d (q, k, v channels);
+                      :data:`NO_STATE` (the default) for a kind without a conv (lightning attention)
     conv_dtype      : model dtype (transformers keeps the conv state in the dtype of the projected q/k/v)
-    recurrent_shape : ``(num_v_heads, head_k_dim, head_v_dim)``: the delta-rule state S
+    recurrent_shape : ``(num_v_heads, head_k_dim, head_v_dim)``: the delta-rule state S (Mamba-2 ``(heads, head_dim,
+                      state)``, Mamba-1 ``(channels, state)``); :data:`NO_STATE` (the default) for a kind that keeps
+                      only the conv history (LFM2 short conv)
     recurrent_dtype : float32 by default: transformers' torch functions and fla's kernels both return the final state
                       in float32 and HF's cache stores it as returned (``zeros_like`` of it); a bf16 state would round
                       on every decode step of a long generation. vLLM exposes the choice (``mamba_ssm_cache_dtype``);
@@ -46,9 +50,9 @@ class StateSpec:
     """
 
     name: str
-    conv_shape: tuple[int, int]
-    conv_dtype: torch.dtype
-    recurrent_shape: tuple[int, int, int]
+    conv_shape: tuple[int, ...] = NO_STATE
+    conv_dtype: torch.dtype = torch.float32
+    recurrent_shape: tuple[int, ...] = NO_STATE
     recurrent_dtype: torch.dtype = torch.float32
     kind: str = "recurrent_state"
     #: one slot per running request, not paged blocks (``KVSpec.request_states``)

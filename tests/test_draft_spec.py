@@ -3,6 +3,7 @@ succeeds) with at most a few TODOs; onboarding a family as if it were new (its o
 still builds, with its TODOs naming what the base lacks."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from modelgen.cli.draft import draft_spec
 from modelgen.codegen.lower import compile_spec
 from modelgen.codegen.spec_file import REPO_ROOT
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
+
+SPECS = REPO_ROOT / "specs"
 
 FAMILIES = ["LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"]
 
@@ -89,17 +92,60 @@ def test_gpt_neox_like_config_gets_a_non_gated_layernorm_parallel_base(tmp_path)
     assert "class_prefix: GPTNeoX" in draft.text and "TODO class_prefix" not in draft.text
 
 
-def test_mamba2_like_config_says_no_layer_kind_fits(tmp_path):
-    ck = _write_config(tmp_path / "mamba2", {
-        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 64, "num_heads": 4,
-        "head_dim": 32, "state_size": 16, "expand": 2, "conv_kernel": 4, "n_groups": 1, "time_step_min": 0.001,
-        "time_step_max": 0.1, "layer_norm_epsilon": 1e-5, "rms_norm": True, "num_hidden_layers": 2,
-        "vocab_size": 128, "chunk_size": 64, "hidden_act": "silu"})
+MAMBA2_CONFIG = {
+    "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 64, "num_heads": 4,
+    "head_dim": 32, "state_size": 16, "expand": 2, "conv_kernel": 4, "n_groups": 1, "time_step_min": 0.001,
+    "time_step_max": 0.1, "layer_norm_epsilon": 1e-5, "rms_norm": True, "num_hidden_layers": 2,
+    "vocab_size": 128, "chunk_size": 64, "hidden_act": "silu"}
+
+
+def test_mamba2_like_config_drafts_from_a_mamba2_base(tmp_path):
+    """A state-space config is told apart as Mamba-2 (n_groups, chunk_size) and drafted from a spec whose blocks are
+    `kind: mamba2` mixers -- with mamba2.yaml itself hidden too, as a newcomer onboarding a new Mamba-2 family."""
+    ck = _write_config(tmp_path / "mamba2", MAMBA2_CONFIG)
+    for exclude in ((), ("mamba2",)):
+        draft = draft_spec(ck, exclude=exclude)
+        assert "TODO layer kind" not in draft.text, draft.text
+        assert "kind: mamba2" in load_base_text(draft), draft.text
+
+
+def test_mamba1_like_config_drafts_from_a_mamba_base(tmp_path):
+    """Without Mamba-2's keys a state-space config is Mamba-1: drafted from mamba.yaml; with mamba.yaml hidden (and
+    jamba's MoE hybrid no closer than a transformer) the draft says in one line which mixer kind to start from."""
+    ck = _write_config(tmp_path / "mamba", {
+        "architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 64, "state_size": 16,
+        "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "layer_norm_epsilon": 1e-5, "num_hidden_layers": 2,
+        "vocab_size": 128, "use_bias": False, "use_conv_bias": True})
     draft = draft_spec(ck)
+    assert "TODO layer kind" not in draft.text, draft.text
+    assert re.search(r"kind: mamba\b(?!2)", load_base_text(draft)), draft.text
+    hidden = draft_spec(ck, exclude=("mamba",))
+    if not re.search(r"kind: mamba\b(?!2)", load_base_text(hidden)):
+        todo = [line for line in hidden.text.splitlines() if line.startswith("# TODO layer kind:")]
+        assert len(todo) == 1 and "`kind: mamba` blocks" in todo[0], hidden.text
+
+
+def test_state_space_config_over_a_base_without_the_mixer_says_so(tmp_path):
+    """--base llama for a Mamba-2 config: the one line says the base has no mamba2 mixer and where to start."""
+    ck = _write_config(tmp_path / "mamba2", MAMBA2_CONFIG)
+    draft = draft_spec(ck, base=SPECS / "llama.yaml")
     todo = [line for line in draft.text.splitlines() if line.startswith("# TODO layer kind:")]
     assert len(todo) == 1, draft.text
-    assert "no modelgen layer kind implements a Mamba mixer yet" in todo[0]
-    assert "conv_kernel" in todo[0] and "state_size" in todo[0]
+    assert "mamba2 mixer" in todo[0] and "conv_kernel" in todo[0] and "state_size" in todo[0]
+
+
+def load_base_text(draft) -> str:
+    """The text of the spec a draft extends (its `extends:` line), followed down the chain."""
+    m = re.search(r"^extends: (\S+)", draft.text, re.M)
+    assert m, draft.text
+    seen, text, name = [], "", m.group(1)
+    while name and name not in seen:
+        seen.append(name)
+        part = (SPECS / name).read_text()
+        text += part
+        m = re.search(r"^extends: (\S+)", part, re.M)
+        name = m.group(1) if m else None
+    return text
 
 
 def test_made_up_class_prefix_is_a_todo(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from modelgen.runtime.layers.lightning_attention import LightningAttention, ops
-from modelgen.runtime.state_cache import PAD_SLOT, StateMetadata, StatePool
+from modelgen.runtime.state_cache import NO_STATE, PAD_SLOT, StateMetadata, StatePool
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.minimax import modeling_minimax as hf  # noqa: E402
@@ -200,7 +200,7 @@ def test_kind_answers_and_state_spec():
     _, ours = _pair()
     spec = ours.state_spec()
     assert ours.cache_kind == spec.kind == "recurrent_state" and ours.holds_request_state()
-    assert spec.recurrent_shape == (HEADS, HEAD_DIM, HEAD_DIM) and spec.conv_shape == (0, 0)
+    assert spec.recurrent_shape == (HEADS, HEAD_DIM, HEAD_DIM) and spec.conv_shape == NO_STATE
     assert spec.bytes_per_slot() == HEADS * HEAD_DIM * HEAD_DIM * 4  # float32, no conv part
     assert ours.step_graph_layouts(3) == {"varlen"} and ours.decode_graph_capturable()
     assert "state writes" in ours.sequence_parallel_refusal()

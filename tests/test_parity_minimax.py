@@ -212,6 +212,19 @@ def test_odd_rotary_dim_is_refused_with_the_spec_message(tmp_path, target):
         llm(tmp_path, target)
 
 
+def test_new_picks_minimax_for_a_minimax_config():
+    """`modelgen new` reads a MiniMax config as lightning attention (its linear_attention layer types come with a
+    block_size, not Gated DeltaNet's linear_* sizes) and drafts from specs/minimax.yaml."""
+    from transformers import MiniMaxConfig
+
+    from modelgen.cli.draft import score_candidates
+    from modelgen.codegen.spec_file import REPO_ROOT
+
+    config = MiniMaxConfig(num_hidden_layers=4).to_dict()
+    best = score_candidates(config, sorted((REPO_ROOT / "specs").glob("*.yaml")))[0]
+    assert best.spec.stem == "minimax" and not best.differs, best.reasons
+
+
 # ------------------------------------------------------------------------------------ parallelism and compilation
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)

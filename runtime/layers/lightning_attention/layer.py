@@ -30,9 +30,6 @@ from ..linear import ColumnParallelLinear, RowParallelLinear
 from ..norm import ShardedProjectionRMSNorm
 from . import ops
 
-# One slot holds only the linear-attention state: the pool's conv tensor of this layer is empty.
-NO_CONV_STATE = (0, 0)
-
 
 class LightningAttention(LayerKind):
     cache_kind = StateSpec.kind
@@ -60,8 +57,6 @@ class LightningAttention(LayerKind):
         """This rank's slot of this layer: the ``[heads, D, D]`` state after the last token (no conv history)."""
         return StateSpec(
             name=self.layer_name,
-            conv_shape=NO_CONV_STATE,
-            conv_dtype=self.qkv.weight.dtype,
             recurrent_shape=(self.num_heads, self.head_dim, self.head_dim),
         )
 

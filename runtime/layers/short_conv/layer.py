@@ -26,9 +26,6 @@ from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
 from . import ops
 
-# One slot holds only the conv history: the pool's recurrent tensor of this layer is empty.
-NO_RECURRENT_STATE = (0, 0, 0)
-
 
 def _load_chunks(param: torch.Tensor, loaded: torch.Tensor, chunks: int, what: str) -> None:
     """Copy this rank's rows of each of ``chunks`` equal row blocks of ``loaded`` into ``param``, block after block."""
@@ -93,7 +90,6 @@ class ShortConv(LayerKind):
             name=self.layer_name,
             conv_shape=(self.channels, self.conv_kernel - 1),
             conv_dtype=self.in_proj.weight.dtype,  # transformers keeps the conv state in the projection's dtype
-            recurrent_shape=NO_RECURRENT_STATE,
         )
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor | None = None) -> None:
