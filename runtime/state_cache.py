@@ -58,6 +58,21 @@ class StateSpec:
     #: one slot per running request, not paged blocks (``KVSpec.request_states``)
     per_request_state: ClassVar[bool] = True
 
+    def check_bound(self, owner: str, **tensors: torch.Tensor) -> None:
+        """Raise a one-line ValueError unless each pool tensor a layer is bound to is ``[num_slots, *shape]`` of the
+        declared dtype, and all have the same number of slots. Keyword names say which part each is: ``conv_state``
+        (checked against ``conv_shape``), anything else (``recurrent_state``, ``ssm_state``) against
+        ``recurrent_shape`` -- the name the layer uses appears in the message."""
+        for what, t in tensors.items():
+            shape, dtype = ((self.conv_shape, self.conv_dtype) if what == "conv_state"
+                            else (self.recurrent_shape, self.recurrent_dtype))
+            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != tuple(shape) or t.dtype != dtype:
+                raise ValueError(f"{owner}: {what} has shape {tuple(t.shape)} dtype {t.dtype}, "
+                                 f"expected [num_slots, {', '.join(map(str, shape))}] {dtype}")
+        slots = {what: t.shape[0] for what, t in tensors.items()}
+        if len(set(slots.values())) > 1:
+            raise ValueError(f"{owner}: " + ", ".join(f"{what} has {n} slots" for what, n in slots.items()))
+
     def bytes_per_slot(self) -> int:
         def nbytes(shape, dtype) -> int:
             n = 1

@@ -184,17 +184,8 @@ class GatedDeltaNet(LayerKind):
         )
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor) -> None:
-        spec = self.state_spec()
-        for what, t, shape, dtype in (("conv_state", conv_state, spec.conv_shape, spec.conv_dtype),
-                                      ("recurrent_state", recurrent_state, spec.recurrent_shape, spec.recurrent_dtype)):
-            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != tuple(shape) or t.dtype != dtype:
-                raise ValueError(
-                    f"{self.layer_name or 'GatedDeltaNet'}: {what} has shape {tuple(t.shape)} dtype {t.dtype}, "
-                    f"expected [num_slots, {', '.join(map(str, shape))}] {dtype}"
-                )
-        if conv_state.shape[0] != recurrent_state.shape[0]:
-            raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: conv_state has {conv_state.shape[0]} slots, "
-                             f"recurrent_state {recurrent_state.shape[0]}")
+        self.state_spec().check_bound(self.layer_name or "GatedDeltaNet", conv_state=conv_state,
+                                      recurrent_state=recurrent_state)
         self.conv_state, self.recurrent_state = conv_state, recurrent_state
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)

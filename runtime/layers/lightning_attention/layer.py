@@ -61,14 +61,7 @@ class LightningAttention(LayerKind):
         )
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor) -> None:
-        spec = self.state_spec()
-        if (recurrent_state.dim() != 4 or tuple(recurrent_state.shape[1:]) != spec.recurrent_shape
-                or recurrent_state.dtype != spec.recurrent_dtype):
-            raise ValueError(
-                f"{self.layer_name or 'LightningAttention'}: recurrent_state has shape {tuple(recurrent_state.shape)} "
-                f"dtype {recurrent_state.dtype}, expected [num_slots, {', '.join(map(str, spec.recurrent_shape))}] "
-                f"{spec.recurrent_dtype}"
-            )
+        self.state_spec().check_bound(self.layer_name or "LightningAttention", recurrent_state=recurrent_state)
         self.state = recurrent_state
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)

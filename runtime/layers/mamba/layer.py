@@ -121,17 +121,7 @@ class MambaMixer(LayerKind):
         )
 
     def bind_state(self, conv_state: torch.Tensor, ssm_state: torch.Tensor) -> None:
-        spec = self.state_spec()
-        for what, t, shape, dtype in (("conv_state", conv_state, spec.conv_shape, spec.conv_dtype),
-                                      ("ssm_state", ssm_state, spec.recurrent_shape, spec.recurrent_dtype)):
-            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != tuple(shape) or t.dtype != dtype:
-                raise ValueError(
-                    f"{self.layer_name or 'MambaMixer'}: {what} has shape {tuple(t.shape)} dtype {t.dtype}, "
-                    f"expected [num_slots, {', '.join(map(str, shape))}] {dtype}"
-                )
-        if conv_state.shape[0] != ssm_state.shape[0]:
-            raise ValueError(f"{self.layer_name or 'MambaMixer'}: conv_state has {conv_state.shape[0]} slots, "
-                             f"ssm_state {ssm_state.shape[0]}")
+        self.state_spec().check_bound(self.layer_name or "MambaMixer", conv_state=conv_state, ssm_state=ssm_state)
         self.conv_state, self.ssm_state = conv_state, ssm_state
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)

@@ -136,12 +136,7 @@ class Mamba2(LayerKind):
         )
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor) -> None:
-        spec = self.state_spec()
-        for name, t, shape, dtype in (("conv_state", conv_state, spec.conv_shape, spec.conv_dtype),
-                                      ("ssm_state", recurrent_state, spec.recurrent_shape, spec.recurrent_dtype)):
-            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != shape or t.dtype != dtype:
-                raise ValueError(f"{self.layer_name or 'Mamba2'}: {name} has shape {tuple(t.shape)} dtype {t.dtype}, "
-                                 f"expected [num_slots, {', '.join(map(str, shape))}] {dtype}")
+        self.state_spec().check_bound(self.layer_name or "Mamba2", conv_state=conv_state, ssm_state=recurrent_state)
         self.conv_state, self.ssm_state = conv_state, recurrent_state
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)

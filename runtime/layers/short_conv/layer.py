@@ -93,14 +93,7 @@ class ShortConv(LayerKind):
         )
 
     def bind_state(self, conv_state: torch.Tensor, recurrent_state: torch.Tensor | None = None) -> None:
-        spec = self.state_spec()
-        if (conv_state.dim() != 3 or tuple(conv_state.shape[1:]) != spec.conv_shape
-                or conv_state.dtype != spec.conv_dtype):
-            channels, width = spec.conv_shape
-            raise ValueError(
-                f"{self.layer_name or 'ShortConv'}: conv_state has shape {tuple(conv_state.shape)} dtype "
-                f"{conv_state.dtype}, expected [num_slots, {channels}, {width}] {spec.conv_dtype}"
-            )
+        self.state_spec().check_bound(self.layer_name or "ShortConv", conv_state=conv_state)
         self.conv_state = conv_state
 
     # ------------------------------------------------------------------------- what the engine asks (LayerKind)
