@@ -133,3 +133,19 @@ def assert_matches_hf(path, hf, target, prompt: list[int], label: str, atol: flo
     assert err < atol, f"{label}/{target}: prefill logits differ by {err}"
     out = model.generate_ids([prompt], SamplingParams(max_tokens=16, ignore_eos=True))[0]
     assert out == hf_greedy_forward(hf, prompt, 16), f"{label}/{target}: greedy tokens differ"
+
+
+def assert_neuron_buckets_fullgraph(path, hf, prompts: list[list[int]], max_tokens: int = 6, **buckets) -> None:
+    """Every neuron prefill / decode bucket traces with fullgraph=True at warm-up, and serving ``prompts`` in one
+    batch afterwards never recompiles and gives transformers' teacher-forced greedy tokens."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    torch._dynamo.reset()
+    model = llm(path, "neuron", max_model_len=64, block_size=8, max_num_seqs=len(prompts), compile=True, **buckets)
+    model.runner.warmup()
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = model.generate_ids(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == [hf_greedy_forward(hf, p, max_tokens) for p in prompts]
