@@ -28,7 +28,8 @@ import torch
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import (
-    assert_bf16_three_way, assert_fp32_parity, assert_neuron_buckets_fullgraph, assert_tp2_matches_tp1, hf_logits,
+    assert_bf16_three_way, assert_engine_batch_matches_hf, assert_fp32_parity, assert_neuron_buckets_fullgraph,
+    assert_tp2_matches_tp1, hf_logits,
 )
 
 TARGETS = ["rocm", "neuron"]
@@ -283,19 +284,8 @@ def test_llama4_chunked_through_the_engine(checkpoint, target, name):
     prefill), then 12 paged decode steps each (crossing chunk boundaries): every sequence's tokens equal transformers'
     teacher-forced choices. Then one prompt fed 3 tokens per step over its cached prefix (the verify shape of a
     speculative step): every position's logits equal transformers'."""
-    from modelgen.runtime.engine.sampler import SamplingParams
-    from tests.parity_helpers import hf_greedy_forward
-    from tests.test_sliding_window import chunked_score
-
     path, hf = checkpoint(name)
-    extra = {"prefill_buckets": [8, 128]} if target == "neuron" else {}
-    llm = _llm(path, target, block_size=4, max_num_batched_tokens=8, max_num_seqs=3, **extra)
-    prompts = [tiny_prompt(length=n, seed=s) for n, s in ((29, 1), (21, 2), (13, 3))]
-    got = llm.generate_ids(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
-    assert got == [hf_greedy_forward(hf, p, 12) for p in prompts]
-    long = prompts[0] + got[0]
-    err = (chunked_score(llm, long, 3).float() - hf_logits(hf, long)).abs().max().item()
-    assert err < PREFILL_ATOL, f"{name}/{target}: 3-token steps over the cache differ from HF by {err}"
+    assert_engine_batch_matches_hf(path, hf, target, name)
 
 
 def test_llama4_chunked_runs_the_torch_path_on_gpu(checkpoint, monkeypatch):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/dbrx.yaml --target neuron
-# source hash (spec + templates + generator): 742abf8cdef44745
+# source hash (spec + templates + generator): cc48920723d68fce
 # ==================================================================================================================
 """Dbrx for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granitemoe.yaml --target neuron
-# source hash (spec + templates + generator): 78a552db039da6f4
+# source hash (spec + templates + generator): 3869f067c107da8d
 # ==================================================================================================================
 """GraniteMoe for the neuron target, in vLLM Neuron's style.
 

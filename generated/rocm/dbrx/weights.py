@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/dbrx.yaml --target rocm
-# source hash (spec + templates + generator): 742abf8cdef44745
+# source hash (spec + templates + generator): cc48920723d68fce
 # ==================================================================================================================
 """Weight-loader tables of DbrxForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

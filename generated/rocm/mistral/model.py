@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): ced1b92ef361ad6e
+# source hash (spec + templates + generator): edb65cd336ad8687
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 

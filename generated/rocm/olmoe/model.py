@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): c9da3189e3089908
+# source hash (spec + templates + generator): c18fd7aaa8c74d69
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 

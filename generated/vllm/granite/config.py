@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 02df2bb576b74027
+# source hash (spec + templates + generator): d31b821f983a316e
 # ==================================================================================================================
 """GraniteConfig: the HF ``config.json`` fields specs/granite.yaml reads, typed, with the spec's defaults.
 
