@@ -177,3 +177,23 @@ def test_alibi_neuron_buckets_fullgraph(checkpoint):
     path, hf = checkpoint("alibi_new_arch_6_heads")
     assert_neuron_buckets_fullgraph(path, hf, [PROMPT, PROMPT[:13]], prefill_buckets=[16, 64], decode_buckets=[1, 2],
                                     decode_context_buckets=[64])
+
+
+def test_alibi_with_rope_is_a_spec_error(tmp_path):
+    """ALiBi replaces RoPE: a gqa block with both is refused at the field; with rope off it compiles."""
+    import json
+
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+    from modelgen.codegen.spec_file import REPO_ROOT
+    from modelgen.codegen.yaml_source import load_yaml
+
+    data, _ = load_yaml(REPO_ROOT / "specs" / "llama.yaml")
+    data["blocks"]["decoder"]["attention"]["alibi"] = {"scale": 1.0}
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=r"attention\.alibi"):
+        compile_spec(path)
+    data["blocks"]["decoder"]["attention"]["rope"]["enabled"] = False
+    path.write_text(json.dumps(data))
+    assert compile_spec(path).blocks[0].attention.alibi is not None

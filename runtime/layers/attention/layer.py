@@ -150,6 +150,8 @@ class PagedAttention(LayerKind):
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
     def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        if self.torch_only is not None and tokens_per_seq > 1:
+            return frozenset()  # the torch prefill reference reads per-sequence lengths on the host: run eagerly
         # One token per sequence: either layout. More: not "rows" -- the Triton decode kernel writes a row's own K/V
         # inside the launch that the sequence's later rows read (a race); the varlen write-then-attend path is exact.
         return STEP_LAYOUTS if tokens_per_seq == 1 else frozenset({"varlen"})

@@ -184,7 +184,7 @@ def _sdpa(
         return _softcapped(q, k, v, mask, scale, sinks, softcap, bias)
     if sinks is None:
         if bias is not None:
-            mask = torch.where(mask, bias.to(q.dtype), torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+            mask = torch.where(mask, bias.to(q.dtype), float("-inf"))  # no host tensor: graph-capturable
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     zero = torch.zeros_like(k[..., :1, :])
     k, v = torch.cat([k, zero], dim=-2), torch.cat([v, zero], dim=-2)
