@@ -27,6 +27,9 @@ CASES: dict[str, tuple[str, dict, bool]] = {
     "falcon_alibi_multi_query": ("FalconForCausalLM", dict(WIDE, alibi=True, multi_query=True), False),
     "falcon_alibi_6_heads": ("FalconForCausalLM", dict(hidden_size=192, num_attention_heads=6, alibi=True,
                                                        new_decoder_architecture=True, num_kv_heads=2), False),
+    # 16 heads: slopes 2 ** (-i / 2), not powers of two, rounded to bfloat16 as HF does
+    "falcon_alibi_16_heads": ("FalconForCausalLM", dict(hidden_size=512, num_attention_heads=16, alibi=True,
+                                                        multi_query=True), False),
     "falcon_sequential": ("FalconForCausalLM", dict(WIDE, multi_query=False, parallel_attn=False,
                                                     activation="gelu_fast", tie_word_embeddings=False), True),
     # DBRX: sizes under its own names; clip_qkv binding, and far above every value (transformers cannot run null)
@@ -42,7 +45,8 @@ CASES: dict[str, tuple[str, dict, bool]] = {
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 # negative controls: the same weights with the feature off choose other tokens (so the feature was served)
-FEATURE_OFF = {"falcon_alibi_multi_query": dict(alibi=False), "falcon_alibi_6_heads": dict(alibi=False)}
+FEATURE_OFF = {name: dict(alibi=False) for name in ("falcon_alibi_multi_query", "falcon_alibi_6_heads",
+                                                    "falcon_alibi_16_heads")}
 
 
 @pytest.mark.parametrize("name", list(CASES))

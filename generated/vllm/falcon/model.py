@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 1d48e44acbcd2534
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Falcon for the vllm target: vLLM's model interface and layer library.
 
@@ -143,7 +143,11 @@ class FalconAttention1(nn.Module):
         # NoPE layer: no rotary embedding (q and k attend unrotated)
         # ALiBi: scale * slopes[h] * (k - q) on the scores (vLLM's form; the same softmax), this rank's heads
         start = get_tensor_model_parallel_rank() * self.num_heads
-        slopes = alibi_slopes(config.num_attention_heads)[start : start + self.num_heads] * config.falcon_head_dim ** (-0.5)
+        slopes = alibi_slopes(config.num_attention_heads)[start : start + self.num_heads]
+        # HF rounds the slopes to bfloat16 (so here); vLLM forms slopes[h] * (k - q) in float32, which equals HF's
+        # bfloat16 product where that is exact (slopes of at most 8 heads' rule, positions up to 256)
+        slopes = slopes.bfloat16().float()
+        slopes = slopes * config.falcon_head_dim ** (-0.5)
         self.attn = Attention(
             self.num_heads,
             self.head_dim,
