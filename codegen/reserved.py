@@ -68,6 +68,7 @@ GENERATED_IMPORTS = frozenset({
     "StackedHeadLayerNorm",  # Command R+'s [heads, head_dim] QK LayerNorm (gqa qk_norm.scope stacked)
     "MambaMixer", "HybridMambaModel", "AttentionFreeMambaModel",
     "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
+    "ChunkedLocalAttention", "alibi_slopes", "rank_alibi_slopes",  # gqa chunk_size / alibi (Llama 4, Falcon)
 })
 
 

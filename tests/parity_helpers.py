@@ -133,3 +133,38 @@ def assert_matches_hf(path, hf, target, prompt: list[int], label: str, atol: flo
     assert err < atol, f"{label}/{target}: prefill logits differ by {err}"
     out = model.generate_ids([prompt], SamplingParams(max_tokens=16, ignore_eos=True))[0]
     assert out == hf_greedy_forward(hf, prompt, 16), f"{label}/{target}: greedy tokens differ"
+
+
+def assert_neuron_buckets_fullgraph(path, hf, prompts: list[list[int]], max_tokens: int = 6, **buckets) -> None:
+    """Every neuron prefill / decode bucket traces with fullgraph=True at warm-up, and serving ``prompts`` in one
+    batch afterwards never recompiles and gives transformers' teacher-forced greedy tokens."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    torch._dynamo.reset()
+    model = llm(path, "neuron", max_model_len=64, block_size=8, max_num_seqs=len(prompts), compile=True, **buckets)
+    model.runner.warmup()
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = model.generate_ids(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == [hf_greedy_forward(hf, p, max_tokens) for p in prompts]
+
+
+def assert_engine_batch_matches_hf(path, hf, target: str, label: str, max_tokens: int = 12) -> None:
+    """Three sequences of 29, 21 and 13 tokens in one batch over 4-token blocks, prefilled 8 tokens per step (chunked
+    prefill), then ``max_tokens`` paged decode steps each: every sequence's tokens equal transformers' teacher-forced
+    choices. Then the first sequence fed 3 tokens per step over its cached prefix (the shape of a speculative verify
+    step): every position's logits within 1e-4 of transformers'."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.testing.tiny_models import tiny_prompt
+    from tests.test_sliding_window import chunked_score
+
+    extra = {"prefill_buckets": [8, 128]} if target == "neuron" else {}
+    model = llm(path, target, max_model_len=128, block_size=4, max_num_batched_tokens=8, max_num_seqs=3, **extra)
+    prompts = [tiny_prompt(length=n, seed=s) for n, s in ((29, 1), (21, 2), (13, 3))]
+    got = model.generate_ids(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    assert got == [hf_greedy_forward(hf, p, max_tokens) for p in prompts], f"{label}/{target}: greedy tokens differ"
+    long = prompts[0] + got[0]
+    err = (chunked_score(model, long, 3).float() - hf_logits(hf, long)).abs().max().item()
+    assert err < 1e-4, f"{label}/{target}: 3-token steps over the cache differ from HF by {err}"

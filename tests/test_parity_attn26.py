@@ -3,8 +3,14 @@
 RMSNorm after RoPE (gqa ``qk_norm.after_rope``) and NTK-alpha RoPE (``rope_type: dynamic`` + ``alpha``: a stretched
 base, specs/hunyuan_v1_dense.yaml); Llama 4 text's dense layers (specs/llama4.yaml): NoPE layers by no_rope_layers, a
 weightless QK RMSNorm after the interleaved RoPE (gqa ``qk_norm: {affine: false, after_rope: true}``) and attention
-temperature tuning on the NoPE layers (gqa ``temperature_tuning``); its MoE layers and chunked attention are refused
-by name (tested below).
+temperature tuning on the NoPE layers (gqa ``temperature_tuning``) and chunked attention on its RoPE layers (gqa
+``chunk_size: attention_chunk_size``: a query sees only the keys of its own ``position // chunk``, NoPE layers attend
+globally); its MoE layers are refused by name (tested below).
+
+Chunked cases use chunks of 8 and 5 tokens under the 24-token prompt, and the 16 greedy tokens cross two more chunk
+boundaries; the engine cases run several sequences through the paged cache with chunked prefill, verify-shaped
+multi-token steps over the cache (Llama 4 has no MTP head to speculate with; its verify step is this path) and paged
+decode across chunk boundaries; the neuron buckets trace with fullgraph=True.
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA 4 query / 2 KV heads, 4 layers, norm
 weights perturbed off their initial constants) with the family's optional features switched on; gates as for the other
@@ -21,7 +27,10 @@ import torch
 
 from modelgen.runtime.engine.llm import LLM
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from tests.parity_helpers import assert_bf16_three_way, assert_fp32_parity, assert_tp2_matches_tp1, hf_logits
+from tests.parity_helpers import (
+    assert_bf16_three_way, assert_engine_batch_matches_hf, assert_fp32_parity, assert_neuron_buckets_fullgraph,
+    assert_tp2_matches_tp1, hf_logits,
+)
 
 TARGETS = ["rocm", "neuron"]
 PREFILL_ATOL = 1e-4
@@ -52,8 +61,14 @@ CASES: dict[str, tuple[str, dict]] = {
                                                no_rope_layer_interval=2, tie_word_embeddings=True)),
     "llama4_chunk_is_context": ("Llama4ForCausalLM", dict(LLAMA4, attention_chunk_size=256, floor_scale=8,
                                                           max_position_embeddings=256)),
+    # Chunked attention biting: chunks of 8 (block-aligned at block size 4 / 8) and of 5 (never aligned), the RoPE
+    # layers chunked and the NoPE layers global, with the other Llama 4 features on.
+    "llama4_chunked": ("Llama4ForCausalLM", dict(LLAMA4, attention_chunk_size=8, no_rope_layers=[1, 0, 1, 0],
+                                                 floor_scale=4, attn_scale=0.5)),
+    "llama4_chunk_5": ("Llama4ForCausalLM", dict(LLAMA4, attention_chunk_size=5, no_rope_layer_interval=2,
+                                                 use_qk_norm=False, num_key_value_heads=1)),
 }
-THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha", "llama4"]
+THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha", "llama4", "llama4_chunked"]
 
 
 @pytest.fixture(scope="module")
@@ -199,11 +214,10 @@ def test_llama4_features_move_the_logits(checkpoint, tmp_path, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("change, field", [
-    (dict(attention_chunk_size=8), "attention_chunk_size"),  # shorter than the context: keys would be masked
     (dict(moe_layers=[1, 3]), "moe_layers"),
 ])
 def test_llama4_refuses_what_it_does_not_generate(tmp_path, target, change, field):
-    """Chunked attention and the MoE layers are refused naming the field, never served as dense full attention."""
+    """The MoE layers are refused naming the field, never served as dense layers."""
     make_tiny_checkpoint(tmp_path, "Llama4ForCausalLM", **SCALE, **dict(LLAMA4, **change))
     with pytest.raises(Exception, match=field):
         _llm(tmp_path, target)
@@ -232,3 +246,86 @@ def test_qk_norm_combinations_not_generated_are_spec_errors(tmp_path, qk_norm, f
     data["blocks"]["decoder"]["attention"]["qk_norm"] = dict(kind="rms", eps="rms_norm_eps", after_rope=True)
     path.write_text(json.dumps(data))  # the allowed form compiles
     assert compile_spec(path).blocks[0].attention.qk_norm.after_rope
+
+
+# ------------------------------------------------------------------------------------------ Llama 4 chunked attention
+def _chunks_off(llm: LLM, target: str) -> None:
+    """Chunking switched off in modelgen's model (every RoPE layer attends globally)."""
+    for attn in _attentions(llm):
+        if target == "rocm":
+            attn.attn.chunk = None
+        elif hasattr(attn, "attention_chunk"):
+            attn.attention_chunk = None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama4_chunking_moves_the_logits(checkpoint, tmp_path, target):
+    """Negative controls: chunking off in modelgen's model, and transformers' model without attention_chunk_size
+    (same weights), are each another model; only the RoPE layers carry a chunk."""
+    path, hf = checkpoint("llama4_chunked")
+    ref = hf_logits(hf, PROMPT)
+    llm = _llm(path, target)
+    assert _err(llm, ref) < PREFILL_ATOL
+    chunks = [a.attn.chunk if target == "rocm" else getattr(a, "attention_chunk", None) for a in _attentions(llm)]
+    assert chunks == [8, None, 8, None]  # no_rope_layers [1, 0, 1, 0]: layers 1 and 3 are NoPE, global
+    _chunks_off(llm, target)
+    assert _err(llm, ref) > 1e-2
+    arch, overrides = CASES["llama4_chunked"]
+    unchunked = make_tiny_checkpoint(tmp_path / "unchunked", arch, **SCALE,
+                                     **dict(overrides, attention_chunk_size=None))
+    assert (hf_logits(unchunked, PROMPT) - ref).abs().max().item() > 1e-2
+    assert _err(_llm(path, target), hf_logits(unchunked, PROMPT)) > 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["llama4_chunked", "llama4_chunk_5"])
+def test_llama4_chunked_through_the_engine(checkpoint, target, name):
+    """Three sequences of 29, 21 and 13 tokens in one batch over 4-token blocks, prefilled 8 tokens per step (chunked
+    prefill), then 12 paged decode steps each (crossing chunk boundaries): every sequence's tokens equal transformers'
+    teacher-forced choices. Then one prompt fed 3 tokens per step over its cached prefix (the verify shape of a
+    speculative step): every position's logits equal transformers'."""
+    path, hf = checkpoint(name)
+    assert_engine_batch_matches_hf(path, hf, target, name)
+
+
+def test_llama4_chunked_runs_the_torch_path_on_gpu(checkpoint, monkeypatch):
+    """On a GPU a chunked layer takes the torch references (the Triton kernels have no chunk mask) with its reason
+    named, and a NoPE layer of the same model keeps the kernels."""
+    import types
+
+    from modelgen.runtime.layers.attention import layer as attn_layer
+
+    path, hf = checkpoint("llama4_chunked")
+    llm = _llm(path, "rocm")
+    kernel_layers = []
+
+    def kernel(self, q, k, v, meta, *args, **kw):  # records the layer, then computes what the kernels would
+        kernel_layers.append(self.layer_name)
+        monkeypatch.setattr(attn_layer, "gpu", types.SimpleNamespace(enabled=lambda x: False))
+        try:
+            return self.forward(q, k, v, meta)
+        finally:
+            monkeypatch.setattr(attn_layer, "gpu", types.SimpleNamespace(enabled=lambda x: True))
+
+    monkeypatch.setattr(attn_layer, "gpu", types.SimpleNamespace(enabled=lambda x: True))
+    monkeypatch.setattr(attn_layer.PagedAttention, "_forward_gpu", kernel)
+    assert _err(llm, hf_logits(hf, PROMPT)) < PREFILL_ATOL
+    assert set(kernel_layers) == {"layers.1.self_attn", "layers.3.self_attn"}  # the NoPE (unchunked) layers
+    reasons = [a.attn.torch_only for a in _attentions(llm)]
+    assert reasons[0] == reasons[2] == attn_layer.TORCH_ONLY["chunk"] and reasons[1] is reasons[3] is None
+
+
+@pytest.mark.slow
+def test_llama4_chunked_neuron_buckets_fullgraph(checkpoint):
+    """Every prefill / decode bucket of the chunked model traces with fullgraph=True, and serving after warm-up
+    (contexts past several chunks, two sequences) never recompiles and equals transformers."""
+    path, hf = checkpoint("llama4_chunked")
+    assert_neuron_buckets_fullgraph(path, hf, [PROMPT, PROMPT[:13]], prefill_buckets=[16, 64], decode_buckets=[1, 2],
+                                    decode_context_buckets=[64])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama4_chunked_tensor_parallel_2_matches_1(checkpoint, tmp_path, target):
+    """TP=2 over gloo: each rank's heads keep the chunk mask; logits and greedy tokens equal TP=1's."""
+    assert_tp2_matches_tp1(checkpoint("llama4_chunked")[0], target, PROMPT, tmp_path)

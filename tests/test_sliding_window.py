@@ -59,24 +59,31 @@ def test_paged_references_match_hf_eager(window, with_sinks):
     scale = D ** -0.5
     pos = torch.arange(L)
     want = hf_eager(q, k, v, pos, pos, window, sinks, scale)
+    assert_every_path(want, q, k, v, n, dict(sliding_window=window, sinks=sinks))
 
-    # varlen prefill over the paged cache: a chunk of the last n tokens
+
+def assert_every_path(want, q, k, v, n: int, opts: dict) -> None:
+    """The four torch references with the layer options ``opts`` give ``want`` (the eager result of every position of
+    one sequence): varlen prefill of the last ``n`` tokens over the paged cache, decode of the last token, neuron's
+    packed prefill of the whole sequence plus a padding token, and its segmented prefill of the last ``n``."""
+    L = q.shape[0]
+    _, _, k_cache, v_cache, table = paged(L)  # same seed: the same K/V as ``k, v``
+    scale = D ** -0.5
+    pos = torch.arange(L)
     got = ops.paged_prefill_attention(q[L - n:], k_cache, v_cache, torch.tensor([0, n], dtype=torch.int32),
-                                      torch.tensor([L], dtype=torch.int32), table[None], scale, window, sinks)
+                                      torch.tensor([L], dtype=torch.int32), table[None], scale, **opts)
     torch.testing.assert_close(got, want[L - n:], atol=1e-5, rtol=1e-5)
-    # decode of the last token
     got = ops.paged_decode_attention(q[L - 1:], k_cache, v_cache, table[None], torch.tensor([L], dtype=torch.int32),
-                                     scale, window, sinks)
+                                     scale, **opts)
     torch.testing.assert_close(got, want[L - 1:], atol=1e-5, rtol=1e-5)
-    # neuron's static paths: packed prefill of the whole sequence plus a padding token, and segmented prefill
     seq_ids = torch.cat([torch.zeros(L, dtype=torch.long), torch.tensor([-1])])
     positions = torch.cat([pos, torch.tensor([0])])
     pad = torch.zeros(1, KVH, D)
     got = ops.packed_prefill_attention(torch.cat([q, torch.zeros(1, H, D)]), torch.cat([k, pad]), torch.cat([v, pad]),
-                                       seq_ids, positions, scale, window, sinks)
+                                       seq_ids, positions, scale, **opts)
     torch.testing.assert_close(got[:L], want, atol=1e-5, rtol=1e-5)
     got = ops.paged_segment_attention(q[L - n:], k_cache, v_cache, table[None].long(),
-                                      torch.zeros(n, dtype=torch.long), pos[L - n:], scale, window, sinks)
+                                      torch.zeros(n, dtype=torch.long), pos[L - n:], scale, **opts)
     torch.testing.assert_close(got, want[L - n:], atol=1e-5, rtol=1e-5)
 
 
@@ -203,3 +210,84 @@ def test_prefill_skips_blocks_wholly_outside_the_window():
     got = ops.paged_prefill_attention(q, k_cache, v_cache, *args, sliding_window=window)
     torch.testing.assert_close(got, want)
     assert ops.paged_prefill_attention(q, k_cache, v_cache, *args).isnan().any()  # full attention reads block 0
+
+
+# ------------------------------------------------------------------- chunked attention (Llama 4) and ALiBi (Falcon)
+def hf_eager_chunk_alibi(q, k, v, chunk, alibi, scale):
+    """Eager attention of one sequence with transformers' chunked mask (``masking_utils.chunked_overlay``: kv // C ==
+    q // C, on the causal one) and Falcon's ALiBi: ``build_alibi_tensor(...) / sqrt(head_dim)`` added to the scaled
+    scores (FalconModel folds it into the SDPA mask)."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    L = q.shape[0]
+    pos = torch.arange(L)
+    kk, vv = k.repeat_interleave(H // KVH, dim=1), v.repeat_interleave(H // KVH, dim=1)
+    logits = torch.einsum("qhd,khd->hqk", q, kk) * scale
+    if alibi:
+        logits = logits + build_alibi_tensor(torch.ones(1, L, dtype=torch.long), H, torch.float32) / D ** 0.5
+    visible = pos[None, :] <= pos[:, None]
+    if chunk is not None:
+        visible &= pos[None, :] // chunk == pos[:, None] // chunk
+    probs = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, vv)
+
+
+@pytest.mark.parametrize("chunk, alibi", [(5, False), (4, False), (1, False), (None, True), (6, True)])
+def test_chunk_and_alibi_references_match_hf_eager(chunk, alibi):
+    L, n = 19, 7  # the last 7 tokens (positions 12..18) straddle chunks
+    k, v, _, _, _ = paged(L)
+    q = torch.randn(L, H, D, generator=torch.Generator().manual_seed(1))
+    want = hf_eager_chunk_alibi(q, k, v, chunk, alibi, D ** -0.5)
+    bias = ops.Alibi(ops.alibi_slopes(H), D ** -0.5, bf16=True) if alibi else None
+    assert_every_path(want, q, k, v, n, dict(chunk=chunk, alibi=bias))
+    # not vacuous: without the chunk / the bias the result differs
+    off = hf_eager_chunk_alibi(q, k, v, None, False, D ** -0.5)
+    assert (off - want).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("heads", list(range(1, 41)) + [64, 71, 128])
+def test_alibi_slopes_equal_transformers(heads):
+    """The slopes for any head count (the odd powers past the largest power of two) are transformers' own."""
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    hf = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)[:, 0, 1]  # slope * position 1
+    torch.testing.assert_close(ops.alibi_slopes(heads).bfloat16().float(), hf, rtol=0, atol=0)
+
+
+def test_prefill_skips_blocks_before_the_chunk():
+    """Chunked prefill of a chunked layer never reads the blocks before its first query's chunk (NaN there changes
+    nothing), while a chunk starting in block 0 reads it."""
+    L, n, chunk = 19, 7, 8  # first query at 12: its chunk starts at 8 = block 2 (block size 4); blocks 0, 1 unread
+    k, v, k_cache, v_cache, table = paged(L)
+    q = torch.randn(n, H, D, generator=torch.Generator().manual_seed(3))
+    args = (torch.tensor([0, n], dtype=torch.int32), torch.tensor([L], dtype=torch.int32), table[None], D ** -0.5)
+    want = ops.paged_prefill_attention(q, k_cache, v_cache, *args, chunk=chunk)
+    for b in table[:2]:
+        k_cache[b], v_cache[b] = float("nan"), float("nan")
+    torch.testing.assert_close(ops.paged_prefill_attention(q, k_cache, v_cache, *args, chunk=chunk), want)
+    assert ops.paged_prefill_attention(q, k_cache, v_cache, *args, chunk=16).isnan().any()
+
+
+def test_torch_only_layers_are_named_and_run_multi_token_steps_eagerly():
+    """A chunked or ALiBi layer names why it takes the torch path on a GPU and takes no captured multi-token step
+    (the torch prefill reference reads sequence lengths on the host); a plain layer keeps every layout."""
+    from modelgen.runtime.layers.attention import PagedAttention
+    from modelgen.runtime.layers.attention.layer import TORCH_ONLY
+    from modelgen.runtime.layers.kind import STEP_LAYOUTS
+
+    plain = PagedAttention(H, KVH, D, 0.25, "layers.0.self_attn")
+    chunked = PagedAttention(H, KVH, D, 0.25, "layers.0.self_attn", chunk=8)
+    alibi = PagedAttention(H, KVH, D, 0.25, "layers.0.self_attn", alibi_slopes=ops.alibi_slopes(H))
+    assert plain.torch_only is None and plain.step_graph_layouts(3) == frozenset({"varlen"})
+    assert (chunked.torch_only, alibi.torch_only) == (TORCH_ONLY["chunk"], TORCH_ONLY["alibi"])
+    for layer in (chunked, alibi):
+        assert layer.step_graph_layouts(1) == STEP_LAYOUTS and layer.step_graph_layouts(3) == frozenset()
+
+
+@pytest.mark.parametrize("bad", [0, -8, 2.5, True])
+def test_bad_chunk_is_one_line_error(bad):
+    from modelgen.runtime.layers.attention import PagedAttention
+
+    with pytest.raises(ValueError, match=f"layers.0.self_attn: attention_chunk_size must be a positive number of "
+                                         f"tokens or null, got {bad!r}"):
+        PagedAttention(H, KVH, D, 0.25, "layers.0.self_attn", chunk=bad)

@@ -60,6 +60,19 @@ class TemperatureTuningSpec(Strict):
     attn_scale: Expression = Field(description="slope of the scale (attn_scale)")
 
 
+class AlibiSpec(Strict):
+    """ALiBi (Press et al.): a per-head linear position bias on the attention scores in place of RoPE."""
+
+    scale: Expression = Field(
+        default=1.0, description="multiplier of the bias slopes[h] * k (Falcon: falcon_head_dim ** -0.5, as its "
+        "bias joins the mask over the scaled scores; BLOOM: 1)",
+    )
+    bf16: bool = Field(
+        default=False, description="true: slopes[h] * k is formed in bfloat16 (HF Falcon build_alibi_tensor rounds "
+        "the slopes and the product to bfloat16); false: float32",
+    )
+
+
 class KVCacheSpec(Strict):
     """What a layer needs the engine to allocate (the Neuron guide's LayerSpec)."""
 
@@ -100,6 +113,19 @@ class GQASpec(Strict):
         default=None,
         description="expression: window W in tokens (a query at position q sees keys k with q - W < k <= q, "
         "transformers' sliding_window_overlay); null, or an expression that evaluates to None: full attention",
+    )
+    chunk_size: Expression | None = Field(
+        default=None,
+        description="expression: attention chunk C in tokens (a query at position q sees keys k <= q with k // C "
+        "== q // C, transformers' chunked_overlay: Llama 4 attention_chunk_size on its RoPE layers); null, or an "
+        "expression that evaluates to None: no chunking",
+    )
+    alibi: AlibiSpec | None = Field(
+        default=None,
+        description="ALiBi: scores of head h for the key at position k get scale * slopes[h] * k (slopes: 2 ** (-8 i "
+        "/ n) over the largest power of two n <= heads, then the odd powers of 2 ** (-4 / n) for the rest, HF "
+        "build_alibi_tensor; each tensor-parallel rank takes its heads' slopes); with rope {enabled: false} "
+        "(Falcon alibi: pick the block by layers.block_rule), e.g. {scale: falcon_head_dim ** -0.5, bf16: true}",
     )
     sinks: bool = Field(
         default=False,
@@ -180,6 +206,8 @@ class GQAttention(Module):
     softcap: Value | None = None  # None: no attention-logit soft-capping (the value may still be None at runtime)
     clip_qkv: Value | None = None  # None: projections not clamped (the value may still be None at runtime)
     temperature: tuple[Value, Value, Value] | None = None  # (enabled, floor_scale, attn_scale); None: no tuning
+    chunk_size: Value | None = None  # None: no chunking (the value may still be None at runtime)
+    alibi: tuple[Value, bool] | None = None  # (scale, bf16); None: no ALiBi
 
     @property
     def qk_norm_in_kernel(self) -> bool:  # type: ignore[override]
@@ -230,6 +258,12 @@ class GQAttention(Module):
                                  f"`{rope.scaling.spec}` (default, linear, dynamic, llama3, yarn)"))
         if self.sliding_window is not None:
             rows.append(("sliding window", f"`{self.sliding_window.spec}` tokens (q - W < k <= q)"))
+        if self.chunk_size is not None:
+            rows.append(("chunked attention", f"chunks of `{self.chunk_size.spec}` tokens (k // C == q // C, k <= q)"))
+        if self.alibi is not None:
+            scale, bf16 = self.alibi
+            rows.append(("ALiBi", f"`{scale.spec}` * slopes[h] * k on the scores"
+                                  + (" (slopes[h] * k in bfloat16)" if bf16 else "")))
         if self.sinks:
             rows.append(("attention sinks", "per-head learned logit `sinks` in the softmax denominator"))
         if self.softcap is not None:
@@ -264,6 +298,9 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         if not enabled.never:
             qk = QKNorm(kind=q.kind, eps=ctx.value(qp + ("eps",), q.eps), enabled=enabled, q_name=q.q_name,
                         k_name=q.k_name, scope=q.scope, bias=q.bias, after_rope=q.after_rope, affine=q.affine)
+    if a.alibi is not None and a.rope.enabled:
+        ctx.error(p + ("alibi",), "ALiBi replaces RoPE: give the block rope: {enabled: false} (pick it with "
+                  "layers.block_rule, e.g. 'alibi' if alibi else 'decoder')")
     return GQAttention(
         name=a.name,
         num_heads=ctx.value(p + ("num_heads",), a.num_heads),
@@ -280,6 +317,8 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: GQASpec) -> GQAttention:
         sinks=a.sinks,
         softcap=ctx.optional(p + ("softcap",), a.softcap),
         clip_qkv=ctx.optional(p + ("clip_qkv",), a.clip_qkv),
+        chunk_size=ctx.optional(p + ("chunk_size",), a.chunk_size),
+        alibi=None if a.alibi is None else (ctx.value(p + ("alibi", "scale"), a.alibi.scale), a.alibi.bf16),
         temperature=None if a.temperature_tuning is None else tuple(
             ctx.value(p + ("temperature_tuning", f), getattr(a.temperature_tuning, f))
             for f in ("enabled", "floor_scale", "attn_scale")),

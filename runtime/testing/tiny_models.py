@@ -81,6 +81,8 @@ FEATURES: dict[str, Any] = {
     "full_attn_alpha_factor": 0.7, "full_attn_beta_factor": 1.3, "linear_attn_alpha_factor": 1.2,
     "linear_attn_beta_factor": 0.6, "mlp_alpha_factor": 0.9, "mlp_beta_factor": 1.4,
     "mamba_proj_bias": True,  # Jamba: in_proj / out_proj biases of the Mamba mixers
+    "attention_chunk_size": 8,  # Llama 4 chunked attention: chunks shorter than the verify prompt
+    "alibi": True,  # Falcon's ALiBi position bias in place of RoPE
 }
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.

@@ -1,7 +1,8 @@
 """Issue 26's attention vocabulary on the vllm target, served by real vLLM (tests/test_parity_attn26.py's feature-on
 configs): greedy tokens equal transformers' float32 choices, teacher-forced (harness.py). Command R+'s per-head QK
 LayerNorm ([heads, head_dim] weights); HunYuan dense (QK RMSNorm after RoPE, NTK-alpha RoPE); Llama 4 text's dense
-layers (NoPE, weightless QK norm after RoPE, temperature tuning). vLLM's CPU attention
+layers (NoPE, weightless QK norm after RoPE, temperature tuning), with chunked attention on its RoPE layers (vLLM's
+ChunkedLocalAttention: chunks of 32 under 40- and 60-token prompts). vLLM's CPU attention
 takes head sizes 32..512: hidden_size 128 over 4 heads, or head_dim 32.
 """
 from __future__ import annotations
@@ -27,16 +28,27 @@ CASES: dict[str, tuple[str, dict]] = {
     "llama4": ("Llama4ForCausalLM", dict(HD, moe_layers=[], attention_chunk_size=512, max_position_embeddings=512,
                                          intermediate_size_mlp=80,
                                          no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5)),
+    # chunks of 32: the RoPE layers (0, 2) attend within their chunk, the NoPE layers globally
+    "llama4_chunked": ("Llama4ForCausalLM", dict(HD, moe_layers=[], attention_chunk_size=32, intermediate_size_mlp=80,
+                                                 no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5)),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+# vLLM's ChunkedLocalAttention needs the chunk to be a multiple of the KV block size, which its CPU attention takes
+# in multiples of 32: chunks of 32, and prompts of 40 and 60 tokens (the second's 8 new tokens cross position 64)
+SERVE = {"llama4_chunked": dict(block_size=32)}
+CASE_PROMPTS = {"llama4_chunked": [tiny_prompt(seed=3, length=40), tiny_prompt(seed=4, length=60)]}
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_tokens_equal_transformers(tmp_path, name):
     arch, overrides = CASES[name]
     hf = make_tiny_checkpoint(tmp_path, arch, **SCALE, **overrides)
-    served = serve(tmp_path, PROMPTS, max_tokens=8)
+    prompts = CASE_PROMPTS.get(name, PROMPTS)
+    served = serve(tmp_path, prompts, max_tokens=8, **SERVE.get(name, {}))
     assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
-    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
+    misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(prompts, served.tokens)}
     assert not any(misses.values()), misses
+    if name == "llama4_chunked":  # negative control: the same weights with one chunk past the context choose others
+        off = make_tiny_checkpoint(tmp_path / "unchunked", arch, **SCALE, **dict(overrides, attention_chunk_size=4096))
+        assert any(teacher_forced_misses(off, p, t) for p, t in zip(prompts, served.tokens))
     assert all(len(t) == 8 for t in served.tokens)

@@ -1,4 +1,4 @@
-"""GPT-NeoX, DBRX and Falcon (issue 26) on the vllm target, served by real vLLM, on feature-on configs of
+"""GPT-NeoX, DBRX and Falcon (issue 26; Falcon with and without ALiBi) on the vllm target, served by real vLLM, on feature-on configs of
 tests/test_parity_{gpt_neox,dbrx,falcon}.py: greedy tokens equal transformers' float32 choices, teacher-forced
 (harness.py). vLLM's CPU attention takes head sizes 32..512: hidden size 128 over 4 heads.
 """
@@ -22,6 +22,14 @@ CASES: dict[str, tuple[str, dict, bool]] = {
     "falcon_multi_query": ("FalconForCausalLM", dict(WIDE, multi_query=True), False),
     "falcon_new_arch": ("FalconForCausalLM", dict(WIDE, new_decoder_architecture=True, num_kv_heads=2, bias=True),
                         False),
+    # ALiBi (no RoPE): 4 heads multi-query; 6 heads (not a power of two) over 2 KV groups. vLLM's CPU attention adds
+    # slopes[h] * (k - q) in float32: the 4 / 6-head slopes are powers of two, so HF's bfloat16 product is exact too
+    "falcon_alibi_multi_query": ("FalconForCausalLM", dict(WIDE, alibi=True, multi_query=True), False),
+    "falcon_alibi_6_heads": ("FalconForCausalLM", dict(hidden_size=192, num_attention_heads=6, alibi=True,
+                                                       new_decoder_architecture=True, num_kv_heads=2), False),
+    # 16 heads: slopes 2 ** (-i / 2), not powers of two, rounded to bfloat16 as HF does
+    "falcon_alibi_16_heads": ("FalconForCausalLM", dict(hidden_size=512, num_attention_heads=16, alibi=True,
+                                                        multi_query=True), False),
     "falcon_sequential": ("FalconForCausalLM", dict(WIDE, multi_query=False, parallel_attn=False,
                                                     activation="gelu_fast", tie_word_embeddings=False), True),
     # DBRX: sizes under its own names; clip_qkv binding, and far above every value (transformers cannot run null)
@@ -36,6 +44,9 @@ CASES: dict[str, tuple[str, dict, bool]] = {
         False),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+# negative controls: the same weights with the feature off choose other tokens (so the feature was served)
+FEATURE_OFF = {name: dict(alibi=False) for name in ("falcon_alibi_multi_query", "falcon_alibi_6_heads",
+                                                    "falcon_alibi_16_heads")}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -46,4 +57,7 @@ def test_greedy_tokens_equal_transformers(tmp_path, name):
     assert served.model_class.startswith("modelgen.generated.vllm."), served.model_class
     misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
     assert not any(misses.values()), misses
+    if name in FEATURE_OFF:
+        off = make_tiny_checkpoint(tmp_path / "off", arch, **SCALE, **dict(overrides, **FEATURE_OFF[name]))
+        assert any(teacher_forced_misses(off, p, t) for p, t in zip(PROMPTS, served.tokens))
     assert all(len(t) == 8 for t in served.tokens)

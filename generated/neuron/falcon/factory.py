@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon.yaml --target neuron
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""
@@ -52,6 +52,8 @@ class FalconForCausalLMFactory(nn.Module):
         if unknown:
             raise ValueError(f"{cls.__name__} serves {ARCHITECTURES}, not {unknown}")
         config = FalconConfig.from_configs(hf_config, neuron_config)
+        if config.num_attention_heads % config.kv_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")
         if config.num_attention_heads % config.kv_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads (GQA groups)")
         if neuron_config is None:

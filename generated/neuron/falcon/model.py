@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon.yaml --target neuron
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Falcon for the neuron target, in vLLM Neuron's style.
 
@@ -43,7 +43,7 @@ def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
 
-class FalconAttention(nn.Module):
+class FalconAttention0(nn.Module):
     """GQA self-attention with separate prefill (packed, causal) and decode (paged) paths."""
 
     def __init__(self, config: FalconConfig, layer_idx: int):
@@ -133,6 +133,106 @@ class FalconAttention(nn.Module):
         self.k_cache, self.v_cache = kv_caches[self.layer_name]
 
 
+class FalconAttention1(nn.Module):
+    """GQA self-attention with separate prefill (packed, causal) and decode (paged) paths."""
+
+    def __init__(self, config: FalconConfig, layer_idx: int):
+        super().__init__()
+        self.layer_name = f"layers.{layer_idx}.self_attention"
+        # >>> PARALLELISM <<< heads are sharded across TP ranks; KV heads are replicated when fewer than ranks.
+        world = dist.tp_size()
+        hidden_size = config.hidden_size
+        self.head_dim = config.falcon_head_dim
+        self.num_attention_heads_per_rank = dist.divide(config.num_attention_heads, world, "num_attention_heads")
+        self.num_key_value_heads_per_rank, num_kv_replicas = dist.kv_heads_per_rank(config.kv_heads, world)
+        self.q_size = self.num_attention_heads_per_rank * self.head_dim
+        self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
+        self.scale = self.head_dim ** -0.5
+        # ALiBi: scale * slopes[h] * k on the scores, this rank's heads' slopes (a buffer: no checkpoint tensor)
+        slopes = NF.alibi_slopes(config.num_attention_heads, self.num_attention_heads_per_rank)
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
+        self.alibi_scale, self.alibi_bf16 = config.falcon_head_dim ** (-0.5), True  # bf16: slopes[h] * k in bfloat16
+
+        self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
+        set_weight_loader(
+            self.qkv_proj_weight,
+            fused_qkv_weight_loader(
+                self.q_size, self.kv_size, shard_dim=1, num_shards=world, is_storage_transposed=True,
+                num_kv_replicas=num_kv_replicas,
+            ),
+        )
+        self.o_proj_weight = _param(self.q_size, hidden_size)
+        set_weight_loader(
+            self.o_proj_weight,
+            sharding_weight_loader(shard_dim=0, shard_size=self.q_size, num_shards=world, is_storage_transposed=True),
+        )
+        if config.bias:
+            self.qkv_proj_bias = _param(self.q_size + 2 * self.kv_size)
+            set_weight_loader(
+                self.qkv_proj_bias,
+                fused_qkv_weight_loader(
+                    self.q_size, self.kv_size, shard_dim=0, num_shards=world, num_kv_replicas=num_kv_replicas
+                ),
+            )
+            self.o_proj_bias = _param(hidden_size)  # replicated: added once after the all-reduce
+        else:
+            self.register_parameter("qkv_proj_bias", None)  # None, not zeros: no bias add in the graph
+            self.register_parameter("o_proj_bias", None)  # None, not zeros: no bias add in the graph
+        self.k_cache: torch.Tensor | None = None  # bound by bind_kv_cache: [num_blocks, kv_heads, block_size, head_dim]
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict
+    ) -> torch.Tensor:
+        meta = attn_metadata[self.layer_name]
+        qkv = NF.qkv_proj(hidden_states, self.qkv_proj_weight, self.qkv_proj_bias)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_attention_heads_per_rank, self.head_dim)
+        k = k.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        v = v.view(-1, self.num_key_value_heads_per_rank, self.head_dim)
+        # NoPE layer: q and k attend unrotated (the model's cos|sin table is not read)
+        # The model owns cache writes; padding tokens carry slot -1 and leave the cache untouched.
+        NF.write_kv_cache(k, v, self.k_cache, self.v_cache, meta["slot_mapping"])
+        if meta["max_query_len"] <= meta["decode_token_threshold"]:
+            out = self.forward_decode(q, positions, meta)
+        else:
+            out = self.forward_prefill(q, k, v, positions, meta)
+        return NF.o_proj(out.reshape(out.shape[0], self.q_size), self.o_proj_weight, self.o_proj_bias)
+
+    def forward_prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, meta: dict
+    ) -> torch.Tensor:
+        if meta["kv_segment_size"] > 0:
+            # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
+            return NF.segmented_attention(
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale,
+                sliding_window=None, sinks=None,
+                alibi=NF.Alibi(self.alibi_slopes, self.alibi_scale, self.alibi_bf16),
+            )
+        return NF.flash_attention(
+            q, k, v, meta["seq_ids"], positions, self.scale,
+            sliding_window=None, sinks=None,
+            alibi=NF.Alibi(self.alibi_slopes, self.alibi_scale, self.alibi_bf16),
+        )
+
+    def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
+        return NF.attention_decode(
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale,
+            sliding_window=None, sinks=None,
+            alibi=NF.Alibi(self.alibi_slopes, self.alibi_scale, self.alibi_bf16),
+        )
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.layer_name, num_kv_heads=self.num_key_value_heads_per_rank, head_size=self.head_dim,
+            dtype=self.qkv_proj_weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.k_cache, self.v_cache = kv_caches[self.layer_name]
+
+
 class FalconMLP(nn.Module):
     """Ungated MLP: down_proj(act(up_proj(x))); intermediate dim sharded across ranks."""
 
@@ -169,7 +269,11 @@ class FalconMLP(nn.Module):
 class FalconDecoderLayer(nn.Module):
     def __init__(self, config: FalconConfig, layer_idx: int):
         super().__init__()
-        self.self_attention = FalconAttention(config, layer_idx)
+        block = config.layer_block(layer_idx)
+        if block == "decoder":
+            self.self_attention = FalconAttention0(config, layer_idx)
+        else:
+            self.self_attention = FalconAttention1(config, layer_idx)
         self.mlp = FalconMLP(config, config.ffn_hidden_size)
         self.parallel_residual = config.parallel_layer  # attention and MLP both read the layer's input
         self.parallel_mlp_norm = config.own_mlp_norm  # a parallel MLP reads its own norm of the input

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon.yaml --target neuron
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Checkpoint mappings of FalconForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -47,7 +47,19 @@ RENAMES = (
 )
 
 
-def _falcon_attention_mappings(mappings: dict[str, list[str]], module: str, config: FalconConfig) -> None:
+def _falcon_attention0_mappings(mappings: dict[str, list[str]], module: str, config: FalconConfig) -> None:
+    mappings[module + ".qkv_proj_weight"] = [
+        module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
+    ]
+    mappings[module + ".o_proj_weight"] = [module + ".o_proj.weight"]
+    if config.bias:
+        mappings[module + ".qkv_proj_bias"] = [
+            module + ".q_proj.bias", module + ".k_proj.bias", module + ".v_proj.bias",
+        ]
+        mappings[module + ".o_proj_bias"] = [module + ".o_proj.bias"]
+
+
+def _falcon_attention1_mappings(mappings: dict[str, list[str]], module: str, config: FalconConfig) -> None:
     mappings[module + ".qkv_proj_weight"] = [
         module + ".q_proj.weight", module + ".k_proj.weight", module + ".v_proj.weight",
     ]
@@ -72,7 +84,11 @@ def checkpoint_mappings(config: FalconConfig) -> dict[str, list[str]]:
     mappings["transformer.word_embeddings_weight"] = ["transformer.word_embeddings.weight"]
     for i in range(config.num_hidden_layers):
         prefix = "transformer.layers." + str(i)
-        _falcon_attention_mappings(mappings, prefix + ".self_attention", config)
+        block = config.layer_block(i)
+        if block == "decoder":
+            _falcon_attention0_mappings(mappings, prefix + ".self_attention", config)
+        else:
+            _falcon_attention1_mappings(mappings, prefix + ".self_attention", config)
         _falcon_mlp_mappings(mappings, prefix + ".mlp", config)
         for key in ("input_layernorm.weight", "input_layernorm.bias"):
             mappings[f"{prefix}.{key}"] = [f"{prefix}.{key}"]

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama4.yaml --target neuron
-# source hash (spec + templates + generator): fb425a993d9da40d
+# source hash (spec + templates + generator): b64ce4b868df3aa1
 # ==================================================================================================================
 """Llama4 for the neuron target, in vLLM Neuron's style.
 
@@ -58,6 +58,8 @@ class Llama4Attention0(nn.Module):
         self.kv_size = self.num_key_value_heads_per_rank * self.head_dim
         self.scale = self.head_dim ** -0.5
         self.rotary_dim = self.head_dim
+        # q sees k iff k // C == q // C (and k <= q); None: off. Masked, never sliced, so shapes stay static.
+        self.attention_chunk = NF.attention_chunk(config.attention_chunk_size, self.layer_name)
 
         self.qkv_proj_weight = _param(hidden_size, self.q_size + 2 * self.kv_size)
         set_weight_loader(
@@ -119,13 +121,21 @@ class Llama4Attention0(nn.Module):
         if meta["kv_segment_size"] > 0:
             # Segmented (chunked) prefill: the chunk's K/V were just written next to the request's cached prefix.
             return NF.segmented_attention(
-                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale
+                q, self.k_cache, self.v_cache, meta["block_table_tensor"], meta["seq_ids"], positions, self.scale,
+                sliding_window=None, sinks=None,
+                chunk=self.attention_chunk,
             )
-        return NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
+        return NF.flash_attention(
+            q, k, v, meta["seq_ids"], positions, self.scale,
+            sliding_window=None, sinks=None,
+            chunk=self.attention_chunk,
+        )
 
     def forward_decode(self, q: torch.Tensor, positions: torch.Tensor, meta: dict) -> torch.Tensor:
         return NF.attention_decode(
-            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale
+            q, self.k_cache, self.v_cache, meta["block_table_tensor"], positions, self.scale,
+            sliding_window=None, sinks=None,
+            chunk=self.attention_chunk,
         )
 
     def kv_spec(self) -> LayerSpec:

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon.yaml --target rocm
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Falcon for the rocm target, in ATOM's style.
 
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from modelgen.runtime.kv_cache import KVSpec, LayerSpec
-from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
+from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention, rank_alibi_slopes
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.mlp import Activation
@@ -42,7 +42,7 @@ from .weights import (
 )
 
 
-class FalconAttention(nn.Module):
+class FalconAttention0(nn.Module):
     """GQA self-attention: fused QKV, RoPE (rotate_half), paged KV cache, row-parallel output."""
 
     def __init__(self, config: FalconConfig, layer_idx: int):
@@ -94,6 +94,53 @@ class FalconAttention(nn.Module):
         self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
 
 
+class FalconAttention1(nn.Module):
+    """GQA self-attention: fused QKV, no RoPE (NoPE), paged KV cache, ALiBi, row-parallel output."""
+
+    def __init__(self, config: FalconConfig, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.falcon_head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_dim, config.num_attention_heads, config.kv_heads, bias=config.bias
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim, config.hidden_size, bias=config.bias
+        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
+        self.attn = PagedAttention(
+            self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
+            layer_name=f"layers.{layer_idx}.self_attention",
+            # ALiBi: scale * slopes[h] * k on the scores, this rank's heads' slopes
+            alibi_slopes=rank_alibi_slopes(config.num_attention_heads, self.num_heads),
+            alibi_scale=config.falcon_head_dim ** (-0.5), alibi_bf16=True,
+        )
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(self.attn(q, k, v, attn_metadata, positions=positions))
+
+    def kv_spec(self) -> LayerSpec:
+        """This layer's cache, per rank: paged K and V blocks ``[num_blocks, num_kv_heads, block_size, head_dim]``."""
+        return LayerSpec(
+            name=self.attn.layer_name, num_kv_heads=self.num_kv_heads, head_size=self.head_dim,
+            dtype=self.qkv_proj.weight.dtype, kind="paged_kv",
+        )
+
+    def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
+        self.attn.k_cache, self.attn.v_cache = kv_caches[self.attn.layer_name]
+
+
 class FalconMLP(nn.Module):
     """Ungated MLP: down_proj(act(up_proj(x))); intermediate dim sharded across ranks."""
 
@@ -112,7 +159,11 @@ class FalconDecoderLayer(nn.Module):
 
     def __init__(self, config: FalconConfig, layer_idx: int):
         super().__init__()
-        self.self_attention = FalconAttention(config, layer_idx)
+        block = config.layer_block(layer_idx)
+        if block == "decoder":
+            self.self_attention = FalconAttention0(config, layer_idx)
+        else:
+            self.self_attention = FalconAttention1(config, layer_idx)
         self.mlp = FalconMLP(config, config.ffn_hidden_size)
         self.parallel_residual = config.parallel_layer  # attention and MLP both read the layer's input
         self.parallel_mlp_norm = config.own_mlp_norm  # a parallel MLP reads its own norm of the input

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): fb425a993d9da40d
+# source hash (spec + templates + generator): b64ce4b868df3aa1
 # ==================================================================================================================
 """Llama4 for the rocm target, in ATOM's style.
 
@@ -43,8 +43,8 @@ from .weights import (
 
 
 class Llama4Attention0(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm after RoPE, RoPE (pairwise), paged KV cache, row-parallel
-    output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm after RoPE, RoPE (pairwise), paged KV cache, chunked
+    attention, row-parallel output."""
 
     def __init__(self, config: Llama4Config, layer_idx: int):
         super().__init__()
@@ -79,6 +79,7 @@ class Llama4Attention0(nn.Module):
         self.attn = PagedAttention(
             self.num_heads, self.num_kv_heads, self.head_dim, scale=self.head_dim ** -0.5,
             layer_name=f"layers.{layer_idx}.self_attn",
+            chunk=config.attention_chunk_size,  # q sees k iff k // C == q // C (and k <= q); None: off
         )
 
     def forward(

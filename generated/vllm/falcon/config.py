@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """FalconConfig: the HF ``config.json`` fields specs/falcon.yaml reads, typed, with the spec's defaults.
 
@@ -146,11 +146,6 @@ class FalconConfig:
         falcon_head_dim = hidden_size // num_attention_heads
         parallel_layer = new_decoder_architecture or parallel_attn
         own_mlp_norm = new_decoder_architecture and num_ln_in_parallel_attn != 1
-        if alibi:
-            raise ConfigError(
-                "specs/falcon.yaml: alibi (ALiBi position bias, falcon-rw) is not generated yet: the attention has "
-                "no ALiBi bias",
-            )
         if not (activation in ('gelu', 'gelu_new', 'gelu_fast', 'gelu_pytorch_tanh', 'relu2')):
             raise ConfigError(
                 "specs/falcon.yaml: activation other than gelu / gelu_new / gelu_fast / gelu_pytorch_tanh / relu2 "
@@ -196,3 +191,7 @@ class FalconConfig:
             parallel_layer=parallel_layer,
             own_mlp_norm=own_mlp_norm,
         )
+
+    def layer_block(self, i: int) -> str:
+        """Block of layer ``i`` (spec ``layers.block_rule``)."""
+        return 'alibi' if self.alibi else 'decoder'

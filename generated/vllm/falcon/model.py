@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 232460f7fcb5f1db
+# source hash (spec + templates + generator): 451d3ec49576c20b
 # ==================================================================================================================
 """Falcon for the vllm target: vLLM's model interface and layer library.
 
@@ -23,12 +23,13 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from modelgen.runtime.layers.attention import alibi_slopes
 from modelgen.runtime.layers.norm import LayerNorm
 from modelgen.runtime.vllm.config import spec_config
 from modelgen.runtime.vllm.loader import WeightTables, load_generated_weights
 from modelgen.runtime.vllm.rope import rope_parameters
 from vllm.config import VllmConfig
-from vllm.distributed import get_pp_group
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_rank
 from vllm.model_executor.layers.activation import get_act_fn
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
@@ -55,7 +56,7 @@ from .weights import (
 )
 
 
-class FalconAttention(nn.Module):
+class FalconAttention0(nn.Module):
     """GQA self-attention: fused QKV, RoPE (rotate_half), vLLM's paged attention, row-parallel output."""
 
     def __init__(self, config: FalconConfig, vllm_config: VllmConfig, prefix: str):
@@ -111,6 +112,60 @@ class FalconAttention(nn.Module):
         return output
 
 
+class FalconAttention1(nn.Module):
+    """GQA self-attention: fused QKV, no RoPE (NoPE), vLLM's paged attention, ALiBi, row-parallel output."""
+
+    def __init__(self, config: FalconConfig, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        quant_config = vllm_config.quant_config
+        self.head_dim = config.falcon_head_dim
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size,
+            self.head_dim,
+            config.num_attention_heads,
+            config.kv_heads,
+            bias=config.bias,
+            quant_config=quant_config,
+            prefix=f"{prefix}.qkv_proj",
+        )
+        # Heads held by this tensor-parallel rank (KV heads are replicated when there are fewer than ranks).
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * self.head_dim,
+            config.hidden_size,
+            bias=config.bias,
+            quant_config=quant_config,
+            prefix=f"{prefix}.o_proj",
+        )
+        # NoPE layer: no rotary embedding (q and k attend unrotated)
+        # ALiBi: scale * slopes[h] * (k - q) on the scores (vLLM's form; the same softmax), this rank's heads
+        start = get_tensor_model_parallel_rank() * self.num_heads
+        slopes = alibi_slopes(config.num_attention_heads)[start : start + self.num_heads]
+        # HF rounds the slopes to bfloat16 (so here); vLLM forms slopes[h] * (k - q) in float32, which equals HF's
+        # bfloat16 product where that is exact (slopes of at most 8 heads' rule, positions up to 256)
+        slopes = slopes.bfloat16().float()
+        slopes = slopes * config.falcon_head_dim ** (-0.5)
+        self.attn = Attention(
+            self.num_heads,
+            self.head_dim,
+            self.head_dim ** -0.5,
+            num_kv_heads=self.num_kv_heads,
+            cache_config=vllm_config.cache_config,
+            quant_config=quant_config,
+            alibi_slopes=slopes.tolist(),
+            prefix=f"{prefix}.attn",
+        )
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        output, _ = self.o_proj(self.attn(q, k, v))
+        return output
+
+
 class FalconMLP(nn.Module):
     """Ungated MLP: down_proj(act(up_proj(x))); intermediate dim sharded across ranks."""
 
@@ -152,7 +207,11 @@ class FalconDecoderLayer(nn.Module):
 
     def __init__(self, config: FalconConfig, vllm_config: VllmConfig, layer_idx: int, prefix: str):
         super().__init__()
-        self.self_attention = FalconAttention(config, vllm_config, f"{prefix}.self_attention")
+        block = config.layer_block(layer_idx)
+        if block == "decoder":
+            self.self_attention = FalconAttention0(config, vllm_config, f"{prefix}.self_attention")
+        else:
+            self.self_attention = FalconAttention1(config, vllm_config, f"{prefix}.self_attention")
         self.mlp = FalconMLP(config, vllm_config, config.ffn_hidden_size, f"{prefix}.mlp")
         self.parallel_residual = config.parallel_layer  # attention and MLP both read the layer's input
         self.parallel_mlp_norm = config.own_mlp_norm  # a parallel MLP reads its own norm of the input

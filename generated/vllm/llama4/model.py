@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): fb425a993d9da40d
+# source hash (spec + templates + generator): b64ce4b868df3aa1
 # ==================================================================================================================
 """Llama4 for the vllm target: vLLM's model interface and layer library.
 
@@ -29,7 +29,7 @@ from modelgen.runtime.vllm.rope import rope_parameters
 from vllm.config import VllmConfig
 from vllm.distributed import get_pp_group
 from vllm.model_executor.layers.activation import SiluAndMul
-from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.attention import Attention, ChunkedLocalAttention
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
@@ -56,8 +56,8 @@ from .weights import (
 
 
 class Llama4Attention0(nn.Module):
-    """GQA self-attention: fused QKV, per-head QK RMSNorm after RoPE, RoPE (pairwise), vLLM's paged attention,
-    row-parallel output."""
+    """GQA self-attention: fused QKV, per-head QK RMSNorm after RoPE, RoPE (pairwise), vLLM's paged attention, chunked
+    attention, row-parallel output."""
 
     def __init__(self, config: Llama4Config, vllm_config: VllmConfig, prefix: str):
         super().__init__()
@@ -98,7 +98,10 @@ class Llama4Attention0(nn.Module):
                 rotary_dim=self.head_dim,
             ),
         )
-        self.attn = Attention(
+        chunk = config.attention_chunk_size  # None: no chunking
+        # q sees k iff k // C == q // C (and k <= q): vLLM's ChunkedLocalAttention (one virtual batch per chunk)
+        attn_cls, chunk_kw = (ChunkedLocalAttention, {"attention_chunk_size": chunk}) if chunk else (Attention, {})
+        self.attn = attn_cls(
             self.num_heads,
             self.head_dim,
             self.head_dim ** -0.5,
@@ -106,6 +109,7 @@ class Llama4Attention0(nn.Module):
             cache_config=vllm_config.cache_config,
             quant_config=quant_config,
             prefix=f"{prefix}.attn",
+            **chunk_kw,
         )
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@
 
 Generated models import the layer names from here (``from modelgen.runtime.layers.attention import ...``).
 """
-from .layer import AttentionMetadata, PagedAttention, head_sharded_loader
+from .layer import AttentionMetadata, PagedAttention, head_sharded_loader, rank_alibi_slopes
+from .ops import alibi_slopes
 
-__all__ = ["AttentionMetadata", "PagedAttention", "head_sharded_loader"]
+__all__ = ["AttentionMetadata", "PagedAttention", "alibi_slopes", "head_sharded_loader", "rank_alibi_slopes"]

@@ -23,6 +23,10 @@ folded into the RoPE / cache-write kernel"), so the two norm launches and the ro
 Sliding windows, attention sinks and logit soft-capping (Mistral/Gemma-style windows, GPT-OSS, Gemma 2) are options
 of both implementations: the Triton kernels take them as compile-time switches (a layer without them pays nothing),
 with the references' semantics (``runtime/layers/attention/ops.py``).
+
+Chunked attention (Llama 4 ``attention_chunk_size``) and ALiBi (Falcon ``alibi``) are options of the torch
+references only: a layer with either runs the torch path on the GPU too (:data:`TORCH_ONLY`, its reason in
+``torch_only``), never the Triton kernels, which would ignore them.
 """
 from __future__ import annotations
 
@@ -36,6 +40,12 @@ from ... import distributed as dist
 from ...ops import gpu
 from ..kind import STEP_LAYOUTS, LayerKind
 from . import ops
+
+# Options the Triton kernels do not implement -> why a layer with them runs the torch references on the GPU.
+TORCH_ONLY = {
+    "chunk": "chunked attention (attention_chunk_size) is not in the Triton paged-attention kernels",
+    "alibi": "the ALiBi position bias is not in the Triton paged-attention kernels",
+}
 
 
 @dataclass
@@ -69,13 +79,29 @@ class PagedAttention(LayerKind):
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, layer_name: str,
         rotary_emb: nn.Module | None = None, sliding_window: int | None = None, softcap: float | None = None,
-        qk_norm: tuple[nn.Module, nn.Module] | None = None,
+        qk_norm: tuple[nn.Module, nn.Module] | None = None, chunk: int | None = None,
+        alibi_slopes: torch.Tensor | None = None, alibi_scale: float = 1.0, alibi_bf16: bool = False,
     ):
+        """``chunk``: Llama 4's attention chunk (a query sees only the keys of its own ``position // chunk``; None:
+        off). ``alibi_slopes [num_heads]``: this rank's heads' ALiBi slopes (None: no ALiBi), the bias
+        ``alibi_scale * slopes[h] * k`` formed in bfloat16 when ``alibi_bf16`` (:class:`ops.Alibi`)."""
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale
         self.sliding_window = ops.check_sliding_window(sliding_window, layer_name)  # None: full causal attention
         self.softcap = ops.check_softcap(softcap, layer_name)  # None: scores not soft-capped
+        self.chunk = ops.check_chunk(chunk, layer_name)  # None: no chunking
+        if alibi_slopes is not None:
+            if alibi_slopes.shape != (num_heads,):
+                raise ValueError(f"{layer_name}: alibi_slopes has shape {tuple(alibi_slopes.shape)}, expected "
+                                 f"({num_heads},) (this rank's heads)")
+            self.register_buffer("alibi_slopes", alibi_slopes.float(), persistent=False)
+        else:
+            self.alibi_slopes = None
+        self.alibi_scale, self.alibi_bf16 = float(alibi_scale), bool(alibi_bf16)
+        # Why this layer runs the torch references on the GPU (None: the Triton kernels serve it).
+        self.torch_only = (TORCH_ONLY["chunk"] if self.chunk is not None
+                           else TORCH_ONLY["alibi"] if alibi_slopes is not None else None)
         self.layer_name = layer_name
         # Optional fused RoPE (see module docstring); held outside the module tree so it is not a submodule twice.
         self._rotary = [rotary_emb] if rotary_emb is not None else []
@@ -95,7 +121,7 @@ class PagedAttention(LayerKind):
         if self.k_cache is None:
             raise RuntimeError(f"{self.layer_name}: no KV cache bound (call bind_kv_cache first)")
         rotary = self._rotary[0] if (self._rotary and positions is not None) else None
-        if gpu.enabled(q):
+        if self.torch_only is None and gpu.enabled(q):
             qk_norm = self._fused_qk_norm(q) if rotary is not None else None
             if qk_norm is None and self._qk_norm:
                 q, k = self._qk_norm[0](q), self._qk_norm[1](k)
@@ -104,20 +130,28 @@ class PagedAttention(LayerKind):
             q, k = self._qk_norm[0](q), self._qk_norm[1](k)
         if rotary is not None:
             q, k = rotary(positions, q, k)
-        ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        if self.torch_only is not None and q.is_cuda:  # no host sync: a decode step stays graph-capturable
+            ops.write_paged_kv_static(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        else:
+            ops.write_paged_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        alibi = None
+        if self.alibi_slopes is not None:
+            alibi = ops.Alibi(self.alibi_slopes, self.alibi_scale, self.alibi_bf16)
         if meta.is_prefill:
             o = ops.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, meta.cu_seqlens_q, meta.context_lens, meta.block_tables, self.scale,
-                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
+                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap, chunk=self.chunk, alibi=alibi,
             )
         else:
             o = ops.paged_decode_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,
-                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap,
+                sliding_window=self.sliding_window, sinks=sinks, softcap=self.softcap, chunk=self.chunk, alibi=alibi,
             )
         return o.reshape(o.shape[0], self.num_heads * self.head_dim)
 
     def step_graph_layouts(self, tokens_per_seq: int) -> frozenset[str]:
+        if self.torch_only is not None and tokens_per_seq > 1:
+            return frozenset()  # the torch prefill reference reads per-sequence lengths on the host: run eagerly
         # One token per sequence: either layout. More: not "rows" -- the Triton decode kernel writes a row's own K/V
         # inside the launch that the sequence's later rows read (a race); the varlen write-then-attend path is exact.
         return STEP_LAYOUTS if tokens_per_seq == 1 else frozenset({"varlen"})
@@ -169,3 +203,10 @@ def head_sharded_loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
     if loaded.dim() != 1 or loaded.shape[0] != local * dist.tp_size():
         raise ValueError(f"checkpoint tensor has shape {tuple(loaded.shape)}, expected ({local * dist.tp_size()},)")
     param.data.copy_(loaded.narrow(0, dist.tp_rank() * local, local))
+
+
+def rank_alibi_slopes(num_heads: int, heads_per_rank: int) -> torch.Tensor:
+    """This rank's heads' ALiBi slopes ``[heads_per_rank]`` (float32) of a ``num_heads``-head attention: the slice
+    ``[rank * heads_per_rank, (rank + 1) * heads_per_rank)``, as QKVParallelLinear shards the queries."""
+    rank = dist.tp_rank()
+    return ops.alibi_slopes(num_heads)[rank * heads_per_rank:(rank + 1) * heads_per_rank]

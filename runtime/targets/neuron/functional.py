@@ -86,14 +86,30 @@ def sliding_window(window: int | None, where: str) -> int | None:
     return attn_ops.check_sliding_window(window, where)
 
 
+def attention_chunk(chunk: int | None, where: str) -> int | None:
+    """A layer's attention chunk from the config (Llama 4 ``attention_chunk_size``): None (off) or a positive int."""
+    return attn_ops.check_chunk(chunk, where)
+
+
+def alibi_slopes(num_heads: int, heads_per_rank: int) -> torch.Tensor:
+    """This rank's heads' ALiBi slopes ``[heads_per_rank]`` (float32) of a ``num_heads``-head attention."""
+    rank = dist.tp_rank()
+    return attn_ops.alibi_slopes(num_heads)[rank * heads_per_rank:(rank + 1) * heads_per_rank]
+
+
+Alibi = attn_ops.Alibi  # (slopes, scale, bf16): the bias scale * slopes[h] * k of a layer (ops.Alibi)
+
+
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_ids: torch.Tensor, positions: torch.Tensor, scale: float,
     sliding_window: int | None = None, sinks: torch.Tensor | None = None, softcap: float | None = None,
+    chunk: int | None = None, alibi: attn_ops.Alibi | None = None,
 ) -> torch.Tensor:
-    """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks / soft-capped when
-    given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see
+    """Prefill: causal attention among one bucket's packed prompt tokens (windowed / with sinks / soft-capped /
+    chunked / ALiBi-biased when given; ``softcap`` c: Gemma 2's ``c * tanh(scores / c)`` before the mask, see
     ``runtime/layers/attention/ops.py``)."""
-    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks, softcap)
+    return attn_ops.packed_prefill_attention(q, k, v, seq_ids, positions, scale, sliding_window, sinks, softcap,
+                                             chunk, alibi)
 
 
 def segmented_attention(
@@ -107,10 +123,12 @@ def segmented_attention(
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
     softcap: float | None = None,
+    chunk: int | None = None,
+    alibi: attn_ops.Alibi | None = None,
 ) -> torch.Tensor:
     """Segmented prefill: a prompt chunk attends its request's cached prefix and itself (already written)."""
     return attn_ops.paged_segment_attention(
-        q, k_cache, v_cache, block_table, seq_ids, positions, scale, sliding_window, sinks, softcap
+        q, k_cache, v_cache, block_table, seq_ids, positions, scale, sliding_window, sinks, softcap, chunk, alibi
     )
 
 
@@ -124,10 +142,12 @@ def attention_decode(
     sliding_window: int | None = None,
     sinks: torch.Tensor | None = None,
     softcap: float | None = None,
+    chunk: int | None = None,
+    alibi: attn_ops.Alibi | None = None,
 ) -> torch.Tensor:
     """Decode: one query per request over its paged context (``positions + 1`` cached tokens, its own included)."""
     return attn_ops.paged_decode_attention(
-        q, k_cache, v_cache, block_table, positions + 1, scale, sliding_window, sinks, softcap
+        q, k_cache, v_cache, block_table, positions + 1, scale, sliding_window, sinks, softcap, chunk, alibi
     )
 
 
