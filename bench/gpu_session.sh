@@ -23,7 +23,22 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
+if [ "$phase" = s31a ]; then  # nvidia-h200, ~420 s: the GDN kernel tests (window_decode vs the per-slot loop, bitwise)
+  # and the graphed speculative tests; bench/spec_oracle.py on the Qwen3-Next shape (8 layers) with each resident row
+  # paired with the per-slot GDN verify (--gdn-window-legs), K = 1..3, batch 1 and 8, p 0.8 / 0.9, graph replay times
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py \
+    tests/test_gpu_speculative.py -k "not fla" 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 280 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 2 1 --p 0.8 0.9 \
+    --host-k --gdn-window-legs 1 --new-tokens 128 --reps 3 --budget-s 250 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-window.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|Error\|error\|checkpoint" | tail -60 > "$L/2-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/2-spec.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s31a.log"; rm -rf "$L"
+  cat "$OUT/s31a.log"
+elif [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
   # default) beside nothing else; then bench/spec_oracle.py on the DeepSeek-V3 shape (8 layers): speed-up over plain
   # decode at oracle acceptance 0.5 / 0.7 / 0.8 / 0.9, K = 1..3, batch 1 and 8, and the host-read path at K = 3
   timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \

@@ -20,7 +20,9 @@ of the same batch on a plain engine kept alongside (paired legs; ``--reps`` repe
 without the LM head, ``resident=False``). Each row records tokens/s, the paired plain tokens/s, the speed-up, the
 measured acceptance rate (accepted / proposed drafts), mean tokens per verify step and whether every row's tokens
 equal the plain leg's; with ``--components``, the GPU time of each graph a step replays (the host time a step adds
-is its wall time less their sum).
+is its wall time less their sum). With ``--gdn-window-legs 1`` (Qwen3-Next), every resident row also runs with the
+verify window's Gated DeltaNet layers as one-token steps per slot (``kernels.WINDOW_DECODE`` off), right after the
+row with ``window_decode``: the paired A/B of the multi-token GDN kernel, components of both verify graphs included.
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
       --p 0.5 0.7 0.8 0.9 --out bench/results/h200-spec-oracle.json
@@ -186,6 +188,9 @@ def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
 
 def run_model(kind: str, args, root: Path, results: dict) -> None:
     t0 = time.monotonic()
+    gdn_legs = bool(args.gdn_window_legs) and kind == "qwen3_next" and args.device.startswith("cuda")
+    if gdn_legs:
+        from modelgen.runtime.layers.gated_deltanet import kernels as ggd
     path = make_checkpoint(kind, args, root)
     vocab = SHAPES[kind][args.size]["vocab_size"]
     log(f"{kind}: checkpoint in {time.monotonic() - t0:.0f}s")
@@ -205,13 +210,20 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
             continue
         llm = engine(path, args, k)
         dec = llm.speculative
-        legs = [(True, p) for p in args.p] + ([(False, p) for p in args.host_p] if k in args.host_k else [])
+        legs = [(True, p, True) for p in args.p] + ([(False, p, True) for p in args.host_p] if k in args.host_k
+                                                     else [])
+        if gdn_legs:  # each resident row again with the verify window's GDN layers run once per token slot
+            legs = [leg for p in args.p for leg in ((True, p, True), (True, p, False))] + legs[len(args.p):]
         for b in args.batches:
-            for resident, p in legs:
+            for resident, p, window in legs:
                 if time.monotonic() > args.deadline:
-                    out.setdefault("skipped", []).append(f"k{k} bs{b} p{p} {'resident' if resident else 'host'}")
+                    out.setdefault("skipped", []).append(f"k{k} bs{b} p{p} {'resident' if resident else 'host'}"
+                                                         f"{'' if window else ' gdn-loop'}")
                     continue
-                if dec.verify_graphs is not None and dec.resident != resident:  # (no graphs on a CPU: eager)
+                if dec.verify_graphs is not None and (dec.resident != resident or (gdn_legs and ggd.WINDOW_DECODE
+                                                                                   != window)):
+                    if gdn_legs:
+                        ggd.WINDOW_DECODE = window  # read when the verify graphs are captured
                     dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident)
                     dec.warmup()
                 base, _, _ = timed(plain, prompts[:b], args.new_tokens, args.reps, args.device)
@@ -220,6 +232,8 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                 spec = stats.get("speculative") or {}
                 ref = [truth[tuple(q)] for q in prompts[:b]]
                 kind_of = "resident" if dec.resident else ("host" if dec.verify_graphs is not None else "eager")
+                if gdn_legs and not window:
+                    kind_of += "-gdnloop"  # the verify window's GDN layers as q one-token steps (before window_decode)
                 row = {"k": k, "batch": b, "p": p, "path": kind_of,
                        "tokens_per_s": tps, "plain_tokens_per_s": base, "speedup": tps / base,
                        "acceptance_rate": spec.get("acceptance_rate"),
@@ -238,9 +252,18 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
             out.setdefault("host_profile", {})[f"k{k}"] = host_profile(llm, prompts[:1], truth, vocab, args)
             log(f"{kind} k{k} host profile (bs1, p 0.8): {out['host_profile'][f'k{k}']}")
         if args.components and args.device.startswith("cuda"):
-            out.setdefault("components_ms", {})[f"k{k}"] = {str(b): components(plain, llm, b) for b in args.batches}
-            log(f"{kind} k{k} graph replay ms: {out['components_ms'][f'k{k}']}")
+            for window in ((True, False) if gdn_legs else (None,)):
+                key = f"k{k}" if window in (None, True) else f"k{k}-gdnloop"
+                if window is not None and dec.verify_graphs is not None and (ggd.WINDOW_DECODE != window
+                                                                             or not dec.resident):
+                    ggd.WINDOW_DECODE = window
+                    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=True)
+                    dec.warmup()
+                out.setdefault("components_ms", {})[key] = {str(b): components(plain, llm, b) for b in args.batches}
+                log(f"{kind} {key} graph replay ms: {out['components_ms'][key]}")
             Path(args.out).write_text(json.dumps(results, indent=2))
+        if gdn_legs:
+            ggd.WINDOW_DECODE = True
         del llm, dec
         free_memory()
     del plain
@@ -269,6 +292,9 @@ def main() -> int:
                     help="on a GPU, a host profile of the largest K's steps at batch 1 (host_profile())")
     ap.add_argument("--components", type=int, default=1, choices=[0, 1],
                     help="on a GPU, also time each graph a step replays (components())")
+    ap.add_argument("--gdn-window-legs", type=int, default=0, choices=[0, 1],
+                    help="Qwen3-Next on a GPU: pair each resident row with one whose verify graph runs the GDN "
+                         "layers once per token slot (kernels.WINDOW_DECODE off: the path before window_decode)")
     ap.add_argument("--budget-s", type=float, default=None)
     ap.add_argument("--out", default="bench/results/h200-spec-oracle.json")
     args = ap.parse_args()

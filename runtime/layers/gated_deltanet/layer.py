@@ -10,7 +10,8 @@ flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing i
 
 Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
 recurrent op, batched; both from ``runtime/layers/gated_deltanet/ops.py``. A fixed-shape multi-token step
-(``tokens_per_seq``: a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads.
+(``tokens_per_seq``: a graphed speculative verify window) runs the whole window in two kernels on the GPU
+(``kernels.window_decode``), elsewhere the recurrent op once per token slot; no host reads either way.
 Sequences whose slot is ``PAD_SLOT`` and tokens past ``cu_seqlens[-1]`` (padding) produce zeros and never read or write
 any state.
 
@@ -225,6 +226,16 @@ class GatedDeltaNet(LayerKind):
                     mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
                     meta.state_slots, meta.fresh, num_k_heads=self.num_k_heads, head_k_dim=self.head_k_dim,
                     head_v_dim=self.head_v_dim)
+                o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+                return self.out_proj(o.reshape(T, self.value_dim))
+        if meta.tokens_per_seq and gpu.enabled(mixed):
+            from . import kernels as ggd
+
+            if ggd.WINDOW_DECODE:  # the whole verify window in two launches (bitwise _window_rows)
+                core = ggd.window_decode(
+                    mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
+                    meta.state_slots, meta.fresh, meta.seq_lens, meta.tokens_per_seq, num_k_heads=self.num_k_heads,
+                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
                 o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
                 return self.out_proj(o.reshape(T, self.value_dim))
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
