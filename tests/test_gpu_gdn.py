@@ -148,7 +148,8 @@ def test_decode_with_gating_is_the_unfused_chain(Hk, Hv, Dk, Dv, dtype):
         fresh = torch.zeros_like(fresh)
 
 
-def _window_loop(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh, lens, q, Hk, Dk, Dv, ref):
+def _window_loop(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh, lens, q, Hk, Dk, Dv, ref,
+                 after=None):
     """The per-column path the layer took before window_decode (``GatedDeltaNet._window_rows``): column j of every
     sequence through the one-token decode, slot -1 where the sequence has <= j real tokens, fresh at j = 0 only --
     with the kernels (``ref=False``: gdn_gating + decode) or the torch references (``ref=True``)."""
@@ -166,6 +167,8 @@ def _window_loop(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots
         outs.append(fn(x[:, j].contiguous(), gr[:, j].contiguous(), br[:, j].contiguous(), weight, conv_pool, rec_pool,
                        torch.arange(R, device=DEV), col_slots, col_fresh, num_k_heads=Hk, head_k_dim=Dk,
                        head_v_dim=Dv, decode=True))
+        if after is not None:  # the pools after column j
+            after.append((conv_pool.clone(), rec_pool.clone()))
     return torch.stack(outs, 1).reshape(R * q, *outs[0].shape[1:])
 
 
@@ -177,7 +180,8 @@ def test_window_decode_is_the_per_token_loop(Hk, Hv, Dk, Dv, dtype, q, K):
     with a full window, fewer real tokens (1 .. q-1), a fresh one, a padding sequence (slot -1), b/a strided views.
     Bit for bit against the loop of one-token kernels (outputs and both pools, on copies), within rounding against
     the torch references; padding tokens give zeros; NaN-poisoned slots no row names stay so, and a padding
-    sequence's slot is untouched."""
+    sequence's slot is untouched. With checkpoints: each real token's conv history and state, bit for bit the
+    loop's pools after that column; checkpoint entries of padding tokens and unnamed slots are not written."""
     from modelgen.runtime.layers.gated_deltanet import kernels as ggd
 
     R, S = 5, 9
@@ -190,16 +194,31 @@ def test_window_decode_is_the_per_token_loop(Hk, Hv, Dk, Dv, dtype, q, K):
     A_log, dt_bias = rnd(Hv), rnd(Hv)
     k_conv, k_rec = conv_pool.clone(), rec_pool.clone()  # the per-column kernels' pools
     ref_conv, ref_rec = conv_pool.clone(), rec_pool.clone()
+    ck = (torch.full((S, q, *conv_pool.shape[1:]), float("nan"), dtype=dtype, device=DEV),
+          torch.full((S, q, *rec_pool.shape[1:]), float("nan"), device=DEV))
     for step in range(3):
         lens = torch.tensor([q, max(1, q - 1), q, 1, (step % q) + 1], device=DEV)
+        with_ck = step > 0  # the first window without checkpoints (HAS_CK off), then with
+        for t in ck:
+            t.fill_(float("nan"))
         mixed = rnd(R * q, C).to(dtype)
         ba = (rnd(R * q, 2 * Hv) * 2).to(dtype)
         b, a = ba[:, :Hv], ba[:, Hv:]
         a[0, 0] = 30.0  # softplus' linear branch
         got = ggd.window_decode(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh, lens, q,
-                                num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv)
+                                num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv, checkpoints=ck if with_ck else None)
+        after = []
         loop = _window_loop(mixed, a, b, A_log, dt_bias, weight, k_conv, k_rec, slots, fresh, lens, q, Hk, Dk, Dv,
-                            ref=False)
+                            ref=False, after=after)
+        for r, slot in enumerate(slots.tolist()):
+            for j in range(q):
+                written = with_ck and slot >= 0 and j < lens[r]
+                if written:
+                    assert torch.equal(ck[0][slot, j], after[j][0][slot]), (step, r, j)
+                    assert torch.equal(ck[1][slot, j], after[j][1][slot]), (step, r, j)
+                elif slot >= 0:
+                    assert torch.isnan(ck[1][slot, j]).all() and torch.isnan(ck[0][slot, j].float()).all()
+        assert torch.isnan(ck[1][untouched + [2, 4, 8]]).all()
         want = _window_loop(mixed, a, b, A_log, dt_bias, weight, ref_conv, ref_rec, slots, fresh, lens, q, Hk, Dk, Dv,
                             ref=True)
         assert got.shape == (R * q, Hv, Dv) and got.dtype == dtype

@@ -303,8 +303,8 @@ WINDOW_DECODE = True
 
 @triton.jit
 def _conv_window_kernel(
-    x_ptr, w_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, s_x, s_o, s_pool, C,
-    Q: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr,
+    x_ptr, w_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, ck_ptr, s_x, s_o, s_pool, s_ck, C,
+    Q: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr, HAS_CK: tl.constexpr,
 ):
     row = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -332,6 +332,14 @@ def _conv_window_kernel(
             acc = acc / (1.0 + tl.exp(-acc))
         acc = tl.where(j < n, acc, 0.0)
         tl.store(obase + j * s_o, acc.to(o_ptr.dtype.element_ty), mask=cm)
+        if HAS_CK:  # the history after token j, e[j+1 .. j+K-1], into the slot's checkpoint j (real tokens only)
+            ck = ck_ptr + tl.maximum(slot, 0) * s_ck + j * (C * (K - 1)) + c * (K - 1)
+            for i in tl.static_range(K - 1):
+                if j + 1 + i < K - 1:
+                    e = tl.load(base + (j + 1 + i), mask=rd, other=0.0)
+                else:
+                    e = tl.load(xbase + (j + 1 + i - (K - 1)) * s_x, mask=cm, other=0.0)
+                tl.store(ck + i, e.to(ck_ptr.dtype.element_ty), mask=cm & live & (j < n))
     # new history: slot i takes e[n + i] (n >= 1 real tokens shifted in). In ascending i the history position read,
     # n + i, is always past every position written so far (0 .. i-1): no element is read after it is overwritten.
     for i in tl.static_range(K - 1):
@@ -345,9 +353,9 @@ def _conv_window_kernel(
 
 @triton.jit
 def _gated_delta_window_kernel(
-    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, s_x, s_a, s_b, s_pool,
-    scale, eps, Q: tl.constexpr, HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    KEY_DIM: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, ck_ptr, s_x, s_a, s_b,
+    s_pool, s_ck, scale, eps, Q: tl.constexpr, HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    KEY_DIM: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, HAS_CK: tl.constexpr,
 ):
     row = tl.program_id(0)
     h = tl.program_id(1)
@@ -373,18 +381,25 @@ def _gated_delta_window_kernel(
         real = j < n
         S = tl.where(real, S1.to(pool_ptr.dtype.element_ty).to(tl.float32), S)  # the pool's rounding per token
         tl.store(o_ptr + (t * HV + h) * DV + dv, tl.where(real, o, 0.0).to(o_ptr.dtype.element_ty), mask=vm)
+        if HAS_CK:  # the state after token j into the slot's checkpoint j (real tokens only)
+            ck = ck_ptr + tl.maximum(slot, 0) * s_ck + j * (HV * DK * DV) + h * (DK * DV)
+            tl.store(ck + dk[:, None] * DV + dv[None, :], S.to(ck_ptr.dtype.element_ty), mask=m2 & live & real)
     tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)  # written once
 
 
 def window_decode(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recurrent_pool, slots, fresh, seq_lens, q, *,
-                  num_k_heads, head_k_dim, head_v_dim, use_qk_l2norm: bool = True, scale: float | None = None,
-                  eps: float = 1e-6) -> torch.Tensor:
+                  num_k_heads, head_k_dim, head_v_dim, checkpoints=None, use_qk_l2norm: bool = True,
+                  scale: float | None = None, eps: float = 1e-6) -> torch.Tensor:
     """A fixed-shape window of ``q`` token slots per sequence in two launches: ``mixed [R*q, C]`` (conv input), ``a,
     b [R*q, Hv]`` (views with unit last stride allowed); sequence r owns tokens ``[r*q, (r+1)*q)``, the first
     ``seq_lens[r]`` real (``1 <= seq_lens[r] <= q``), ``fresh[r]`` for its first token; slot -1 rows are padding
     sequences -> core ``[R*q, Hv, Dv]`` in ``mixed.dtype`` (zeros on padding tokens and rows), the conv and
     recurrent pools advanced in place over each row's real tokens, as ``q`` one-token :func:`decode_with_gating`
-    calls (column j: slot -1 where ``seq_lens <= j``, fresh for j = 0 only) advance them, bit for bit."""
+    calls (column j: slot -1 where ``seq_lens <= j``, fresh for j = 0 only) advance them, bit for bit.
+
+    ``checkpoints``: ``(conv [S, >=q, C, K-1], recurrent [S, >=q, Hv, Dk, Dv])`` (``StatePool.checkpoints``) also
+    receive, for each real token j of a sequence, its conv history and state after token j at ``[slot, j]`` --
+    what the pool would hold had the window stopped there (a speculative rollback picks one instead of re-running)."""
     T, C = mixed.shape
     Hv = A_log.shape[0]
     Rn = slots.shape[0]
@@ -404,17 +419,24 @@ def window_decode(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recurrent
         raise ValueError("window_decode: the conv and state pools must be contiguous")
     conv_weight = conv_weight.contiguous()
     K = conv_weight.shape[-1]
+    ck_conv, ck_rec = checkpoints if checkpoints is not None else (conv_pool, recurrent_pool)
+    if checkpoints is not None and not (
+            ck_conv.is_contiguous() and ck_rec.is_contiguous() and ck_conv.shape[1] >= q and ck_rec.shape[1] >= q
+            and ck_conv.shape[2:] == conv_pool.shape[1:] and ck_rec.shape[2:] == recurrent_pool.shape[1:]):
+        raise ValueError(f"window_decode: checkpoints {tuple(ck_conv.shape)} / {tuple(ck_rec.shape)} are not "
+                         f"contiguous [num_slots, >={q}, *slot shape] of the pools")
     x = torch.empty((T, C), dtype=mixed.dtype, device=mixed.device)
     block = 256
     _conv_window_kernel[(Rn, triton.cdiv(C, block))](
-        mixed, conv_weight, conv_pool, slots, fresh, seq_lens, x, mixed.stride(0), x.stride(0), conv_pool.stride(0),
-        C, Q=q, K=K, BLOCK_C=block, SILU=True, num_warps=4)
+        mixed, conv_weight, conv_pool, slots, fresh, seq_lens, x, ck_conv, mixed.stride(0), x.stride(0),
+        conv_pool.stride(0), ck_conv.stride(0), C, Q=q, K=K, BLOCK_C=block, SILU=True,
+        HAS_CK=checkpoints is not None, num_warps=4)
     BV = min(32, next_pow2(head_v_dim))  # recurrent_step's tile: the same sums
     _gated_delta_window_kernel[(Rn, Hv, triton.cdiv(head_v_dim, BV))](
-        x, a, b, A_log, dt_bias, recurrent_pool, slots, fresh, seq_lens, out, x.stride(0), a.stride(0), b.stride(0),
-        recurrent_pool.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
+        x, a, b, A_log, dt_bias, recurrent_pool, slots, fresh, seq_lens, out, ck_rec, x.stride(0), a.stride(0),
+        b.stride(0), recurrent_pool.stride(0), ck_rec.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
         Q=q, HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
-        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, num_warps=4)
+        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, HAS_CK=checkpoints is not None, num_warps=4)
     return out
 
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from ... import distributed as dist
 from ...ops import gpu
-from ...state_cache import PAD_SLOT, StateMetadata, StateSpec
+from ...state_cache import PAD_SLOT, StateMetadata, StateSpec, write_state_rows
 from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
 from . import ops as gd
@@ -235,7 +235,7 @@ class GatedDeltaNet(LayerKind):
                 core = ggd.window_decode(
                     mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
                     meta.state_slots, meta.fresh, meta.seq_lens, meta.tokens_per_seq, num_k_heads=self.num_k_heads,
-                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
+                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, checkpoints=self._checkpoints(meta))
                 o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
                 return self.out_proj(o.reshape(T, self.value_dim))
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
@@ -274,13 +274,22 @@ class GatedDeltaNet(LayerKind):
             raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: {mixed.shape[0]} tokens for {R} sequences of "
                              f"{q} slots (tokens_per_seq)")
         x, gr, br = mixed.view(R, q, -1), g.view(R, q, -1), beta.view(R, q, -1)
+        ck = self._checkpoints(meta)
         outs = []
         for j in range(q):
             slots = torch.where(meta.seq_lens > j, meta.state_slots, torch.full_like(meta.state_slots, PAD_SLOT))
             fresh = meta.fresh if j == 0 else torch.zeros_like(meta.fresh)
             outs.append(self._decode_rows(x[:, j].contiguous(), gr[:, j].contiguous(), br[:, j].contiguous(), weight,
                                           slots, fresh))
+            if ck is not None:  # the states after token j, as window_decode leaves them
+                valid, src = slots >= 0, slots.clamp(min=0)
+                for part, pool in zip(ck, (self.conv_state, self.recurrent_state)):
+                    write_state_rows(part[:, j], slots, valid, pool.index_select(0, src))
         return torch.stack(outs, 1).reshape(R * q, *outs[0].shape[1:])
+
+    def _checkpoints(self, meta: StateMetadata):
+        """This layer's ``(conv, recurrent)`` checkpoint tensors of the step, or None."""
+        return meta.checkpoints.get(self.layer_name) if meta.checkpoints else None
 
     def _mixed_eager(self, mixed, g, beta, weight, meta: StateMetadata) -> torch.Tensor:
         """Any mix of prefill segments and decode tokens (host-side routing: the CPU reference path)."""
