@@ -23,8 +23,8 @@ equal the plain leg's; with ``--components``, the GPU time of each graph a step 
 is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
 after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
-graph), ``loop`` (the GDN layers once per token slot, snapshot path: the code before ``window_decode``); the
-components of each variant's graphs are timed too.
+graph); the components of each variant's graphs are timed too. (A ``loop`` variant -- the GDN layers once per
+token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
       --p 0.5 0.7 0.8 0.9 --out bench/results/h200-spec-oracle.json
@@ -190,11 +190,7 @@ def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
 
 def set_variant(dec, llm, variant: str, resident: bool) -> None:
     """Recapture the speculative graphs for ``variant`` of the verify step's Gated DeltaNet path (``--gdn-legs``):
-    ``default`` (window kernel + per-token state checkpoints), ``no-ck`` (window kernel, snapshot / re-advance),
-    ``loop`` (one-token GDN steps per slot, snapshot / re-advance)."""
-    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
-
-    ggd.WINDOW_DECODE = variant != "loop"  # read when the verify graphs are captured
+    ``default`` (window kernel + per-token state checkpoints), ``no-ck`` (window kernel, snapshot / re-advance)."""
     dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant == "default")
     dec.warmup()
 
@@ -202,8 +198,6 @@ def set_variant(dec, llm, variant: str, resident: bool) -> None:
 def run_model(kind: str, args, root: Path, results: dict) -> None:
     t0 = time.monotonic()
     gdn_legs = list(args.gdn_legs) if kind == "qwen3_next" and args.device.startswith("cuda") else []
-    if gdn_legs:
-        from modelgen.runtime.layers.gated_deltanet import kernels as ggd
     path = make_checkpoint(kind, args, root)
     vocab = SHAPES[kind][args.size]["vocab_size"]
     log(f"{kind}: checkpoint in {time.monotonic() - t0:.0f}s")
@@ -271,8 +265,6 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                 out.setdefault("components_ms", {})[key] = {str(b): components(plain, llm, b) for b in args.batches}
                 log(f"{kind} {key} graph replay ms: {out['components_ms'][key]}")
             Path(args.out).write_text(json.dumps(results, indent=2))
-        if gdn_legs:
-            ggd.WINDOW_DECODE = True
         del llm, dec
         free_memory()
     del plain
@@ -301,7 +293,7 @@ def main() -> int:
                     help="on a GPU, a host profile of the largest K's steps at batch 1 (host_profile())")
     ap.add_argument("--components", type=int, default=1, choices=[0, 1],
                     help="on a GPU, also time each graph a step replays (components())")
-    ap.add_argument("--gdn-legs", nargs="*", default=[], choices=["no-ck", "loop"],
+    ap.add_argument("--gdn-legs", nargs="*", default=[], choices=["no-ck"],
                     help="Qwen3-Next on a GPU: pair each resident row with these variants of the verify step's GDN "
                          "path (set_variant())")
     ap.add_argument("--budget-s", type=float, default=None)

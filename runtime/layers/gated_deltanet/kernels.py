@@ -296,9 +296,7 @@ def decode_with_gating(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recu
 # kernel keeps each (row, value head, 32-column) state tile in registers over the q tokens, reading and writing the
 # state once per window instead of once per token. Every token gets the one-token path's arithmetic in the same
 # order (the state rounded to the pool dtype between tokens, as the pool round trip did), so outputs and states are
-# bitwise those of the per-column loop. ``WINDOW_DECODE`` is the path the layer takes (bench/spec_oracle.py
-# --gdn-window-legs times both in one process).
-WINDOW_DECODE = True
+# bitwise those of the per-column loop (which it replaced on the GPU after a paired A/B: bench/NOTES-mtp.md).
 
 
 @triton.jit

@@ -228,16 +228,15 @@ class GatedDeltaNet(LayerKind):
                     head_v_dim=self.head_v_dim)
                 o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
                 return self.out_proj(o.reshape(T, self.value_dim))
-        if meta.tokens_per_seq and gpu.enabled(mixed):
-            from . import kernels as ggd
+        if meta.tokens_per_seq and gpu.enabled(mixed):  # the whole verify window in two launches (bitwise
+            from . import kernels as ggd  # _window_rows, which ran the decode kernels once per slot: 1.1-1.4x slower)
 
-            if ggd.WINDOW_DECODE:  # the whole verify window in two launches (bitwise _window_rows)
-                core = ggd.window_decode(
-                    mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
-                    meta.state_slots, meta.fresh, meta.seq_lens, meta.tokens_per_seq, num_k_heads=self.num_k_heads,
-                    head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, checkpoints=self._checkpoints(meta))
-                o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
-                return self.out_proj(o.reshape(T, self.value_dim))
+            core = ggd.window_decode(
+                mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
+                meta.state_slots, meta.fresh, meta.seq_lens, meta.tokens_per_seq, num_k_heads=self.num_k_heads,
+                head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, checkpoints=self._checkpoints(meta))
+            o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+            return self.out_proj(o.reshape(T, self.value_dim))
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]
@@ -265,9 +264,10 @@ class GatedDeltaNet(LayerKind):
         speculative verify step): the one-token decode path once per slot column j, token j of every sequence, in
         order -- each call advances the conv and recurrent states in place and the next one reads them. Column j
         of a sequence with fewer real tokens runs as a padding row (slot -1: zeros out, no state write); ``fresh``
-        holds for a sequence's first token only (its state is written from then on). For K + 1 <= 4 slots, q
-        launches of the decode kernels cost little, and every token gets the decode step's own arithmetic (plain
-        decoding's rounding, not the chunked op's)."""
+        holds for a sequence's first token only (its state is written from then on). Every token gets the decode
+        step's own arithmetic (plain decoding's rounding, not the chunked op's). The CPU / reference path: on the
+        GPU ``kernels.window_decode`` computes the same bits in two launches. With ``meta.checkpoints`` each real
+        token's states are also copied to the slot's checkpoint, as ``window_decode`` writes them."""
         q = meta.tokens_per_seq
         R = meta.state_slots.shape[0]
         if mixed.shape[0] != R * q:
