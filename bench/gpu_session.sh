@@ -6,7 +6,7 @@
 #   bash bench/gpu_session.sh fp8   # FP8 block-scaled GEMM tests + bench/fp8_gemm.py (FP8 kernel vs dequantized bf16)
 #   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
-#   bash bench/gpu_session.sh s31a|s31b|s31c  # issue 29 part 4: GDN verify window kernel, checkpoint rewind, final GPU suite
+#   bash bench/gpu_session.sh s31a|s31b|s31c|s31d  # issue 29 part 4: GDN verify window kernel, checkpoint rewind, final GPU suite
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -39,6 +39,13 @@ if [ "$phase" = s31a ]; then  # (ran at 87ecfce, before --gdn-window-legs became
   echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/2-spec.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s31a.log"; rm -rf "$L"
   cat "$OUT/s31a.log"
+elif [ "$phase" = s31d ]; then  # nvidia-h200, ~200 s: the Qwen3-Next K = 3 rows a third time (s31b and s31c gave
+  # 1.11x and 0.92x at batch 1, p 0.8: run-to-run spread), 5 repeats a leg, rewind vs snapshot paired
+  timeout -k 10 200 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+    --host-k --gdn-legs no-ck --new-tokens 128 --reps 5 --budget-s 170 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-s31d.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|Error\|error" | tail -30 > "$OUT/s31d.log"
+  cat "$OUT/s31d.log"
 elif [ "$phase" = s31c ]; then  # nvidia-h200, ~420 s: every GPU test (but fla's) on the final code; the Qwen3-Next
   # oracle rows at K = 3 again (checkpoint rewind vs snapshot / re-advance, paired) with a host profile at batch 1
   L="$OUT/logs"; mkdir -p "$L"
