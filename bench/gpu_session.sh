@@ -6,6 +6,7 @@
 #   bash bench/gpu_session.sh fp8   # FP8 block-scaled GEMM tests + bench/fp8_gemm.py (FP8 kernel vs dequantized bf16)
 #   bash bench/gpu_session.sh x2  # on nvidia-h200-x2: MLA/window kernel tests (GPU 1) beside the DeepSeek-V3 bench
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
+#   bash bench/gpu_session.sh s31a|s31b|s31c|s31d  # issue 29 part 4: GDN verify window kernel, checkpoint rewind, final GPU suite
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -23,7 +24,61 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
+if [ "$phase" = s31a ]; then  # (ran at 87ecfce, before --gdn-window-legs became --gdn-legs loop) nvidia-h200, ~220 s: the GDN kernel tests (window_decode vs the per-slot loop, bitwise)
+  # and the graphed speculative tests; bench/spec_oracle.py on the Qwen3-Next shape (8 layers) with each resident row
+  # paired with the per-slot GDN verify (--gdn-window-legs), K = 1..3, batch 1 and 8, p 0.8 / 0.9, graph replay times
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py \
+    tests/test_gpu_speculative.py -k "not fla" 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 280 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 2 1 --p 0.8 0.9 \
+    --host-k --gdn-window-legs 1 --new-tokens 128 --reps 3 --budget-s 250 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-window.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|Error\|error\|checkpoint" | tail -60 > "$L/2-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/2-spec.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s31a.log"; rm -rf "$L"
+  cat "$OUT/s31a.log"
+elif [ "$phase" = s31d ]; then  # nvidia-h200, ~200 s: the Qwen3-Next K = 3 rows a third time (s31b and s31c gave
+  # 1.11x and 0.92x at batch 1, p 0.8: run-to-run spread), 5 repeats a leg, rewind vs snapshot paired
+  timeout -k 10 200 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+    --host-k --gdn-legs no-ck --new-tokens 128 --reps 5 --budget-s 170 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-s31d.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|Error\|error" | tail -30 > "$OUT/s31d.log"
+  cat "$OUT/s31d.log"
+elif [ "$phase" = s31c ]; then  # nvidia-h200, ~420 s: every GPU test (but fla's) on the final code; the Qwen3-Next
+  # oracle rows at K = 3 again (checkpoint rewind vs snapshot / re-advance, paired) with a host profile at batch 1
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 220 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -60 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 170 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+    --host-k --gdn-legs no-ck --new-tokens 128 --reps 3 --profile 1 --budget-s 140 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-s31c.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|profile\|Error\|error" | tail -30 > "$L/2-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/2-spec.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s31c.log"; rm -rf "$L"
+  cat "$OUT/s31c.log"
+elif [ "$phase" = s31b ]; then  # (ran at 18f2272, before the loop leg went) nvidia-h200, ~300 s: GDN + graphed speculative tests (checkpoint rewind); the
+  # Qwen3-Next oracle rows with each resident row paired with its GDN variants (no-ck: window kernel, snapshot /
+  # re-advance; loop: the per-slot path before window_decode); plain Qwen3-Next bs1 with its per-kernel profile
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_gdn.py \
+    tests/test_gpu_speculative.py -k "not fla" 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 270 python3 bench/spec_oracle.py --models qwen3_next --layers 8 --batches 1 8 --k 3 2 1 --p 0.8 0.9 \
+    --host-k --gdn-legs no-ck loop --new-tokens 128 --reps 3 --budget-s 240 \
+    --out "$OUT/h200-spec-oracle-qwen3-next-ck.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+    | grep "tok/s\|replay\|Error\|error\|checkpoint" | tail -80 > "$L/2-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/2-spec.log"
+  timeout -k 10 100 python3 -m bench.qwen3_next --systems modelgen --batches 1 --profile --profile-batches 1 \
+    --budget-s 90 --out "$OUT/h200-qwen3-next-s31.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 \
+    > "$L/3-qwen3-next.log"
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$L/3-qwen3-next.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s31b.log"; rm -rf "$L"
+  cat "$OUT/s31b.log"
+elif [ "$phase" = s30b ]; then  # nvidia-h200, ~420 s: every GPU test (speculative steps now device-resident by
   # default) beside nothing else; then bench/spec_oracle.py on the DeepSeek-V3 shape (8 layers): speed-up over plain
   # decode at oracle acceptance 0.5 / 0.7 / 0.8 / 0.9, K = 1..3, batch 1 and 8, and the host-read path at K = 3
   timeout -k 10 200 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \

@@ -20,7 +20,11 @@ of the same batch on a plain engine kept alongside (paired legs; ``--reps`` repe
 without the LM head, ``resident=False``). Each row records tokens/s, the paired plain tokens/s, the speed-up, the
 measured acceptance rate (accepted / proposed drafts), mean tokens per verify step and whether every row's tokens
 equal the plain leg's; with ``--components``, the GPU time of each graph a step replays (the host time a step adds
-is its wall time less their sum).
+is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
+after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
+kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
+graph); the components of each variant's graphs are timed too. (A ``loop`` variant -- the GDN layers once per
+token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
       --p 0.5 0.7 0.8 0.9 --out bench/results/h200-spec-oracle.json
@@ -184,8 +188,16 @@ def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
     return None
 
 
+def set_variant(dec, llm, variant: str, resident: bool) -> None:
+    """Recapture the speculative graphs for ``variant`` of the verify step's Gated DeltaNet path (``--gdn-legs``):
+    ``default`` (window kernel + per-token state checkpoints), ``no-ck`` (window kernel, snapshot / re-advance)."""
+    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant == "default")
+    dec.warmup()
+
+
 def run_model(kind: str, args, root: Path, results: dict) -> None:
     t0 = time.monotonic()
+    gdn_legs = list(args.gdn_legs) if kind == "qwen3_next" and args.device.startswith("cuda") else []
     path = make_checkpoint(kind, args, root)
     vocab = SHAPES[kind][args.size]["vocab_size"]
     log(f"{kind}: checkpoint in {time.monotonic() - t0:.0f}s")
@@ -205,21 +217,28 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
             continue
         llm = engine(path, args, k)
         dec = llm.speculative
-        legs = [(True, p) for p in args.p] + ([(False, p) for p in args.host_p] if k in args.host_k else [])
+        legs = [(True, p, "default") for p in args.p] + ([(False, p, "default") for p in args.host_p]
+                                                          if k in args.host_k else [])
+        if gdn_legs:  # each resident row again in each GDN variant, right after it
+            legs = [(True, p, v) for p in args.p for v in ["default", *gdn_legs]] + legs[len(args.p):]
+        current = "default"
         for b in args.batches:
-            for resident, p in legs:
+            for resident, p, variant in legs:
                 if time.monotonic() > args.deadline:
-                    out.setdefault("skipped", []).append(f"k{k} bs{b} p{p} {'resident' if resident else 'host'}")
+                    out.setdefault("skipped", []).append(f"k{k} bs{b} p{p} {'resident' if resident else 'host'}"
+                                                         f" {variant}")
                     continue
-                if dec.verify_graphs is not None and dec.resident != resident:  # (no graphs on a CPU: eager)
-                    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident)
-                    dec.warmup()
+                if dec.verify_graphs is not None and (dec.resident != resident or variant != current):
+                    set_variant(dec, llm, variant, resident)
+                    current = variant
                 base, _, _ = timed(plain, prompts[:b], args.new_tokens, args.reps, args.device)
                 dec.propose_override = Oracle(truth, p, vocab, args.seed + b)
                 tps, toks, stats = timed(llm, prompts[:b], args.new_tokens, args.reps, args.device)
                 spec = stats.get("speculative") or {}
                 ref = [truth[tuple(q)] for q in prompts[:b]]
                 kind_of = "resident" if dec.resident else ("host" if dec.verify_graphs is not None else "eager")
+                if variant != "default":
+                    kind_of += f"-{variant}"
                 row = {"k": k, "batch": b, "p": p, "path": kind_of,
                        "tokens_per_s": tps, "plain_tokens_per_s": base, "speedup": tps / base,
                        "acceptance_rate": spec.get("acceptance_rate"),
@@ -238,8 +257,13 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
             out.setdefault("host_profile", {})[f"k{k}"] = host_profile(llm, prompts[:1], truth, vocab, args)
             log(f"{kind} k{k} host profile (bs1, p 0.8): {out['host_profile'][f'k{k}']}")
         if args.components and args.device.startswith("cuda"):
-            out.setdefault("components_ms", {})[f"k{k}"] = {str(b): components(plain, llm, b) for b in args.batches}
-            log(f"{kind} k{k} graph replay ms: {out['components_ms'][f'k{k}']}")
+            for variant in ["default", *gdn_legs]:
+                key = f"k{k}" if variant == "default" else f"k{k}-{variant}"
+                if dec.verify_graphs is not None and (variant != current or not dec.resident):
+                    set_variant(dec, llm, variant, True)
+                    current = variant
+                out.setdefault("components_ms", {})[key] = {str(b): components(plain, llm, b) for b in args.batches}
+                log(f"{kind} {key} graph replay ms: {out['components_ms'][key]}")
             Path(args.out).write_text(json.dumps(results, indent=2))
         del llm, dec
         free_memory()
@@ -269,6 +293,9 @@ def main() -> int:
                     help="on a GPU, a host profile of the largest K's steps at batch 1 (host_profile())")
     ap.add_argument("--components", type=int, default=1, choices=[0, 1],
                     help="on a GPU, also time each graph a step replays (components())")
+    ap.add_argument("--gdn-legs", nargs="*", default=[], choices=["no-ck"],
+                    help="Qwen3-Next on a GPU: pair each resident row with these variants of the verify step's GDN "
+                         "path (set_variant())")
     ap.add_argument("--budget-s", type=float, default=None)
     ap.add_argument("--out", default="bench/results/h200-spec-oracle.json")
     args = ap.parse_args()

@@ -112,6 +112,8 @@ class StatePool:
             self.conv[s.name] = torch.zeros((num_slots, *s.conv_shape), dtype=s.conv_dtype, device=device)
             self.recurrent[s.name] = torch.zeros((num_slots, *s.recurrent_shape), dtype=s.recurrent_dtype,
                                                  device=device)
+        # speculative verify windows: per-token states of each slot (enable_checkpoints), None until asked for
+        self.checkpoints: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.free_slots: list[int] = list(range(num_slots - 1, -1, -1))  # pop() hands out low ids first
         self.slots: dict[int, int] = {}  # seq_id -> slot
 
@@ -170,6 +172,30 @@ class StatePool:
         return {name: (self.conv[name].index_select(0, index), self.recurrent[name].index_select(0, index))
                 for name in self.conv}
 
+    def enable_checkpoints(self, tokens: int) -> None:
+        """Allocate ``checkpoints``: per layer ``(conv [num_slots, tokens, *conv_shape], recurrent [num_slots, tokens,
+        *recurrent_shape])``, where a multi-token window (a graphed speculative verify step of ``tokens`` slots)
+        leaves each sequence's state after each of its tokens, so a rejected draft is undone by :meth:`rewind`
+        instead of a snapshot, a restore and a re-run. Costs ``tokens`` times the pool's memory."""
+        if self.checkpoints is not None and next(iter(self.checkpoints.values()))[0].shape[1] >= tokens:
+            return
+        self.checkpoints = {
+            name: (self.conv[name].new_zeros((self.num_slots, tokens, *self.conv[name].shape[1:])),
+                   self.recurrent[name].new_zeros((self.num_slots, tokens, *self.recurrent[name].shape[1:])))
+            for name in self.conv}
+
+    def rewind(self, slots: list[int], kept: list[int]) -> None:
+        """Set each slot ``slots[r]`` to its checkpoint after token ``kept[r] - 1`` of the last window (it keeps
+        ``kept[r] >= 1`` of the window's tokens), in every layer."""
+        if not slots:
+            return
+        device = next(iter(self.conv.values())).device
+        idx = torch.tensor([slots, [k - 1 for k in kept]], dtype=torch.int64, device=device)
+        dst, j = idx[0], idx[1]
+        for name, (conv, recurrent) in self.checkpoints.items():
+            self.conv[name].index_copy_(0, dst, conv[dst, j])
+            self.recurrent[name].index_copy_(0, dst, recurrent[dst, j])
+
     def restore(self, slots: list[int], snapshot: dict[str, tuple[torch.Tensor, torch.Tensor]],
                 rows: list[int] | None = None) -> None:
         """Write back rows ``rows`` (default: all) of a :meth:`snapshot` taken over ``slots`` into those slots."""
@@ -210,6 +236,8 @@ class StateMetadata:
                   the rest padding (1 <= seq_lens[i] <= q; a padding sequence has slot -1). Also sync-free: the
                   layer runs its decode path once per slot column (Gated DeltaNet: ``_window_rows``)
     seq_lens    : [num_seqs] int64 real tokens of each sequence, with ``tokens_per_seq``
+    checkpoints : with ``tokens_per_seq``, ``StatePool.checkpoints`` (or None): the layers also leave each
+                  sequence's state after each real token of its window there (``StatePool.rewind`` reads them)
     """
 
     cu_seqlens: torch.Tensor
@@ -218,6 +246,7 @@ class StateMetadata:
     decode_only: bool = False
     tokens_per_seq: int = 0
     seq_lens: torch.Tensor | None = None
+    checkpoints: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False, compare=False)
     _host: tuple[list[int], list[int], list[bool]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -148,6 +148,94 @@ def test_decode_with_gating_is_the_unfused_chain(Hk, Hv, Dk, Dv, dtype):
         fresh = torch.zeros_like(fresh)
 
 
+def _window_loop(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh, lens, q, Hk, Dk, Dv, ref,
+                 after=None):
+    """The per-column path the layer took before window_decode (``GatedDeltaNet._window_rows``): column j of every
+    sequence through the one-token decode, slot -1 where the sequence has <= j real tokens, fresh at j = 0 only --
+    with the kernels (``ref=False``: gdn_gating + decode) or the torch references (``ref=True``)."""
+    from modelgen.runtime.layers.gated_deltanet import ops as gd
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
+
+    R = slots.shape[0]
+    g, beta = (gd.gdn_gating_ref if ref else ggd.gdn_gating)(A_log, a, dt_bias, b)
+    x, gr, br = mixed.view(R, q, -1), g.view(R, q, -1), beta.view(R, q, -1)
+    outs = []
+    for j in range(q):
+        col_slots = torch.where(lens > j, slots, torch.full_like(slots, -1))
+        col_fresh = fresh if j == 0 else torch.zeros_like(fresh)
+        fn = gd.gdn_mixer_static_ref if ref else gd.gdn_mixer_static
+        outs.append(fn(x[:, j].contiguous(), gr[:, j].contiguous(), br[:, j].contiguous(), weight, conv_pool, rec_pool,
+                       torch.arange(R, device=DEV), col_slots, col_fresh, num_k_heads=Hk, head_k_dim=Dk,
+                       head_v_dim=Dv, decode=True))
+        if after is not None:  # the pools after column j
+            after.append((conv_pool.clone(), rec_pool.clone()))
+    return torch.stack(outs, 1).reshape(R * q, *outs[0].shape[1:])
+
+
+@pytest.mark.parametrize("Hk,Hv,Dk,Dv", [(2, 4, 16, 16), (2, 4, 128, 128), (1, 1, 32, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, LOW])
+@pytest.mark.parametrize("q,K", [(4, 4), (2, 4), (3, 2)])
+def test_window_decode_is_the_per_token_loop(Hk, Hv, Dk, Dv, dtype, q, K):
+    """The verify window in two launches against the per-column loop it replaces, three windows in a row: sequences
+    with a full window, fewer real tokens (1 .. q-1), a fresh one, a padding sequence (slot -1), b/a strided views.
+    Bit for bit against the loop of one-token kernels (outputs and both pools, on copies), within rounding against
+    the torch references; padding tokens give zeros; NaN-poisoned slots no row names stay so, and a padding
+    sequence's slot is untouched. With checkpoints: each real token's conv history and state, bit for bit the
+    loop's pools after that column; checkpoint entries of padding tokens and unnamed slots are not written."""
+    from modelgen.runtime.layers.gated_deltanet import kernels as ggd
+
+    R, S = 5, 9
+    C, conv_pool, rec_pool, weight, rnd = _decode_case(R, S, Hk, Hv, Dk, Dv, K, dtype, seed=Hv * 7 + Dv + q)
+    untouched = [0, 6]
+    conv_pool[untouched] = float("nan")
+    rec_pool[untouched] = float("nan")
+    slots = torch.tensor([3, 1, -1, 5, 7], device=DEV)
+    fresh = torch.tensor([False, True, False, False, False], device=DEV)
+    A_log, dt_bias = rnd(Hv), rnd(Hv)
+    k_conv, k_rec = conv_pool.clone(), rec_pool.clone()  # the per-column kernels' pools
+    ref_conv, ref_rec = conv_pool.clone(), rec_pool.clone()
+    ck = (torch.full((S, q, *conv_pool.shape[1:]), float("nan"), dtype=dtype, device=DEV),
+          torch.full((S, q, *rec_pool.shape[1:]), float("nan"), device=DEV))
+    for step in range(3):
+        lens = torch.tensor([q, max(1, q - 1), q, 1, (step % q) + 1], device=DEV)
+        with_ck = step > 0  # the first window without checkpoints (HAS_CK off), then with
+        for t in ck:
+            t.fill_(float("nan"))
+        mixed = rnd(R * q, C).to(dtype)
+        ba = (rnd(R * q, 2 * Hv) * 2).to(dtype)
+        b, a = ba[:, :Hv], ba[:, Hv:]
+        a[0, 0] = 30.0  # softplus' linear branch
+        got = ggd.window_decode(mixed, a, b, A_log, dt_bias, weight, conv_pool, rec_pool, slots, fresh, lens, q,
+                                num_k_heads=Hk, head_k_dim=Dk, head_v_dim=Dv, checkpoints=ck if with_ck else None)
+        after = []
+        loop = _window_loop(mixed, a, b, A_log, dt_bias, weight, k_conv, k_rec, slots, fresh, lens, q, Hk, Dk, Dv,
+                            ref=False, after=after)
+        for r, slot in enumerate(slots.tolist()):
+            for j in range(q):
+                written = with_ck and slot >= 0 and j < lens[r]
+                if written:
+                    assert torch.equal(ck[0][slot, j], after[j][0][slot]), (step, r, j)
+                    assert torch.equal(ck[1][slot, j], after[j][1][slot]), (step, r, j)
+                elif slot >= 0:
+                    assert torch.isnan(ck[1][slot, j]).all() and torch.isnan(ck[0][slot, j].float()).all()
+        assert torch.isnan(ck[1][untouched + [2, 4, 8]]).all()
+        want = _window_loop(mixed, a, b, A_log, dt_bias, weight, ref_conv, ref_rec, slots, fresh, lens, q, Hk, Dk, Dv,
+                            ref=True)
+        assert got.shape == (R * q, Hv, Dv) and got.dtype == dtype
+        assert torch.equal(got, loop), step
+        assert rel(got, want) < tol(dtype), step
+        real = (torch.arange(q, device=DEV).view(1, q) < lens.view(R, 1)) & (slots >= 0).view(R, 1)
+        assert (got[~real.reshape(-1)] == 0).all()  # padding tokens and the padding sequence: zeros
+        live = [3, 1, 5, 7]
+        assert torch.equal(rec_pool[live], k_rec[live]) and torch.equal(conv_pool[live], k_conv[live]), step
+        assert rel(rec_pool[live], ref_rec[live]) < tol(dtype)
+        assert torch.equal(conv_pool[live], ref_conv[live])  # shifts of stored inputs: exact
+        assert torch.isnan(rec_pool[untouched]).all() and torch.isnan(conv_pool[untouched].float()).all()
+        for s_ in (2, 4, 8):  # named by no sequence: as they were
+            assert torch.equal(rec_pool[s_], ref_rec[s_]) and torch.equal(conv_pool[s_], ref_conv[s_])
+        fresh = torch.zeros_like(fresh)
+
+
 def test_mixer_static_dispatches_to_the_kernels(monkeypatch):
     """``gdn_mixer_static(decode=True)`` on a GPU tensor runs the Triton decode (the layer's graphed path)."""
     from modelgen.runtime.layers.gated_deltanet import ops as gd

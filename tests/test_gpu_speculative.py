@@ -2,7 +2,7 @@
 step (K+1 tokens per sequence: MLA as decode rows, GQA as a fixed varlen prefill) and the MTP draft's steps replay
 captured graphs, and greedy output equals plain greedy decoding token for token (float32, so equality is not up to
 bf16 rounding). Qwen3-Next (Gated DeltaNet) graphs its verify step too (varlen attention; the GDN layers run the
-decode kernels once per token slot from the bucket's state slots), with rollbacks. Skipped without CUDA (the
+whole window in kernels.window_decode from the bucket's state slots), with rollbacks. Skipped without CUDA (the
 bookkeeping is tested on the CPU by tests/test_speculative_graphs.py with a recorded-callable "graph")."""
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def _greedy(n):
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_graphed_speculative_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     path, _ = ckpts(kind)
+    captured = []
+    if kind == "qwen3_next":  # the verify window's GDN layers run window_decode inside the captured verify graph
+        from modelgen.runtime.layers.gated_deltanet import kernels as ggd
+
+        real = ggd.window_decode
+
+        def counting(*a, **kw):
+            captured.append(torch.cuda.is_current_stream_capturing())
+            return real(*a, **kw)
+
+        monkeypatch.setattr(ggd, "window_decode", counting)
     plain = _engine(path)
     assert plain.runner.graphs is not None  # the Triton kernels are on: decode replays graphs
     ref = plain.generate(PROMPTS, _greedy(16))
@@ -52,6 +63,7 @@ def test_graphed_speculative_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     after = sd.graph_replays()
     assert after["draft"] > replays["draft"] and after["verify"] > replays["verify"]
     if kind == "qwen3_next":
+        assert any(captured)
         assert s["rollbacks"] > 0  # partial acceptances restored and re-advanced the states around graphed steps
 
 

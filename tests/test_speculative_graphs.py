@@ -375,6 +375,42 @@ def test_device_resident_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     assert not host.speculative.resident and host.generate(PROMPTS, _greedy(16)) == ref
 
 
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_gdn_rollback_rewinds_to_checkpoints(ckpts, monkeypatch, checkpoints):
+    """Qwen3-Next, K = 3, oracle drafts corrupted mid-run: with the verify graph's per-token state checkpoints (the
+    default) a rejection rewinds the states (StatePool.rewind) -- no snapshot is taken, no re-advance runs -- and
+    the output equals plain greedy decoding; without them, the snapshot / restore / re-advance path, same output."""
+    from modelgen.runtime.state_cache import StatePool
+
+    path, _ = ckpts("qwen3_next")
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    spec, _ = _graphed(path, 3)
+    spec.speculative.enable_graphs([1, 2, 4, 8], capture=FakeCapture(), checkpoints=checkpoints)
+    calls = {"snapshot": 0, "rewind": 0}
+    for name in calls:
+        real = getattr(StatePool, name)
+
+        def counted(self, *a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(StatePool, name, counted)
+    graphs, readvance = spec.speculative.verify_graphs, []
+    run = graphs.run
+    monkeypatch.setattr(graphs, "run", lambda *a, **kw: (readvance.append(not kw.get("head")), run(*a, **kw))[1])
+    spec.speculative.propose_override = _override({tuple(p): r for p, r in zip(PROMPTS, ref)},
+                                                  lambda n, j: n % 3 == 1 and j == 1)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    s = spec.stats.as_dict()["speculative"]
+    assert s["rollbacks"] > 0 and 0 < s["accepted_tokens"] < s["proposed_tokens"]
+    assert readvance and not all(readvance)  # graphed resident verify steps ran (head=True)
+    if checkpoints:
+        assert calls["rewind"] > 0 and calls["snapshot"] == 0
+        assert not any(readvance)  # no replay re-advanced a rolled-back state
+    else:
+        assert calls["rewind"] == 0 and calls["snapshot"] > 0 and any(readvance)
+
+
 def test_device_resident_drafts_read_back_for_an_eager_step(ckpts, monkeypatch):
     """A step that cannot verify on the device (a prompt chunk joins, more sequences than the largest bucket)
     reads the waiting drafts in one transfer and runs the host path; output still plain greedy."""

@@ -286,7 +286,9 @@ def _num_blocks(args: EngineArgs, kv_spec: KVSpec, state_specs: list, max_model_
         num_blocks = num_blocks_for_budget(
             kv_spec, block_size, device, kv_cache_memory=args.kv_cache_memory,
             gpu_memory_utilization=args.gpu_memory_utilization, min_blocks=per_request,
-            state_bytes=StatePool.bytes_per_slot_of(state_specs) * args.max_num_seqs,
+            # speculative decoding also keeps K + 1 per-token checkpoints of every slot (StatePool.enable_checkpoints)
+            state_bytes=StatePool.bytes_per_slot_of(state_specs) * args.max_num_seqs
+            * (1 + (args.speculative_tokens + 1 if args.speculative_tokens else 0)),
         ) or args.max_num_seqs * per_request
         if args.kv_cache_memory_cap is not None and args.kv_cache_memory is None \
                 and args.gpu_memory_utilization is None:

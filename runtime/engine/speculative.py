@@ -18,10 +18,12 @@ scheduler and the targets' runners, unchanged:
   chained draft wrote there, then chains ``K-1`` single-token steps.
 * **Rollback.** K/V written for rejected drafts needs no undo: attention reads a sequence only up to its context
   length and the next step overwrites those slots. A recurrent layer (Gated DeltaNet) has advanced its state over
-  every fed token, so the states of verifying requests are snapshotted before the step (``StatePool.snapshot``) and,
-  for a request that rejected a draft, restored and re-advanced at once over the tokens it keeps (one more target
-  forward of those requests, ``n + accepted`` tokens each; per-position states inside the recurrent layer would
-  save it). Marking the request computed up to the step's start instead, to re-feed the kept tokens with the next
+  every fed token. A graphed verify step also leaves each sequence's state after each of its tokens in
+  ``StatePool.checkpoints`` (``[slot, token]``; K + 1 times the pool's memory), and a request that rejected a draft
+  is rewound to the checkpoint after the last token it keeps (``StatePool.rewind``: two copies a layer). An eager
+  verify step (a prompt chunk in the batch, tensor-parallel ranks) snapshots the states of verifying requests
+  before the step (``StatePool.snapshot``) and, for a request that rejected a draft, restores them and re-advances
+  at once over the tokens it keeps (one more target forward of those requests, ``n + accepted`` tokens each). Marking the request computed up to the step's start instead, to re-feed the kept tokens with the next
   drafts, never moves past a run of rejections: each rejected step re-fed one token more than the last.
 * **Exactness.** Greedy: a draft is accepted iff it equals the target's argmax at its position, so the output is
   plain greedy decoding's token for token (up to the floating-point differences of computing K+1 positions in one
@@ -256,7 +258,8 @@ class SpeculativeDecoder:
                 and self._ranks is None and not _engine_started_follower():
             self.enable_graphs(options.decode_buckets)
 
-    def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool = True) -> None:
+    def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool = True,
+                      checkpoints: bool = True) -> None:
         """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
         verify step (K + 1 tokens per sequence; Gated DeltaNet targets with their state slots, the state snapshot /
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
@@ -264,7 +267,10 @@ class SpeculativeDecoder:
         (None: CUDA graphs); lazily captured per batch bucket on first use. ``resident``: the graphs also compute the
         LM head's argmax and the verify / chained-draft steps read their draft tokens from the draft buffer, so a
         greedy step reads the device once (module docstring, "Drafts on the device"); ``False`` only for
-        bench/spec_oracle.py's A/B against the step that reads its drafts back (which lost: bench/NOTES-mtp.md)."""
+        bench/spec_oracle.py's A/B against the step that reads its drafts back (which lost: bench/NOTES-mtp.md).
+        ``checkpoints`` (recurrent targets): the verify graph leaves each token's state in
+        ``StatePool.checkpoints`` and a rejection rewinds to one (no snapshot, restore or re-advance); ``False``
+        only for bench/spec_oracle.py's A/B against the snapshot path."""
         loaded = self.loaded
         q = self.k + 1
         self.resident = bool(resident)
@@ -278,8 +284,13 @@ class SpeculativeDecoder:
             pool = torch.cuda.graph_pool_handle()  # one pool: run() gathers its output before another replay
         layout = multi_token_layout(loaded.model, q)
         head = self.resident
+        ck = None
+        if checkpoints and loaded.state_pool is not None and layout is not None:
+            loaded.state_pool.enable_checkpoints(q)
+            ck = loaded.state_pool.checkpoints
         self.verify_graphs = (StepGraphs(loaded.model, loaded.device, tokens_per_seq=q, layout=layout, pool=pool,
-                                         head=head, chain=flat, **common) if layout is not None else None)
+                                         head=head, chain=flat, checkpoints=ck, **common) if layout is not None
+                              else None)
         hidden = (int(loaded.config.hidden_size), loaded.dtype)
         layout = multi_token_layout(self.draft, q)
         self.draft_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=q, layout=layout, hidden=hidden,
@@ -405,9 +416,13 @@ class SpeculativeDecoder:
         pool = loaded.state_pool
         verifying = [i for i, d in enumerate(drafts) if d]
         snapshot = None
+        # A verify through the graphs with state checkpoints leaves every token's state behind (rewind); otherwise
+        # the states of verifying requests are copied first (restore + re-advance).
+        rewind = (pool is not None and self.verify_graphs is not None and self.verify_graphs.checkpoints is not None
+                  and (resident or (any(len(w.token_ids) > 1 for w in work) and self.verify_graphs.accepts(work))))
         if pool is not None and verifying:
             slots = [pool.slot(batch[i].seq_id) for i in verifying]
-            snapshot = pool.snapshot(slots)
+            snapshot = None if rewind else pool.snapshot(slots)
         offsets = [0]
         for w in work:
             offsets.append(offsets[-1] + len(w.token_ids))
@@ -470,6 +485,13 @@ class SpeculativeDecoder:
         # states dropped; attention rewrites the same K/V). The hidden states of those positions from the verify
         # forward are exact (causal), so the draft is fed from it.
         settled = [r.computed for r in batch]  # positions [start, settled) are final for the draft
+        if rewind and verifying:
+            redo = [j for j, i in enumerate(verifying)
+                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
+            if redo:  # each keeps tokens [start, computed) of its window: the checkpoint after the last of them
+                pool.rewind([slots[j] for j in redo],
+                            [batch[verifying[j]].computed - starts[verifying[j]] for j in redo])
+                self.stats.rollbacks += len(redo)
         if snapshot is not None:
             redo = [j for j, i in enumerate(verifying)
                     if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]

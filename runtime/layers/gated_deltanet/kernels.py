@@ -12,7 +12,9 @@ with no host reads and no data-dependent shapes, so a decode step is capturable 
   written once: the step is bound by the state bytes, 2 x 4 B x Hv x Dk x Dv per row per layer);
 * :func:`gated_rms_norm` -- ``rmsnorm(x) * w * silu(z)`` per head row in one launch;
 * :func:`decode_with_gating` -- the layer's decode path: conv update, then the delta rule with each program's gates
-  computed in place (bitwise :func:`gdn_gating` + :func:`decode`, two launches fewer).
+  computed in place (bitwise :func:`gdn_gating` + :func:`decode`, two launches fewer);
+* :func:`window_decode` -- a speculative verify window of q tokens per sequence: the same two launches walking the
+  window, each state read and written once (bitwise q calls of the one-token path).
 
 Rows whose slot is negative (padding rows of a CUDA-graph bucket) produce zeros and touch no state; ``fresh`` rows read
 their state as zeros (their slot may hold a finished request's state).
@@ -157,6 +159,19 @@ def _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_poo
     kh = h // R  # key head serving this value head (repeat_interleave grouping)
     dk = tl.arange(0, BK)
     km = dk < DK
+    sp = pool_ptr + tl.maximum(slot, 0) * s_pool + h * (DK * DV) + dk[:, None] * DV + dv[None, :]
+    m2 = km[:, None] & vm[None, :]
+    S = tl.load(sp, mask=m2 & keep, other=0.0).to(tl.float32)  # [BK, BV]
+    S, o = _delta_token(xrow, S, kh, h, dk, km, dv, vm, g, beta, scale, eps, DK, DV, KEY_DIM, L2NORM)
+    tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)
+    return tl.where(live, o, 0.0)
+
+
+@triton.jit
+def _delta_token(xrow, S, kh, h, dk, km, dv, vm, g, beta, scale, eps, DK: tl.constexpr, DV: tl.constexpr,
+                 KEY_DIM: tl.constexpr, L2NORM: tl.constexpr):
+    """One token's delta-rule update of the float32 state tile ``S [BK, BV]`` held in registers, with q, k, v read
+    from the token's conv-output row ``xrow``: returns ``(S', o[dv] = S'^T q)`` in float32."""
     q = tl.load(xrow + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
     k = tl.load(xrow + KEY_DIM + kh * DK + dk, mask=km, other=0.0).to(tl.float32)
     v = tl.load(xrow + 2 * KEY_DIM + h * DV + dv, mask=vm, other=0.0).to(tl.float32)
@@ -164,15 +179,10 @@ def _delta_rule_tile(xrow, pool_ptr, slot, live, keep, h, dv, vm, g, beta, s_poo
         q = q * tl.math.rsqrt(tl.sum(q * q, 0) + eps)
         k = k * tl.math.rsqrt(tl.sum(k * k, 0) + eps)
     q = q * scale
-    sp = pool_ptr + tl.maximum(slot, 0) * s_pool + h * (DK * DV) + dk[:, None] * DV + dv[None, :]
-    m2 = km[:, None] & vm[None, :]
-    S = tl.load(sp, mask=m2 & keep, other=0.0).to(tl.float32)  # [BK, BV]
     S = S * tl.exp(g)
     delta = (v - tl.sum(S * k[:, None], 0)) * beta  # beta (v - S^T k)
     S = S + k[:, None] * delta[None, :]
-    o = tl.sum(S * q[:, None], 0)  # S^T q
-    tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)
-    return tl.where(live, o, 0.0)
+    return S, tl.sum(S * q[:, None], 0)  # S^T q
 
 
 def recurrent_step(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor,
@@ -274,6 +284,157 @@ def decode_with_gating(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recu
         recurrent_pool.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
         HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
         BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, num_warps=4)
+    return out
+
+
+# ------------------------------------------------------------------------- multi-token window (speculative verify)
+# A graphed speculative verify step feeds each sequence a fixed window of q = K + 1 token slots (the last token and
+# its drafts, the first seq_lens[r] of them real). Running the one-token decode once per slot column costs ~8 launches
+# a column (where/zeros/contiguous for the column's inputs, seq-id arange, conv, delta rule, the stack); these two
+# launches advance the states over the whole window: the conv kernel walks the window's tokens in one program per
+# (row, channel block) -- the same program reads and shifts the conv history, so no race -- and the delta-rule
+# kernel keeps each (row, value head, 32-column) state tile in registers over the q tokens, reading and writing the
+# state once per window instead of once per token. Every token gets the one-token path's arithmetic in the same
+# order (the state rounded to the pool dtype between tokens, as the pool round trip did), so outputs and states are
+# bitwise those of the per-column loop (which it replaced on the GPU after a paired A/B: bench/NOTES-mtp.md).
+
+
+@triton.jit
+def _conv_window_kernel(
+    x_ptr, w_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, ck_ptr, s_x, s_o, s_pool, s_ck, C,
+    Q: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr, SILU: tl.constexpr, HAS_CK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    slot = tl.load(slot_ptr + row).to(tl.int64)
+    live = slot >= 0
+    n = tl.where(live, tl.load(len_ptr + row).to(tl.int32), 0)  # real tokens of this row's window
+    keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
+    base = pool_ptr + tl.maximum(slot, 0) * s_pool + c * (K - 1)
+    xbase = x_ptr + (row.to(tl.int64) * Q) * s_x + c
+    obase = o_ptr + (row.to(tl.int64) * Q) * s_o + c
+    rd = cm & keep
+    # the window's inputs as one sequence: e[0 .. K-2] the conv history (zeros where not keep), e[K-1 + j] token j
+    for j in tl.static_range(Q):
+        x = tl.load(xbase + j * s_x, mask=cm, other=0.0)
+        acc = tl.load(w_ptr + c * K + (K - 1), mask=cm, other=0.0).to(tl.float32) * x.to(tl.float32)
+        for i in tl.static_range(K - 1):  # tap i reads e[j + i]
+            if j + i < K - 1:
+                s = tl.load(base + (j + i), mask=rd, other=0.0)
+            else:
+                s = tl.load(xbase + (j + i - (K - 1)) * s_x, mask=cm, other=0.0)
+            acc += tl.load(w_ptr + c * K + i, mask=cm, other=0.0).to(tl.float32) * s.to(tl.float32)
+        acc = acc.to(w_ptr.dtype.element_ty).to(tl.float32)  # the reference's conv output, in the weight dtype
+        if SILU:
+            acc = acc / (1.0 + tl.exp(-acc))
+        acc = tl.where(j < n, acc, 0.0)
+        tl.store(obase + j * s_o, acc.to(o_ptr.dtype.element_ty), mask=cm)
+        if HAS_CK:  # the history after token j, e[j+1 .. j+K-1], into the slot's checkpoint j (real tokens only)
+            ck = ck_ptr + tl.maximum(slot, 0) * s_ck + j * (C * (K - 1)) + c * (K - 1)
+            for i in tl.static_range(K - 1):
+                if j + 1 + i < K - 1:
+                    e = tl.load(base + (j + 1 + i), mask=rd, other=0.0)
+                else:
+                    e = tl.load(xbase + (j + 1 + i - (K - 1)) * s_x, mask=cm, other=0.0)
+                tl.store(ck + i, e.to(ck_ptr.dtype.element_ty), mask=cm & live & (j < n))
+    # new history: slot i takes e[n + i] (n >= 1 real tokens shifted in). In ascending i the history position read,
+    # n + i, is always past every position written so far (0 .. i-1): no element is read after it is overwritten.
+    for i in tl.static_range(K - 1):
+        p = n + i
+        from_pool = p < K - 1
+        old = tl.load(base + tl.minimum(p, K - 2), mask=rd & from_pool, other=0.0)
+        new = tl.load(xbase + tl.maximum(p - (K - 1), 0) * s_x, mask=cm & live & (p >= K - 1), other=0.0)
+        tl.store(base + i, tl.where(from_pool, old.to(pool_ptr.dtype.element_ty), new.to(pool_ptr.dtype.element_ty)),
+                 mask=cm & live)
+
+
+@triton.jit
+def _gated_delta_window_kernel(
+    x_ptr, a_ptr, b_ptr, alog_ptr, dt_ptr, pool_ptr, slot_ptr, fresh_ptr, len_ptr, o_ptr, ck_ptr, s_x, s_a, s_b,
+    s_pool, s_ck, scale, eps, Q: tl.constexpr, HV: tl.constexpr, R: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    KEY_DIM: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, HAS_CK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + row).to(tl.int64)
+    live = slot >= 0
+    n = tl.where(live, tl.load(len_ptr + row).to(tl.int32), 0)
+    keep = live & (tl.load(fresh_ptr + row).to(tl.int32) == 0)
+    kh = h // R
+    dk = tl.arange(0, BK)
+    km = dk < DK
+    dv = vb * BV + tl.arange(0, BV)
+    vm = dv < DV
+    sp = pool_ptr + tl.maximum(slot, 0) * s_pool + h * (DK * DV) + dk[:, None] * DV + dv[None, :]
+    m2 = km[:, None] & vm[None, :]
+    S = tl.load(sp, mask=m2 & keep, other=0.0).to(tl.float32)  # read once for the window
+    alog, dt = tl.load(alog_ptr + h), tl.load(dt_ptr + h)
+    for j in tl.static_range(Q):
+        t = row.to(tl.int64) * Q + j
+        g, beta = _gates(tl.load(a_ptr + t * s_a + h), tl.load(b_ptr + t * s_b + h), alog, dt)
+        beta = beta.to(b_ptr.dtype.element_ty).to(tl.float32)  # rounded to b's dtype, as gdn_gating returns it
+        S1, o = _delta_token(x_ptr + t * s_x, S, kh, h, dk, km, dv, vm, g, beta, scale, eps, DK, DV, KEY_DIM, L2NORM)
+        real = j < n
+        S = tl.where(real, S1.to(pool_ptr.dtype.element_ty).to(tl.float32), S)  # the pool's rounding per token
+        tl.store(o_ptr + (t * HV + h) * DV + dv, tl.where(real, o, 0.0).to(o_ptr.dtype.element_ty), mask=vm)
+        if HAS_CK:  # the state after token j into the slot's checkpoint j (real tokens only)
+            ck = ck_ptr + tl.maximum(slot, 0) * s_ck + j * (HV * DK * DV) + h * (DK * DV)
+            tl.store(ck + dk[:, None] * DV + dv[None, :], S.to(ck_ptr.dtype.element_ty), mask=m2 & live & real)
+    tl.store(sp, S.to(pool_ptr.dtype.element_ty), mask=m2 & live)  # written once
+
+
+def window_decode(mixed, a, b, A_log, dt_bias, conv_weight, conv_pool, recurrent_pool, slots, fresh, seq_lens, q, *,
+                  num_k_heads, head_k_dim, head_v_dim, checkpoints=None, use_qk_l2norm: bool = True,
+                  scale: float | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """A fixed-shape window of ``q`` token slots per sequence in two launches: ``mixed [R*q, C]`` (conv input), ``a,
+    b [R*q, Hv]`` (views with unit last stride allowed); sequence r owns tokens ``[r*q, (r+1)*q)``, the first
+    ``seq_lens[r]`` real (``1 <= seq_lens[r] <= q``), ``fresh[r]`` for its first token; slot -1 rows are padding
+    sequences -> core ``[R*q, Hv, Dv]`` in ``mixed.dtype`` (zeros on padding tokens and rows), the conv and
+    recurrent pools advanced in place over each row's real tokens, as ``q`` one-token :func:`decode_with_gating`
+    calls (column j: slot -1 where ``seq_lens <= j``, fresh for j = 0 only) advance them, bit for bit.
+
+    ``checkpoints``: ``(conv [S, >=q, C, K-1], recurrent [S, >=q, Hv, Dk, Dv])`` (``StatePool.checkpoints``) also
+    receive, for each real token j of a sequence, its conv history and state after token j at ``[slot, j]`` --
+    what the pool would hold had the window stopped there (a speculative rollback picks one instead of re-running)."""
+    T, C = mixed.shape
+    Hv = A_log.shape[0]
+    Rn = slots.shape[0]
+    if T != Rn * q:
+        raise ValueError(f"window_decode: {T} tokens for {Rn} sequences of {q} slots")
+    out = torch.empty((T, Hv, head_v_dim), dtype=mixed.dtype, device=mixed.device)
+    if T == 0:
+        return out
+    slots, fresh, seq_lens = slots.contiguous(), fresh.contiguous(), seq_lens.contiguous()
+    if mixed.stride(-1) != 1:
+        mixed = mixed.contiguous()
+    if a.stride(-1) != 1:
+        a = a.contiguous()
+    if b.stride(-1) != 1:
+        b = b.contiguous()
+    if not (conv_pool.is_contiguous() and recurrent_pool.is_contiguous()):
+        raise ValueError("window_decode: the conv and state pools must be contiguous")
+    conv_weight = conv_weight.contiguous()
+    K = conv_weight.shape[-1]
+    ck_conv, ck_rec = checkpoints if checkpoints is not None else (conv_pool, recurrent_pool)
+    if checkpoints is not None and not (
+            ck_conv.is_contiguous() and ck_rec.is_contiguous() and ck_conv.shape[1] >= q and ck_rec.shape[1] >= q
+            and ck_conv.shape[2:] == conv_pool.shape[1:] and ck_rec.shape[2:] == recurrent_pool.shape[1:]):
+        raise ValueError(f"window_decode: checkpoints {tuple(ck_conv.shape)} / {tuple(ck_rec.shape)} are not "
+                         f"contiguous [num_slots, >={q}, *slot shape] of the pools")
+    x = torch.empty((T, C), dtype=mixed.dtype, device=mixed.device)
+    block = 256
+    _conv_window_kernel[(Rn, triton.cdiv(C, block))](
+        mixed, conv_weight, conv_pool, slots, fresh, seq_lens, x, ck_conv, mixed.stride(0), x.stride(0),
+        conv_pool.stride(0), ck_conv.stride(0), C, Q=q, K=K, BLOCK_C=block, SILU=True,
+        HAS_CK=checkpoints is not None, num_warps=4)
+    BV = min(32, next_pow2(head_v_dim))  # recurrent_step's tile: the same sums
+    _gated_delta_window_kernel[(Rn, Hv, triton.cdiv(head_v_dim, BV))](
+        x, a, b, A_log, dt_bias, recurrent_pool, slots, fresh, seq_lens, out, ck_rec, x.stride(0), a.stride(0),
+        b.stride(0), recurrent_pool.stride(0), ck_rec.stride(0), head_k_dim ** -0.5 if scale is None else scale, eps,
+        Q=q, HV=Hv, R=Hv // num_k_heads, DK=head_k_dim, DV=head_v_dim, KEY_DIM=num_k_heads * head_k_dim,
+        BK=next_pow2(head_k_dim), BV=BV, L2NORM=use_qk_l2norm, HAS_CK=checkpoints is not None, num_warps=4)
     return out
 
 

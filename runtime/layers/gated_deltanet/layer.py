@@ -10,7 +10,8 @@ flattened tokens ``[num_tokens, hidden]`` from many sequences, each continuing i
 
 Segments of more than one token (prefill, or a chunk of one) run the chunked op, one-token segments (decode) the
 recurrent op, batched; both from ``runtime/layers/gated_deltanet/ops.py``. A fixed-shape multi-token step
-(``tokens_per_seq``: a graphed speculative verify window) runs the recurrent op once per token slot, with no host reads.
+(``tokens_per_seq``: a graphed speculative verify window) runs the whole window in two kernels on the GPU
+(``kernels.window_decode``), elsewhere the recurrent op once per token slot; no host reads either way.
 Sequences whose slot is ``PAD_SLOT`` and tokens past ``cu_seqlens[-1]`` (padding) produce zeros and never read or write
 any state.
 
@@ -31,7 +32,7 @@ from torch import nn
 
 from ... import distributed as dist
 from ...ops import gpu
-from ...state_cache import PAD_SLOT, StateMetadata, StateSpec
+from ...state_cache import PAD_SLOT, StateMetadata, StateSpec, write_state_rows
 from ..kind import LayerKind
 from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
 from . import ops as gd
@@ -227,6 +228,15 @@ class GatedDeltaNet(LayerKind):
                     head_v_dim=self.head_v_dim)
                 o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
                 return self.out_proj(o.reshape(T, self.value_dim))
+        if meta.tokens_per_seq and gpu.enabled(mixed):  # the whole verify window in two launches (bitwise
+            from . import kernels as ggd  # _window_rows, which ran the decode kernels once per slot: 1.1-1.4x slower)
+
+            core = ggd.window_decode(
+                mixed, a, b, self.A_log, self.dt_bias, weight, self.conv_state, self.recurrent_state,
+                meta.state_slots, meta.fresh, meta.seq_lens, meta.tokens_per_seq, num_k_heads=self.num_k_heads,
+                head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, checkpoints=self._checkpoints(meta))
+            o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+            return self.out_proj(o.reshape(T, self.value_dim))
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]
@@ -254,22 +264,32 @@ class GatedDeltaNet(LayerKind):
         speculative verify step): the one-token decode path once per slot column j, token j of every sequence, in
         order -- each call advances the conv and recurrent states in place and the next one reads them. Column j
         of a sequence with fewer real tokens runs as a padding row (slot -1: zeros out, no state write); ``fresh``
-        holds for a sequence's first token only (its state is written from then on). For K + 1 <= 4 slots, q
-        launches of the decode kernels cost little, and every token gets the decode step's own arithmetic (plain
-        decoding's rounding, not the chunked op's)."""
+        holds for a sequence's first token only (its state is written from then on). Every token gets the decode
+        step's own arithmetic (plain decoding's rounding, not the chunked op's). The CPU / reference path: on the
+        GPU ``kernels.window_decode`` computes the same bits in two launches. With ``meta.checkpoints`` each real
+        token's states are also copied to the slot's checkpoint, as ``window_decode`` writes them."""
         q = meta.tokens_per_seq
         R = meta.state_slots.shape[0]
         if mixed.shape[0] != R * q:
             raise ValueError(f"{self.layer_name or 'GatedDeltaNet'}: {mixed.shape[0]} tokens for {R} sequences of "
                              f"{q} slots (tokens_per_seq)")
         x, gr, br = mixed.view(R, q, -1), g.view(R, q, -1), beta.view(R, q, -1)
+        ck = self._checkpoints(meta)
         outs = []
         for j in range(q):
             slots = torch.where(meta.seq_lens > j, meta.state_slots, torch.full_like(meta.state_slots, PAD_SLOT))
             fresh = meta.fresh if j == 0 else torch.zeros_like(meta.fresh)
             outs.append(self._decode_rows(x[:, j].contiguous(), gr[:, j].contiguous(), br[:, j].contiguous(), weight,
                                           slots, fresh))
+            if ck is not None:  # the states after token j, as window_decode leaves them
+                valid, src = slots >= 0, slots.clamp(min=0)
+                for part, pool in zip(ck, (self.conv_state, self.recurrent_state)):
+                    write_state_rows(part[:, j], slots, valid, pool.index_select(0, src))
         return torch.stack(outs, 1).reshape(R * q, *outs[0].shape[1:])
+
+    def _checkpoints(self, meta: StateMetadata):
+        """This layer's ``(conv, recurrent)`` checkpoint tensors of the step, or None."""
+        return meta.checkpoints.get(self.layer_name) if meta.checkpoints else None
 
     def _mixed_eager(self, mixed, g, beta, weight, meta: StateMetadata) -> torch.Tensor:
         """Any mix of prefill segments and decode tokens (host-side routing: the CPU reference path)."""

@@ -216,7 +216,7 @@ class _StepBucket:
     """Static buffers of one batch bucket: ``batch`` sequences of ``q`` token slots each (``T = batch * q`` rows)."""
 
     def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
-                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False):
+                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None):
         self.batch, self.q, self.width = batch, q, width
         self.with_state = with_state
         T = batch * q
@@ -244,7 +244,8 @@ class _StepBucket:
             self.h_state, self.h_fresh, self.h_lens = (h[st + i * B:st + (i + 1) * B] for i in range(3))
             self.state_slot, self.fresh_i64, self.lens = (d[st + i * B:st + (i + 1) * B] for i in range(3))
             self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
-            state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens)
+            state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens,
+                                  checkpoints=checkpoints)
         self.meta = AttentionMetadata(
             is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
             block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1, state=state,
@@ -268,7 +269,8 @@ class StepGraphs:
     ``max_model_len + tokens_per_seq``; the columns past a sequence's blocks are read by padding rows only). Padding
     sequences: context ``tokens_per_seq`` (varlen) or 1 (rows), block 0, never written. A model with Gated DeltaNet
     layers (varlen only) also gets each sequence's state slot (``run``'s ``state_slots``; -1 for padding sequences),
-    fresh flag (``start_pos == 0``) and real token count: its states advance in place over the real tokens only.
+    fresh flag (``start_pos == 0``) and real token count: its states advance in place over the real tokens only;
+    ``checkpoints`` (``StatePool.checkpoints``) also receive each sequence's state after each real token.
 
     ``hidden``: ``(hidden_size, dtype)`` for a draft head whose forward also reads the target's hidden states
     (``bind_hidden_states``): a static input buffer, bound before capture, filled before each replay.
@@ -286,7 +288,7 @@ class StepGraphs:
     def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
                  max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
                  hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2,
-                 head: bool = False, chain: torch.Tensor | None = None):
+                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
         self.with_state = has_recurrent_state(model)
@@ -295,7 +297,7 @@ class StepGraphs:
                              f"{layout!r}")
         self.model, self.device = model, torch.device(device)
         self.q, self.layout, self.width, self.block_size = tokens_per_seq, layout, width, block_size
-        self.hidden = hidden
+        self.hidden, self.checkpoints = hidden, checkpoints
         self.buckets = sorted(set(buckets or default_decode_buckets(max_num_seqs)))
         self._buckets: dict[int, _StepBucket] = {}
         self.pool = pool
@@ -330,7 +332,8 @@ class StepGraphs:
         return hidden, self.model.compute_logits(hidden).argmax(-1), ids
 
     def _capture(self, batch: int) -> _StepBucket:
-        bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state)
+        bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state,
+                         self.checkpoints)
         self._fill(bk, [], [])
         bk.device_buf.copy_(bk.host_buf)
         capture = self._capture_fn
