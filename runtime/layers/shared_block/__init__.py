@@ -4,7 +4,8 @@ generated classes build on:
   layer.py  ``LoRA`` (a per-use low-rank adapter, HF's ``nn.Sequential(Linear(in, r), Linear(r, out))``),
             ``load_stored_fused`` (a merged projection stored as one tensor), and the per-layer caches of a shared
             attention: ``SharedPagedAttention`` (rocm: paged K/V of one use) and ``PagedKV`` (neuron: the cache
-            tensors of one use) -- the weights are shared, every use keeps its own K/V.
+            tensors of one use) -- the weights are shared, every use keeps its own K/V;
+  neuron.py ``merged_rows_loader``: the neuron target's closure loader of a stored fused projection.
 
 Generated models import the names from here (``from modelgen.runtime.layers.shared_block import ...``).
 """
