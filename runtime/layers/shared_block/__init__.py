@@ -5,7 +5,8 @@ generated classes build on:
             ``load_stored_fused`` (a merged projection stored as one tensor), and the per-layer caches of a shared
             attention: ``SharedPagedAttention`` (rocm: paged K/V of one use) and ``PagedKV`` (neuron: the cache
             tensors of one use) -- the weights are shared, every use keeps its own K/V;
-  neuron.py ``merged_rows_loader``: the neuron target's closure loader of a stored fused projection.
+  neuron.py ``merged_rows_loader``: the neuron target's closure loader of a stored fused projection;
+  vllm.py   ``LoRA`` on vLLM's parallel linears (the vllm target; imported only there).
 
 Generated models import the names from here (``from modelgen.runtime.layers.shared_block import ...``).
 """
