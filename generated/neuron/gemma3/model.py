@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): da4e5e6d8415da99
+# source hash (spec + templates + generator): 774f30347b2f270c
 # ==================================================================================================================
 """Gemma3 for the neuron target, in vLLM Neuron's style.
 

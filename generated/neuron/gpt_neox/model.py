@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_neox.yaml --target neuron
-# source hash (spec + templates + generator): 8aa8f1038f31b71a
+# source hash (spec + templates + generator): 83dd30a494603624
 # ==================================================================================================================
 """GPTNeoX for the neuron target, in vLLM Neuron's style.
 

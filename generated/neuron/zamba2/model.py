@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): 8b4c68e2c2cbda89
+# source hash (spec + templates + generator): a520403c11501f42
 # ==================================================================================================================
 """Zamba2 for the neuron target, in vLLM Neuron's style.
 
@@ -60,7 +60,7 @@ class Zamba2Mixer(nn.Module):
         # >>> PARALLELISM <<< heads (and the whole groups of B / C they read) are sharded across TP ranks.
         world = dist.tp_size()
         hidden_size = config.hidden_size
-        num_heads, head_dim = config.n_mamba_heads, config.mamba_expand * config.hidden_size // config.n_mamba_heads
+        num_heads, head_dim = config.n_mamba_heads, config.mamba_head_dim
         n_groups, state_size = config.mamba_ngroups, config.mamba_d_state
         intermediate, gn = num_heads * head_dim, n_groups * state_size
         if intermediate != config.mamba_expand * config.hidden_size:
@@ -173,7 +173,8 @@ class Zamba2SharedBlock(nn.Module):
         def column(size: int):
             return sharding_weight_loader(shard_dim=1, shard_size=size, num_shards=world, is_storage_transposed=True)
 
-        for name, size in (("q_proj_weight", self.q_size), ("k_proj_weight", self.kv_size), ("v_proj_weight", self.kv_size)):
+        sizes = {"q_proj_weight": self.q_size, "k_proj_weight": self.kv_size, "v_proj_weight": self.kv_size}
+        for name, size in sizes.items():
             setattr(attn, name, _param(width, size))
             set_weight_loader(getattr(attn, name), column(size))
         attn.o_proj_weight = _param(self.q_size, hidden_size)
@@ -196,8 +197,8 @@ class Zamba2SharedBlock(nn.Module):
             mlp.down_proj_bias = _param(hidden_size)  # replicated
         else:
             mlp.gate_up_proj_bias = mlp.down_proj_bias = None
-        # Per-use adapters: copy c holds those of the uses k with k % num_mem_blocks == c % num_mem_blocks (an Identity elsewhere,
-        # as HF's lists); use k reads entry k
+        # Per-use adapters: copy c holds those of the uses k with k % cycle == c % cycle (an Identity elsewhere, as
+        # HF's lists); use k reads entry k
         rank, cycle = config.adapter_rank, config.num_mem_blocks
         mine = [k % cycle == copy % cycle for k in range(num_uses)]
         self.attention_adapters = config.use_shared_attention_adapter
@@ -213,6 +214,11 @@ class Zamba2SharedBlock(nn.Module):
                 [_lora(hidden_size, rank, gate_up, 2 * self.inter) if own else nn.Identity() for own in mine]
             )
 
+    @staticmethod
+    def _adapter(lora: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """One use's LoRA: ``B(A(x))``."""
+        return NF.linear(NF.linear(x, lora.a_weight), lora.b_weight)
+
     def cache_for(self, layer_name: str) -> PagedKV:
         """The paged K/V of one using layer (the weights are shared, the cache is not)."""
         return PagedKV(layer_name, self.num_kv_heads, self.head_dim)
@@ -226,10 +232,9 @@ class Zamba2SharedBlock(nn.Module):
         x = self.input_layernorm(torch.cat([hidden_states, embeddings], dim=-1))
         q, k, v = NF.linear(x, attn.q_proj_weight), NF.linear(x, attn.k_proj_weight), NF.linear(x, attn.v_proj_weight)
         if self.attention_adapters:
-            for name, proj in (("linear_q_adapter_list", "q"), ("linear_k_adapter_list", "k"), ("linear_v_adapter_list", "v")):
-                lora = getattr(attn, name)[use]
-                delta = NF.linear(NF.linear(x, lora.a_weight), lora.b_weight)
-                q, k, v = (q + delta, k, v) if proj == "q" else (q, k + delta, v) if proj == "k" else (q, k, v + delta)
+            q = q + self._adapter(attn.linear_q_adapter_list[use], x)
+            k = k + self._adapter(attn.linear_k_adapter_list[use], x)
+            v = v + self._adapter(attn.linear_v_adapter_list[use], x)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
@@ -251,8 +256,7 @@ class Zamba2SharedBlock(nn.Module):
         x = self.pre_ff_layernorm(NF.o_proj(out.reshape(out.shape[0], self.q_size), attn.o_proj_weight))
         gate_up = NF.linear(x, mlp.gate_up_proj_weight, mlp.gate_up_proj_bias)
         if self.mlp_adapters:
-            lora = mlp.gate_up_proj_adapter_list[use]
-            gate_up = gate_up + NF.linear(NF.linear(x, lora.a_weight), lora.b_weight)
+            gate_up = gate_up + self._adapter(mlp.gate_up_proj_adapter_list[use], x)
         gate, up = gate_up.chunk(2, dim=-1)
         return NF.o_proj(torch.nn.functional.gelu(gate) * up, mlp.down_proj_weight, mlp.down_proj_bias)
 
@@ -262,8 +266,8 @@ class Zamba2DecoderLayer(nn.Module):
         super().__init__()
         self.mamba = Zamba2Mixer(config, layer_idx)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # The shared block (shared_transformer): copy use % num_mem_blocks of the layers in `uses`, registered in each of them (its
-        # parameters keep the first user's names); this layer's own K/V cache and output projection ([in, out], replicated).
+        # The shared block (shared_transformer): copy use % copies, registered in each layer that uses it (its
+        # parameters keep the first user's names); this layer's own K/V cache and output projection ([in, out]).
         self.shared_use = uses.index(layer_idx) if layer_idx in uses else None
         if self.shared_use is not None:
             self.shared_transformer = shared[self.shared_use % len(shared)]
@@ -275,11 +279,12 @@ class Zamba2DecoderLayer(nn.Module):
         self, hidden_states: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, attn_metadata: dict,
         embeddings: torch.Tensor,
     ) -> torch.Tensor:
-        # x + mixer(input_layernorm(x + t)); in layers with the shared block t = linear(shared_transformer(...)), else 0.
+        # x + mixer(input_layernorm(x + t)); t = linear(shared_transformer(...)) in layers with the shared block.
         residual = hidden_states
         if self.shared_use is not None:
             shared = self.shared_transformer(
-                hidden_states, embeddings, positions, cos_sin, self.shared_use, self.shared_transformer_cache, attn_metadata
+                hidden_states, embeddings, positions, cos_sin, self.shared_use, self.shared_transformer_cache,
+                attn_metadata,
             )
             hidden_states = hidden_states + NF.linear(shared, self.linear_weight)
         hidden_states = self.input_layernorm(hidden_states)
@@ -295,10 +300,11 @@ class Zamba2Model(nn.Module):
         self.vocab_per_rank = -(-vocab_size // world)
         self.embed_tokens_weight = _param(self.vocab_per_rank, hidden_size)
         set_weight_loader(self.embed_tokens_weight, padded_vocab_loader(vocab_size, self.vocab_per_rank))
-        # Layers whose block runs the shared block, in depth order; copy k % num_mem_blocks serves the k-th. The copies are
-        # registered in their layers only, so their parameters keep the first user's checkpoint names.
+        # Layers whose block runs the shared block, in depth order; copy k % copies serves the k-th. The copies
+        # are registered in their layers only, so their parameters keep the first user's checkpoint names.
         uses = [i for i in range(len(config.schedule)) if config.layer_block(i) in ["hybrid"]]
-        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)  # untied: each layer its own weights
+        # untied: each layer its own weights
+        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)
         shared = [Zamba2SharedBlock(config, c, len(uses)) for c in range(copies)]
         self.layers = nn.ModuleList(
             [Zamba2DecoderLayer(config, i, shared, uses) for i in range(len(config.schedule))]
@@ -412,7 +418,8 @@ class Zamba2ForCausalLM(nn.Module):
         # Each layer's mixer state, then the K/V of each use of the shared block (one cache per using layer).
         layers = self.model.layers
         return KVSpec(layers=[layer.mamba.kv_spec() for layer in layers] + [
-            layer.shared_transformer_cache.kv_spec(layer.linear_weight.dtype) for layer in layers if layer.shared_use is not None
+            layer.shared_transformer_cache.kv_spec(layer.linear_weight.dtype)
+            for layer in layers if layer.shared_use is not None
         ])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:

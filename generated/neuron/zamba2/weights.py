@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): 8b4c68e2c2cbda89
+# source hash (spec + templates + generator): a520403c11501f42
 # ==================================================================================================================
 """Checkpoint mappings of Zamba2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -42,8 +42,12 @@ def _zamba2_shared_block_mappings(
             mappings[f"{mlp}.{proj}_bias"] = [f"{mlp}.{proj}.bias"]
     cycle = config.num_mem_blocks
     uses = [k for k in range(num_uses) if k % cycle == copy % cycle]
-    lists = (["linear_q_adapter_list", "linear_k_adapter_list", "linear_v_adapter_list"] if config.use_shared_attention_adapter else [])
-    for name, parent in [(n, attn) for n in lists] + ([("gate_up_proj_adapter_list", mlp)] if True else []):
+    lists = []
+    if config.use_shared_attention_adapter:
+        lists += [(attn, name) for name in ("linear_q_adapter_list", "linear_k_adapter_list", "linear_v_adapter_list")]
+    if True:
+        lists.append((mlp, "gate_up_proj_adapter_list"))
+    for parent, name in lists:
         for k in uses:
             mappings[f"{parent}.{name}.{k}.a_weight"] = [f"{parent}.{name}.{k}.0.weight"]
             mappings[f"{parent}.{name}.{k}.b_weight"] = [f"{parent}.{name}.{k}.1.weight"]

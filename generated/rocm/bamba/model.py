@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
-# source hash (spec + templates + generator): 5755dcc9e85d4455
+# source hash (spec + templates + generator): fed88bda38d658cb
 # ==================================================================================================================
 """Bamba for the rocm target, in ATOM's style.
 

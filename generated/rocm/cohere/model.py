@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 3372cdbc9b4a4199
+# source hash (spec + templates + generator): 35c189fa31144f88
 # ==================================================================================================================
 """Cohere for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 7b6484c4a9c672db
+# source hash (spec + templates + generator): a034cf7e6b96ecf9
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 3635ab71b4f5bf8c
+# source hash (spec + templates + generator): 184b2f2ad5d58d33
 # ==================================================================================================================
 """Qwen3Moe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Qwen3MoeConfig

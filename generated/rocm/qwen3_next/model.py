@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): eff32f11534f8f7e
+# source hash (spec + templates + generator): a7aaa72834e0f655
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/zamba2.yaml --target rocm
-# source hash (spec + templates + generator): 8b4c68e2c2cbda89
+# source hash (spec + templates + generator): a520403c11501f42
 # ==================================================================================================================
 """Zamba2 for the rocm target, in ATOM's style.
 
@@ -64,7 +64,7 @@ class Zamba2Mixer(Mamba2):
         super().__init__(
             hidden_size=config.hidden_size,
             num_heads=config.n_mamba_heads,
-            head_dim=config.mamba_expand * config.hidden_size // config.n_mamba_heads,
+            head_dim=config.mamba_head_dim,
             state_size=config.mamba_d_state,
             n_groups=config.mamba_ngroups,
             conv_kernel=config.mamba_d_conv,
@@ -120,15 +120,19 @@ class Zamba2SharedBlock(nn.Module):
         self.rotary_emb = None
         if config.use_mem_rope:
             self.rotary_emb = get_rope(
-                self.head_dim, rotary_dim=self.head_dim, max_position=16384 if config.use_long_context else config.max_position_embeddings,
-                base=config.rope_theta, scaling=config.rope_scaling, style="rotate_half",
+                self.head_dim,
+                rotary_dim=self.head_dim,
+                max_position=16384 if config.use_long_context else config.max_position_embeddings,
+                base=config.rope_theta,
+                scaling=config.rope_scaling,
+                style="rotate_half",
             )
         intermediate_size = config.mlp_width
         mlp.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=config.add_bias_linear)
         load_stored_fused(mlp.gate_up_proj)  # stored as one [gate | up] tensor
         mlp.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=config.add_bias_linear)
-        # Per-use adapters: copy c holds those of the uses k with k % num_mem_blocks == c % num_mem_blocks (an Identity elsewhere,
-        # as HF's lists); use k reads entry k
+        # Per-use adapters: copy c holds those of the uses k with k % cycle == c % cycle (an Identity elsewhere, as
+        # HF's lists); use k reads entry k
         rank, cycle = config.adapter_rank, config.num_mem_blocks
         mine = [k % cycle == copy % cycle for k in range(num_uses)]
         self.attention_adapters = config.use_shared_attention_adapter
@@ -182,7 +186,7 @@ class Zamba2DecoderLayer(nn.Module):
         super().__init__()
         self.mamba = Zamba2Mixer(config, layer_idx)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # The shared block (shared_transformer): copy use % num_mem_blocks of the layers in `uses`, registered in each of them (its
+        # The shared block (shared_transformer): copy use % copies, registered in each layer that uses it (its
         # parameters keep the first user's names); this layer's own K/V cache and output projection.
         self.shared_use = uses.index(layer_idx) if layer_idx in uses else None
         if self.shared_use is not None:
@@ -198,13 +202,13 @@ class Zamba2DecoderLayer(nn.Module):
         attn_metadata: AttentionMetadata,
         embeddings: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # x + mixer(input_layernorm(x + t)); in layers with the shared block t = linear(shared_transformer(...)), else 0.
+        # x + mixer(input_layernorm(x + t)); t = linear(shared_transformer(...)) in layers with the shared block.
         if residual is not None:
             hidden_states = hidden_states + residual
         residual = hidden_states
         if self.shared_use is not None:
             shared = self.shared_transformer(
-                positions, hidden_states, embeddings, self.shared_use, self.shared_transformer_cache, attn_metadata
+                positions, hidden_states, embeddings, self.shared_use, self.shared_transformer_cache, attn_metadata,
             )
             hidden_states = hidden_states + self.linear(shared)
         hidden_states = self.input_layernorm(hidden_states)
@@ -215,10 +219,11 @@ class Zamba2Model(nn.Module):
     def __init__(self, config: Zamba2Config):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        # Layers whose block runs the shared block, in depth order; copy k % num_mem_blocks serves the k-th. The copies are
-        # registered in their layers only, so their parameters keep the first user's checkpoint names.
+        # Layers whose block runs the shared block, in depth order; copy k % copies serves the k-th. The copies
+        # are registered in their layers only, so their parameters keep the first user's checkpoint names.
         uses = [i for i in range(len(config.schedule)) if config.layer_block(i) in ["hybrid"]]
-        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)  # untied: each layer its own weights
+        # untied: each layer its own weights
+        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)
         shared = [Zamba2SharedBlock(config, c, len(uses)) for c in range(copies)]
         self.layers = nn.ModuleList(
             [Zamba2DecoderLayer(config, i, shared, uses) for i in range(len(config.schedule))]
@@ -269,7 +274,8 @@ class Zamba2ForCausalLM(nn.Module):
         # Each layer's mixer state, then the K/V of each use of the shared block (one cache per using layer).
         layers = self.model.layers
         return KVSpec(layers=[layer.mamba.kv_spec() for layer in layers] + [
-            layer.shared_transformer_cache.kv_spec(layer.linear.weight.dtype) for layer in layers if layer.shared_use is not None
+            layer.shared_transformer_cache.kv_spec(layer.linear.weight.dtype)
+            for layer in layers if layer.shared_use is not None
         ])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:

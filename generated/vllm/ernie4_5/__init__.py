@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/ernie4_5.yaml --target vllm
-# source hash (spec + templates + generator): 86b01b0f6fb26931
+# source hash (spec + templates + generator): f5193f58b2ae39bd
 # ==================================================================================================================
 """Ernie45 for the vllm target. See README.md.
 

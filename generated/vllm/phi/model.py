@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 5013f6493e9b6f99
+# source hash (spec + templates + generator): 1bc5486e84d2c963
 # ==================================================================================================================
 """Phi for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/zamba2.yaml --target vllm
-# source hash (spec + templates + generator): 8b4c68e2c2cbda89
+# source hash (spec + templates + generator): a520403c11501f42
 # ==================================================================================================================
 """Zamba2 for the vllm target: vLLM's model interface and layer library.
 
@@ -79,7 +79,7 @@ class Zamba2Mixer(MambaMixer2):
             prefix,
             hidden_size=config.hidden_size,
             num_heads=config.n_mamba_heads,
-            head_dim=config.mamba_expand * config.hidden_size // config.n_mamba_heads,
+            head_dim=config.mamba_head_dim,
             state_size=config.mamba_d_state,
             n_groups=config.mamba_ngroups,
             conv_kernel=config.mamba_d_conv,
@@ -139,8 +139,8 @@ class Zamba2SharedBlock(nn.Module):
                                                       quant_config=quant_config, prefix=f"{mp}.gate_up_proj")
         mlp.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=config.add_bias_linear,
                                           quant_config=quant_config, prefix=f"{mp}.down_proj")
-        # Per-use adapters: copy c holds those of the uses k with k % num_mem_blocks == c % num_mem_blocks (an Identity elsewhere,
-        # as HF's lists); use k reads entry k
+        # Per-use adapters: copy c holds those of the uses k with k % cycle == c % cycle (an Identity elsewhere, as
+        # HF's lists); use k reads entry k
         rank, cycle = config.adapter_rank, config.num_mem_blocks
         mine = [k % cycle == copy % cycle for k in range(num_uses)]
         self.attention_adapters = config.use_shared_attention_adapter
@@ -197,12 +197,14 @@ class Zamba2DecoderLayer(nn.Module):
         super().__init__()
         self.mamba = Zamba2Mixer(config, vllm_config, f"{prefix}.mamba")
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # The shared block (shared_transformer): copy use % num_mem_blocks of the layers in `uses`, registered in each of them (its
+        # The shared block (shared_transformer): copy use % copies, registered in each layer that uses it (its
         # parameters keep the first user's names); this layer's own vLLM Attention (K/V) and output projection.
         self.shared_use = uses.index(layer_idx) if layer_idx in uses else None
         if self.shared_use is not None:
             self.shared_transformer = shared[self.shared_use % len(shared)]
-            self.shared_transformer_cache = self.shared_transformer.cache_for(vllm_config, f"{prefix}.shared_transformer_cache")
+            self.shared_transformer_cache = self.shared_transformer.cache_for(
+                vllm_config, f"{prefix}.shared_transformer_cache"
+            )
             self.linear = ReplicatedLinear(
                 config.hidden_size, config.hidden_size, bias=False, quant_config=vllm_config.quant_config,
                 prefix=f"{prefix}.linear",
@@ -212,13 +214,13 @@ class Zamba2DecoderLayer(nn.Module):
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None,
         embeddings: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # x + mixer(input_layernorm(x + t)); in layers with the shared block t = linear(shared_transformer(...)), else 0.
+        # x + mixer(input_layernorm(x + t)); t = linear(shared_transformer(...)) in layers with the shared block.
         if residual is not None:
             hidden_states = hidden_states + residual
         residual = hidden_states
         if self.shared_use is not None:
             shared = self.shared_transformer(
-                positions, hidden_states, embeddings, self.shared_use, self.shared_transformer_cache
+                positions, hidden_states, embeddings, self.shared_use, self.shared_transformer_cache,
             )
             hidden_states = hidden_states + self.linear(shared)[0]
         hidden_states = self.input_layernorm(hidden_states)
@@ -241,10 +243,11 @@ class Zamba2Model(nn.Module):
             )
         else:
             self.embed_tokens = PPMissingLayer()
-        # Layers whose block runs the shared block, in depth order; copy k % num_mem_blocks serves the k-th. The copies are
-        # registered in their layers only, so their parameters keep the first user's checkpoint names.
+        # Layers whose block runs the shared block, in depth order; copy k % copies serves the k-th. The copies
+        # are registered in their layers only, so their parameters keep the first user's checkpoint names.
         uses = [i for i in range(len(config.schedule)) if config.layer_block(i) in ["hybrid"]]
-        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)  # untied: each layer its own weights
+        # untied: each layer its own weights
+        copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)
         shared = [
             Zamba2SharedBlock(config, vllm_config, c, len(uses), f"{prefix}.layers.{uses[c]}.shared_transformer")
             for c in range(copies)
@@ -304,7 +307,7 @@ class Zamba2ForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
         """Per-rank conv state ``[I + 2*G*N, K-1]`` and SSM state ``[H, P, N]`` shapes of a slot."""
         config = spec_config(Zamba2Config, vllm_config)
         return mamba2_state_shape(
-            vllm_config, num_heads=config.n_mamba_heads, head_dim=config.mamba_expand * config.hidden_size // config.n_mamba_heads,
+            vllm_config, num_heads=config.n_mamba_heads, head_dim=config.mamba_head_dim,
             state_size=config.mamba_d_state, n_groups=config.mamba_ngroups, conv_kernel=config.mamba_d_conv,
         )
 
