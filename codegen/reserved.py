@@ -68,7 +68,7 @@ GENERATED_IMPORTS = frozenset({
     "StackedHeadLayerNorm",  # Command R+'s [heads, head_dim] QK LayerNorm (gqa qk_norm.scope stacked)
     "MambaMixer", "HybridMambaModel", "AttentionFreeMambaModel",
     "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
-    "LoRA", "PagedKV", "SharedPagedAttention",  # the shared_block kind (Zamba2)
+    "LoRA", "PagedKV", "SharedPagedAttention", "refuse_split_modes",  # the shared_block kind (Zamba2)
 })
 
 

@@ -179,6 +179,26 @@ def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint):
 
 
 # ---------------------------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("mode", [dict(pipeline_parallel_size=2), dict(data_parallel_size=2)])
+def test_pipeline_and_attention_dp_are_refused(mode):
+    """A later pipeline stage has no embeddings (its placeholder returns zeros), which every hybrid layer reads."""
+    from modelgen.generated.rocm.zamba2.model import Zamba2ForCausalLM
+    from modelgen.runtime import distributed as dist
+    from modelgen.runtime.testing.tiny_models import tiny_config
+
+    from modelgen.generated.rocm.zamba2.config import Zamba2Config
+
+    cfg = Zamba2Config.from_hf_config(tiny_config("Zamba2ForCausalLM"))
+    before = dist.parallel_config()
+    dist.set_parallel_config(dist.ParallelConfig(**mode))
+    try:
+        with pytest.raises(NotImplementedError, match="reads the token embeddings in every hybrid layer"):
+            Zamba2ForCausalLM(cfg)
+    finally:
+        dist.set_parallel_config(before)
+    Zamba2ForCausalLM(cfg)  # builds once the mode is off
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("overrides, message", [
     (dict(hidden_act="silu"), r"hidden_act other than gelu"),

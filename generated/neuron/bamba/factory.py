@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/bamba.yaml --target neuron
-# source hash (spec + templates + generator): fed88bda38d658cb
+# source hash (spec + templates + generator): 9a21b17a79314d6c
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

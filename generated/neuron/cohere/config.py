@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): 35c189fa31144f88
+# source hash (spec + templates + generator): a92a05f3c5b4f0fb
 # ==================================================================================================================
 """CohereConfig: the HF ``config.json`` fields specs/cohere.yaml reads, typed, with the spec's defaults.
 

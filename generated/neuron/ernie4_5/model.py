@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/ernie4_5.yaml --target neuron
-# source hash (spec + templates + generator): f5193f58b2ae39bd
+# source hash (spec + templates + generator): f5e2520a3582690b
 # ==================================================================================================================
 """Ernie45 for the neuron target, in vLLM Neuron's style.
 

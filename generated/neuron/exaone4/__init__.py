@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): 27b53818bc722205
+# source hash (spec + templates + generator): c929b713d16b4e03
 # ==================================================================================================================
 """Exaone4 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Exaone4Config

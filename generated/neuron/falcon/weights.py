@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon.yaml --target neuron
-# source hash (spec + templates + generator): 93581d8776119232
+# source hash (spec + templates + generator): eca3d6d14806eb3a
 # ==================================================================================================================
 """Checkpoint mappings of FalconForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): 774f30347b2f270c
+# source hash (spec + templates + generator): d773d3feeb3bc5fe
 # ==================================================================================================================
 """Gemma3Config: the HF ``config.json`` fields specs/gemma3.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 99163399d8868838
+# source hash (spec + templates + generator): 7f25c0d7984e881b
 # ==================================================================================================================
 """GptOss for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, GptOssConfig

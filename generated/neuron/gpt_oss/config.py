@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): 99163399d8868838
+# source hash (spec + templates + generator): 7f25c0d7984e881b
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi.yaml --target neuron
-# source hash (spec + templates + generator): 1bc5486e84d2c963
+# source hash (spec + templates + generator): bbd31e9b436e637a
 # ==================================================================================================================
 """Phi for the neuron target, in vLLM Neuron's style.
 

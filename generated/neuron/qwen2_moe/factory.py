@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_moe.yaml --target neuron
-# source hash (spec + templates + generator): 25d7e2b05378aa0b
+# source hash (spec + templates + generator): 2c183056d5c7f140
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): f83f92abbe157f79
+# source hash (spec + templates + generator): 195546a2a9f0d396
 # ==================================================================================================================
 """Qwen35 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Qwen35Config

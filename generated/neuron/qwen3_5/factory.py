@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): f83f92abbe157f79
+# source hash (spec + templates + generator): 195546a2a9f0d396
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): e92a94e138b76eec
+# source hash (spec + templates + generator): 6587d7449ee21373
 # ==================================================================================================================
 """Qwen35Moe for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 186b0b0e139b1c43
+# source hash (spec + templates + generator): df7fb8e7841d054a
 # ==================================================================================================================
 """StableLm for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, StableLmConfig

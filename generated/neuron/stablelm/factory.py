@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 186b0b0e139b1c43
+# source hash (spec + templates + generator): df7fb8e7841d054a
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

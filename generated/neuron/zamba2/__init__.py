@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): a520403c11501f42
+# source hash (spec + templates + generator): 01aee06c16a7070c
 # ==================================================================================================================
 """Zamba2 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Zamba2Config

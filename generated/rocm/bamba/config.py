@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
-# source hash (spec + templates + generator): fed88bda38d658cb
+# source hash (spec + templates + generator): 9a21b17a79314d6c
 # ==================================================================================================================
 """BambaConfig: the HF ``config.json`` fields specs/bamba.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 35c189fa31144f88
+# source hash (spec + templates + generator): a92a05f3c5b4f0fb
 # ==================================================================================================================
 """Cohere for the rocm target. See README.md."""
 from .config import ARCHITECTURES, CohereConfig

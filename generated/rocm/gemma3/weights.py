@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): 774f30347b2f270c
+# source hash (spec + templates + generator): d773d3feeb3bc5fe
 # ==================================================================================================================
 """Weight-loader tables of Gemma3ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/minimax.yaml --target rocm
-# source hash (spec + templates + generator): 4c6236cd74f71363
+# source hash (spec + templates + generator): 9e6cbdd64b5333d0
 # ==================================================================================================================
 """MiniMax for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 10c6cec2d60c563f
+# source hash (spec + templates + generator): 12243e0f27272a27
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/zamba2.yaml --target rocm
-# source hash (spec + templates + generator): a520403c11501f42
+# source hash (spec + templates + generator): 01aee06c16a7070c
 # ==================================================================================================================
 """Zamba2 for the rocm target, in ATOM's style.
 
@@ -35,7 +35,7 @@ from modelgen.runtime.layers.linear import (
 from modelgen.runtime.layers.mamba2 import Mamba2
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
-from modelgen.runtime.layers.shared_block import LoRA, SharedPagedAttention, load_stored_fused
+from modelgen.runtime.layers.shared_block import LoRA, SharedPagedAttention, load_stored_fused, refuse_split_modes
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
 from modelgen.runtime.loader.protocol import ExpertMapping
@@ -221,6 +221,7 @@ class Zamba2Model(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         # Layers whose block runs the shared block, in depth order; copy k % copies serves the k-th. The copies
         # are registered in their layers only, so their parameters keep the first user's checkpoint names.
+        refuse_split_modes("Zamba2Model")  # no pipeline stages / attention DP: every layer reads the embeddings
         uses = [i for i in range(len(config.schedule)) if config.layer_block(i) in ["hybrid"]]
         # untied: each layer its own weights
         copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)

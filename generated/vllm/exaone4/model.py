@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 27b53818bc722205
+# source hash (spec + templates + generator): c929b713d16b4e03
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 0b91eb4a5ac0b60e
+# source hash (spec + templates + generator): 058797ed3a6f9ecc
 # ==================================================================================================================
 """Gemma2 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 0b91eb4a5ac0b60e
+# source hash (spec + templates + generator): 058797ed3a6f9ecc
 # ==================================================================================================================
 """Weight-loader tables of Gemma2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma3.yaml --target vllm
-# source hash (spec + templates + generator): 774f30347b2f270c
+# source hash (spec + templates + generator): d773d3feeb3bc5fe
 # ==================================================================================================================
 """Gemma3 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4.yaml --target vllm
-# source hash (spec + templates + generator): efe4ee46daa20344
+# source hash (spec + templates + generator): c212b9583260b489
 # ==================================================================================================================
 """Glm4 for the vllm target: vLLM's model interface and layer library.
 

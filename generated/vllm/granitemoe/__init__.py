@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granitemoe.yaml --target vllm
-# source hash (spec + templates + generator): ae72bbc59e572f18
+# source hash (spec + templates + generator): 4843485b5b6bd4f3
 # ==================================================================================================================
 """GraniteMoe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 5aede17e73ee0c8b
+# source hash (spec + templates + generator): af21c1cfb8f59744
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): a034cf7e6b96ecf9
+# source hash (spec + templates + generator): 4ab9d5f96842aae4
 # ==================================================================================================================
 """Mixtral for the vllm target. See README.md.
 

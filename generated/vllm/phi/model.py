@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 1bc5486e84d2c963
+# source hash (spec + templates + generator): bbd31e9b436e637a
 # ==================================================================================================================
 """Phi for the vllm target: vLLM's model interface and layer library.
 

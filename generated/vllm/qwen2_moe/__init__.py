@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): 25d7e2b05378aa0b
+# source hash (spec + templates + generator): 2c183056d5c7f140
 # ==================================================================================================================
 """Qwen2Moe for the vllm target. See README.md.
 

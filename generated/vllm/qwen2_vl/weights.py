@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_vl.yaml --target vllm
-# source hash (spec + templates + generator): b3fd651c43269129
+# source hash (spec + templates + generator): ab2a24d0c03906e8
 # ==================================================================================================================
 """Weight-loader tables of Qwen2VLForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

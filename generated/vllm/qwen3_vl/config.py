@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_vl.yaml --target vllm
-# source hash (spec + templates + generator): ecb525136d2af44c
+# source hash (spec + templates + generator): 27574e13c69b819d
 # ==================================================================================================================
 """Qwen3VLConfig: the HF ``config.json`` fields specs/qwen3_vl.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 48717e03983ad982
+# source hash (spec + templates + generator): 72024cbdc698e1df
 # ==================================================================================================================
 """SmolLM3 for the vllm target. See README.md.
 

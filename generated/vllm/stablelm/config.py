@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 186b0b0e139b1c43
+# source hash (spec + templates + generator): df7fb8e7841d054a
 # ==================================================================================================================
 """StableLmConfig: the HF ``config.json`` fields specs/stablelm.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/starcoder2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/starcoder2.yaml --target vllm
-# source hash (spec + templates + generator): c913c5a6214780a9
+# source hash (spec + templates + generator): cc286a38564e8be0
 # ==================================================================================================================
 """Starcoder2Config: the HF ``config.json`` fields specs/starcoder2.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/zamba2.yaml --target vllm
-# source hash (spec + templates + generator): a520403c11501f42
+# source hash (spec + templates + generator): 01aee06c16a7070c
 # ==================================================================================================================
 """Zamba2 for the vllm target: vLLM's model interface and layer library.
 
@@ -245,6 +245,11 @@ class Zamba2Model(nn.Module):
             self.embed_tokens = PPMissingLayer()
         # Layers whose block runs the shared block, in depth order; copy k % copies serves the k-th. The copies
         # are registered in their layers only, so their parameters keep the first user's checkpoint names.
+        if pp.world_size > 1:
+            raise NotImplementedError(
+                "Zamba2Model: its shared block reads the token embeddings in every hybrid layer; pipeline "
+                "parallelism is not generated for it"
+            )
         uses = [i for i in range(len(config.schedule)) if config.layer_block(i) in ["hybrid"]]
         # untied: each layer its own weights
         copies = config.num_mem_blocks if config.tie_word_embeddings else len(uses)

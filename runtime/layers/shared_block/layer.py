@@ -6,9 +6,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ... import distributed as dist
 from ...kv_cache import LayerSpec
 from ..attention import PagedAttention
 from ..linear import ColumnParallelLinear, MergedColumnParallelLinear, ReplicatedLinear
+
+
+def refuse_split_modes(model: str) -> None:
+    """A model whose shared block reads the token embeddings in every hybrid layer: a pipeline stage after the first
+    has no embeddings (its placeholder returns zeros), and attention data parallelism would split the shared
+    attention's requests from the mixers'; both are refused rather than run wrong (rocm)."""
+    config = dist.parallel_config()
+    if config.pipeline_parallel_size > 1 or config.data_parallel_size > 1:
+        raise NotImplementedError(f"{model}: its shared block reads the token embeddings in every hybrid layer; "
+                                  "pipeline_parallel_size and data_parallel_size above 1 are not generated for it")
 
 
 class LoRA(nn.Sequential):
