@@ -211,6 +211,7 @@ class Block:
     residual_multiplier: Value | None = None
     residual_scale: ResidualScale | None = None  # per block: the layer sets its block's factors
     parallel_mlp_norm: Value = Const(False)
+    shared: Module | None = None  # a shared block run before the mixer (codegen/blocks/shared_block.py)
 
     @property
     def layout(self) -> tuple:
@@ -361,6 +362,16 @@ class ModelIR:
         """The module name of ``slot`` ("attention" | "mlp") when every block uses the same, else None."""
         names = {getattr(b, slot).name for b in self.blocks if getattr(b, slot) is not None}
         return names.pop() if len(names) == 1 else None
+
+    @property
+    def shared_blocks(self) -> tuple[Block, ...]:
+        """The blocks with a shared block before their mixer (spec ``shared:``)."""
+        return tuple(b for b in self.blocks if b.shared is not None)
+
+    @property
+    def shared(self) -> Module | None:
+        """The shared block (one per model), or None."""
+        return self.shared_blocks[0].shared if self.shared_blocks else None
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -269,18 +269,27 @@ class _Lowerer:
         """Lower every block through its kinds, then name the classes: modules with equal class keys share a class
         (``<Prefix><suffix>``, numbered when a kind needs several). Returns (blocks, classes in definition order)."""
         lowered = []
+        shared_of: dict[str, ir.Module] = {}
         for key, b in self.spec.blocks.items():
             p = ("blocks", key)
             parts = self._layout_parts(key, b)
             attn = None if b.attention is None else KINDS[b.attention.kind].lower(self, p + ("attention",), b.attention)
             mlp = None if b.mlp is None else KINDS[b.mlp.kind].lower(self, p + ("mlp",), b.mlp)
             lowered.append((key, b, parts, attn, mlp))
+            if b.shared is not None:
+                shared_of[key] = KINDS[b.shared.kind].lower(self, p + ("shared",), b.shared)
+                if b.attention is None or b.mlp is not None or parts["residual"] != "pre_norm":
+                    self.error(p + ("shared",), "a shared block runs before a mixer: give it to a pre_norm block "
+                                                "whose only sub-layer is its attention")
         self._check_same_layout(lowered)
+        if len({s.class_key() for s in shared_of.values()}) > 1:
+            self.error(("blocks",), "shared blocks of different blocks must be identical (one shared block per model)")
 
         # Definition order: attentions, then MLP-slot classes with what they build first.
         modules: list[ir.Module] = [a for *_, a, _ in lowered if a is not None]
         for *_, m in lowered:
             modules += [*m.dependencies(), m] if m is not None else []
+        modules += list(shared_of.values())
         keys: dict[str, list[ir.Module]] = {}
         for m in modules:
             same_kind = keys.setdefault(m.kind, [])
@@ -307,6 +316,7 @@ class _Lowerer:
                 residual_scale=self._residual_scale(p + ("residual_scale",),
                                                     self._decoder_part(self.spec.blocks[key], "residual_scale")),
                 parallel_mlp_norm=self.optional(p + ("parallel_mlp_norm",), parts["parallel_mlp_norm"]) or ir.Const(False),
+                shared=shared_of[key].named(class_name) if key in shared_of else None,
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:

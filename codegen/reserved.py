@@ -69,6 +69,7 @@ GENERATED_IMPORTS = frozenset({
     "MambaMixer", "HybridMambaModel", "AttentionFreeMambaModel",
     "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
     "ChunkedLocalAttention", "alibi_slopes", "rank_alibi_slopes",  # gqa chunk_size / alibi (Llama 4, Falcon)
+    "LoRA", "PagedKV", "SharedPagedAttention", "refuse_split_modes",  # the shared_block kind (Zamba2)
 })
 
 

@@ -91,6 +91,7 @@ def _kind_union(slot: str) -> Any:
 
 AttentionSpec = _kind_union("attention")
 MLPSpec = _kind_union("mlp")
+SharedSpec = _kind_union("shared")
 Residual = Literal["pre_norm", "sandwich", "post_norm"]
 RESIDUAL_DOC = (
     "pre_norm: x + f(norm(x)) around each sub-layer (attention_norm, mlp_norm; Llama); sandwich: x + "
@@ -174,6 +175,13 @@ class BlockSpec(_LayerParts):
         description="the feed-forward, by `kind:` (gated, ungated, moe), e.g. {name: mlp, kind: gated, activation: silu, "
         "intermediate_size: intermediate_size}; left out: a block whose only sub-layer is the token mixer "
         "(Mamba2Block: out = x + mixer(attention_norm(x)); residual pre_norm, no mlp_norm)",
+    )
+
+    shared: SharedSpec | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="a block whose weights several layers share, run before this block's mixer (kind shared_block; "
+        "Zamba2's shared_transformer): t = output_proj(shared(concat(x, embeddings))), the mixer reads "
+        "attention_norm(x + t), the residual stays x; a one-sub-layer pre_norm block with a mixer only",
     )
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ def test_registry_finds_every_kind_with_its_partials():
     assert {"gqa", "gated", "moe"} <= set(KINDS)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)))
     for kind in KINDS.values():
-        assert kind.slot in ("attention", "mlp")
+        assert kind.slot in ("attention", "mlp", "shared")  # shared: a block run before the mixer (shared_block)
         for target in TARGETS:
             source = (TEMPLATES_DIR / kind.partial(target)).read_text()
             defined = {n.name for n in env.parse(source).find_all(jinja2.nodes.Macro)}

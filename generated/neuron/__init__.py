@@ -51,4 +51,5 @@ MODELS = {
     "SmolLM3ForCausalLM": "smollm3",
     "StableLmForCausalLM": "stablelm",
     "Starcoder2ForCausalLM": "starcoder2",
+    "Zamba2ForCausalLM": "zamba2",
 }

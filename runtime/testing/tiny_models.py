@@ -94,6 +94,16 @@ ROPE_SCALING = {"rope_type": "linear", "factor": 2.0}
 REFERENCE_NEEDS: dict[str, dict[str, dict[str, Any]]] = {
     "DbrxForCausalLM": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 1000.0}},
 }
+# Per-architecture tiny values where a shared TINY_SIZES key means something else to the family (applied before the
+# caller's overrides). Zamba2: layers_block_type names hybrid layers (not Nemotron-H's kinds): hybrid layers 1, 2 and
+# 4 over two shared-block copies (copy 0 at depths 1 and 4, so one copy serves two depths with two K/V caches); a
+# small adapter rank and SSM state; 8 Mamba heads of 16 (= expand 2 * hidden 64).
+ARCH_SIZES: dict[str, dict[str, Any]] = {
+    "Zamba2ForCausalLM": dict(
+        layers_block_type=["linear_attention", "hybrid", "hybrid", "linear_attention", "hybrid"], num_hidden_layers=5,
+        num_mem_blocks=2, adapter_rank=8, mamba_d_state=16, n_mamba_heads=8, mamba_ngroups=2,
+    ),
+}
 # Sizes every spec must take; the other TINY_SIZES entries are features a spec may refuse (``without``).
 CORE_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
@@ -177,6 +187,7 @@ def tiny_config(architecture: str, without: tuple[str, ...] = (), aliases: dict[
                                                          if "tie_word_embeddings" not in overrides else {}))
     kwargs = _accepted(cfg_cls, sizes)
     _apply_aliases(cfg_cls, kwargs, sizes, aliases or {})
+    kwargs.update(ARCH_SIZES.get(architecture, {}))
     kwargs.update(overrides)
     for key, needed in REFERENCE_NEEDS.get(architecture, {}).items():
         node = kwargs.setdefault(key, {})

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): ed53ec55b1e915fd
+# source hash (spec + templates + generator): 13fadc714343d2af
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

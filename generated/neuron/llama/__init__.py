@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): b0d39c573887a589
+# source hash (spec + templates + generator): de47368cb9fc836f
 # ==================================================================================================================
 """Llama for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, LlamaConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama.yaml --target neuron
-# source hash (spec + templates + generator): b0d39c573887a589
+# source hash (spec + templates + generator): de47368cb9fc836f
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): ed53ec55b1e915fd
+# source hash (spec + templates + generator): 13fadc714343d2af
 # ==================================================================================================================
 """Weight-loader tables of GraniteForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
-# source hash (spec + templates + generator): fdc1444106b4e802
+# source hash (spec + templates + generator): 9ec3ada18e468c3c
 # ==================================================================================================================
 """Qwen35 for the vllm target: vLLM's model interface and layer library.
 
