@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): 594a4beacf884d3d
+# source hash (spec + templates + generator): 570e2cb88d0af1b6
 # ==================================================================================================================
 """Granite for the rocm target. See README.md."""
 from .config import ARCHITECTURES, GraniteConfig

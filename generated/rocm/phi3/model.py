@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): 811b6718b350974c
+# source hash (spec + templates + generator): 53ab8f5485623a8b
 # ==================================================================================================================
 """Phi3 for the rocm target, in ATOM's style.
 

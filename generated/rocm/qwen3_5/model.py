@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): c0e308ecd77ccb9e
+# source hash (spec + templates + generator): ecd603d0ef8d844c
 # ==================================================================================================================
 """Qwen35 for the rocm target, in ATOM's style.
 

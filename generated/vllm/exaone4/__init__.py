@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): f7a42df97a1aff84
+# source hash (spec + templates + generator): 55039785e66ead9b
 # ==================================================================================================================
 """Exaone4 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 594a4beacf884d3d
+# source hash (spec + templates + generator): 570e2cb88d0af1b6
 # ==================================================================================================================
 """Weight-loader tables of GraniteForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

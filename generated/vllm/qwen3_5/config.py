@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
-# source hash (spec + templates + generator): c0e308ecd77ccb9e
+# source hash (spec + templates + generator): ecd603d0ef8d844c
 # ==================================================================================================================
 """Qwen35Config: the HF ``config.json`` fields specs/qwen3_5.yaml reads, typed, with the spec's defaults.
 
