@@ -1,0 +1,203 @@
+"""Falcon-H1 (specs/falcon_h1.yaml: every layer a Mamba-2 mixer and GQA attention in parallel on the same normed input,
+summed, then a SwiGLU MLP, with muP multipliers everywhere) vs transformers' FalconH1ForCausalLM on tiny random
+checkpoints.
+
+Cases cover what FalconH1Config can switch: every muP multiplier away from 1 (embedding, attention in / out, key, SSM
+in / out, the five-part ssm_multipliers, the MLP's gate / down, the LM head), the mixer's gated RMSNorm off
+(FalconH1Config's default), on before the gate (its default order) and on after the gate, in_proj's bias
+(mamba_proj_bias) and out_proj's (projectors_bias) each on alone, attention and MLP biases, one and two B / C groups,
+conv kernels 4 and 3 with and without a bias, a time_step_limit that clamps dt, mamba_d_ssm given or derived from
+mamba_expand, tied and untied embeddings, and a config.json carrying mamba_use_mlp (both values: transformers never
+reads it). Gates as for the other families: fp32 prefill logits within 1e-4 and 16 greedy tokens equal to
+transformers' (teacher-forced full forwards), on rocm and neuron, with every config.json key read or declared
+irrelevant (strict). Negative controls: each multiplier set back to 1, and the norm moved to the other side of the
+gate, move the logits.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from modelgen.runtime.engine.sampler import SamplingParams
+from modelgen.runtime.hf_config import ConfigError
+from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
+from tests.parity_helpers import (
+    assert_chunked_prefill_equals_one_shot,
+    assert_interleaved_equal_solo,
+    assert_matches_hf,
+    assert_preemption_restarts_fresh,
+    checkpoint_cache,
+    hf_logits,
+    llm,
+)
+
+TARGETS = ["rocm", "neuron"]
+PREFILL_ATOL = 1e-4
+PROMPT = tiny_prompt()
+SCALE = dict(initializer_range=0.1)  # logits of order 1, so every layer's contribution shows
+MUP = dict(embedding_multiplier=1.7, lm_head_multiplier=0.6, attention_in_multiplier=0.8, attention_out_multiplier=1.3,
+           key_multiplier=1.5, ssm_in_multiplier=1.2, ssm_out_multiplier=0.7,
+           ssm_multipliers=[0.9, 1.1, 1.2, 0.8, 1.3], mlp_multipliers=[1.2, 0.75])
+
+CASES: dict[str, dict] = {
+    # FalconH1Config's defaults at tiny sizes: multipliers 1, no gated norm, 2 groups, chunks of 8, conv bias
+    "falcon_h1": dict(),
+    # every multiplier off 1, the gated norm before the gate (the default order), every bias, tied embeddings
+    "falcon_h1_mup": dict(**MUP, mamba_rms_norm=True, mamba_norm_before_gate=True, mamba_proj_bias=True,
+                          projectors_bias=True, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+    # the norm after the gate (Mamba-2's order), one group, kernel 3 without bias, clamped dt, chunks of 5, the width
+    # from mamba_expand (mamba_d_ssm null), out_proj's bias alone
+    "falcon_h1_gate_first": dict(**MUP, mamba_rms_norm=True, mamba_norm_before_gate=False, mamba_n_groups=1,
+                                 mamba_d_conv=3, mamba_conv_bias=False, time_step_limit=(0.05, 0.3),
+                                 mamba_chunk_size=5, mamba_d_ssm=None, projectors_bias=True),
+    # in_proj's bias alone, no gated norm with norm_before_gate false (it then changes nothing), a single chunk
+    "falcon_h1_in_bias": dict(mamba_proj_bias=True, mamba_norm_before_gate=False, mamba_chunk_size=64,
+                              key_multiplier=0.5, ssm_multipliers=[1.5, 0.5, 1.0, 1.0, 2.0]),
+}
+# config.json keys transformers 5.25 does not read, written the way Falcon-H1 checkpoints carry them
+EXTRA_KEYS = {"falcon_h1": {"mamba_use_mlp": True}, "falcon_h1_mup": {"mamba_use_mlp": False}}
+
+
+def _make(d, name, _):
+    hf = make_tiny_checkpoint(d, "FalconH1ForCausalLM", **SCALE, **CASES[name])
+    if name in EXTRA_KEYS:
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, **EXTRA_KEYS[name]}))
+    return hf
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return checkpoint_cache(tmp_path_factory, _make)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_against_hf_falcon_h1_fp32(checkpoint, name, target):
+    assert_matches_hf(*checkpoint(name), target, PROMPT, name)
+
+
+def test_every_layer_runs_both_mixers(checkpoint):
+    """The block: self_attn and mamba in every layer, each with its own cache (a paged KV cache and a state slot)."""
+    path, _ = checkpoint("falcon_h1_mup")
+    model = llm(path, "rocm")
+    layers = model.model.model.layers
+    assert all(hasattr(layer, "self_attn") and hasattr(layer, "mamba") for layer in layers)
+    names = [spec.name for spec in model.model.get_kv_spec().layers]
+    assert names == [f"layers.{i}.{m}" for i in range(len(layers)) for m in ("self_attn", "mamba")]
+
+
+def _set(obj, attr, value):
+    setattr(obj, attr, value)
+
+
+# (what is switched back, how) on the rocm model of falcon_h1_mup: each must move the logits
+CONTROLS = {
+    "embedding_multiplier": lambda m: _set(m.model, "embedding_multiplier", 1.0),
+    "lm_head_multiplier": lambda m: _set(m, "logits_divisor", 1.0),
+    "attention_in_multiplier": lambda m: [_set(x, "attention_factors", (1.0, x.attention_factors[1]))
+                                          for x in m.model.layers],
+    "attention_out_multiplier": lambda m: [_set(x, "attention_factors", (x.attention_factors[0], 1.0))
+                                           for x in m.model.layers],
+    "ssm_in_multiplier": lambda m: [_set(x, "parallel_mixer_factors", (1.0, x.parallel_mixer_factors[1]))
+                                    for x in m.model.layers],
+    "ssm_out_multiplier": lambda m: [_set(x, "parallel_mixer_factors", (x.parallel_mixer_factors[0], 1.0))
+                                     for x in m.model.layers],
+    "key_multiplier": lambda m: [_set(x.self_attn.attn, "scale", x.self_attn.head_dim ** -0.5)
+                                 for x in m.model.layers],
+    "ssm_multipliers": lambda m: [_set(x.mamba, "in_scale", None) for x in m.model.layers],
+    "mlp_multipliers[0]": lambda m: [_set(x.feed_forward, "gate_multiplier", 1.0) for x in m.model.layers],
+    "mlp_multipliers[1]": lambda m: [_set(x, "mlp_scale", (1, 1)) for x in m.model.layers],
+    "mamba_norm_before_gate": lambda m: [_set(x.mamba, "norm_before_gate", False) for x in m.model.layers],
+}
+
+
+@pytest.mark.parametrize("control", list(CONTROLS))
+def test_each_multiplier_matters(checkpoint, control):
+    """Negative controls: switching one multiplier back to 1 (or the norm to after the gate) moves the logits, so
+    none of them is a no-op on this fixture and the parity above would catch one applied wrongly or not at all."""
+    path, hf = checkpoint("falcon_h1_mup")
+    model = llm(path, "rocm")
+    ref = hf_logits(hf, PROMPT)
+    assert (model.score(PROMPT).float() - ref).abs().max().item() < PREFILL_ATOL
+    CONTROLS[control](model.model)
+    assert (model.score(PROMPT).float() - ref).abs().max().item() > 1e-3, control
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_interleaved_requests_each_get_their_solo_tokens(checkpoint, target):
+    assert_interleaved_equal_solo(checkpoint("falcon_h1_mup")[0], target, [PROMPT, PROMPT[:5], PROMPT[7:20], [3]])
+
+
+def test_preempted_and_reused_slots_start_fresh(checkpoint):
+    assert_preemption_restarts_fresh(checkpoint("falcon_h1_mup")[0], [PROMPT, PROMPT[4:], PROMPT[:9]])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_chunked_prefill_equals_one_shot(checkpoint, target):
+    assert_chunked_prefill_equals_one_shot(checkpoint("falcon_h1_mup")[0], target, PROMPT)
+
+
+# ------------------------------------------------------------------------------------ parallelism and compilation
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensor_parallel_2_equals_1(checkpoint, tmp_path, target):
+    """Two gloo ranks split the Mamba heads with their groups (in_proj part by part, with its mup factors), the
+    attention heads and the MLP: same logits, same tokens."""
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.test_parity_qwen3_next import run_rank
+
+    path, _ = checkpoint("falcon_h1_mup")  # biases and every multiplier: in_proj's factors are split like its rows
+    single = llm(path, target)
+    want = single.score(PROMPT)
+    want_tokens = single.generate_ids([PROMPT], SamplingParams(max_tokens=8, ignore_eos=True))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
+    for rank in range(2):
+        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
+        assert json.loads(open(f"{out}.rank{rank}.json").read())["tokens"] == want_tokens
+
+
+@pytest.mark.slow
+def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint):
+    """Both mixers of every layer compile in one graph per bucket (a host read or data-dependent shape would break
+    it)."""
+    torch._dynamo.reset()
+    path, _ = checkpoint("falcon_h1_mup")
+    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
+                   max_num_seqs=2, block_size=16)
+    prompts = [PROMPT, PROMPT[:9]]
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    want = llm(path, "neuron", **buckets).generate_ids(prompts, params)
+    compiled = llm(path, "neuron", compile=True, **buckets)
+    compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
+    assert compiled.generate_ids(prompts, params) == want
+
+
+# ---------------------------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("overrides, message", [
+    (dict(mamba_d_conv=1), r"mamba_d_conv below 2"),
+    (dict(hidden_act="gelu"), r"hidden_act other than silu"),
+])
+def test_refused_configs_name_the_spec_rule(tmp_path, target, overrides, message):
+    make_tiny_checkpoint(tmp_path, "FalconH1ForCausalLM", **overrides)
+    with pytest.raises(ConfigError, match=rf"config\.json: specs/falcon_h1\.yaml: {message}"):
+        llm(tmp_path, target)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("ssm_multipliers", [1.0, 1.0, 1.0, 1.0], r"ssm_multipliers must hold five factors"),
+    ("mlp_multipliers", [1.0], r"mlp_multipliers must hold two factors"),
+])
+def test_refused_multiplier_lists(tmp_path, key, value, message):
+    """A multiplier list of the wrong length (transformers would index past it) is refused by name."""
+    make_tiny_checkpoint(tmp_path, "FalconH1ForCausalLM")
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, key: value}))
+    with pytest.raises(ConfigError, match=message):
+        llm(tmp_path, "rocm")
