@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v2.yaml --target neuron
-# source hash (spec + templates + generator): 0c66eebd7fecf661
+# source hash (spec + templates + generator): 42ffa9d9e5cadad3
 # ==================================================================================================================
 """DeepseekV2 for the neuron target, in vLLM Neuron's style.
 

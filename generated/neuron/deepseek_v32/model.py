@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): 7d9db90b8a0ea688
+# source hash (spec + templates + generator): c55023027d0ceeef
 # ==================================================================================================================
 """DeepseekV32 for the neuron target, in vLLM Neuron's style.
 

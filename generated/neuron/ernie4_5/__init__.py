@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/ernie4_5.yaml --target neuron
-# source hash (spec + templates + generator): 80f026589aed3415
+# source hash (spec + templates + generator): b997bda013015d88
 # ==================================================================================================================
 """Ernie45 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Ernie45Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): 55039785e66ead9b
+# source hash (spec + templates + generator): 17e539fcf5393de5
 # ==================================================================================================================
 """Exaone4 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Exaone4Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon_h1.yaml --target neuron
-# source hash (spec + templates + generator): 9a5f51f59a3e6a4b
+# source hash (spec + templates + generator): 21d104a2296fd51c
 # ==================================================================================================================
 """FalconH1 for the neuron target, in vLLM Neuron's style.
 
@@ -275,9 +275,10 @@ class FalconH1DecoderLayer(nn.Module):
     def __init__(self, config: FalconH1Config, layer_idx: int):
         super().__init__()
         self.self_attn = FalconH1Attention(config, layer_idx)
-        self.mamba = FalconH1Mixer(config, layer_idx)  # beside the attention, on the same normed input
-        # mixer_scale: (input, output) factors of the attention and of the parallel mixer
-        self.attention_factors, self.parallel_mixer_factors = (config.attention_in_multiplier, config.attention_out_multiplier), (config.ssm_in_multiplier, config.ssm_out_multiplier)
+        # The parallel mixer, beside the attention on the same normed input; mixer_scale: (input, output) factors
+        self.mamba = FalconH1Mixer(config, layer_idx)
+        self.attention_factors = (config.attention_in_multiplier, config.attention_out_multiplier)
+        self.parallel_mixer_factors = (config.ssm_in_multiplier, config.ssm_out_multiplier)
         self.feed_forward = FalconH1MLP(config, config.intermediate_size)
         # Residual joins (residual_scale): (factor on the stream, factor on the sub-layer's output), per block.
         self.attention_scale = (1, 1)

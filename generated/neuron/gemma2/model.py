@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma2.yaml --target neuron
-# source hash (spec + templates + generator): 5d29a4a86a085749
+# source hash (spec + templates + generator): 685d9d84d1d1698b
 # ==================================================================================================================
 """Gemma2 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): 977956fe1b0a29d4
+# source hash (spec + templates + generator): 6ea8384e8fabbbcd
 # ==================================================================================================================
 """Checkpoint mappings of Gemma3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4.yaml --target neuron
-# source hash (spec + templates + generator): e0f6e920a38c6edc
+# source hash (spec + templates + generator): 4b5dd1771ed39229
 # ==================================================================================================================
 """Glm4 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Glm4Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): e6e3393f01fec4ea
+# source hash (spec + templates + generator): d0818f21ae5cdfd4
 # ==================================================================================================================
 """GptOss for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): 570e2cb88d0af1b6
+# source hash (spec + templates + generator): 8cff1251d6f3c04f
 # ==================================================================================================================
 """Granite for the neuron target, in vLLM Neuron's style.
 

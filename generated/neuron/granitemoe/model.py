@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granitemoe.yaml --target neuron
-# source hash (spec + templates + generator): 6e5061556ab7bf27
+# source hash (spec + templates + generator): 20ff80e70380d7e7
 # ==================================================================================================================
 """GraniteMoe for the neuron target, in vLLM Neuron's style.
 

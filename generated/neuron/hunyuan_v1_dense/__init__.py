@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target neuron
-# source hash (spec + templates + generator): 0bc4e216aa95af93
+# source hash (spec + templates + generator): 1afd27312753df5a
 # ==================================================================================================================
 """HunYuanDense for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, HunYuanDenseConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/minimax.yaml --target neuron
-# source hash (spec + templates + generator): 85faa07de9afb0a4
+# source hash (spec + templates + generator): 6cdee010d1ed5c46
 # ==================================================================================================================
 """MiniMax for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, MiniMaxConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi.yaml --target neuron
-# source hash (spec + templates + generator): 0a378edb9aa4e2c2
+# source hash (spec + templates + generator): da3e5999536500c1
 # ==================================================================================================================
 """Checkpoint mappings of PhiForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

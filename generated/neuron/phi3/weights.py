@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/phi3.yaml --target neuron
-# source hash (spec + templates + generator): 53ab8f5485623a8b
+# source hash (spec + templates + generator): 1f3f5487e46c59ce
 # ==================================================================================================================
 """Checkpoint mappings of Phi3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 55fadfe4b6ad74a1
+# source hash (spec + templates + generator): 7ca69230556a7680
 # ==================================================================================================================
 """Checkpoint mappings of Qwen3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

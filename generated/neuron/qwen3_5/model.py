@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): ecd603d0ef8d844c
+# source hash (spec + templates + generator): 95a6aa110ae9af65
 # ==================================================================================================================
 """Qwen35 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): b9027be75a352b24
+# source hash (spec + templates + generator): fc368e0d95cdf917
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35MoeForCausalLM for the neuron target (speculative decoding).
 

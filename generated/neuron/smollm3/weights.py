@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
-# source hash (spec + templates + generator): 28ff1e55fe85c499
+# source hash (spec + templates + generator): a329ba9270de8216
 # ==================================================================================================================
 """Checkpoint mappings of SmolLM3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
-# source hash (spec + templates + generator): 837a6434f5645d76
+# source hash (spec + templates + generator): 81dcff44325f80a5
 # ==================================================================================================================
 """Bamba for the rocm target, in ATOM's style.
 

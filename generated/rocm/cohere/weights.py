@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 3c86320a3f75eef1
+# source hash (spec + templates + generator): cc8122daac7200ca
 # ==================================================================================================================
 """Weight-loader tables of CohereForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v32.yaml --target rocm
-# source hash (spec + templates + generator): 7d9db90b8a0ea688
+# source hash (spec + templates + generator): c55023027d0ceeef
 # ==================================================================================================================
 """Weight-loader tables of DeepseekV32ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/ernie4_5.yaml --target rocm
-# source hash (spec + templates + generator): 80f026589aed3415
+# source hash (spec + templates + generator): b997bda013015d88
 # ==================================================================================================================
 """Weight-loader tables of Ernie45ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

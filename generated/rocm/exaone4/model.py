@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/exaone4.yaml --target rocm
-# source hash (spec + templates + generator): 55039785e66ead9b
+# source hash (spec + templates + generator): 17e539fcf5393de5
 # ==================================================================================================================
 """Exaone4 for the rocm target, in ATOM's style.
 

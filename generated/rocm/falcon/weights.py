@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon.yaml --target rocm
-# source hash (spec + templates + generator): 18bca44b62099b46
+# source hash (spec + templates + generator): 54b5e179571098b6
 # ==================================================================================================================
 """Weight-loader tables of FalconForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

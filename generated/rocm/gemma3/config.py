@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gemma3.yaml --target rocm
-# source hash (spec + templates + generator): 977956fe1b0a29d4
+# source hash (spec + templates + generator): 6ea8384e8fabbbcd
 # ==================================================================================================================
 """Gemma3Config: the HF ``config.json`` fields specs/gemma3.yaml reads, typed, with the spec's defaults.
 

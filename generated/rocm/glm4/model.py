@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4.yaml --target rocm
-# source hash (spec + templates + generator): e0f6e920a38c6edc
+# source hash (spec + templates + generator): 4b5dd1771ed39229
 # ==================================================================================================================
 """Glm4 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): 726be245ae6c869f
+# source hash (spec + templates + generator): 09b308eddd2e1bdd
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of GlmMoeDsaForCausalLM for the rocm target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_neox.yaml --target rocm
-# source hash (spec + templates + generator): 524c83135133b61e
+# source hash (spec + templates + generator): 6acd8393e096b7fd
 # ==================================================================================================================
 """GPTNeoX for the rocm target, in ATOM's style.
 

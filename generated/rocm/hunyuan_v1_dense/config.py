@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target rocm
-# source hash (spec + templates + generator): 0bc4e216aa95af93
+# source hash (spec + templates + generator): 1afd27312753df5a
 # ==================================================================================================================
 """HunYuanDenseConfig: the HF ``config.json`` fields specs/hunyuan_v1_dense.yaml reads, typed, with the spec's defaults.
 

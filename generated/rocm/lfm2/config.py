@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 38b82c2a6c70a486
+# source hash (spec + templates + generator): 73d786271c03f8ce
 # ==================================================================================================================
 """Lfm2Config: the HF ``config.json`` fields specs/lfm2.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mamba.yaml --target rocm
-# source hash (spec + templates + generator): 80f340b887485315
+# source hash (spec + templates + generator): 13ce07c0e89f8b6e
 # ==================================================================================================================
 """Mamba for the rocm target. See README.md."""
 from .config import ARCHITECTURES, MambaConfig

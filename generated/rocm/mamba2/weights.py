@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mamba2.yaml --target rocm
-# source hash (spec + templates + generator): f891ee88cb72bfb6
+# source hash (spec + templates + generator): a7afadd158460571
 # ==================================================================================================================
 """Weight-loader tables of Mamba2ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mistral.yaml --target rocm
-# source hash (spec + templates + generator): 812f21cbf7f62bb9
+# source hash (spec + templates + generator): d020275cf6b630e6
 # ==================================================================================================================
 """Mistral for the rocm target, in ATOM's style.
 

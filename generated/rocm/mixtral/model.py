@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): af01b2af7ac4d873
+# source hash (spec + templates + generator): 1f340f3e57d84f0e
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

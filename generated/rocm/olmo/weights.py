@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): 834f896685ad162f
+# source hash (spec + templates + generator): 56bfc98843a6153e
 # ==================================================================================================================
 """Weight-loader tables of OlmoForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

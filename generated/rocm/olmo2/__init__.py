@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 0cc9c4fd03733e97
+# source hash (spec + templates + generator): eee02ef311f07acb
 # ==================================================================================================================
 """Olmo2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Olmo2Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi.yaml --target rocm
-# source hash (spec + templates + generator): 0a378edb9aa4e2c2
+# source hash (spec + templates + generator): da3e5999536500c1
 # ==================================================================================================================
 """Weight-loader tables of PhiForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

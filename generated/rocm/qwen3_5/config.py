@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): ecd603d0ef8d844c
+# source hash (spec + templates + generator): 95a6aa110ae9af65
 # ==================================================================================================================
 """Qwen35Config: the HF ``config.json`` fields specs/qwen3_5.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): b9027be75a352b24
+# source hash (spec + templates + generator): fc368e0d95cdf917
 # ==================================================================================================================
 """Qwen35MoeConfig: the HF ``config.json`` fields specs/qwen3_5_moe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 28ff1e55fe85c499
+# source hash (spec + templates + generator): a329ba9270de8216
 # ==================================================================================================================
 """SmolLM3Config: the HF ``config.json`` fields specs/smollm3.yaml reads, typed, with the spec's defaults.
 

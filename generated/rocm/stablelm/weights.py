@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/stablelm.yaml --target rocm
-# source hash (spec + templates + generator): 4e006d1d5889934d
+# source hash (spec + templates + generator): d55be1e46442824f
 # ==================================================================================================================
 """Weight-loader tables of StableLmForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

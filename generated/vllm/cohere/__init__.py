@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 3c86320a3f75eef1
+# source hash (spec + templates + generator): cc8122daac7200ca
 # ==================================================================================================================
 """Cohere for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): cee3d3b22a49d3d6
+# source hash (spec + templates + generator): 9ca67daeba9e9652
 # ==================================================================================================================
 """Dbrx for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): 0c66eebd7fecf661
+# source hash (spec + templates + generator): 42ffa9d9e5cadad3
 # ==================================================================================================================
 """DeepseekV2 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/ernie4_5.yaml --target vllm
-# source hash (spec + templates + generator): 80f026589aed3415
+# source hash (spec + templates + generator): b997bda013015d88
 # ==================================================================================================================
 """Ernie45Config: the HF ``config.json`` fields specs/ernie4_5.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 18bca44b62099b46
+# source hash (spec + templates + generator): 54b5e179571098b6
 # ==================================================================================================================
 """FalconConfig: the HF ``config.json`` fields specs/falcon.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 18bca44b62099b46
+# source hash (spec + templates + generator): 54b5e179571098b6
 # ==================================================================================================================
 """Weight-loader tables of FalconForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

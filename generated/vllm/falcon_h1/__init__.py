@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon_h1.yaml --target vllm
-# source hash (spec + templates + generator): 9a5f51f59a3e6a4b
+# source hash (spec + templates + generator): 21d104a2296fd51c
 # ==================================================================================================================
 """FalconH1 for the vllm target. See README.md.
 

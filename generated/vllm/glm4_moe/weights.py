@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
-# source hash (spec + templates + generator): bd3ecbb7af6977cd
+# source hash (spec + templates + generator): c4379f8c86d06003
 # ==================================================================================================================
 """Weight-loader tables of Glm4MoeForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granite.yaml --target vllm
-# source hash (spec + templates + generator): 570e2cb88d0af1b6
+# source hash (spec + templates + generator): 8cff1251d6f3c04f
 # ==================================================================================================================
 """GraniteConfig: the HF ``config.json`` fields specs/granite.yaml reads, typed, with the spec's defaults.
 

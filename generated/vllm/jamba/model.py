@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): f9036d6713dead56
+# source hash (spec + templates + generator): 51260a6cfa3ae0be
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/lfm2.yaml --target vllm
-# source hash (spec + templates + generator): 38b82c2a6c70a486
+# source hash (spec + templates + generator): 73d786271c03f8ce
 # ==================================================================================================================
 """Lfm2 for the vllm target. See README.md.
 

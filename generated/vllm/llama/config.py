@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): 75b6aff41554bbe1
+# source hash (spec + templates + generator): a54c43ce13fce790
 # ==================================================================================================================
 """LlamaConfig: the HF ``config.json`` fields specs/llama.yaml reads, typed, with the spec's defaults.
 

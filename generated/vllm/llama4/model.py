@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): 12f33b8f4a6ec7a5
+# source hash (spec + templates + generator): 7803be3f589b1a48
 # ==================================================================================================================
 """Llama4 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/minimax.yaml --target vllm
-# source hash (spec + templates + generator): 85faa07de9afb0a4
+# source hash (spec + templates + generator): 6cdee010d1ed5c46
 # ==================================================================================================================
 """MiniMax for the vllm target. See README.md.
 

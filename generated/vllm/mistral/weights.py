@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): 812f21cbf7f62bb9
+# source hash (spec + templates + generator): d020275cf6b630e6
 # ==================================================================================================================
 """Weight-loader tables of MistralForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

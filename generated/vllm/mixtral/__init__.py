@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): af01b2af7ac4d873
+# source hash (spec + templates + generator): 1f340f3e57d84f0e
 # ==================================================================================================================
 """Mixtral for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): 834f896685ad162f
+# source hash (spec + templates + generator): 56bfc98843a6153e
 # ==================================================================================================================
 """Weight-loader tables of OlmoForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo2.yaml --target vllm
-# source hash (spec + templates + generator): 0cc9c4fd03733e97
+# source hash (spec + templates + generator): eee02ef311f07acb
 # ==================================================================================================================
 """Olmo2Config: the HF ``config.json`` fields specs/olmo2.yaml reads, typed, with the spec's defaults.
 

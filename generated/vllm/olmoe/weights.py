@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 2a4e3f4935b324b0
+# source hash (spec + templates + generator): 53f4a87dcc19c1e1
 # ==================================================================================================================
 """Weight-loader tables of OlmoeForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

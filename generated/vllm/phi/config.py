@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 0a378edb9aa4e2c2
+# source hash (spec + templates + generator): da3e5999536500c1
 # ==================================================================================================================
 """PhiConfig: the HF ``config.json`` fields specs/phi.yaml reads, typed, with the spec's defaults.
 

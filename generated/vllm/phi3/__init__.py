@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi3.yaml --target vllm
-# source hash (spec + templates + generator): 53ab8f5485623a8b
+# source hash (spec + templates + generator): 1f3f5487e46c59ce
 # ==================================================================================================================
 """Phi3 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): 4c7d8ab6d41924fe
+# source hash (spec + templates + generator): ad39bb309a1ec08b
 # ==================================================================================================================
 """Qwen2Moe for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3.yaml --target vllm
-# source hash (spec + templates + generator): 55fadfe4b6ad74a1
+# source hash (spec + templates + generator): 7ca69230556a7680
 # ==================================================================================================================
 """Qwen3 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 28ff1e55fe85c499
+# source hash (spec + templates + generator): a329ba9270de8216
 # ==================================================================================================================
 """SmolLM3 for the vllm target: vLLM's model interface and layer library.
 
