@@ -201,3 +201,73 @@ def test_refused_multiplier_lists(tmp_path, key, value, message):
     (tmp_path / "config.json").write_text(json.dumps({**cfg, key: value}))
     with pytest.raises(ConfigError, match=message):
         llm(tmp_path, "rocm")
+
+
+# ------------------------------------------------------------------------- the parallel_mixer vocabulary's checks
+def _edited_spec(tmp_path, old: str, new: str):
+    from modelgen.codegen.spec_file import REPO_ROOT
+
+    text = (REPO_ROOT / "specs" / "falcon_h1.yaml").read_text()
+    assert old in text, old
+    path = tmp_path / "falcon_h1.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("old, new, message", [
+    # the parallel mixer named like the attention
+    ("      name: mamba\n", "      name: self_attn\n", r"'self_attn' is taken in the decoder layer"),
+    # not a pre-norm layer
+    ("    residual: pre_norm ", "    residual: post_norm ", r"a parallel mixer is generated in residual pre_norm"),
+])
+def test_malformed_parallel_mixers_are_refused(tmp_path, old, new, message):
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+
+    with pytest.raises(SpecError, match=message):
+        compile_spec(_edited_spec(tmp_path, old, new))
+
+
+def _without_parallel_mixer(tmp_path, replacement: str = "") -> str:
+    text = (_edited_spec(tmp_path, "x", "x")).read_text()
+    start = text.index("    parallel_mixer:")
+    end = text.index("    mixer_scale:")
+    return text[:start] + replacement + text[end:]
+
+
+def test_a_parallel_mixer_of_the_attentions_kind_is_refused(tmp_path):
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+
+    second = ("    parallel_mixer: {name: attn2, kind: gqa, num_heads: num_attention_heads, num_kv_heads: "
+              "num_key_value_heads, head_dim: head_dim, rope: {style: rotate_half, theta: rope_theta, "
+              "max_position: max_position_embeddings}, kv_cache: {kind: paged_kv}}\n")
+    (tmp_path / "falcon_h1.yaml").write_text(_without_parallel_mixer(tmp_path, second))
+    with pytest.raises(SpecError, match=r"a parallel mixer of the attention's own kind is not generated"):
+        compile_spec(tmp_path / "falcon_h1.yaml")
+
+
+def test_mixer_scale_needs_a_parallel_mixer(tmp_path):
+    from modelgen.codegen.errors import SpecError
+    from modelgen.codegen.lower import compile_spec
+
+    (tmp_path / "falcon_h1.yaml").write_text(_without_parallel_mixer(tmp_path))
+    with pytest.raises(SpecError, match=r"mixer_scale needs a parallel_mixer"):
+        compile_spec(tmp_path / "falcon_h1.yaml")
+
+
+def test_the_lowered_block_reads_like_the_spec():
+    """The IR the templates render: the parallel mixer is the Mamba-2 kind with Falcon-H1's options, and the factors
+    are the config's multipliers."""
+    from modelgen.codegen.lower import compile_spec
+    from modelgen.codegen.spec_file import REPO_ROOT
+
+    ir = compile_spec(REPO_ROOT / "specs" / "falcon_h1.yaml")
+    (block,) = ir.blocks
+    assert (block.attention.kind, block.parallel_mixer.kind, block.mlp.kind) == ("gqa", "mamba2", "gated")
+    assert [v.spec for pair in block.mixer_scale for v in pair] == [
+        "attention_in_multiplier", "attention_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier"]
+    m = block.parallel_mixer
+    assert (m.in_proj_scales.spec, m.out_bias.spec, m.gated_norm.spec, m.norm_before_gate.spec) == (
+        "ssm_multipliers", "projectors_bias", "mamba_rms_norm", "mamba_norm_before_gate")
+    assert not ir.fuse_attention_all_reduce  # the attention's output is not the layer's only mixer output
