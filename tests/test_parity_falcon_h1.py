@@ -18,16 +18,16 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import (
     assert_chunked_prefill_equals_one_shot,
     assert_interleaved_equal_solo,
     assert_matches_hf,
+    assert_neuron_buckets_compile_fullgraph,
     assert_preemption_restarts_fresh,
+    assert_tp2_matches_tp1,
     checkpoint_cache,
     hf_logits,
     llm,
@@ -145,37 +145,14 @@ def test_chunked_prefill_equals_one_shot(checkpoint, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_tensor_parallel_2_equals_1(checkpoint, tmp_path, target):
     """Two gloo ranks split the Mamba heads with their groups (in_proj part by part, with its mup factors), the
-    attention heads and the MLP: same logits, same tokens."""
-    import torch.multiprocessing as mp
-    from safetensors.torch import load_file
-
-    from tests.test_parity_qwen3_next import run_rank
-
-    path, _ = checkpoint("falcon_h1_mup")  # biases and every multiplier: in_proj's factors are split like its rows
-    single = llm(path, target)
-    want = single.score(PROMPT)
-    want_tokens = single.generate_ids([PROMPT], SamplingParams(max_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
-        assert json.loads(open(f"{out}.rank{rank}.json").read())["tokens"] == want_tokens
+    attention heads and the MLP: same logits, same tokens (biases and every multiplier on)."""
+    assert_tp2_matches_tp1(checkpoint("falcon_h1_mup")[0], target, PROMPT, tmp_path)
 
 
 @pytest.mark.slow
 def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint):
-    """Both mixers of every layer compile in one graph per bucket (a host read or data-dependent shape would break
-    it)."""
-    torch._dynamo.reset()
-    path, _ = checkpoint("falcon_h1_mup")
-    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
-                   max_num_seqs=2, block_size=16)
-    prompts = [PROMPT, PROMPT[:9]]
-    params = SamplingParams(max_tokens=5, ignore_eos=True)
-    want = llm(path, "neuron", **buckets).generate_ids(prompts, params)
-    compiled = llm(path, "neuron", compile=True, **buckets)
-    compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
-    assert compiled.generate_ids(prompts, params) == want
+    """Both mixers of every layer compile in one graph per bucket."""
+    assert_neuron_buckets_compile_fullgraph(checkpoint("falcon_h1_mup")[0], [PROMPT, PROMPT[:9]])
 
 
 # ---------------------------------------------------------------------------------------------------- refusals
