@@ -7,7 +7,7 @@ in / out, the five-part ssm_multipliers, the MLP's gate / down, the LM head), th
 (FalconH1Config's default), on before the gate (its default order) and on after the gate, in_proj's bias
 (mamba_proj_bias) and out_proj's (projectors_bias) each on alone, attention and MLP biases, one and two B / C groups,
 conv kernels 4 and 3 with and without a bias, a time_step_limit that clamps dt, mamba_d_ssm given or derived from
-mamba_expand, tied and untied embeddings, and a config.json carrying mamba_use_mlp (both values: transformers never
+mamba_expand, an attention head_dim other than hidden_size / heads, tied and untied embeddings, and a config.json carrying mamba_use_mlp (both values: transformers never
 reads it). Gates as for the other families: fp32 prefill logits within 1e-4 and 16 greedy tokens equal to
 transformers' (teacher-forced full forwards), on rocm and neuron, with every config.json key read or declared
 irrelevant (strict). Negative controls: each multiplier set back to 1, and the norm moved to the other side of the
@@ -48,9 +48,10 @@ CASES: dict[str, dict] = {
     "falcon_h1_mup": dict(**MUP, mamba_rms_norm=True, mamba_norm_before_gate=True, mamba_proj_bias=True,
                           projectors_bias=True, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
     # the norm after the gate (Mamba-2's order), one group, kernel 3 without bias, clamped dt, chunks of 5, the width
-    # from mamba_expand (mamba_d_ssm null), out_proj's bias alone
-    "falcon_h1_gate_first": dict(**MUP, mamba_rms_norm=True, mamba_norm_before_gate=False, mamba_n_groups=1,
-                                 mamba_d_conv=3, mamba_conv_bias=False, time_step_limit=(0.05, 0.3),
+    # from mamba_expand (mamba_d_ssm null), out_proj's bias alone; an attention head_dim (24) other than hidden /
+    # heads, as Falcon-H1 checkpoints write it (FalconH1Attention reads getattr(config, "head_dim"))
+    "falcon_h1_gate_first": dict(**MUP, head_dim=24, mamba_rms_norm=True, mamba_norm_before_gate=False,
+                                 mamba_n_groups=1, mamba_d_conv=3, mamba_conv_bias=False, time_step_limit=(0.05, 0.3),
                                  mamba_chunk_size=5, mamba_d_ssm=None, projectors_bias=True),
     # in_proj's bias alone, no gated norm with norm_before_gate false (it then changes nothing), a single chunk
     "falcon_h1_in_bias": dict(mamba_proj_bias=True, mamba_norm_before_gate=False, mamba_chunk_size=64,
