@@ -2,16 +2,16 @@
 summed, then a SwiGLU MLP, with muP multipliers everywhere) vs transformers' FalconH1ForCausalLM on tiny random
 checkpoints.
 
-Cases cover what FalconH1Config can switch: every muP multiplier away from 1 (embedding, attention in / out, key, SSM
-in / out, the five-part ssm_multipliers, the MLP's gate / down, the LM head), the mixer's gated RMSNorm off
+Cases cover what FalconH1Config can switch: every muP multiplier away from 1 (embedding, attention in / out, key,
+SSM in / out, the five-part ssm_multipliers, the MLP's gate / down, the LM head), the mixer's gated RMSNorm off
 (FalconH1Config's default), on before the gate (its default order) and on after the gate, in_proj's bias
-(mamba_proj_bias) and out_proj's (projectors_bias) each on alone, attention and MLP biases, one and two B / C groups,
-conv kernels 4 and 3 with and without a bias, a time_step_limit that clamps dt, mamba_d_ssm given or derived from
-mamba_expand, an attention head_dim other than hidden_size / heads, tied and untied embeddings, and a config.json carrying mamba_use_mlp (both values: transformers never
-reads it). Gates as for the other families: fp32 prefill logits within 1e-4 and 16 greedy tokens equal to
-transformers' (teacher-forced full forwards), on rocm and neuron, with every config.json key read or declared
-irrelevant (strict). Negative controls: each multiplier set back to 1, and the norm moved to the other side of the
-gate, move the logits.
+(mamba_proj_bias) and out_proj's (projectors_bias) each on alone, attention and MLP biases, one and two B / C
+groups, conv kernels 4 and 3 with and without a bias, a time_step_limit that clamps dt, mamba_d_ssm given or derived
+from mamba_expand, an attention head_dim other than hidden_size / heads, tied and untied embeddings, and a
+config.json carrying mamba_use_mlp (both values: transformers never reads it). Gates as for the other families: fp32
+prefill logits within 1e-4 and 16 greedy tokens equal to transformers' (teacher-forced full forwards), on rocm and
+neuron, with every config.json key read or declared irrelevant (strict). Negative controls: each multiplier set back
+to 1, and the norm moved to the other side of the gate, move the logits.
 """
 from __future__ import annotations
 

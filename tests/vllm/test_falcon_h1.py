@@ -3,10 +3,10 @@ served by real vLLM.
 
 On a tiny checkpoint with every muP multiplier away from 1, the gated norm on and biases in every projection, the
 generated class gives transformers' greedy tokens. vLLM ships its own FalconH1ForCausalLM, which departs from
-transformers on that checkpoint (its projection biases); without them, the generated class and vLLM's own (in a child
-process that leaves the architecture to vLLM) give the same tokens. The gated norm runs after the gate there (vLLM's Mixer2RMSNormGated has no other order), so
-the fixture sets mamba_norm_before_gate false, and the generated model refuses by name a checkpoint with the norm
-before the gate, which vLLM's own class would serve silently wrong.
+transformers on that checkpoint (its projection biases); without them, the generated class and vLLM's own (in a
+child process that leaves the architecture to vLLM) give the same tokens. The gated norm runs after the gate there
+(vLLM's Mixer2RMSNormGated has no other order), so the fixture sets mamba_norm_before_gate false, and the generated
+model refuses by name a checkpoint with the norm before the gate, which vLLM's own class would serve silently wrong.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/falcon_h1.yaml --target neuron
-# source hash (spec + templates + generator): 21d104a2296fd51c
+# source hash (spec + templates + generator): 1c42b6c4b39a704e
 # ==================================================================================================================
 """FalconH1 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon_h1.yaml --target rocm
-# source hash (spec + templates + generator): 21d104a2296fd51c
+# source hash (spec + templates + generator): 1c42b6c4b39a704e
 # ==================================================================================================================
 """FalconH1Config: the HF ``config.json`` fields specs/falcon_h1.yaml reads, typed, with the spec's defaults.
 
@@ -238,7 +238,7 @@ class FalconH1Config:
         if not (mamba_n_heads * mamba_d_head == mamba_intermediate):
             raise ConfigError(
                 "specs/falcon_h1.yaml: mamba_n_heads * mamba_d_head must equal mamba_d_ssm (or mamba_expand * "
-                "hidden_size): FalconH1Config's own check",
+                "hidden_size), FalconH1Config's rule",
             )
         if not (mamba_n_heads % mamba_n_groups == 0):
             raise ConfigError(
@@ -265,8 +265,8 @@ class FalconH1Config:
             raise ConfigError("specs/falcon_h1.yaml: mlp_multipliers must hold two factors (gate, down)")
         if not (lm_head_multiplier != 0):
             raise ConfigError(
-                "specs/falcon_h1.yaml: lm_head_multiplier 0 (all-zero logits) is not generated (the logits are "
-                "divided by 1 / lm_head_multiplier)",
+                "specs/falcon_h1.yaml: lm_head_multiplier 0 is not generated (the logits are divided by 1 / "
+                "lm_head_multiplier)",
             )
         return cls(
             vocab_size=vocab_size,
