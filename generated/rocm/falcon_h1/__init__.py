@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon_h1.yaml --target rocm
-# source hash (spec + templates + generator): 1c42b6c4b39a704e
+# source hash (spec + templates + generator): 934968567e6b53a6
 # ==================================================================================================================
 """FalconH1 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, FalconH1Config

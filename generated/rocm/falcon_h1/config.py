@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon_h1.yaml --target rocm
-# source hash (spec + templates + generator): 1c42b6c4b39a704e
+# source hash (spec + templates + generator): 934968567e6b53a6
 # ==================================================================================================================
 """FalconH1Config: the HF ``config.json`` fields specs/falcon_h1.yaml reads, typed, with the spec's defaults.
 
@@ -237,7 +237,7 @@ class FalconH1Config:
             )
         if not (mamba_n_heads * mamba_d_head == mamba_intermediate):
             raise ConfigError(
-                "specs/falcon_h1.yaml: mamba_n_heads * mamba_d_head must equal mamba_d_ssm (or mamba_expand * "
+                "specs/falcon_h1.yaml: mamba_n_heads * mamba_d_head must be mamba_d_ssm (or mamba_expand * "
                 "hidden_size), FalconH1Config's rule",
             )
         if not (mamba_n_heads % mamba_n_groups == 0):

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon_h1.yaml --target rocm
-# source hash (spec + templates + generator): 1c42b6c4b39a704e
+# source hash (spec + templates + generator): 934968567e6b53a6
 # ==================================================================================================================
 """Weight-loader tables of FalconH1ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
