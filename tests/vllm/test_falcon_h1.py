@@ -72,7 +72,11 @@ def test_generated_falcon_h1_equals_vllms_own(tmp_path):
     assert ours.tokens == tokens and all(len(t) == 8 for t in tokens)
 
 
-def test_the_norm_before_the_gate_is_refused(tmp_path):
-    make_tiny_checkpoint(tmp_path, "FalconH1ForCausalLM", **{**FALCON_H1, "mamba_norm_before_gate": True})
-    with pytest.raises(Exception, match=r"norm_before_gate .* is not what vLLM's gated norm computes"):
+@pytest.mark.parametrize("overrides, message", [
+    (dict(mamba_norm_before_gate=True), r"norm_before_gate .* is not what vLLM's gated norm computes"),
+    (dict(mamba_proj_bias=False), r"an out_proj bias \(True\) unlike in_proj's \(False\) is not built by vLLM"),
+])
+def test_what_vllms_mixer_cannot_compute_is_refused(tmp_path, overrides, message):
+    make_tiny_checkpoint(tmp_path, "FalconH1ForCausalLM", **{**FALCON_H1, **overrides})
+    with pytest.raises(Exception, match=message):
         serve(tmp_path, PROMPTS[:1], max_tokens=2)
