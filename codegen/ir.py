@@ -212,13 +212,17 @@ class Block:
     residual_scale: ResidualScale | None = None  # per block: the layer sets its block's factors
     parallel_mlp_norm: Value = Const(False)
     shared: Module | None = None  # a shared block run before the mixer (codegen/blocks/shared_block.py)
+    # Falcon-H1: a second token mixer on the same attention_norm(x), summed with the attention:
+    # attention(n * a_in) * a_out + parallel_mixer(n * p_in) * p_out; factors ((a_in, a_out), (p_in, p_out)).
+    parallel_mixer: Module | None = None
+    mixer_scale: tuple[tuple[Value, Value], tuple[Value, Value]] | None = None
 
     @property
     def layout(self) -> tuple:
         """What the one decoder-layer class depends on (must agree across blocks)."""
         return (self.residual, self.attention_norm, self.attention_post_norm, self.mlp_norm, self.mlp_post_norm,
                 self.parallel, self.residual_multiplier, self.parallel_mlp_norm,
-                self.single)
+                self.single, self.parallel_mixer is not None)
 
     @property
     def single(self) -> bool:
@@ -384,7 +388,7 @@ class ModelIR:
         only use, with an affine RMS-kind norm and an attention kind whose output is one row-parallel linear's."""
         b = self.blocks[0]
         return (b.residual == "pre_norm" and b.mlp is not None and b.parallel.never and b.residual_multiplier is None
-                and b.residual_scale is None
+                and b.residual_scale is None and b.parallel_mixer is None
                 and self.slot_name("attention") is not None and b.mlp_norm.kind != "layer_norm" and b.mlp_norm.affine
                 and all(blk.attention is not None and blk.attention.output_reduce_deferrable for blk in self.blocks))
 

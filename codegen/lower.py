@@ -265,6 +265,17 @@ class _Lowerer:
                   self.value(p + (sub, "output"), getattr(scale, sub).output))
             for sub in ("attention", "mlp")})
 
+    def _mixer_scale(self, p: tuple[Any, ...], b: Any) -> tuple[tuple[ir.Value, ir.Value], ...] | None:
+        """A block with a parallel mixer: ((attention input, output), (parallel mixer input, output)) factors."""
+        if b.parallel_mixer is None:
+            return None
+        scale = b.mixer_scale
+        if scale is None:
+            return ((ir.Const(1), ir.Const(1)), (ir.Const(1), ir.Const(1)))
+        return tuple((self.value(p + (sub, "input"), getattr(scale, sub).input),
+                      self.value(p + (sub, "output"), getattr(scale, sub).output))
+                     for sub in ("attention", "parallel_mixer"))
+
     def blocks(self) -> tuple[tuple[ir.Block, ...], tuple[ir.Module, ...]]:
         """Lower every block through its kinds, then name the classes: modules with equal class keys share a class
         (``<Prefix><suffix>``, numbered when a kind needs several). Returns (blocks, classes in definition order)."""
@@ -284,9 +295,11 @@ class _Lowerer:
         self._check_same_layout(lowered)
         if len({s.class_key() for s in shared_of.values()}) > 1:
             self.error(("blocks",), "shared blocks of different blocks must be identical (one shared block per model)")
+        side = {key: KINDS[b.parallel_mixer.kind].lower(self, ("blocks", key, "parallel_mixer"), b.parallel_mixer)
+                for key, b, *_ in lowered if b.parallel_mixer is not None}
 
-        # Definition order: attentions, then MLP-slot classes with what they build first.
-        modules: list[ir.Module] = [a for *_, a, _ in lowered if a is not None]
+        # Definition order: attentions, parallel mixers, then MLP-slot classes with what they build first.
+        modules: list[ir.Module] = [a for *_, a, _ in lowered if a is not None] + list(side.values())
         for *_, m in lowered:
             modules += [*m.dependencies(), m] if m is not None else []
         modules += list(shared_of.values())
@@ -317,6 +330,8 @@ class _Lowerer:
                                                     self._decoder_part(self.spec.blocks[key], "residual_scale")),
                 parallel_mlp_norm=self.optional(p + ("parallel_mlp_norm",), parts["parallel_mlp_norm"]) or ir.Const(False),
                 shared=shared_of[key].named(class_name) if key in shared_of else None,
+                parallel_mixer=side[key].named(class_name) if key in side else None,
+                mixer_scale=self._mixer_scale(p + ("mixer_scale",), self.spec.blocks[key]),
             ))
         classes: dict[str, ir.Module] = {}
         for m in modules:
@@ -341,9 +356,21 @@ class _Lowerer:
                 if parts[field_] != first_parts[field_]:
                     where = ("blocks", key, field_) if getattr(b, field_) is not None else ("blocks", key)
                     self.error(where, f"{field_} must be the same in every block (one decoder-layer class)")
-            for slot, module in (("attention", b.attention), ("mlp", b.mlp)):
+            if (b.parallel_mixer is None) != (first.parallel_mixer is None) or (
+                    b.parallel_mixer is not None and b.parallel_mixer.name != first.parallel_mixer.name):
+                self.error(("blocks", key), "parallel_mixer must be given in every block or none, with one name "
+                                            "(one decoder-layer class)")
+            if b.parallel_mixer is not None and parts["residual"] != "pre_norm":
+                self.error(("blocks", key, "parallel_mixer"), "a parallel mixer is generated in residual pre_norm "
+                                                                "layers only")
+            if b.parallel_mixer is not None and b.parallel_mixer.kind == b.attention.kind:
+                self.error(("blocks", key, "parallel_mixer", "kind"), "a parallel mixer of the attention's own kind "
+                                                                        "is not generated (one cache per kind a layer)")
+            for slot, module in (("attention", b.attention), ("mlp", b.mlp), ("parallel_mixer", b.parallel_mixer)):
                 if module is None:
                     continue
+                if slot == "parallel_mixer" and module.name in {b.attention.name, b.mlp.name}:
+                    self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")
                 if module.name in ACCESSORS.values() or module.name in {parts[f].name for f in NORM_FIELDS
                                                                          if parts[f]}:
                     self.error(("blocks", key, slot, "name"), f"'{module.name}' is taken in the decoder layer")

@@ -264,7 +264,7 @@ def _readme_rows(ir: ModelIR, target: str) -> list[tuple[str, str]]:
     """Architecture rows of every block sub-module, each row once (a label repeats when blocks differ)."""
     rows: dict[tuple[str, str], None] = {}
     for b in ir.blocks:
-        for m in (x for x in (b.attention, b.mlp) if x is not None):
+        for m in (x for x in (b.attention, b.parallel_mixer, b.mlp) if x is not None):
             for row in m.readme_rows(target):
                 rows.setdefault(row)
     return list(rows)

@@ -121,6 +121,25 @@ class ResidualScaleSpec(Strict):
     mlp: SubLayerScaleSpec = Field(default_factory=SubLayerScaleSpec, description="the MLP's join")
 
 
+class MixerFactorsSpec(Strict):
+    """One token mixer's factors in a block with a parallel mixer: ``f(x * input) * output``."""
+
+    input: Expression = Field(default=1, description="factor on the mixer's input, the normed stream (Falcon-H1 "
+                              "attention_in_multiplier / ssm_in_multiplier)")
+    output: Expression = Field(default=1, description="factor on the mixer's output before the two are summed "
+                               "(Falcon-H1 attention_out_multiplier / ssm_out_multiplier)")
+
+
+class MixerScaleSpec(Strict):
+    """muP factors of the two mixers of a block with ``parallel_mixer``: ``out = attention(n * a_in) * a_out +
+    parallel_mixer(n * p_in) * p_out`` with ``n = attention_norm(x)`` (FalconH1DecoderLayer)."""
+
+    attention: MixerFactorsSpec = Field(default_factory=MixerFactorsSpec, description="the attention's factors")
+    parallel_mixer: MixerFactorsSpec = Field(
+        default_factory=MixerFactorsSpec, description="the parallel mixer's factors"
+    )
+
+
 class _LayerParts(Strict):
     """The residual layout of a decoder layer and its norms (shared by ``decoder:`` and each block)."""
 
@@ -183,11 +202,26 @@ class BlockSpec(_LayerParts):
         "Zamba2's shared_transformer): t = output_proj(shared(concat(x, embeddings))), the mixer reads "
         "attention_norm(x + t), the residual stays x; a one-sub-layer pre_norm block with a mixer only",
     )
+    parallel_mixer: AttentionSpec | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="a second token mixer, by `kind:`, run on the same attention_norm(x) as the attention; the two "
+        "outputs are summed before the residual add (Falcon-H1: every layer's Mamba-2 mixer beside its GQA "
+        "attention), e.g. {name: mamba, kind: mamba2, ...}; its state / KV cache is declared beside the "
+        "attention's",
+    )
+    mixer_scale: MixerScaleSpec | None = Field(
+        default=None, description="with parallel_mixer: input and output factors of each of the two mixers "
+        "(Falcon-H1 attention_in/out_multiplier, ssm_in/out_multiplier)",
+    )
 
     @model_validator(mode="after")
     def _a_sub_layer(self) -> "BlockSpec":
         if self.attention is None and self.mlp is None:
             raise ValueError("a block needs an attention (token mixer), an mlp, or both")
+        if self.parallel_mixer is not None and (self.attention is None or self.mlp is None):
+            raise ValueError("parallel_mixer needs an attention (it runs beside it) and an mlp")
+        if self.mixer_scale is not None and self.parallel_mixer is None:
+            raise ValueError("mixer_scale needs a parallel_mixer (the factors of the two mixers)")
         return self
 
 

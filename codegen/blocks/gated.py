@@ -22,6 +22,10 @@ class GatedSpec(Strict):
     )
     intermediate_size: Expression = Field(description="hidden width of the MLP, usually intermediate_size")
     bias: Expression = Field(default=False, description="gate/up/down projections have a bias, e.g. mlp_bias")
+    gate_multiplier: Expression | None = Field(
+        default=None, description="gate_proj's output times this before the activation: down(act(gate(x) * m) * "
+        "up(x)) (Falcon-H1 mlp_multipliers[0]); absent: none",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +39,7 @@ class GatedMLP(Module):
     activation: str
     intermediate_size: Value  # a constructor argument, not part of the class
     bias: Value
+    gate_multiplier: Value | None = None  # Falcon-H1: act(gate(x) * m)
 
     @property
     def activation_class(self) -> str:
@@ -45,7 +50,9 @@ class GatedMLP(Module):
 
     def readme_rows(self, target: str) -> list[tuple[str, str]]:
         return [("intermediate_size", f"`{self.intermediate_size.spec}` (dense)"),
-                ("Activation", f"{self.activation} (gated)")]
+                ("Activation", f"{self.activation} (gated)")] + (
+            [("Gate multiplier", f"act(gate_proj(x) x `{self.gate_multiplier.spec}`)")]
+            if self.gate_multiplier is not None else [])
 
 
 def lower(ctx: LoweringContext, p: tuple[Any, ...], m: Any, cls: type[GatedMLP] = GatedMLP) -> GatedMLP:
@@ -54,6 +61,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: Any, cls: type[GatedMLP] 
         name=m.name, activation=m.activation,
         intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size),
         bias=ctx.value(p + ("bias",), m.bias),
+        gate_multiplier=ctx.optional(p + ("gate_multiplier",), getattr(m, "gate_multiplier", None)),
     )
 
 

@@ -2,7 +2,8 @@
 ``in_proj`` to ``[z | xBC | dt]``, a depthwise causal conv1d (+ bias) and activation over xBC, split into x, B, C
 (``n_groups`` groups of B / C), the selective scan with ``A = -exp(A_log)``, ``dt = softplus(dt + dt_bias)`` clamped
 to ``time_step_limit`` and the ``D`` skip, a gated RMSNorm grouped per ``n_groups`` (``y * silu(z)``, then the norm:
-``norm_before_gate`` false), then ``out_proj``.
+``norm_before_gate`` false), then ``out_proj``. Falcon-H1's ``FalconH1Mixer`` adds factors on in_proj's output parts
+(``in_proj_scales``), its own out_proj bias flag (``out_bias``), the norm before the gate or no norm at all.
 
 Its cache is one state slot per request (``recurrent_state``: the conv inputs ``[I + 2*G*N, K-1]`` and the SSM state
 ``[H, P, N]``), declared by the generated class's ``kv_spec()`` and managed by the engine's state pool
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..ir import Module, Value
+from ..ir import Const, Module, Value
 from ..spec_types import Expression, Identifier, Strict
 from ._kind import Kind, LoweringContext
 
@@ -48,6 +49,21 @@ class Mamba2Spec(Strict):
         default=None, description="the inner width the config states (expand * hidden_size); checked against "
         "num_heads * head_dim when the model is built",
     )
+    in_proj_scales: Expression | None = Field(
+        default=None, description="five factors on in_proj's output parts [z, x, B, C, dt] (Falcon-H1 "
+        "ssm_multipliers, its mup_vector), applied to the projection's output at run time; absent: none",
+    )
+    out_bias: Expression | None = Field(
+        default=None, description="out_proj has a bias (Falcon-H1 projectors_bias); absent: the same as bias",
+    )
+    gated_norm: Expression = Field(
+        default=True, description="the gated RMSNorm runs (Falcon-H1 mamba_rms_norm); false: y * silu(z), no norm "
+        "weight",
+    )
+    norm_before_gate: Expression = Field(
+        default=False, description="true: RMSNorm(y) * silu(z) (Falcon-H1 mamba_norm_before_gate); false: "
+        "RMSNorm(y * silu(z)) (Mamba2, Bamba)",
+    )
     state_cache: Mamba2StateSpec = Field(
         description="the per-request state this layer declares, e.g. {kind: recurrent_state}",
     )
@@ -72,6 +88,15 @@ class Mamba2(Module):
     norm_eps: Value
     intermediate_size: Value | None
     state_cache: str
+    in_proj_scales: Value | None = None
+    out_bias: Value | None = None
+    gated_norm: Value = Const(True)
+    norm_before_gate: Value = Const(False)
+
+    @property
+    def out_proj_bias(self) -> Value:
+        """out_proj's bias flag: ``out_bias``, else in_proj's ``bias``."""
+        return self.bias if self.out_bias is None else self.out_bias
 
     def readme_rows(self, target: str) -> list[tuple[str, str]]:
         return [
@@ -79,10 +104,17 @@ class Mamba2(Module):
                              f"`{self.conv_kernel.spec}`, bias `{self.conv_bias.spec}`) -> x, B, C "
                              f"(`{self.n_groups.spec}` groups); SSD scan over `{self.num_heads.spec}` heads of "
                              f"`{self.head_dim.spec}`, state `{self.state_size.spec}`, dt clamped to "
-                             f"`{self.time_step_limit.spec}`; gated grouped RMSNorm; out_proj "
-                             f"(bias `{self.bias.spec}`)"),
+                             f"`{self.time_step_limit.spec}`; {self._norm_row()}; out_proj "
+                             f"(bias `{self.out_proj_bias.spec}`)"),
             ("state cache", f"{self.state_cache}: one slot per request, the conv inputs and the SSM state `[H, P, N]`"),
-        ]
+        ] + ([("mamba2 in_proj scales", f"[z, x, B, C, dt] parts times `{self.in_proj_scales.spec}`")]
+             if self.in_proj_scales is not None else [])
+
+    def _norm_row(self) -> str:
+        if self.gated_norm.always and self.norm_before_gate.never:
+            return "gated grouped RMSNorm"
+        return (f"gated grouped RMSNorm when `{self.gated_norm.spec}` (else y * silu(z)), normed before the gate "
+                f"when `{self.norm_before_gate.spec}`")
 
 
 def lower(ctx: LoweringContext, p: tuple[Any, ...], a: Mamba2Spec) -> Mamba2:
@@ -101,6 +133,10 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], a: Mamba2Spec) -> Mamba2:
         norm_eps=ctx.value(p + ("norm_eps",), a.norm_eps),
         intermediate_size=ctx.optional(p + ("intermediate_size",), a.intermediate_size),
         state_cache=a.state_cache.kind,
+        in_proj_scales=ctx.optional(p + ("in_proj_scales",), a.in_proj_scales),
+        out_bias=ctx.optional(p + ("out_bias",), a.out_bias),
+        gated_norm=ctx.value(p + ("gated_norm",), a.gated_norm),
+        norm_before_gate=ctx.value(p + ("norm_before_gate",), a.norm_before_gate),
     )
 
 

@@ -11,6 +11,7 @@ MODELS = {
     "Ernie4_5ForCausalLM": "ernie4_5",
     "Exaone4ForCausalLM": "exaone4",
     "FalconForCausalLM": "falcon",
+    "FalconH1ForCausalLM": "falcon_h1",
     "GPTNeoXForCausalLM": "gpt_neox",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",

@@ -56,6 +56,7 @@ TINY_SIZES: dict[str, Any] = {
     "num_heads": 8, "mamba_n_heads": 8, "mamba_num_heads": 8, "mamba_d_head": 16, "mamba_head_dim": 16,
     "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16, "n_groups": 2, "mamba_n_groups": 2,
     "chunk_size": 8, "mamba_chunk_size": 8,
+    "mamba_d_ssm": 128,  # Falcon-H1: the mixer's width, 8 heads of 16 (its default 1024 fits no tiny head count)
     # Jamba: its default attention period (8) puts no attention layer in 4 layers; 3 / 1 gives mamba, attention,
     # mamba, mamba, and experts every 2nd layer from 1 give an attention+MoE and a mamba+MoE layer
     "attn_layer_period": 3, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
@@ -83,6 +84,10 @@ FEATURES: dict[str, Any] = {
     "mamba_proj_bias": True,  # Jamba: in_proj / out_proj biases of the Mamba mixers
     "attention_chunk_size": 8,  # Llama 4 chunked attention: chunks shorter than the verify prompt
     "alibi": True,  # Falcon's ALiBi position bias in place of RoPE
+    # Falcon-H1: the gated norm and out_proj's bias on, every muP multiplier away from 1, each its own value
+    "mamba_rms_norm": True, "projectors_bias": True, "attention_in_multiplier": 0.8, "attention_out_multiplier": 1.3,
+    "ssm_in_multiplier": 1.2, "ssm_out_multiplier": 0.7, "key_multiplier": 1.5, "lm_head_multiplier": 0.6,
+    "ssm_multipliers": [0.9, 1.1, 1.2, 0.8, 1.3], "mlp_multipliers": [1.2, 0.75],
 }
 # RoPE scaling (the spec's rope_scaling field): linear position interpolation, merged into the config's own
 # rope_parameters so its rope_theta / mrope_section / partial factor stay as they were.

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/cohere.yaml --target neuron
-# source hash (spec + templates + generator): 7845c5901c19be54
+# source hash (spec + templates + generator): 58eb8c17b12cfad0
 # ==================================================================================================================
 """Cohere for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, CohereConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/ernie4_5.yaml --target neuron
-# source hash (spec + templates + generator): 1b227715f6e724a1
+# source hash (spec + templates + generator): 74d498222df81d22
 # ==================================================================================================================
 """Ernie45 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Ernie45Config

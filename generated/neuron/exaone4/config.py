@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): 2187306a5d2e21ae
+# source hash (spec + templates + generator): ab937a67084b1e37
 # ==================================================================================================================
 """Exaone4Config: the HF ``config.json`` fields specs/exaone4.yaml reads, typed, with the spec's defaults.
 

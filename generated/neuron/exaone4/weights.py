@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/exaone4.yaml --target neuron
-# source hash (spec + templates + generator): 2187306a5d2e21ae
+# source hash (spec + templates + generator): ab937a67084b1e37
 # ==================================================================================================================
 """Checkpoint mappings of Exaone4ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

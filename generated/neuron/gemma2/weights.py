@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma2.yaml --target neuron
-# source hash (spec + templates + generator): 9e8f097b2777af65
+# source hash (spec + templates + generator): 10bb1901c2188355
 # ==================================================================================================================
 """Checkpoint mappings of Gemma2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

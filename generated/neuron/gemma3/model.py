@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gemma3.yaml --target neuron
-# source hash (spec + templates + generator): 7d00a29e384b67c1
+# source hash (spec + templates + generator): 2e05c38a053c1cea
 # ==================================================================================================================
 """Gemma3 for the neuron target, in vLLM Neuron's style.
 

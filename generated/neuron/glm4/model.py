@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4.yaml --target neuron
-# source hash (spec + templates + generator): ede809b4b8516ee4
+# source hash (spec + templates + generator): 3c1747e9dd8dc5d2
 # ==================================================================================================================
 """Glm4 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_neox.yaml --target neuron
-# source hash (spec + templates + generator): aa7178f8841dd886
+# source hash (spec + templates + generator): aeb2b996043dc05a
 # ==================================================================================================================
 """GPTNeoX for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, GPTNeoXConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_neox.yaml --target neuron
-# source hash (spec + templates + generator): aa7178f8841dd886
+# source hash (spec + templates + generator): aeb2b996043dc05a
 # ==================================================================================================================
 """Checkpoint mappings of GPTNeoXForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

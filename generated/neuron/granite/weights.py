@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granite.yaml --target neuron
-# source hash (spec + templates + generator): 13fadc714343d2af
+# source hash (spec + templates + generator): bb1edf329abaa59f
 # ==================================================================================================================
 """Checkpoint mappings of GraniteForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target neuron
-# source hash (spec + templates + generator): ea4d9098c62a5e84
+# source hash (spec + templates + generator): 23781df668baa6fb
 # ==================================================================================================================
 """Checkpoint mappings of HunYuanDenseForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/lfm2.yaml --target neuron
-# source hash (spec + templates + generator): 7c202f318269e4e6
+# source hash (spec + templates + generator): 08a06d2c1a1c3232
 # ==================================================================================================================
 """Checkpoint mappings of Lfm2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

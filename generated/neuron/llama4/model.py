@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama4.yaml --target neuron
-# source hash (spec + templates + generator): 1c673a136cbb965f
+# source hash (spec + templates + generator): 1429b996f70110b2
 # ==================================================================================================================
 """Llama4 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmo2.yaml --target neuron
-# source hash (spec + templates + generator): 7653ab64b9a80777
+# source hash (spec + templates + generator): fcbba8870e6be22f
 # ==================================================================================================================
 """Olmo2 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Olmo2Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2.yaml --target neuron
-# source hash (spec + templates + generator): f987d44627cf46da
+# source hash (spec + templates + generator): 1f6ec4bc1560a3c1
 # ==================================================================================================================
 """Qwen2Config: the HF ``config.json`` fields specs/qwen2.yaml reads, typed, with the spec's defaults.
 

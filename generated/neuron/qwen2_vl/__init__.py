@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen2_vl.yaml --target neuron
-# source hash (spec + templates + generator): f66faf3a7ded8fa3
+# source hash (spec + templates + generator): b9bb27481ce033f3
 # ==================================================================================================================
 """Qwen2VL for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, Qwen2VLConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3.yaml --target neuron
-# source hash (spec + templates + generator): 6467dcda4a26b669
+# source hash (spec + templates + generator): 4b09b0c64418f44b
 # ==================================================================================================================
 """Qwen3 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5.yaml --target neuron
-# source hash (spec + templates + generator): 9ec3ada18e468c3c
+# source hash (spec + templates + generator): 276b47a7d839ff20
 # ==================================================================================================================
 """Qwen35 for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_vl.yaml --target neuron
-# source hash (spec + templates + generator): 6483120c7daff6f8
+# source hash (spec + templates + generator): 43f410fc65920204
 # ==================================================================================================================
 """Qwen3VL for the neuron target, in vLLM Neuron's style.
 

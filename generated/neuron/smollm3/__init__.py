@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
-# source hash (spec + templates + generator): 3f410071119d2ce7
+# source hash (spec + templates + generator): f9eaf7361fde32bb
 # ==================================================================================================================
 """SmolLM3 for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, SmolLM3Config

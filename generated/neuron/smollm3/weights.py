@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/smollm3.yaml --target neuron
-# source hash (spec + templates + generator): 3f410071119d2ce7
+# source hash (spec + templates + generator): f9eaf7361fde32bb
 # ==================================================================================================================
 """Checkpoint mappings of SmolLM3ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

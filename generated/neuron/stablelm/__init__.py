@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/stablelm.yaml --target neuron
-# source hash (spec + templates + generator): 7febae181a719dd2
+# source hash (spec + templates + generator): 6fd7ab6125e9c1bf
 # ==================================================================================================================
 """StableLm for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, StableLmConfig

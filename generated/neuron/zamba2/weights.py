@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): 01aee06c16a7070c
+# source hash (spec + templates + generator): 8f4145c628e52954
 # ==================================================================================================================
 """Checkpoint mappings of Zamba2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/cohere.yaml --target rocm
-# source hash (spec + templates + generator): 7845c5901c19be54
+# source hash (spec + templates + generator): 58eb8c17b12cfad0
 # ==================================================================================================================
 """Weight-loader tables of CohereForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

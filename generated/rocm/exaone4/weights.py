@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/exaone4.yaml --target rocm
-# source hash (spec + templates + generator): 2187306a5d2e21ae
+# source hash (spec + templates + generator): ab937a67084b1e37
 # ==================================================================================================================
 """Weight-loader tables of Exaone4ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

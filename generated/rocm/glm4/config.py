@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4.yaml --target rocm
-# source hash (spec + templates + generator): ede809b4b8516ee4
+# source hash (spec + templates + generator): 3c1747e9dd8dc5d2
 # ==================================================================================================================
 """Glm4Config: the HF ``config.json`` fields specs/glm4.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4.yaml --target rocm
-# source hash (spec + templates + generator): ede809b4b8516ee4
+# source hash (spec + templates + generator): 3c1747e9dd8dc5d2
 # ==================================================================================================================
 """Weight-loader tables of Glm4ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

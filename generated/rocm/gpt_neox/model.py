@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_neox.yaml --target rocm
-# source hash (spec + templates + generator): aa7178f8841dd886
+# source hash (spec + templates + generator): aeb2b996043dc05a
 # ==================================================================================================================
 """GPTNeoX for the rocm target, in ATOM's style.
 

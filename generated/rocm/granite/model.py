@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granite.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granite.yaml --target rocm
-# source hash (spec + templates + generator): 13fadc714343d2af
+# source hash (spec + templates + generator): bb1edf329abaa59f
 # ==================================================================================================================
 """Granite for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granitemoe.yaml --target rocm
-# source hash (spec + templates + generator): 4e73d804f28c7714
+# source hash (spec + templates + generator): a69a630b4b800aab
 # ==================================================================================================================
 """GraniteMoe for the rocm target, in ATOM's style.
 

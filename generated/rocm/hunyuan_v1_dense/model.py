@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target rocm
-# source hash (spec + templates + generator): ea4d9098c62a5e84
+# source hash (spec + templates + generator): 23781df668baa6fb
 # ==================================================================================================================
 """HunYuanDense for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/lfm2.yaml --target rocm
-# source hash (spec + templates + generator): 7c202f318269e4e6
+# source hash (spec + templates + generator): 08a06d2c1a1c3232
 # ==================================================================================================================
 """Lfm2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Lfm2Config

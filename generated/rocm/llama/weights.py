@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama.yaml --target rocm
-# source hash (spec + templates + generator): de47368cb9fc836f
+# source hash (spec + templates + generator): 4a496daff8ff2f72
 # ==================================================================================================================
 """Weight-loader tables of LlamaForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

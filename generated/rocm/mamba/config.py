@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mamba.yaml --target rocm
-# source hash (spec + templates + generator): cca4b31cb7d6deba
+# source hash (spec + templates + generator): 459784f62379ca15
 # ==================================================================================================================
 """MambaConfig: the HF ``config.json`` fields specs/mamba.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/minimax.yaml --target rocm
-# source hash (spec + templates + generator): 62aeebd5fa27d2cf
+# source hash (spec + templates + generator): 6dd50ee9ad0d591c
 # ==================================================================================================================
 """MiniMax for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo.yaml --target rocm
-# source hash (spec + templates + generator): e4edbc1f649ea404
+# source hash (spec + templates + generator): c404c7d483270492
 # ==================================================================================================================
 """Olmo for the rocm target, in ATOM's style.
 

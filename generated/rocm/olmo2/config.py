@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmo2.yaml --target rocm
-# source hash (spec + templates + generator): 7653ab64b9a80777
+# source hash (spec + templates + generator): fcbba8870e6be22f
 # ==================================================================================================================
 """Olmo2Config: the HF ``config.json`` fields specs/olmo2.yaml reads, typed, with the spec's defaults.
 

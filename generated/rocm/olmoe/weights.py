@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): 53d94e81e2011ca9
+# source hash (spec + templates + generator): c776486f7171f645
 # ==================================================================================================================
 """Weight-loader tables of OlmoeForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

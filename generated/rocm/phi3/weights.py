@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/phi3.yaml --target rocm
-# source hash (spec + templates + generator): 005d411fa6202b87
+# source hash (spec + templates + generator): bf8b015ba8b29a82
 # ==================================================================================================================
 """Weight-loader tables of Phi3ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

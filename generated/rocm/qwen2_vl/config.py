@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_vl.yaml --target rocm
-# source hash (spec + templates + generator): f66faf3a7ded8fa3
+# source hash (spec + templates + generator): b9bb27481ce033f3
 # ==================================================================================================================
 """Qwen2VLConfig: the HF ``config.json`` fields specs/qwen2_vl.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5.yaml --target rocm
-# source hash (spec + templates + generator): 9ec3ada18e468c3c
+# source hash (spec + templates + generator): 276b47a7d839ff20
 # ==================================================================================================================
 """Qwen35 for the rocm target, in ATOM's style.
 

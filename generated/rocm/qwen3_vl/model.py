@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_vl.yaml --target rocm
-# source hash (spec + templates + generator): 6483120c7daff6f8
+# source hash (spec + templates + generator): 43f410fc65920204
 # ==================================================================================================================
 """Qwen3VL for the rocm target, in ATOM's style.
 

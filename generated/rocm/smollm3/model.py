@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/smollm3.yaml --target rocm
-# source hash (spec + templates + generator): 3f410071119d2ce7
+# source hash (spec + templates + generator): f9eaf7361fde32bb
 # ==================================================================================================================
 """SmolLM3 for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/starcoder2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/starcoder2.yaml --target rocm
-# source hash (spec + templates + generator): dcb48c9d281d4c0f
+# source hash (spec + templates + generator): 28ed493bede862a2
 # ==================================================================================================================
 """Starcoder2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Starcoder2Config

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/cohere.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/cohere.yaml --target vllm
-# source hash (spec + templates + generator): 7845c5901c19be54
+# source hash (spec + templates + generator): 58eb8c17b12cfad0
 # ==================================================================================================================
 """Cohere for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v2.yaml --target vllm
-# source hash (spec + templates + generator): 9b437560a2a384b0
+# source hash (spec + templates + generator): b19ff8954378345f
 # ==================================================================================================================
 """Weight-loader tables of DeepseekV2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

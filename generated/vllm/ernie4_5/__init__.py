@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/ernie4_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/ernie4_5.yaml --target vllm
-# source hash (spec + templates + generator): 1b227715f6e724a1
+# source hash (spec + templates + generator): 74d498222df81d22
 # ==================================================================================================================
 """Ernie45 for the vllm target. See README.md.
 

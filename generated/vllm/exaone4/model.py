@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/exaone4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/exaone4.yaml --target vllm
-# source hash (spec + templates + generator): 2187306a5d2e21ae
+# source hash (spec + templates + generator): ab937a67084b1e37
 # ==================================================================================================================
 """Exaone4 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/falcon.yaml --target vllm
-# source hash (spec + templates + generator): 0b84c03428ea8a64
+# source hash (spec + templates + generator): ce49f39398f9c72e
 # ==================================================================================================================
 """FalconConfig: the HF ``config.json`` fields specs/falcon.yaml reads, typed, with the spec's defaults.
 

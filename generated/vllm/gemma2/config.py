@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gemma2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gemma2.yaml --target vllm
-# source hash (spec + templates + generator): 9e8f097b2777af65
+# source hash (spec + templates + generator): 10bb1901c2188355
 # ==================================================================================================================
 """Gemma2Config: the HF ``config.json`` fields specs/gemma2.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_neox.yaml --target vllm
-# source hash (spec + templates + generator): aa7178f8841dd886
+# source hash (spec + templates + generator): aeb2b996043dc05a
 # ==================================================================================================================
 """GPTNeoXConfig: the HF ``config.json`` fields specs/gpt_neox.yaml reads, typed, with the spec's defaults.
 

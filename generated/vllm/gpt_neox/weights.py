@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_neox.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_neox.yaml --target vllm
-# source hash (spec + templates + generator): aa7178f8841dd886
+# source hash (spec + templates + generator): aeb2b996043dc05a
 # ==================================================================================================================
 """Weight-loader tables of GPTNeoXForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

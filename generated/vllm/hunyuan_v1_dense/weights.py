@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/hunyuan_v1_dense.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/hunyuan_v1_dense.yaml --target vllm
-# source hash (spec + templates + generator): ea4d9098c62a5e84
+# source hash (spec + templates + generator): 23781df668baa6fb
 # ==================================================================================================================
 """Weight-loader tables of HunYuanDenseForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

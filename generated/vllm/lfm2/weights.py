@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/lfm2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/lfm2.yaml --target vllm
-# source hash (spec + templates + generator): 7c202f318269e4e6
+# source hash (spec + templates + generator): 08a06d2c1a1c3232
 # ==================================================================================================================
 """Weight-loader tables of Lfm2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama.yaml --target vllm
-# source hash (spec + templates + generator): de47368cb9fc836f
+# source hash (spec + templates + generator): 4a496daff8ff2f72
 # ==================================================================================================================
 """Weight-loader tables of LlamaForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

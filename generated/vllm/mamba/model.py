@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mamba.yaml --target vllm
-# source hash (spec + templates + generator): cca4b31cb7d6deba
+# source hash (spec + templates + generator): 459784f62379ca15
 # ==================================================================================================================
 """Mamba for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mistral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mistral.yaml --target vllm
-# source hash (spec + templates + generator): 79e9e6837a498342
+# source hash (spec + templates + generator): 2c7b315196a71bd0
 # ==================================================================================================================
 """Mistral for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmo.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmo.yaml --target vllm
-# source hash (spec + templates + generator): e4edbc1f649ea404
+# source hash (spec + templates + generator): c404c7d483270492
 # ==================================================================================================================
 """Weight-loader tables of OlmoForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

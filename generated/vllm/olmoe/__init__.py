@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 53d94e81e2011ca9
+# source hash (spec + templates + generator): c776486f7171f645
 # ==================================================================================================================
 """Olmoe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi.yaml --target vllm
-# source hash (spec + templates + generator): 2335dcb25b04a96c
+# source hash (spec + templates + generator): 8e35530cc9db435c
 # ==================================================================================================================
 """Weight-loader tables of PhiForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/phi3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/phi3.yaml --target vllm
-# source hash (spec + templates + generator): 005d411fa6202b87
+# source hash (spec + templates + generator): bf8b015ba8b29a82
 # ==================================================================================================================
 """Phi3 for the vllm target. See README.md.
 

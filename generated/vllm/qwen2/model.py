@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2.yaml --target vllm
-# source hash (spec + templates + generator): f987d44627cf46da
+# source hash (spec + templates + generator): 1f6ec4bc1560a3c1
 # ==================================================================================================================
 """Qwen2 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_vl.yaml --target vllm
-# source hash (spec + templates + generator): f66faf3a7ded8fa3
+# source hash (spec + templates + generator): b9bb27481ce033f3
 # ==================================================================================================================
 """Weight-loader tables of Qwen2VLForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3.yaml --target vllm
-# source hash (spec + templates + generator): 6467dcda4a26b669
+# source hash (spec + templates + generator): 4b09b0c64418f44b
 # ==================================================================================================================
 """Weight-loader tables of Qwen3ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

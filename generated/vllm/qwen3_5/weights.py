@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_5.yaml --target vllm
-# source hash (spec + templates + generator): 9ec3ada18e468c3c
+# source hash (spec + templates + generator): 276b47a7d839ff20
 # ==================================================================================================================
 """Weight-loader tables of Qwen35ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

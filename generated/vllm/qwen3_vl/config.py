@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_vl.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_vl.yaml --target vllm
-# source hash (spec + templates + generator): 6483120c7daff6f8
+# source hash (spec + templates + generator): 43f410fc65920204
 # ==================================================================================================================
 """Qwen3VLConfig: the HF ``config.json`` fields specs/qwen3_vl.yaml reads, typed, with the spec's defaults.
 

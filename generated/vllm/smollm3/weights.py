@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/smollm3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/smollm3.yaml --target vllm
-# source hash (spec + templates + generator): 3f410071119d2ce7
+# source hash (spec + templates + generator): f9eaf7361fde32bb
 # ==================================================================================================================
 """Weight-loader tables of SmolLM3ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

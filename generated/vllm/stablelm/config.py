@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 7febae181a719dd2
+# source hash (spec + templates + generator): 6fd7ab6125e9c1bf
 # ==================================================================================================================
 """StableLmConfig: the HF ``config.json`` fields specs/stablelm.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/stablelm.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/stablelm.yaml --target vllm
-# source hash (spec + templates + generator): 7febae181a719dd2
+# source hash (spec + templates + generator): 6fd7ab6125e9c1bf
 # ==================================================================================================================
 """Weight-loader tables of StableLmForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

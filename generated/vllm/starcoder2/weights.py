@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/starcoder2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/starcoder2.yaml --target vllm
-# source hash (spec + templates + generator): dcb48c9d281d4c0f
+# source hash (spec + templates + generator): 28ed493bede862a2
 # ==================================================================================================================
 """Weight-loader tables of Starcoder2ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -87,7 +87,8 @@ class Mamba2(LayerKind):
         self, hidden_size: int, num_heads: int, head_dim: int, state_size: int, n_groups: int, conv_kernel: int,
         chunk_size: int, time_step_limit: tuple[float, float] = (0.0, float("inf")), use_bias: bool = False,
         use_conv_bias: bool = True, activation: str = "silu", eps: float = 1e-6, intermediate_size: int | None = None,
-        layer_name: str = "",
+        layer_name: str = "", in_proj_scales: tuple[float, ...] | None = None, out_bias: bool | None = None,
+        gated_norm: bool = True, norm_before_gate: bool = False,
     ):
         super().__init__()
         what = layer_name or "Mamba2"
@@ -112,13 +113,18 @@ class Mamba2(LayerKind):
         gn = n_groups * state_size
         conv_parts = [intermediate, gn, gn]
         self.conv_dim = sum(conv_parts) // world  # per rank
-        self.in_proj = PartsColumnParallelLinear(hidden_size, [intermediate, *conv_parts, num_heads], use_bias)
+        proj_parts = [intermediate, *conv_parts, num_heads]  # z, x, B, C, dt
+        self.in_proj = PartsColumnParallelLinear(hidden_size, proj_parts, use_bias)
+        # Falcon-H1's mup_vector: in_proj's output times one factor per part (None: no factors)
+        scale = None if in_proj_scales is None else ops.in_scale_vector(proj_parts, in_proj_scales, world, what)
+        self.register_buffer("in_scale", scale, persistent=False)
         self.conv1d = DepthwiseConv(conv_parts, conv_kernel, use_conv_bias)
         self.dt_bias = _sharded([num_heads])
         self.A_log = _sharded([num_heads])
         self.D = _sharded([num_heads])
-        self.norm = GatedNorm(intermediate)
-        self.out_proj = RowParallelLinear(intermediate, hidden_size, use_bias)
+        self.norm = GatedNorm(intermediate) if gated_norm else None  # Falcon-H1 mamba_rms_norm false: no norm
+        self.norm_before_gate = bool(norm_before_gate)
+        self.out_proj = RowParallelLinear(intermediate, hidden_size, use_bias if out_bias is None else out_bias)
         self.conv_state: torch.Tensor | None = None  # [num_slots, conv_dim, K-1], bound by the engine
         self.ssm_state: torch.Tensor | None = None  # [num_slots, H, P, N]
         self.state_dtype = torch.float32
@@ -155,7 +161,8 @@ class Mamba2(LayerKind):
             intermediate=self.intermediate, group_size=self.group_size, chunk_size=self.chunk_size,
             time_step_limit=self.time_step_limit, activation=self.activation, eps=self.eps,
             conv_weight=self.conv1d.weight.squeeze(1), conv_bias=self.conv1d.bias, dt_bias=self.dt_bias,
-            A_log=self.A_log, D=self.D, norm_weight=self.norm.weight,
+            A_log=self.A_log, D=self.D, norm_weight=None if self.norm is None else self.norm.weight,
+            norm_before_gate=self.norm_before_gate,
         )
 
     def forward(self, hidden_states: torch.Tensor, meta: StateMetadata) -> torch.Tensor:
@@ -164,6 +171,8 @@ class Mamba2(LayerKind):
         if self.conv_state is None:
             raise RuntimeError(f"{self.layer_name or 'Mamba2'}: no state bound (call bind_state first)")
         zxbcdt = self.in_proj(hidden_states)
+        if self.in_scale is not None:
+            zxbcdt = zxbcdt * self.in_scale
         p = self.params()
         if meta.decode_only:
             n = meta.state_slots.shape[0]

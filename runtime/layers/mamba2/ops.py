@@ -7,6 +7,7 @@
     dt = clamp(softplus(dt + dt_bias), *time_step_limit);  A = -exp(A_log)
     S_t = exp(dt_t * A) * S_{t-1} + dt_t * x_t B_t^T;  y_t = S_t C_t + D * x_t     (SSM state S: [H, P, N])
     out = out_proj(rms_norm_per_group(y * silu(z)) * norm.weight)
+      (Falcon-H1: optionally rms_norm_per_group(y) * norm.weight * silu(z), or no norm: y * silu(z))
 
 Every function works on rows of a padded batch (row r = one sequence, its tokens first, then padding), so the rocm
 layer (one row per prefill segment, or one row per decoding sequence) and the neuron target's shape-static bucket
@@ -36,6 +37,14 @@ def split_projection(zxbcdt: torch.Tensor, intermediate: int, conv_dim: int, num
         raise ValueError(f"Mamba2: in_proj gives {zxbcdt.shape[-1]} features, expected z {intermediate} + xBC "
                          f"{conv_dim} + dt {num_heads}")
     return zxbcdt.split([intermediate, conv_dim, num_heads], dim=-1)
+
+
+def in_scale_vector(parts: list[int], scales, world: int, what: str) -> torch.Tensor:
+    """This rank's ``[sum(parts) / world]`` factors on in_proj's output: part i's rows (each part split evenly across
+    ranks) times ``scales[i]`` (transformers' FalconH1 ``compute_mup_vector``: ones times each factor)."""
+    if len(scales) != len(parts):
+        raise ValueError(f"{what}: in_proj_scales has {len(scales)} factors, expected {len(parts)} (z, x, B, C, dt)")
+    return torch.cat([torch.ones(size // world) * float(s) for size, s in zip(parts, scales)])
 
 
 def causal_conv(
@@ -122,14 +131,23 @@ def ssd_chunked(
     return torch.cat(outs, dim=1), S
 
 
-def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, group_size: int, eps: float,
-                   dtype: torch.dtype) -> torch.Tensor:
+def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor | None, group_size: int, eps: float,
+                   dtype: torch.dtype, norm_before_gate: bool = False) -> torch.Tensor:
     """transformers' ``MambaRMSNormGated`` with ``norm_before_gate=False``: ``y * silu(z)``, then an RMS norm over
-    each group of ``group_size`` channels (in float32), cast to ``dtype`` and scaled by ``weight``."""
-    h = y.float() * F.silu(z.float())
+    each group of ``group_size`` channels (in float32), cast to ``dtype`` and scaled by ``weight``.
+
+    ``norm_before_gate`` (``FalconH1RMSNormGated``'s default): the grouped norm of ``y`` scaled by ``weight`` in
+    float32, then times ``silu(z)``. ``weight`` None (Falcon-H1 ``mamba_rms_norm`` false): no norm, ``y * silu(z)``.
+    """
+    gate = F.silu(z.float())
+    if weight is None:
+        return (y.float() * gate).to(dtype)
+    h = y.float() if norm_before_gate else y.float() * gate
     shape = h.shape
     g = h.view(*shape[:-1], shape[-1] // group_size, group_size)
     g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps)
+    if norm_before_gate:
+        return ((weight.float() * g.view(shape)) * gate).to(dtype)
     return weight * g.view(shape).to(dtype)
 
 
@@ -160,7 +178,8 @@ def mamba2_rows(
         y, new_ssm = ssd_chunked(x, dt, A, B.reshape(R, T, G, N), C.reshape(R, T, G, N), ssm_state,
                                  p["chunk_size"])
     y = y + x.float() * p["D"].float().view(1, 1, H, 1)
-    out = gated_rms_norm(y.reshape(R, T, H * P), z, p["norm_weight"], p["group_size"], p["eps"], zxbcdt.dtype)
+    out = gated_rms_norm(y.reshape(R, T, H * P), z, p["norm_weight"], p["group_size"], p["eps"], zxbcdt.dtype,
+                         p.get("norm_before_gate", False))
     return out, new_conv, new_ssm
 
 

@@ -29,6 +29,8 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
 )
 from vllm.model_executor.models.interfaces import HasInnerState, IsAttentionFree, IsHybrid
 
+from .ops import in_scale_vector
+
 
 class AttentionFreeMamba2Model(nn.Module, HasInnerState, IsAttentionFree):
     """Base of a generated ``*ForCausalLM`` whose every layer is a Mamba-2 mixer (vLLM's interfaces are typing
@@ -46,18 +48,34 @@ class MambaMixer2(VllmMambaMixer2):
 
     def __init__(self, vllm_config: VllmConfig, prefix: str, *, hidden_size: int, num_heads: int, head_dim: int,
                  state_size: int, n_groups: int, conv_kernel: int, time_step_limit, use_bias: bool,
-                 use_conv_bias: bool, activation: str, eps: float):
+                 use_conv_bias: bool, activation: str, eps: float, in_proj_scales=None, out_bias: bool | None = None,
+                 gated_norm: bool = True, norm_before_gate: bool = False):
         lo, hi = (float(t) for t in time_step_limit)
         if lo != 0.0 or not math.isinf(hi):
             raise ValueError(f"{prefix}: time_step_limit {(lo, hi)} is not applied by vLLM's Mamba-2 kernels (they "
                              "clamp dt to (0, inf)); serve this checkpoint with the rocm or neuron target")
+        if gated_norm and norm_before_gate:
+            raise ValueError(f"{prefix}: norm_before_gate (RMSNorm(y) * silu(z)) is not what vLLM's gated norm "
+                             "computes (RMSNorm(y * silu(z))); serve this checkpoint with the rocm or neuron target")
+        if out_bias is not None and bool(out_bias) != bool(use_bias):
+            raise ValueError(f"{prefix}: an out_proj bias ({out_bias}) unlike in_proj's ({use_bias}) is not built by "
+                             "vLLM's MambaMixer2 (one use_bias); serve this checkpoint with the rocm or neuron target")
         super().__init__(
             hidden_size=hidden_size, ssm_state_size=state_size, conv_kernel_size=conv_kernel,
             intermediate_size=num_heads * head_dim, use_conv_bias=use_conv_bias, use_bias=use_bias,
             n_groups=n_groups, num_heads=num_heads, head_dim=head_dim, rms_norm_eps=eps, activation=activation,
-            model_config=vllm_config.model_config, cache_config=vllm_config.cache_config,
+            use_rms_norm=gated_norm, model_config=vllm_config.model_config, cache_config=vllm_config.cache_config,
             quant_config=vllm_config.quant_config, prefix=prefix,
         )
+        self.register_buffer("in_scale", None, persistent=False)  # Falcon-H1's mup_vector (None: no factors)
+        if in_proj_scales is not None:
+            tp = self.tp_size
+            intermediate, gn = num_heads * head_dim, n_groups * state_size
+            # vLLM replicates B / C on every rank when the world size does not divide n_groups (n_groups 1)
+            gn_local = gn // tp if n_groups % tp == 0 else gn
+            local = [intermediate // tp, intermediate // tp, gn_local, gn_local, num_heads // tp]
+            scale = in_scale_vector([n * tp for n in local], in_proj_scales, tp, prefix)
+            self.register_buffer("in_scale", scale, persistent=False)
         # The checkpoint's name: vLLM's own Mamba-2 models rename A_log -> A when loading; here the parameter
         # keeps the checkpoint's name and vLLM's code reaches it as ``self.A`` (the property below).
         self.register_parameter("A_log", self._parameters.pop("A"))
@@ -67,7 +85,7 @@ class MambaMixer2(VllmMambaMixer2):
         return self.A_log
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        return super().forward(hidden_states)
+        return super().forward(hidden_states, mup_vector=self.in_scale)
 
 
 def mamba2_state_dtype(vllm_config: VllmConfig) -> tuple[torch.dtype, ...]:
