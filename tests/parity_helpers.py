@@ -70,6 +70,30 @@ def assert_tp2_matches_tp1(path, target: str, prompt: list[int], tmp_path) -> No
             assert json.load(f)["tokens"] == want_tokens, f"rank {rank}: greedy tokens differ"
 
 
+def assert_tp2_matches_tp1_on(path, targets: list[str], prompt: list[int], tmp_path) -> None:
+    """:func:`assert_tp2_matches_tp1` for each of ``targets``, all in one spawn of two gloo ranks
+    (tests/tp_worker.py ``run_rank_targets``): a spawn per target would import torch and modelgen again."""
+    import json
+
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.tp_worker import run_rank_targets
+
+    want = {}
+    for target in targets:
+        single = llm(path, target, max_model_len=64)
+        want[target] = single.score(prompt), single.generate_ids([prompt], _greedy(8))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank_targets, args=(2, str(tmp_path / "init"), str(path), list(targets), prompt, out), nprocs=2)
+    for target, (logits, tokens) in want.items():
+        for rank in range(2):
+            got = load_file(f"{out}.{target}.rank{rank}.safetensors")["logits"]
+            torch.testing.assert_close(got, logits, atol=1e-4, rtol=1e-4, msg=lambda m: f"{target} rank {rank}: {m}")
+            with open(f"{out}.{target}.rank{rank}.json") as f:
+                assert json.load(f)["tokens"] == tokens, f"{target} rank {rank}: greedy tokens differ"
+
+
 def _greedy(n: int):
     from modelgen.runtime.engine.sampler import SamplingParams
 
