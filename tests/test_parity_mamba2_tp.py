@@ -22,9 +22,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from tests.parity_helpers import assert_matches_hf, assert_tp2_matches_tp1_on, checkpoint_cache, llm
+from tests.parity_helpers import (
+    assert_matches_hf,
+    assert_neuron_buckets_compile,
+    assert_tp2_matches_tp1_on,
+    checkpoint_cache,
+)
 
 TARGETS = ["rocm", "neuron"]
 PROMPT = tiny_prompt()
@@ -65,16 +69,6 @@ def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint, name, ba
     bucket: a host read or a data-dependent shape would break it."""
     import functools
 
-    torch._dynamo.reset()
     if backend != "inductor":  # the neuron runner calls torch.compile(forward, fullgraph=True, dynamic=False)
         monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    path, _ = checkpoint(name)
-    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
-                   max_num_seqs=2, block_size=16)
-    prompts = [PROMPT, PROMPT[:9]]
-    params = SamplingParams(max_tokens=5, ignore_eos=True)
-    want = llm(path, "neuron", **buckets).generate_ids(prompts, params)
-    compiled = llm(path, "neuron", compile=True, **buckets)
-    compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
-    assert compiled.runner.compiled and all(row["graphs"] == 1 for row in compiled.runner.bucket_table)
-    assert compiled.generate_ids(prompts, params) == want
+    assert_neuron_buckets_compile(checkpoint(name)[0], PROMPT)

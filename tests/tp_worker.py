@@ -26,7 +26,7 @@ def run_rank(rank: int, world: int, init_file: str, checkpoint: str, target: str
 
 
 def run_rank_targets(rank: int, world: int, init_file: str, checkpoint: str, targets: list[str], prompt: list[int],
-                     out: str) -> None:
+                     out: str, max_model_len: int = 256) -> None:
     """:func:`run_rank` for several targets in one process group (one spawn, one import of torch and modelgen per rank
     instead of one per target): ``{out}.{target}.rank{rank}.safetensors`` / ``.json`` per target."""
     import torch
@@ -40,7 +40,7 @@ def run_rank_targets(rank: int, world: int, init_file: str, checkpoint: str, tar
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         for target in targets:
-            llm = LLM(checkpoint, target=target, dtype="float32", max_model_len=64)
+            llm = LLM(checkpoint, target=target, dtype="float32", max_model_len=max_model_len)
             logits = llm.score(prompt).contiguous()
             tokens = llm.generate([prompt], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
             save_file({"logits": logits}, f"{out}.{target}.rank{rank}.safetensors")
