@@ -70,9 +70,11 @@ def assert_tp2_matches_tp1(path, target: str, prompt: list[int], tmp_path) -> No
             assert json.load(f)["tokens"] == want_tokens, f"rank {rank}: greedy tokens differ"
 
 
-def assert_tp2_matches_tp1_on(path, targets: list[str], prompt: list[int], tmp_path, max_model_len: int = 256) -> None:
+def assert_tp2_matches_tp1_on(path, targets: list[str], prompt: list[int], tmp_path, max_model_len: int = 256,
+                              kv_heads: int | None = None) -> None:
     """:func:`assert_tp2_matches_tp1` for each of ``targets``, all in one spawn of two gloo ranks
-    (tests/tp_worker.py ``run_rank_targets``): a spawn per target would import torch and modelgen again."""
+    (tests/tp_worker.py ``run_rank_targets``): a spawn per target would import torch and modelgen again.
+    ``kv_heads``: also the KV heads each rank's first cache layer holds."""
     import json
 
     import torch.multiprocessing as mp
@@ -92,7 +94,9 @@ def assert_tp2_matches_tp1_on(path, targets: list[str], prompt: list[int], tmp_p
             got = load_file(f"{out}.{target}.rank{rank}.safetensors")["logits"]
             torch.testing.assert_close(got, logits, atol=1e-4, rtol=1e-4, msg=lambda m: f"{target} rank {rank}: {m}")
             with open(f"{out}.{target}.rank{rank}.json") as f:
-                assert json.load(f)["tokens"] == tokens, f"{target} rank {rank}: greedy tokens differ"
+                meta = json.load(f)
+            assert meta["tokens"] == tokens, f"{target} rank {rank}: greedy tokens differ"
+            assert kv_heads is None or meta["kv_heads"] == kv_heads, f"{target} rank {rank}: {meta['kv_heads']} KV"
 
 
 def assert_neuron_buckets_compile(path, prompt: list[int]) -> None:

@@ -44,8 +44,9 @@ def run_rank_targets(rank: int, world: int, init_file: str, checkpoint: str, tar
             logits = llm.score(prompt).contiguous()
             tokens = llm.generate([prompt], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
             save_file({"logits": logits}, f"{out}.{target}.rank{rank}.safetensors")
+            first = llm.model.get_kv_spec().layers[0]
             with open(f"{out}.{target}.rank{rank}.json", "w") as f:
-                json.dump({"tokens": tokens}, f)
+                json.dump({"tokens": tokens, "kv_heads": getattr(first, "num_kv_heads", None)}, f)
             llm.close()
     finally:
         dist.destroy_process_group()
