@@ -70,6 +70,50 @@ def assert_tp2_matches_tp1(path, target: str, prompt: list[int], tmp_path) -> No
             assert json.load(f)["tokens"] == want_tokens, f"rank {rank}: greedy tokens differ"
 
 
+def assert_tp2_matches_tp1_on(path, targets: list[str], prompt: list[int], tmp_path, max_model_len: int = 256,
+                              kv_heads: int | None = None) -> None:
+    """:func:`assert_tp2_matches_tp1` for each of ``targets``, all in one spawn of two gloo ranks
+    (tests/tp_worker.py ``run_rank_targets``): a spawn per target would import torch and modelgen again.
+    ``kv_heads``: also the KV heads each rank's first cache layer holds."""
+    import json
+
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+
+    from tests.tp_worker import run_rank_targets
+
+    want = {}
+    for target in targets:
+        single = llm(path, target, max_model_len=max_model_len)
+        want[target] = single.score(prompt), single.generate_ids([prompt], _greedy(8))[0]
+    out = str(tmp_path / "result")
+    mp.spawn(run_rank_targets, args=(2, str(tmp_path / "init"), str(path), list(targets), prompt, out, max_model_len),
+             nprocs=2)
+    for target, (logits, tokens) in want.items():
+        for rank in range(2):
+            got = load_file(f"{out}.{target}.rank{rank}.safetensors")["logits"]
+            torch.testing.assert_close(got, logits, atol=1e-4, rtol=1e-4, msg=lambda m: f"{target} rank {rank}: {m}")
+            with open(f"{out}.{target}.rank{rank}.json") as f:
+                meta = json.load(f)
+            assert meta["tokens"] == tokens, f"{target} rank {rank}: greedy tokens differ"
+            assert kv_heads is None or meta["kv_heads"] == kv_heads, f"{target} rank {rank}: {meta['kv_heads']} KV"
+
+
+def assert_neuron_buckets_compile(path, prompt: list[int]) -> None:
+    """The neuron target's forward compiled with ``torch.compile(fullgraph=True)`` per bucket (prefill 128; decode 1
+    and 2 rows x 128 context): warmup traces every bucket in one graph each (a graph break raises there, a recompile
+    afterwards raises too) and the compiled engine gives the eager engine's tokens for two prompts of other lengths."""
+    torch._dynamo.reset()
+    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
+                   max_num_seqs=2, block_size=16)
+    prompts = [prompt, prompt[:9]]
+    want = llm(path, "neuron", **buckets).generate_ids(prompts, _greedy(5))
+    compiled = llm(path, "neuron", compile=True, **buckets)
+    compiled.warmup()
+    assert compiled.runner.compiled and all(row["graphs"] == 1 for row in compiled.runner.bucket_table)
+    assert compiled.generate_ids(prompts, _greedy(5)) == want
+
+
 def _greedy(n: int):
     from modelgen.runtime.engine.sampler import SamplingParams
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from modelgen.runtime.layers.lightning_attention import LightningAttention, ops
-from modelgen.runtime.state_cache import NO_STATE, PAD_SLOT, StateMetadata, StatePool
+from modelgen.runtime.state_cache import NO_STATE, PAD_SLOT, StateMetadata
+from tests import state_kind_helpers as kind
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.minimax import modeling_minimax as hf  # noqa: E402
@@ -31,48 +32,21 @@ def _pair(layer_idx: int = 1, seed: int = 0):
         for p in ref.parameters():
             p.normal_(0, 0.3)
     ours = LightningAttention(HIDDEN, HEADS, HEAD_DIM, BLOCK, layer_idx, LAYERS, 1e-6, layer_name="layers.1.attn")
-    theirs = dict(ref.named_parameters())
-    for name, param in ours.named_parameters():
-        src = theirs[name.replace("qkv.", "qkv_proj.")].detach()
-        loader = getattr(param, "weight_loader", None)
-        loader(param, src) if loader else param.data.copy_(src)
+    kind.copy_weights(ref, ours, rename=lambda name: name.replace("qkv.", "qkv_proj."))
     return ref, ours
 
 
-def _pool(layer: LightningAttention, slots: int = 4) -> StatePool:
-    pool = StatePool([layer.state_spec()], slots)
-    layer.bind_state(*pool.tensors()[layer.layer_name])
-    return pool
-
-
 def _hf(ref, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return ref(x.unsqueeze(0), None, None)[0][0]
-
-
-def _step(layer, segments: list[tuple[torch.Tensor, int, bool]]) -> list[torch.Tensor]:
-    """One flattened step: (tokens [n, hidden], slot, fresh) per sequence -> each sequence's output."""
-    x = torch.cat([s[0] for s in segments])
-    meta = StateMetadata.build([len(s[0]) for s in segments], [s[1] for s in segments], [s[2] for s in segments])
-    with torch.no_grad():
-        y = layer(x, meta)
-    return list(y.split([len(s[0]) for s in segments]))
-
-
-def _err(got: list[torch.Tensor], want: torch.Tensor) -> float:
-    return (torch.cat(got) - want).abs().max().item()
+    return kind.hf_output(ref, x, None, None)  # no position embeddings (lightning attention has none), no mask
 
 
 @pytest.mark.parametrize("layer_idx", [0, 2])  # the fastest and the slowest decay of the depth schedule
 def test_prefill_then_decode_equals_full_recompute(layer_idx):
     ref, ours = _pair(layer_idx)
-    _pool(ours)
+    kind.bind_pool(ours)
     x = torch.randn(13, HIDDEN)
     want = _hf(ref, x)
-    got = _step(ours, [(x[:7], 0, True)])
-    for t in range(7, 13):  # decode-only steps: the batched, host-read-free path
-        got += _step(ours, [(x[t:t + 1], 0, False)])
-    assert _err(got, want) < ATOL
+    assert kind.err(kind.prefill_then_decode(ours, x, 7), want) < ATOL
 
 
 def test_prefill_equals_decode_steps():
@@ -91,51 +65,37 @@ def test_prefill_equals_decode_steps():
 
 def test_chunked_prefill_equals_one_shot():
     ref, ours = _pair()
-    _pool(ours)
+    kind.bind_pool(ours)
     x = torch.randn(11, HIDDEN)
-    got = _step(ours, [(x[:2], 1, True)]) + _step(ours, [(x[2:3], 1, False)]) + _step(ours, [(x[3:11], 1, False)])
-    assert _err(got, _hf(ref, x)) < ATOL
+    assert kind.err(kind.chunked_prefill(ours, x), _hf(ref, x)) < ATOL
 
 
 def test_interleaved_sequences_each_get_their_solo_output():
     """Continuous batching: A prefills, then A decodes beside B's prefill, then both decode; each equals HF alone."""
     ref, ours = _pair()
-    _pool(ours)
+    kind.bind_pool(ours)
     a, b = torch.randn(9, HIDDEN), torch.randn(8, HIDDEN)
-    out_a = _step(ours, [(a[:5], 2, True)])
-    da, pb = _step(ours, [(a[5:6], 2, False), (b[:6], 0, True)])
-    out_a.append(da)
-    out_b = [pb]
-    for t in range(2):  # decode-only batch of both, in the other order
-        db, da = _step(ours, [(b[6 + t:7 + t], 0, False), (a[6 + t:7 + t], 2, False)])
-        out_a.append(da)
-        out_b.append(db)
-    assert _err(out_a, _hf(ref, a[:8])) < ATOL
-    assert _err(out_b, _hf(ref, b)) < ATOL
+    out_a, out_b = kind.interleaved(ours, a, b)
+    assert kind.err(out_a, _hf(ref, a[:8])) < ATOL
+    assert kind.err(out_b, _hf(ref, b)) < ATOL
 
 
 @pytest.mark.parametrize("prompt_len", [1, 5])  # a one-token prompt takes the decode-only path while fresh
 def test_fresh_request_never_sees_the_previous_owner_of_its_slot(prompt_len):
     ref, ours = _pair()
-    pool = _pool(ours)
-    _step(ours, [(torch.randn(6, HIDDEN) * 5, 3, True)])  # an earlier request leaves slot 3 dirty
+    pool = kind.bind_pool(ours)
+    kind.dirty_slot(ours, HIDDEN)  # an earlier request leaves slot 3 dirty
     assert pool.recurrent["layers.1.attn"][3].abs().sum() > 0
     x = torch.randn(prompt_len + 2, HIDDEN)
-    got = _step(ours, [(x[:prompt_len], 3, True)])
-    got += _step(ours, [(x[prompt_len:prompt_len + 1], 3, False)])
-    got += _step(ours, [(x[prompt_len + 1:], 3, False)])
-    assert _err(got, _hf(ref, x)) < ATOL
+    assert kind.err(kind.fresh_request(ours, x, prompt_len), _hf(ref, x)) < ATOL
 
 
 def test_padding_rows_touch_no_state_and_give_zeros():
     _, ours = _pair()
-    pool = _pool(ours)
-    _step(ours, [(torch.randn(4, HIDDEN), 0, True), (torch.randn(4, HIDDEN), 1, True)])
+    pool = kind.bind_pool(ours)
+    kind.fill_slots_0_and_1(ours, HIDDEN)
     before = pool.recurrent["layers.1.attn"].clone()
-    x = torch.randn(4, HIDDEN)
-    meta = StateMetadata.build([1, 1, 1, 1], [PAD_SLOT, 1, PAD_SLOT, PAD_SLOT], [False] * 4)
-    with torch.no_grad():
-        y = ours(x, meta)
+    y = kind.padding_rows_step(ours, HIDDEN)
     assert y[[0, 2, 3]].abs().max() == 0
     after = pool.recurrent["layers.1.attn"]
     assert torch.equal(after[0], before[0]) and torch.equal(after[2:], before[2:])  # slot 0: clamp target of -1
@@ -145,14 +105,10 @@ def test_padding_rows_touch_no_state_and_give_zeros():
 def test_speculative_window_equals_decode_steps():
     """The fixed-shape window (tokens_per_seq = 3; one sequence with 2 real tokens) == one decode step per token."""
     ref, ours = _pair()
-    _pool(ours)
+    kind.bind_pool(ours)
     a, b = torch.randn(8, HIDDEN), torch.randn(7, HIDDEN)
-    _step(ours, [(a[:5], 0, True), (b[:5], 1, True)])
-    x = torch.cat([a[5:8], b[5:7], torch.zeros(1, HIDDEN)])
-    meta = StateMetadata(torch.tensor([0, 3, 6], dtype=torch.int32), torch.tensor([0, 1]),
-                         torch.tensor([False, False]), tokens_per_seq=3, seq_lens=torch.tensor([3, 2]))
-    with torch.no_grad():
-        y = ours(x, meta)
+    kind.prefill_two(ours, a, b)
+    y = kind.speculative_window(ours, a, b)
     assert (y[:3] - _hf(ref, a)[5:]).abs().max().item() < ATOL
     assert (y[3:5] - _hf(ref, b)[5:]).abs().max().item() < ATOL
     assert y[5].abs().max() == 0

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from modelgen.runtime.layers.mamba import MambaMixer, ops
-from modelgen.runtime.state_cache import PAD_SLOT, StateMetadata, StatePool
+from modelgen.runtime.state_cache import PAD_SLOT, StateMetadata
+from tests import state_kind_helpers as kind
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.jamba import modeling_jamba as hf_jamba  # noqa: E402
@@ -46,50 +47,20 @@ def _pair(kernel: int = 4, conv_bias: bool = True, proj_bias: bool = False, jamb
                 p.normal_(0, 0.3)
     ours = MambaMixer(HIDDEN, EXPAND * HIDDEN, N, kernel, RANK, conv_bias, proj_bias,
                       rms_norm_eps=1e-6 if jamba else None, layer_name="layers.0.mamba", chunk_size=chunk_size)
-    theirs = dict(ref.named_parameters())
-    for name, param in ours.named_parameters():
-        loader = getattr(param, "weight_loader", None)
-        src = theirs[name].detach()
-        loader(param, src) if loader else param.data.copy_(src)
+    theirs = kind.copy_weights(ref, ours)
     assert set(theirs) == {n for n, _ in ours.named_parameters()}
     return ref, ours
-
-
-def _pool(layer: MambaMixer, slots: int = 4) -> StatePool:
-    pool = StatePool([layer.state_spec()], slots)
-    layer.bind_state(*pool.tensors()[layer.layer_name])
-    return pool
-
-
-def _hf(ref, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return ref(x.unsqueeze(0))[0]
-
-
-def _step(layer, segments: list[tuple[torch.Tensor, int, bool]]) -> list[torch.Tensor]:
-    """One flattened step: (tokens [n, hidden], slot, fresh) per sequence -> each sequence's output."""
-    x = torch.cat([s[0] for s in segments])
-    meta = StateMetadata.build([len(s[0]) for s in segments], [s[1] for s in segments], [s[2] for s in segments])
-    with torch.no_grad():
-        y = layer(x, meta)
-    return list(y.split([len(s[0]) for s in segments]))
-
-
-def _err(got: list[torch.Tensor], want: torch.Tensor) -> float:
-    return (torch.cat(got) - want).abs().max().item()
 
 
 @pytest.mark.parametrize("jamba, kernel, conv_bias, proj_bias",
                          [(True, 4, True, False), (True, 3, False, True), (False, 4, True, True)])
 def test_prefill_then_decode_equals_full_recompute(jamba, kernel, conv_bias, proj_bias):
     ref, ours = _pair(kernel, conv_bias, proj_bias, jamba)
-    _pool(ours)
+    kind.bind_pool(ours)
     x = torch.randn(13, HIDDEN)
-    want = _hf(ref, x)
-    got = _step(ours, [(x[:9], 0, True)])  # 9 tokens: three scan chunks of 4, the last partial
-    for t in range(9, 13):  # decode-only steps: the batched, host-read-free path
-        got += _step(ours, [(x[t:t + 1], 0, False)])
-    assert _err(got, want) < ATOL
+    want = kind.hf_output(ref, x)
+    got = kind.prefill_then_decode(ours, x, 9)  # 9 tokens: three scan chunks of 4, the last partial; then decode steps
+    assert kind.err(got, want) < ATOL
 
 
 def test_chunked_scan_equals_recurrent_steps():
@@ -112,52 +83,38 @@ def test_chunked_scan_equals_recurrent_steps():
 
 def test_chunked_prefill_equals_one_shot():
     ref, ours = _pair(4)
-    _pool(ours)
+    kind.bind_pool(ours)
     x = torch.randn(11, HIDDEN)
-    got = _step(ours, [(x[:2], 1, True)]) + _step(ours, [(x[2:3], 1, False)]) + _step(ours, [(x[3:11], 1, False)])
-    assert _err(got, _hf(ref, x)) < ATOL
+    assert kind.err(kind.chunked_prefill(ours, x), kind.hf_output(ref, x)) < ATOL
 
 
 def test_interleaved_sequences_each_get_their_solo_output():
     """Continuous batching: A prefills, then A decodes beside B's prefill, then both decode; each equals HF alone."""
     ref, ours = _pair(3, conv_bias=False)
-    _pool(ours)
+    kind.bind_pool(ours)
     a, b = torch.randn(9, HIDDEN), torch.randn(8, HIDDEN)
-    out_a = _step(ours, [(a[:5], 2, True)])
-    da, pb = _step(ours, [(a[5:6], 2, False), (b[:6], 0, True)])
-    out_a.append(da)
-    out_b = [pb]
-    for t in range(2):  # decode-only batch of both, in the other order
-        db, da = _step(ours, [(b[6 + t:7 + t], 0, False), (a[6 + t:7 + t], 2, False)])
-        out_a.append(da)
-        out_b.append(db)
-    assert _err(out_a, _hf(ref, a[:8])) < ATOL
-    assert _err(out_b, _hf(ref, b)) < ATOL
+    out_a, out_b = kind.interleaved(ours, a, b)
+    assert kind.err(out_a, kind.hf_output(ref, a[:8])) < ATOL
+    assert kind.err(out_b, kind.hf_output(ref, b)) < ATOL
 
 
 @pytest.mark.parametrize("prompt_len", [1, 5])  # a one-token prompt takes the decode-only path while fresh
 def test_fresh_request_never_sees_the_previous_owner_of_its_slot(prompt_len):
     ref, ours = _pair(4)
-    pool = _pool(ours)
-    _step(ours, [(torch.randn(6, HIDDEN) * 5, 3, True)])  # an earlier request leaves slot 3 dirty
+    pool = kind.bind_pool(ours)
+    kind.dirty_slot(ours, HIDDEN)  # an earlier request leaves slot 3 dirty
     assert pool.conv["layers.0.mamba"][3].abs().sum() > 0 and pool.recurrent["layers.0.mamba"][3].abs().sum() > 0
     x = torch.randn(prompt_len + 2, HIDDEN)
-    got = _step(ours, [(x[:prompt_len], 3, True)])
-    got += _step(ours, [(x[prompt_len:prompt_len + 1], 3, False)])
-    got += _step(ours, [(x[prompt_len + 1:], 3, False)])
-    assert _err(got, _hf(ref, x)) < ATOL
+    assert kind.err(kind.fresh_request(ours, x, prompt_len), kind.hf_output(ref, x)) < ATOL
 
 
 def test_padding_rows_touch_no_state_and_give_zeros():
     _, ours = _pair(3)  # no out_proj bias: a padding row's output is exactly zero
-    pool = _pool(ours)
-    _step(ours, [(torch.randn(4, HIDDEN), 0, True), (torch.randn(4, HIDDEN), 1, True)])
+    pool = kind.bind_pool(ours)
+    kind.fill_slots_0_and_1(ours, HIDDEN)
     before = {k: t.clone() for k, t in (("conv", pool.conv["layers.0.mamba"]),
                                         ("ssm", pool.recurrent["layers.0.mamba"]))}
-    x = torch.randn(5, HIDDEN)  # 4 rows and one padding token past the batch
-    meta = StateMetadata.build([1, 1, 1, 1], [PAD_SLOT, 1, PAD_SLOT, PAD_SLOT], [False] * 4)
-    with torch.no_grad():
-        y = ours(x, meta)
+    y = kind.padding_rows_step(ours, HIDDEN, tokens=5)  # 4 rows and one padding token past the batch
     assert y[[0, 2, 3, 4]].abs().max() == 0
     for key, after in (("conv", pool.conv["layers.0.mamba"]), ("ssm", pool.recurrent["layers.0.mamba"])):
         assert torch.equal(after[0], before[key][0]) and torch.equal(after[2:], before[key][2:]), key
@@ -168,20 +125,16 @@ def test_speculative_window_equals_decode_steps():
     """The fixed-shape window (tokens_per_seq = 3; one sequence with 2 real tokens) == one decode step per token,
     and a pool snapshot taken before it rolls both states back (the rejected drafts undone)."""
     ref, ours = _pair(3)
-    pool = _pool(ours)
+    pool = kind.bind_pool(ours)
     a, b = torch.randn(8, HIDDEN), torch.randn(7, HIDDEN)
-    _step(ours, [(a[:5], 0, True), (b[:5], 1, True)])
+    kind.prefill_two(ours, a, b)
     snap = pool.snapshot([0, 1])
-    x = torch.cat([a[5:8], b[5:7], torch.zeros(1, HIDDEN)])
-    meta = StateMetadata(torch.tensor([0, 3, 6], dtype=torch.int32), torch.tensor([0, 1]),
-                         torch.tensor([False, False]), tokens_per_seq=3, seq_lens=torch.tensor([3, 2]))
-    with torch.no_grad():
-        y = ours(x, meta)
-    assert (y[:3] - _hf(ref, a)[5:]).abs().max().item() < ATOL
-    assert (y[3:5] - _hf(ref, b)[5:]).abs().max().item() < ATOL
+    y = kind.speculative_window(ours, a, b)
+    assert (y[:3] - kind.hf_output(ref, a)[5:]).abs().max().item() < ATOL
+    assert (y[3:5] - kind.hf_output(ref, b)[5:]).abs().max().item() < ATOL
     assert y[5].abs().max() == 0
     pool.restore([0, 1], snap, rows=[0])  # sequence 0 accepted no draft: back to its state after 5 tokens
-    assert (torch.cat(_step(ours, [(a[5:8], 0, False)])) - _hf(ref, a)[5:]).abs().max().item() < ATOL
+    assert kind.err(kind.step(ours, [(a[5:8], 0, False)]), kind.hf_output(ref, a)[5:]) < ATOL
 
 
 @pytest.mark.parametrize("decode", [False, True])
@@ -217,11 +170,11 @@ def test_static_ops_equal_per_sequence_reference(decode):
 def test_dt_norms_matter():
     """Negative control: Jamba's dt/B/C RMSNorms change the output (our layer without them differs from HF's)."""
     ref, ours = _pair(4)
-    _pool(ours)
+    kind.bind_pool(ours)
     x = torch.randn(6, HIDDEN)
-    assert _err(_step(ours, [(x, 0, True)]), _hf(ref, x)) < ATOL
+    assert kind.err(kind.step(ours, [(x, 0, True)]), kind.hf_output(ref, x)) < ATOL
     ours.use_rms_norm = False
-    assert _err(_step(ours, [(x, 1, True)]), _hf(ref, x)) > 1e-3
+    assert kind.err(kind.step(ours, [(x, 1, True)]), kind.hf_output(ref, x)) > 1e-3
 
 
 def test_kind_answers_and_state_spec():

@@ -276,28 +276,11 @@ def test_gemma3_conditional_generation_read_as_text(tmp_path, target, tied):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ["gemma2", "granite", "stablelm", "olmo2", "olmo2_mqa"])
-def test_tensor_parallel_2_matches_1(checkpoint, tmp_path, target, name):
+def test_tensor_parallel_2_matches_1(checkpoint, tmp_path, name):
     """TP=2 over gloo: each rank holds 2 of the 4 query heads and 1 KV head (soft-capped, windowed or partially
     rotated; OLMo 2: its slice of the whole-projection q/k norms, the variance all-reduced, the MQA head replicated),
     half the MLP; the layouts, multipliers and caps act on the reduced sums: logits and greedy tokens equal TP=1's."""
-    import json
+    from tests.parity_helpers import assert_tp2_matches_tp1_on
 
-    import torch.multiprocessing as mp
-    from safetensors.torch import load_file
-
-    from tests.tp_worker import run_rank
-
-    path, _ = checkpoint(name)
-    single = LLM(path, target=target, dtype="float32", max_model_len=64)
-    want = single.score(PROMPT)
-    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        got = load_file(f"{out}.rank{rank}.safetensors")["logits"]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        meta = json.loads(open(f"{out}.rank{rank}.json").read())
-        assert meta["tokens"] == want_tokens
-        assert meta["kv_heads"] == 1
+    assert_tp2_matches_tp1_on(checkpoint(name)[0], TARGETS, PROMPT, tmp_path, max_model_len=64, kv_heads=1)

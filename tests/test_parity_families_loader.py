@@ -194,27 +194,12 @@ def test_split_spec_errors_are_located(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
-def test_split_tensor_parallel_2_matches_1(checkpoints, tmp_path, target):
+def test_split_tensor_parallel_2_matches_1(checkpoints, tmp_path):
     """TP=2 (gloo): each rank takes its heads of each of q, k, v and its rows of gate and up out of the fused
     tensors (neuron reads only those rows); logits and tokens equal TP=1."""
-    import json
+    from tests.parity_helpers import assert_tp2_matches_tp1_on
 
-    import torch.multiprocessing as mp
-    from safetensors.torch import load_file
-
-    from tests.tp_worker import run_rank
-
-    path, _ = checkpoints("phi3_window")
-    single = llm(path, target, max_model_len=64)
-    want = single.score(PROMPT)
-    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
-        meta = json.loads(open(f"{out}.rank{rank}.json").read())
-        assert meta["tokens"] == want_tokens and meta["kv_heads"] == 1
+    assert_tp2_matches_tp1_on(checkpoints("phi3_window")[0], TARGETS, PROMPT, tmp_path, max_model_len=64, kv_heads=1)
 
 
 @pytest.mark.parametrize("target", TARGETS)

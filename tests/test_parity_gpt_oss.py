@@ -86,29 +86,13 @@ def test_each_feature_moves_the_logits(checkpoints):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["rocm", "neuron"])
-def test_tensor_parallel_2_matches_1(tmp_path, target):
+def test_tensor_parallel_2_matches_1(tmp_path):
     """TP=2 over gloo: each rank holds 2 of the 4 query heads with their sinks, 1 KV head and 2 of the 4 experts
     (with their biases); logits and greedy tokens equal TP=1's."""
-    import json
+    from tests.parity_helpers import assert_tp2_matches_tp1_on
 
-    import torch.multiprocessing as mp
-    from safetensors.torch import load_file
-
-    from tests.tp_worker import run_rank
-
-    make_gpt_oss(tmp_path / "ckpt")
-    single = LLM(tmp_path / "ckpt", target=target, dtype="float32", max_model_len=64)
-    want = single.score(PROMPT)
-    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(tmp_path / "ckpt"), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        got = load_file(f"{out}.rank{rank}.safetensors")["logits"]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        meta = json.loads(open(f"{out}.rank{rank}.json").read())
-        assert meta["tokens"] == want_tokens
-        assert meta["kv_heads"] == 1
+    make_gpt_oss(tmp_path / "ckpt")  # once for both targets (one spawn)
+    assert_tp2_matches_tp1_on(tmp_path / "ckpt", TARGETS, PROMPT, tmp_path, max_model_len=64, kv_heads=1)
 
 
 @pytest.mark.slow

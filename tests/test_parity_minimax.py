@@ -22,7 +22,13 @@ import torch
 from modelgen.runtime.engine.sampler import SamplingParams
 from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
-from tests.parity_helpers import hf_greedy_forward, hf_logits, llm
+from tests.parity_helpers import (
+    assert_neuron_buckets_compile,
+    assert_tp2_matches_tp1_on,
+    hf_greedy_forward,
+    hf_logits,
+    llm,
+)
 
 TARGETS = ["rocm", "neuron"]
 PREFILL_ATOL = 1e-4
@@ -227,36 +233,14 @@ def test_new_picks_minimax_for_a_minimax_config():
 
 # ------------------------------------------------------------------------------------ parallelism and compilation
 @pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
-def test_tensor_parallel_2_equals_1(checkpoint, tmp_path, target):
+def test_tensor_parallel_2_equals_1(checkpoint, tmp_path):
     """Two gloo ranks split the heads (lightning qkv / output_gate / out_proj, the norm's variance all-reduced; GQA;
     experts): same logits and tokens."""
-    import torch.multiprocessing as mp
-    from safetensors.torch import load_file
-
-    from tests.test_parity_qwen3_next import run_rank
-
     path, _ = checkpoint("minimax")
-    single = llm(path, target)
-    want = single.score(PROMPT)
-    want_tokens = single.generate_ids([PROMPT], SamplingParams(max_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
-        assert json.loads(open(f"{out}.rank{rank}.json").read())["tokens"] == want_tokens
+    assert_tp2_matches_tp1_on(path, TARGETS, PROMPT, tmp_path)  # rocm and neuron in one spawn
 
 
 @pytest.mark.slow
 def test_neuron_buckets_trace_fullgraph_and_never_recompile(checkpoint):
     """The shape-static lightning op compiles in one graph per bucket (no host read, no data-dependent shape)."""
-    torch._dynamo.reset()
-    path, _ = checkpoint("minimax")
-    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
-                   max_num_seqs=2, block_size=16)
-    prompts = [PROMPT, PROMPT[:9]]
-    params = SamplingParams(max_tokens=5, ignore_eos=True)
-    want = llm(path, "neuron", **buckets).generate_ids(prompts, params)
-    compiled = llm(path, "neuron", compile=True, **buckets)
-    compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
-    assert compiled.generate_ids(prompts, params) == want
+    assert_neuron_buckets_compile(checkpoint("minimax")[0], PROMPT)

@@ -142,17 +142,8 @@ def run_rank(rank: int, world: int, init_file: str, checkpoint: str, target: str
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5"])
-def test_tensor_parallel_2_equals_1(checkpoints, tmp_path, name, target):
-    import torch.multiprocessing as mp
+def test_tensor_parallel_2_equals_1(checkpoints, tmp_path, name):
+    from tests.parity_helpers import assert_tp2_matches_tp1_on
 
-    path, _ = checkpoints(name)
-    single = llm(path, target)
-    want = single.score(PROMPT)
-    want_tokens = single.generate([PROMPT], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
-    out = str(tmp_path / "result")
-    mp.spawn(run_rank, args=(2, str(tmp_path / "init"), str(path), target, PROMPT, out), nprocs=2)
-    for rank in range(2):
-        torch.testing.assert_close(load_file(f"{out}.rank{rank}.safetensors")["logits"], want, atol=1e-4, rtol=1e-4)
-        assert json.loads(open(f"{out}.rank{rank}.json").read())["tokens"] == want_tokens
+    assert_tp2_matches_tp1_on(checkpoints(name)[0], TARGETS, PROMPT, tmp_path)  # rocm and neuron in one spawn
