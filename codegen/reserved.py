@@ -68,6 +68,7 @@ GENERATED_IMPORTS = frozenset({
     "StackedHeadLayerNorm",  # Command R+'s [heads, head_dim] QK LayerNorm (gqa qk_norm.scope stacked)
     "MambaMixer", "HybridMambaModel", "AttentionFreeMambaModel",
     "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
+    "moe_routing_function", "check_weight_on_input",  # vllm MoE routing modes (runtime/layers/moe/vllm.py)
 })
 
 

@@ -3,8 +3,9 @@
 RMSNorm after RoPE (gqa ``qk_norm.after_rope``) and NTK-alpha RoPE (``rope_type: dynamic`` + ``alpha``: a stretched
 base, specs/hunyuan_v1_dense.yaml); Llama 4 text's dense layers (specs/llama4.yaml): NoPE layers by no_rope_layers, a
 weightless QK RMSNorm after the interleaved RoPE (gqa ``qk_norm: {affine: false, after_rope: true}``) and attention
-temperature tuning on the NoPE layers (gqa ``temperature_tuning``); its MoE layers and chunked attention are refused
-by name (tested below).
+temperature tuning on the NoPE layers (gqa ``temperature_tuning``); its chunked attention is refused by name (tested
+below); its MoE layers (moe ``weight_on_input``, router ``scoring: topk_sigmoid``, ``expert_layout: transposed``) are
+tested at the end of the file.
 
 Each case is a tiny random checkpoint (runtime/testing/tiny_models.py: GQA 4 query / 2 KV heads, 4 layers, norm
 weights perturbed off their initial constants) with the family's optional features switched on; gates as for the other
@@ -54,6 +55,22 @@ CASES: dict[str, tuple[str, dict]] = {
                                                           max_position_embeddings=256)),
 }
 THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha", "llama4"]
+
+# ------------------------------------------------------------------------------------------------ Llama 4 MoE layers
+# Llama4TextMoe on the layers of moe_layers (else every interleave_moe_layer_step-th): top-k of the router logits, the
+# selected experts' scores sigmoid(logit) multiplying the expert INPUT, fused gate_up_proj [E, H, 2I] / down_proj
+# [E, I, H], plus the shared expert. The tiny config's 4 experts of width 96 (TINY_SIZES); NoPE on layers 1 and 3 in
+# the first case, so MoE layers of both attention kinds.
+LLAMA4_MOE: dict[str, dict] = {
+    "llama4_moe_step2_top2": dict(LLAMA4, moe_layers=None, interleave_moe_layer_step=2, num_experts_per_tok=2,
+                                  no_rope_layers=[1, 0, 1, 0], floor_scale=4),
+    "llama4_moe_step1_top1": dict(LLAMA4, moe_layers=None, interleave_moe_layer_step=1, num_experts_per_tok=1,
+                                  use_qk_norm=False),
+    "llama4_moe_listed_top2": dict(LLAMA4, moe_layers=[0, 2], num_experts_per_tok=2, num_local_experts=3),
+}
+CASES.update({name: ("Llama4ForCausalLM", over) for name, over in LLAMA4_MOE.items()})
+
+THREE_WAY += ["llama4_moe_step2_top2"]
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +217,6 @@ def test_llama4_features_move_the_logits(checkpoint, tmp_path, target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("change, field", [
     (dict(attention_chunk_size=8), "attention_chunk_size"),  # shorter than the context: keys would be masked
-    (dict(moe_layers=[1, 3]), "moe_layers"),
 ])
 def test_llama4_refuses_what_it_does_not_generate(tmp_path, target, change, field):
     """Chunked attention and the MoE layers are refused naming the field, never served as dense full attention."""
@@ -232,3 +248,90 @@ def test_qk_norm_combinations_not_generated_are_spec_errors(tmp_path, qk_norm, f
     data["blocks"]["decoder"]["attention"]["qk_norm"] = dict(kind="rms", eps="rms_norm_eps", after_rope=True)
     path.write_text(json.dumps(data))  # the allowed form compiles
     assert compile_spec(path).blocks[0].attention.qk_norm.after_rope
+
+
+# ------------------------------------------------------------------------------------------ Llama 4 MoE layers (tests)
+def _moe_blocks(llm: LLM):
+    return [layer.feed_forward for layer in llm.model.model.layers if hasattr(layer.feed_forward, "router")
+            or hasattr(layer.feed_forward, "router_weight")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name, moe_layers", [("llama4_moe_step2_top2", [1, 3]), ("llama4_moe_step1_top1", [0, 1, 2, 3]),
+                                              ("llama4_moe_listed_top2", [0, 2])])
+def test_llama4_moe_layers_follow_the_schedule(checkpoint, name, moe_layers, target):
+    """moe_layers / interleave_moe_layer_step pick the MoE layers as transformers' is_moe_layer does; the others
+    keep the dense MLP of intermediate_size_mlp."""
+    path, hf = checkpoint(name)
+    assert [i for i, layer in enumerate(hf.model.layers) if layer.is_moe_layer] == moe_layers
+    llm = _llm(path, target)
+    ours = [i for i, layer in enumerate(llm.model.model.layers) if type(layer.feed_forward).__name__.endswith("MoeBlock")]
+    assert ours == moe_layers
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama4_moe_features_move_the_logits(checkpoint, target):
+    """Negative controls: the routing weight on the expert output instead of its input, the shared expert dropped,
+    and the fused gate_up_proj read as up-then-gate are each another model."""
+    path, hf = checkpoint("llama4_moe_step2_top2")
+    ref = hf_logits(hf, PROMPT)
+    llm = _llm(path, target)
+    assert _err(llm, ref) < PREFILL_ATOL
+    blocks = _moe_blocks(llm)
+    assert len(blocks) == 2
+    for block in blocks:
+        (block if target == "neuron" else block.experts).weight_on_input = False  # scales the output instead
+    assert _err(llm, ref) > 1e-2
+    llm = _llm(path, target)
+    with torch.no_grad():
+        for block in _moe_blocks(llm):
+            for p in block.shared_expert.parameters():
+                p.zero_()
+    assert _err(llm, ref) > 1e-2
+    llm = _llm(path, target)
+    with torch.no_grad():
+        for block in _moe_blocks(llm):
+            w13 = block.experts_w13_weight if target == "neuron" else block.experts.w13_weight
+            w13.copy_(torch.cat(w13.chunk(2, dim=1)[::-1], dim=1))
+    assert _err(llm, ref) > 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ep", [2, 1])  # whole experts per rank (EP=2) / every expert TP-sharded (EP=1)
+def test_llama4_moe_expert_and_tp_sharded_experts_equal_1(checkpoint, target, ep):
+    """TP=2 started by LLM: experts split by whole experts or by intermediate slices (the transposed gate_up read as
+    two column ranges), the shared expert TP-sharded; logits and greedy tokens equal TP=1's."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    path, _ = checkpoint("llama4_moe_step2_top2")
+    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
+    single = _llm(path, target)
+    want, want_tokens = single.score(PROMPT), single.generate_ids([PROMPT], greedy)[0]
+    llm = _llm(path, target, tensor_parallel_size=2, expert_parallel_size=ep)
+    try:
+        torch.testing.assert_close(llm.score(PROMPT), want, atol=1e-4, rtol=1e-4)
+        assert llm.generate_ids([PROMPT], greedy)[0] == want_tokens
+    finally:
+        llm.close()
+
+
+@pytest.mark.slow
+def test_llama4_moe_neuron_traces_fullgraph(checkpoint):
+    """The shape-static MoE with the weight on the input traces under torch.compile(fullgraph=True) with static
+    buckets, no recompiles after warm-up, and gives the eager tokens."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    torch._dynamo.reset()
+    path, _ = checkpoint("llama4_moe_step2_top2")
+    kwargs = dict(target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=2,
+                  prefill_buckets=[32], decode_buckets=[1, 2])
+    llm = LLM(path, compile=True, **kwargs)
+    llm.runner.warmup()
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate_ids([PROMPT, PROMPT[:5]], params)
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == LLM(path, **kwargs).generate_ids([PROMPT, PROMPT[:5]], params)

@@ -22,13 +22,18 @@ class RouterSpec(Strict):
     """Top-k expert selection: scores, optional grouped top-k and bias, renormalisation."""
 
     name: Identifier = Field(default="gate", description="module / checkpoint name of the router linear")
-    scoring: Literal["softmax", "sigmoid", "topk_softmax"] = Field(
+    scoring: Literal["softmax", "sigmoid", "topk_softmax", "topk_sigmoid"] = Field(
         description="softmax: Mixtral/Qwen3-MoE (softmax over all experts, then top-k); sigmoid: GLM4-MoE/DeepSeek-V3; "
-        "topk_softmax: GPT-OSS (top-k over the logits, then softmax over the k selected)"
+        "topk_softmax: GPT-OSS (top-k over the logits, then softmax over the k selected); topk_sigmoid: Llama 4 "
+        "(top-k over the logits, each selected one's weight its own sigmoid, never renormalised)"
     )
     bias: bool = Field(default=False, description="the router linear has a bias `<name>.bias` (GPT-OSS)")
     top_k: Expression = Field(description="experts per token, usually num_experts_per_tok")
     renormalize: Expression = Field(default=False, description="divide the top-k weights by their sum (norm_topk_prob)")
+    renormalize_p: Expression = Field(
+        default=1.0, description="with renormalize: divide the top-k weights by their p-norm, (sum |w|^p)^(1/p), "
+        "instead of their sum (DBRX moe_normalize_expert_weights); 1 is the sum",
+    )
     n_group: Expression | None = Field(default=None, description="grouped top-k: number of expert groups")
     topk_group: Expression | None = Field(default=None, description="grouped top-k: groups kept per token")
     group_score: Literal["top2_sum", "max"] = Field(
@@ -88,7 +93,12 @@ class MoESpec(Strict):
         default=False,
         description="experts carry gate-up [E, 2I] and down [E, H] biases, loaded from `<fused name>_bias` (GPT-OSS)",
     )
-    expert_layout: Literal["stacked", "interleaved_transposed", "flat"] = Field(
+    weight_on_input: bool = Field(
+        default=False,
+        description="the routing weight multiplies each selected expert's INPUT, and the experts' outputs are summed "
+        "unweighted (Llama 4: routed_in = x * score); default: it multiplies the expert's output",
+    )
+    expert_layout: Literal["stacked", "interleaved_transposed", "flat", "transposed"] = Field(
         default="stacked",
         description="layout of checkpoint.experts.fused tensors: stacked = transformers v5 MoE ([E, 2I, H] gate rows "
         "then up rows, [E, H, I]); interleaved_transposed = GPT-OSS ([E, H, 2I] with gate/up interleaved on the last "
@@ -121,6 +131,7 @@ class Router:
     weights_in_model_dtype: bool
     bias: bool = False
     group_score: str = "top2_sum"  # how groups are ranked (grouped top-k only)
+    renormalize_p: Value | None = None  # None: the sum (p = 1); else the p of the p-norm the weights are divided by
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,7 @@ class MoE(Module):
     activation_params: tuple[tuple[str, Value], ...] = ()  # (name, value) of a parametric activation
     expert_bias: bool = False
     expert_layout: str = "stacked"
+    weight_on_input: bool = False  # the routing weight scales the expert's input (Llama 4), not its output
 
     def activation_params_py(self) -> str:
         """The parameters as a Python dict literal over config values (``{"alpha": ..., "limit": ...}``)."""
@@ -168,8 +180,10 @@ class MoE(Module):
             text += f", grouped top-k (`{r.n_group.spec}` groups ranked by {ranked}, keep `{r.topk_group.spec}`)"
         if r.correction_bias:
             text += ", e_score_correction_bias"
-        if r.scoring != "topk_softmax":
+        if r.scoring not in ("topk_softmax", "topk_sigmoid"):
             text += f", renormalise `{r.renormalize.spec}`"
+        if r.renormalize_p is not None:
+            text += f" by the `{r.renormalize_p.spec}`-norm"
         if r.bias:
             text += ", router bias"
         if r.routed_scaling_factor is not None:
@@ -187,6 +201,8 @@ class MoE(Module):
             rows.append(("expert biases", "gate-up and down biases per expert"))
         if self.expert_layout != "stacked":
             rows.append(("fused expert layout", self.expert_layout))
+        if self.weight_on_input:
+            rows.append(("routing weight", "multiplies each selected expert's input (not its output)"))
         return rows
 
 
@@ -196,15 +212,19 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         ctx.error(rp, "grouped top-k needs both n_group and topk_group")
     if r.group_score != "top2_sum" and r.n_group is None:
         ctx.error(rp + ("group_score",), "group_score ranks expert groups: it needs n_group and topk_group")
-    if r.n_group is not None and r.scoring == "topk_softmax":
-        ctx.error(rp + ("n_group",), "grouped top-k is not defined for scoring topk_softmax")
+    if r.scoring in ("topk_softmax", "topk_sigmoid") and r.n_group is not None:
+        ctx.error(rp + ("n_group",), f"grouped top-k is not defined for scoring {r.scoring}")
     scaling = ctx.value(rp + ("routed_scaling_factor",), r.routed_scaling_factor)
+    norm_p = ctx.value(rp + ("renormalize_p",), r.renormalize_p)
+    if not norm_p.is_literal(1) and r.scoring != "softmax":
+        ctx.error(rp + ("renormalize_p",), "a p-norm renormalisation is generated for scoring softmax only (DBRX)")
     router = Router(
         name=r.name, scoring=r.scoring, top_k=ctx.value(rp + ("top_k",), r.top_k),
         renormalize=ctx.value(rp + ("renormalize",), r.renormalize),
         n_group=ctx.optional(rp + ("n_group",), r.n_group), topk_group=ctx.optional(rp + ("topk_group",), r.topk_group),
         correction_bias=r.correction_bias, routed_scaling_factor=None if scaling.is_literal(1) else scaling,
         float32=r.float32, weights_in_model_dtype=r.weights_in_model_dtype, bias=r.bias, group_score=r.group_score,
+        renormalize_p=None if norm_p.is_literal(1) else norm_p,
     )
     if isinstance(m.activation, ClampedSwiGLUSpec):
         ap = p + ("activation",)
@@ -228,7 +248,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         name=m.name, num_experts=ctx.value(p + ("num_experts",), m.num_experts),
         intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=activation,
         router=router, shared=shared, experts_name=m.experts_name, activation_params=params,
-        expert_bias=m.expert_bias, expert_layout=m.expert_layout,
+        expert_bias=m.expert_bias, expert_layout=m.expert_layout, weight_on_input=m.weight_on_input,
     )
 
 

@@ -29,6 +29,10 @@ CASES: dict[str, tuple[str, dict]] = {
                                          no_rope_layers=[1, 0, 1, 0], floor_scale=4, attn_scale=0.5)),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
+# Llama 4's MoE layers (1 and 3, on a rotating and a NoPE layer): vLLM's FusedMoE with vLLM's own Llama 4 routing
+# function and apply_router_weight_on_input, which vLLM implements for top-k 1 only (top-k 2: refused, tested below).
+LLAMA4_MOE = dict(CASES["llama4"][1], moe_layers=None, interleave_moe_layer_step=2, num_experts_per_tok=1)
+CASES["llama4_moe_top1"] = ("Llama4ForCausalLM", LLAMA4_MOE)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -40,3 +44,11 @@ def test_greedy_tokens_equal_transformers(tmp_path, name):
     misses = {len(p): teacher_forced_misses(hf, p, t) for p, t in zip(PROMPTS, served.tokens)}
     assert not any(misses.values()), misses
     assert all(len(t) == 8 for t in served.tokens)
+
+
+def test_llama4_moe_top_k_above_1_is_refused_by_name(tmp_path):
+    """vLLM weights the expert input for top-k 1 only: top-k 2 is refused naming num_experts_per_tok, never served
+    with the weight moved to the output."""
+    make_tiny_checkpoint(tmp_path, "Llama4ForCausalLM", **SCALE, **dict(LLAMA4_MOE, num_experts_per_tok=2))
+    with pytest.raises(Exception, match="num_experts_per_tok"):
+        serve(tmp_path, PROMPTS[:1], max_tokens=2)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/dbrx.yaml --target neuron
-# source hash (spec + templates + generator): db754e2622d066ee
+# source hash (spec + templates + generator): a34954028b11451d
 # ==================================================================================================================
 """Dbrx for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, DbrxConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm_moe_dsa.yaml --target neuron
-# source hash (spec + templates + generator): 48b9317dd19e4143
+# source hash (spec + templates + generator): b408c2658c8fdf18
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of GlmMoeDsaForCausalLM for the neuron target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 107199ddca889a48
+# source hash (spec + templates + generator): fc893b1039ffd3b8
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style.
 

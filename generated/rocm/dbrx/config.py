@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/dbrx.yaml --target rocm
-# source hash (spec + templates + generator): db754e2622d066ee
+# source hash (spec + templates + generator): a34954028b11451d
 # ==================================================================================================================
 """DbrxConfig: the HF ``config.json`` fields specs/dbrx.yaml reads, typed, with the spec's defaults.
 

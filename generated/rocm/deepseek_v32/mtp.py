@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v32.yaml --target rocm
-# source hash (spec + templates + generator): e7fc03fcf98e4fbf
+# source hash (spec + templates + generator): 6a84279f4adb23f6
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV32ForCausalLM for the rocm target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 5cadb5dec1ae6502
+# source hash (spec + templates + generator): 566be97b56ddd08f
 # ==================================================================================================================
 """Glm4Moe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Glm4MoeConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): c37c8f57ae45b27c
+# source hash (spec + templates + generator): ff8eef8303a05e5b
 # ==================================================================================================================
 """Weight-loader tables of JambaForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

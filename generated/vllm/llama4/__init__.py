@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): fb425a993d9da40d
+# source hash (spec + templates + generator): 2e17f44de6416932
 # ==================================================================================================================
 """Llama4 for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): fb425a993d9da40d
+# source hash (spec + templates + generator): 2e17f44de6416932
 # ==================================================================================================================
 """Llama4Config: the HF ``config.json`` fields specs/llama4.yaml reads, typed, with the spec's defaults.
 
@@ -180,12 +180,8 @@ class Llama4Config:
                 "specs/llama4.yaml: chunked attention (attention_chunk_size below max_position_embeddings: the "
                 "rotating layers attend within their chunk) is not generated yet",
             )
-        if not (moe_layers is not None and len(moe_layers) == 0):
-            raise ConfigError(
-                "specs/llama4.yaml: MoE layers (moe_layers / interleave_moe_layer_step: Llama 4's sigmoid router "
-                "scaling the expert input, fused [E, H, 2I] experts) are not generated yet; only configs with "
-                "moe_layers [] are served",
-            )
+        if not (interleave_moe_layer_step >= 1):
+            raise ConfigError("specs/llama4.yaml: interleave_moe_layer_step below 1 names no MoE layer schedule")
         return cls(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -217,8 +213,4 @@ class Llama4Config:
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
-        return (
-            'decoder'
-            if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0)
-            else 'nope'
-        )
+        return ('decoder' if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0) else 'nope') + ('_moe' if (i in self.moe_layers if self.moe_layers is not None else (i + 1) % self.interleave_moe_layer_step == 0) else '')
