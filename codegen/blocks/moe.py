@@ -12,10 +12,11 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from ..ir import Const, Module, Value
+from ..ir import Module, Value
 from ..spec_types import Expression, Identifier, Strict
 from ._kind import Kind, LoweringContext
 from .gated import GatedMLP
+from .ungated import UngatedMLP
 
 
 class RouterSpec(Strict):
@@ -63,6 +64,10 @@ class SharedExpertsSpec(Strict):
         description="run them as `count` extra expert slots of the fused MoE op (weight 1) where the target's MoE op "
         "allows it (rocm, as ATOM's shared-expert fusion); otherwise a separate gated MLP",
     )
+    bias: Expression = Field(
+        default=False, description="the shared expert MLP's projections have biases (Nemotron-H mlp_bias; non-gated "
+        "MoE only)",
+    )
     gate: Identifier | None = Field(
         default=None,
         description="module name of a linear [1, hidden] whose sigmoid scales the shared expert's output per token "
@@ -86,8 +91,15 @@ class MoESpec(Strict):
     kind: Literal["moe"] = Field(description="moe: routed experts (+ optional shared experts), fused MoE op")
     num_experts: Expression = Field(description="routed experts: num_experts / num_local_experts / n_routed_experts")
     intermediate_size: Expression = Field(description="per-expert intermediate width (moe_intermediate_size)")
-    activation: Literal["silu"] | ClampedSwiGLUSpec = Field(
-        description="silu (SwiGLU), or {kind: clamped_swiglu, alpha, limit} (GPT-OSS)"
+    activation: Literal["silu", "relu2"] | ClampedSwiGLUSpec = Field(
+        description="silu (SwiGLU), or {kind: clamped_swiglu, alpha, limit} (GPT-OSS); relu2 (squared ReLU) for "
+        "non-gated experts (gated: false, Nemotron-H)"
+    )
+    gated: bool = Field(
+        default=True,
+        description="false: non-gated experts down(act(up(x))) with an up and a down projection only (Nemotron-H "
+        "NemotronHExperts; checkpoint.experts names up and down, no gate); the shared experts are then non-gated "
+        "MLPs of the same activation",
     )
     expert_bias: bool = Field(
         default=False,
@@ -138,7 +150,7 @@ class Router:
 class SharedExperts:
     count: Value
     fuse: bool  # extra slots of the fused MoE op where the target allows it (rocm)
-    mlp: GatedMLP  # the separate MLP otherwise (its name is the module name)
+    mlp: GatedMLP  # the separate MLP otherwise (its name is the module name); an UngatedMLP for non-gated experts
     gate: str | None = None  # sigmoid(gate(x)) scales the MLP's output (never fused: the weight is per token)
 
 
@@ -160,6 +172,7 @@ class MoE(Module):
     expert_bias: bool = False
     expert_layout: str = "stacked"
     weight_on_input: bool = False  # the routing weight scales the expert's input (Llama 4), not its output
+    gated: bool = True  # False: non-gated experts down(act(up(x))) (Nemotron-H)
 
     def activation_params_py(self) -> str:
         """The parameters as a Python dict literal over config values (``{"alpha": ..., "limit": ...}``)."""
@@ -203,6 +216,8 @@ class MoE(Module):
             rows.append(("fused expert layout", self.expert_layout))
         if self.weight_on_input:
             rows.append(("routing weight", "multiplies each selected expert's input (not its output)"))
+        if not self.gated:
+            rows.append(("experts", f"not gated: down({self.activation}(up(x)))"))
         return rows
 
 
@@ -235,11 +250,20 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
             ctx.error(ap, "shared experts are gated MLPs (silu); a clamped_swiglu MoE cannot have them")
     else:
         activation, params = m.activation, ()
+    if m.gated != (activation != "relu2"):
+        ctx.error(p + ("activation",), "non-gated experts (gated: false) take relu2, gated ones silu or clamped_swiglu")
+    if not m.gated and (m.expert_bias or m.expert_layout != "stacked"):
+        ctx.error(p + ("gated",), "non-gated experts are generated without expert biases, in the stacked layout")
     shared = None
     if m.shared_experts is not None:
         se, sp = m.shared_experts, p + ("shared_experts",)
-        mlp = GatedMLP(name=se.name, activation=activation, bias=Const(False),
-                       intermediate_size=ctx.value(sp + ("intermediate_size",), se.intermediate_size))
+        if m.gated and se.bias != False:  # noqa: E712 - a literal False (the default) or an expression
+            ctx.error(sp + ("bias",), "shared expert biases are generated for non-gated experts only")
+        if not m.gated and se.fuse:
+            ctx.error(sp + ("fuse",), "non-gated shared experts cannot ride in the fused MoE op")
+        cls = GatedMLP if m.gated else UngatedMLP
+        mlp = cls(name=se.name, activation=activation, bias=ctx.value(sp + ("bias",), se.bias),
+                  intermediate_size=ctx.value(sp + ("intermediate_size",), se.intermediate_size))
         if se.gate is not None and se.fuse:
             ctx.error(sp + ("fuse",), "a gated shared expert cannot ride in the fused MoE op (its weight is "
                                       "sigmoid(gate(x)) per token, not 1); drop `fuse` or `gate`")
@@ -248,7 +272,7 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], m: MoESpec) -> MoE:
         name=m.name, num_experts=ctx.value(p + ("num_experts",), m.num_experts),
         intermediate_size=ctx.value(p + ("intermediate_size",), m.intermediate_size), activation=activation,
         router=router, shared=shared, experts_name=m.experts_name, activation_params=params,
-        expert_bias=m.expert_bias, expert_layout=m.expert_layout, weight_on_input=m.weight_on_input,
+        expert_bias=m.expert_bias, expert_layout=m.expert_layout, weight_on_input=m.weight_on_input, gated=m.gated,
     )
 
 

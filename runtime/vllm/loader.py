@@ -63,6 +63,8 @@ def _split_fused_experts(tensor: torch.Tensor, shard: str, layout: str,
         from ..layers.moe.ops import experts_from_flat
 
         return [(shard, experts_from_flat(tensor, shard, num_experts))]
+    if shard in ("w1", "w3"):  # one projection of every expert (a non-gated expert's up: w1), [E, I, H]
+        return [(shard, tensor)]
     bias = shard.endswith("_bias")
     if layout in ("interleaved_transposed", "transposed") and not bias:
         tensor = tensor.transpose(1, 2)

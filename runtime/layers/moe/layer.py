@@ -15,7 +15,8 @@ On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) 
 down + combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references
 of ``runtime/layers/moe/ops.py`` run, and so do, on the GPU too, the modes the kernels do not implement (each routed
 by a named rule, never approximated): Llama 4's top-k-then-sigmoid router and its routing weight on the expert input
-(``weight_on_input``), a p-norm renormalisation other than the sum (DBRX).
+(``weight_on_input``), Nemotron-H's non-gated experts (``gated=False``), a p-norm renormalisation other than the sum
+(DBRX).
 """
 from __future__ import annotations
 
@@ -26,10 +27,9 @@ import torch.nn.functional as F
 from ... import backends
 from ... import distributed as dist
 from ...ops import gpu
-from ...ops.activation import gated_activation
 from ..kind import LayerKind
 from ..linear import linear
-from .ops import experts_from_flat, fused_moe, fused_moe_static, route, stacked_from_fused
+from .ops import expert_activation, experts_from_flat, fused_moe, fused_moe_static, route, stacked_from_fused
 
 
 # Router scorings the Triton router kernel implements (runtime/layers/moe/kernels.py ``router``).
@@ -116,12 +116,15 @@ class FusedMoE(LayerKind):
     def __init__(
         self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu",
         num_shared_experts: int = 0, *, activation_params: dict[str, float] | None = None, bias: bool = False,
-        fused_layout: str = "stacked", weight_on_input: bool = False,
+        fused_layout: str = "stacked", weight_on_input: bool = False, gated: bool = True,
     ):
         """``activation_params``: the parameters of a parametric activation (clamped_swiglu: alpha, limit);
         ``bias``: per-expert ``w13_bias [E, 2I]`` and ``w2_bias [E, H]`` (GPT-OSS); ``fused_layout``: the layout of
         the checkpoint's fused all-experts tensors (``runtime/layers/moe/ops.py`` ``stacked_from_fused``);
-        ``weight_on_input``: the routing weight scales each selected expert's input, not its output (Llama 4)."""
+        ``weight_on_input``: the routing weight scales each selected expert's input, not its output (Llama 4);
+        ``gated=False``: non-gated experts ``down(act(up(x)))`` (Nemotron-H): ``w13 [E, I, H]`` holds the up
+        projection alone (checkpoint shard ``w1``, as vLLM maps a non-gated expert's up_proj) and ``activation`` is an
+        elementwise one (relu2)."""
         super().__init__()
         world = dist.tp_size()
         layout = dist.moe_layout(num_experts)
@@ -136,7 +139,8 @@ class FusedMoE(LayerKind):
         self.intermediate_size = intermediate_size
         self.activation = activation
         self.activation_params = activation_params
-        self.act = gated_activation(activation, activation_params)
+        self.gated = gated
+        self.act = expert_activation(activation, activation_params, gated)
         self.fused_layout = fused_layout
         self.weight_on_input = weight_on_input
         self.expert_parallel = world > 1
@@ -146,12 +150,13 @@ class FusedMoE(LayerKind):
         self.num_shared_experts = num_shared_experts
         self.shared_active = num_shared_experts > 0 and layout.ep_rank == 0
         L, H, I = self.num_local_experts + num_shared_experts, hidden_size, intermediate_size
-        self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
+        self.w13_weight = nn.Parameter(torch.empty(L, (2 if gated else 1) * I, H), requires_grad=False)
         self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
         params = [self.w13_weight, self.w2_weight]
         if bias:
-            if num_shared_experts:
-                raise ValueError("FusedMoE: expert biases with fused shared-expert slots are not supported")
+            if num_shared_experts or not gated:
+                raise ValueError("FusedMoE: expert biases with fused shared-expert slots or non-gated experts are "
+                                 "not supported")
             self.w13_bias = nn.Parameter(torch.empty(L, 2 * I), requires_grad=False)
             self.w2_bias = nn.Parameter(torch.empty(L, H), requires_grad=False)
             params += [self.w13_bias, self.w2_bias]
@@ -247,7 +252,9 @@ class FusedMoE(LayerKind):
 
     def load_stacked(self, param: nn.Parameter, stacked: dict[str, torch.Tensor]) -> None:
         """One copy per fused parameter from staged per-expert tensors ({"w1": [L, I, H], "w3": ...} or {"w2": ...})."""
-        if "w1" in stacked:
+        if "w1" in stacked and not self.gated:  # the up projection alone
+            full = self._tp_slice(stacked["w1"], "w1")
+        elif "w1" in stacked:
             full = torch.cat([self._tp_slice(stacked["w1"], "w1"), self._tp_slice(stacked["w3"], "w3")], dim=1)
         else:
             full = self._tp_slice(stacked["w2"], "w2")
@@ -273,16 +280,17 @@ class FusedMoE(LayerKind):
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         if self.quant_method is not None:
-            if self.weight_on_input:
+            if self.weight_on_input or not self.gated:
                 raise NotImplementedError("FusedMoE: quantized experts with the routing weight on the input "
-                                          "(weight_on_input, Llama 4) are not implemented")
+                                          "(weight_on_input, Llama 4) or non-gated experts are not implemented")
             out = self.quant_method.apply(self, hidden_states, topk_weights, topk_ids)
             return dist.all_reduce(out) if self.expert_parallel else out
         # GPT-OSS's bf16 experts (biases, clamped SwiGLU) take the kernels too: the torch reference under a CUDA graph
         # would run every expert (fused_moe_static).
-        # The Triton kernels weight the experts' outputs: the routing weight on the input (Llama 4) takes the torch
-        # path below (fused_moe / fused_moe_static with weight_on_input), never the kernels.
-        if self.backend != "aiter" and gpu.enabled(hidden_states) and not self.weight_on_input:
+        # The Triton kernels weight the experts' outputs and split w13 into gate and up: the routing weight on the
+        # input (Llama 4) and non-gated experts (Nemotron-H) take the torch path below (fused_moe / fused_moe_static
+        # with weight_on_input / gated=False), never the kernels.
+        if self.backend != "aiter" and gpu.enabled(hidden_states) and not self.weight_on_input and self.gated:
             from . import kernels as gpu_moe
 
             if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
@@ -305,12 +313,12 @@ class FusedMoE(LayerKind):
             out = fused_moe_static(
                 hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.act,
                 expert_offset=offset, num_local_experts=num_local, w13_bias=self.w13_bias, w2_bias=self.w2_bias,
-                weight_on_input=self.weight_on_input,
+                weight_on_input=self.weight_on_input, gated=self.gated,
             )
             return dist.all_reduce(out) if self.expert_parallel else out
         out = fused_moe(
             hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids,
-            self.activation if self.activation_params is None else self.act,  # the name lets aiter take silu
+            self.activation if self.activation_params is None and self.gated else self.act,  # aiter takes silu by name
             expert_offset=offset,
             num_local_experts=num_local if (self.expert_parallel or self.num_shared_experts) else None,
             # Sum the k weighted expert outputs per token, then round once: the numerics of HF's default
@@ -318,6 +326,6 @@ class FusedMoE(LayerKind):
             accumulate="sum",
             backend=self.backend,
             global_num_experts=num_local if self.num_shared_experts else self.num_experts,
-            w13_bias=self.w13_bias, w2_bias=self.w2_bias, weight_on_input=self.weight_on_input,
+            w13_bias=self.w13_bias, w2_bias=self.w2_bias, weight_on_input=self.weight_on_input, gated=self.gated,
         )
         return dist.all_reduce(out) if self.expert_parallel else out

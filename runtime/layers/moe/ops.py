@@ -49,6 +49,9 @@ Backends: ``backend="aiter"`` (ROCm, bf16/fp16 tensors on the GPU) routes ``rout
 does not cover, runs the torch reference below. aiter is imported lazily, only on that branch, and has not been
 exercised in this repository's CPU tests.
 
+Non-gated experts (``gated=False``, Nemotron-H ``NemotronHExperts``: ``down(act(up(x)))``): ``w13 [E, I, H]`` holds
+the up projection alone and ``activation`` is an elementwise one of ``runtime/layers/mlp.py`` (``relu2``).
+
 ``fused_moe_static`` is the shape-static variant for traced graphs (neuron target, ``torch.compile(fullgraph=True)``):
 it runs every local expert densely on all tokens and combines with a dense ``[T, E_local]`` weight matrix.
 """
@@ -60,6 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ops.activation import gated_activation
+from ..mlp import ACTIVATIONS as UNGATED_ACTIVATIONS
 
 __all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused", "experts_from_flat"]
 
@@ -187,9 +191,21 @@ def _local_ids(topk_ids: torch.Tensor, expert_offset: int, num_local: int, ep: b
     return torch.where((local >= 0) & (local < num_local), local, torch.full_like(local, num_local))
 
 
-def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts, w13_bias, w2_bias):
+def expert_activation(activation: str | Callable, params: dict[str, float] | None = None,
+                      gated: bool = True) -> Callable:
+    """The experts' activation: a gated one on ``[..., 2I]`` (``runtime/ops/activation.py``), or with
+    ``gated=False`` an elementwise one on ``[..., I]`` (``runtime/layers/mlp.py``: relu2, gelu, gelu_tanh)."""
+    if gated or callable(activation):
+        return gated_activation(activation, params)
+    if activation not in UNGATED_ACTIVATIONS:
+        raise ValueError(f"non-gated expert activation {activation!r} not in {sorted(UNGATED_ACTIVATIONS)}")
+    return UNGATED_ACTIVATIONS[activation]
+
+
+def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts, w13_bias, w2_bias,
+           gated=True):
     try:
-        gated_activation(activation)
+        expert_activation(activation, gated=gated)
     except ValueError as e:
         raise ValueError(f"fused_moe: {e}") from None
     if hidden.dim() != 2 or w13.dim() != 3 or w2.dim() != 3:
@@ -198,6 +214,8 @@ def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, n
             f"{tuple(w13.shape)}, {tuple(w2.shape)}"
         )
     E, two_i, H = w13.shape
+    if not gated:  # w13 is the up projection alone, [E, I, H]
+        two_i *= 2
     if hidden.shape[1] != H or w2.shape != (E, H, two_i // 2) or two_i % 2:
         raise ValueError(
             f"fused_moe: shape mismatch hidden {tuple(hidden.shape)}, w13 {tuple(w13.shape)}, w2 {tuple(w2.shape)}"
@@ -236,6 +254,7 @@ def fused_moe(
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
     weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """``sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(hidden[t])`` -> ``[T, H]`` in ``hidden.dtype``.
 
@@ -252,14 +271,15 @@ def fused_moe(
     before the routing weight (as ``GptOssExperts``: ``(g @ down + b) * weight``).
     ``weight_on_input``: ``sum_j expert_{topk_ids[t, j]}(topk_weights[t, j] * hidden[t])`` instead (Llama 4: the
     weight, rounded to the hidden dtype, scales the expert's input; the outputs are summed unweighted).
+    ``gated=False``: non-gated experts, ``w13 [E, I, H]`` the up projection (Nemotron-H).
     """
     num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
-                           w13_bias, w2_bias)
+                           w13_bias, w2_bias, gated)
     if accumulate not in ("index_add", "sum"):
         raise ValueError(f"fused_moe: accumulate must be 'index_add' or 'sum', got {accumulate!r}")
 
     if (backend == "aiter" and hidden.is_cuda and isinstance(activation, str) and w13_bias is None and w2_bias is None
-            and not weight_on_input):
+            and not weight_on_input and gated):
         out = _aiter_fused_moe(
             hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local, ep, global_num_experts
         )
@@ -268,7 +288,7 @@ def fused_moe(
 
     T, H = hidden.shape
     k = topk_ids.shape[1]
-    act = gated_activation(activation)
+    act = expert_activation(activation, gated=gated)
     flat_local = _local_ids(topk_ids, expert_offset, num_local, ep).reshape(-1)
     order = torch.argsort(flat_local, stable=True)  # pairs grouped by expert, ascending; sentinel (EP) last
     counts = torch.bincount(flat_local, minlength=num_local + 1)[:num_local].tolist()  # the one host sync
@@ -315,6 +335,7 @@ def fused_moe_static(
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
     weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """Shape-static ``fused_moe`` for traced graphs: no ``.item()``, ``nonzero`` or boolean indexing.
 
@@ -324,9 +345,10 @@ def fused_moe_static(
     Products are formed with HF's promotion (``expert_out * weight``) and summed over experts in that dtype.
     ``weight_on_input``: each expert's input is the hidden states times its combine column (Llama 4), its output is
     kept only for the tokens routed to it (a dense 0/1 mask, so experts with biases add nothing elsewhere).
+    ``gated=False``: non-gated experts (``w13 [E, I, H]`` the up projection).
     """
     num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
-                           w13_bias, w2_bias)
+                           w13_bias, w2_bias, gated)
     T = hidden.shape[0]
     local = _local_ids(topk_ids, expert_offset, num_local, True)
     combine = torch.zeros(T, num_local + 1, dtype=topk_weights.dtype, device=hidden.device)
@@ -338,7 +360,7 @@ def fused_moe_static(
     gate_up = torch.matmul(x, w13_local.transpose(1, 2))  # [L, T, 2I]
     if w13_bias is not None:
         gate_up = gate_up + w13_bias[:num_local, None, :]
-    y = torch.matmul(gated_activation(activation)(gate_up), w2_local.transpose(1, 2))  # [L, T, H]
+    y = torch.matmul(expert_activation(activation, gated=gated)(gate_up), w2_local.transpose(1, 2))  # [L, T, H]
     if w2_bias is not None:
         y = y + w2_bias[:num_local, None, :]
     if weight_on_input:

@@ -170,14 +170,16 @@ def moe(
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
     weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """Shape-static fused MoE over this rank's experts ``[expert_offset, expert_offset + L)``; summed across ranks.
     ``activation_params``: a parametric activation's parameters; ``w13_bias``/``w2_bias``: expert biases (GPT-OSS);
-    ``weight_on_input``: the routing weight scales the expert's input, not its output (Llama 4)."""
+    ``weight_on_input``: the routing weight scales the expert's input, not its output (Llama 4); ``gated=False``:
+    non-gated experts, ``w13 [E_local, I, H]`` the up projection (Nemotron-H)."""
     out = moe_ops.fused_moe_static(
-        hidden, w13, w2, topk_weights, topk_ids, gated_activation(activation, activation_params),
+        hidden, w13, w2, topk_weights, topk_ids, moe_ops.expert_activation(activation, activation_params, gated),
         expert_offset=expert_offset, num_local_experts=w13.shape[0], w13_bias=w13_bias, w2_bias=w2_bias,
-        weight_on_input=weight_on_input,
+        weight_on_input=weight_on_input, gated=gated,
     )
     return dist.all_reduce(out)
 
