@@ -459,8 +459,9 @@ def test_p_norm_renormalisation_is_dbrxs(p):
 
 
 def test_modes_the_kernels_lack_take_the_torch_path_on_the_gpu(monkeypatch):
-    """On a (pretended) Triton GPU, the router's topk_sigmoid scoring and a p-norm other than 1, and the experts'
-    weight on the input, never reach the Triton kernels (which implement none of them): the torch path runs."""
+    """On a (pretended) Triton GPU, the router's topk_sigmoid scoring and a p-norm other than 1, the experts' weight
+    on the input and non-gated experts never reach the Triton kernels (which implement none of them): the torch path
+    runs."""
     import sys
     import types
 
@@ -489,3 +490,37 @@ def test_modes_the_kernels_lack_take_the_torch_path_on_the_gpu(monkeypatch):
     w, ids = route(torch.randn(5, 4), 2, scoring="topk_sigmoid", renormalize=False)
     torch.testing.assert_close(moe(x, w, ids), fused_moe(x, moe.w13_weight, moe.w2_weight, w, ids,
                                                          weight_on_input=True), atol=1e-5, rtol=1e-5)
+    ungated = FusedMoE(4, H, 24, activation="relu2", gated=False)  # Nemotron-H's non-gated experts
+    assert tuple(ungated.w13_weight.shape) == (4, 24, H)
+    ungated.w13_weight.data.normal_(std=0.2)
+    ungated.w2_weight.data.normal_(std=0.2)
+    torch.testing.assert_close(ungated(x, w, ids), fused_moe(x, ungated.w13_weight, ungated.w2_weight, w, ids,
+                                                             "relu2", gated=False), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [fused_moe, fused_moe_static], ids=["dynamic", "static"])
+def test_non_gated_experts_are_nemotron_hs(fn):
+    """gated=False: w13 is the up projection alone ([E, I, H]); each expert is down(relu(up x)^2), as
+    NemotronHExperts computes it; expert-parallel halves sum to the whole; the static path traces fullgraph."""
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHExperts
+
+    cfg = NemotronHConfig(hidden_size=H, n_routed_experts=6, moe_intermediate_size=24, mlp_hidden_act="relu2")
+    hf = NemotronHExperts(cfg)
+    torch.nn.init.normal_(hf.up_proj, std=0.2)
+    torch.nn.init.normal_(hf.down_proj, std=0.2)
+    hidden = torch.randn(10, H)
+    w, ids = route(torch.randn(10, 6), 2, scoring="sigmoid", renormalize=True)
+    with torch.no_grad():
+        want = hf(hidden, ids, w)
+    got = fn(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "relu2", gated=False)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    halves = [fn(hidden, hf.up_proj.data[a:b], hf.down_proj.data[a:b], w, ids, "relu2", expert_offset=a,
+                 num_local_experts=b - a, gated=False) for a, b in ((0, 2), (2, 6))]
+    torch.testing.assert_close(halves[0] + halves[1], want, atol=1e-5, rtol=1e-5)
+    if fn is fused_moe_static:
+        compiled = torch.compile(fused_moe_static, fullgraph=True, backend="aot_eager")
+        torch.testing.assert_close(compiled(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "relu2",
+                                            gated=False), want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="non-gated expert activation"):
+        fn(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "swish", gated=False)

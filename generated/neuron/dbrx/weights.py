@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/dbrx.yaml --target neuron
-# source hash (spec + templates + generator): 72f03a8ffe138547
+# source hash (spec + templates + generator): e1347cee6e045260
 # ==================================================================================================================
 """Checkpoint mappings of DbrxForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 67ff0a2f0d234c03
+# source hash (spec + templates + generator): 58c7765395d37c6c
 # ==================================================================================================================
 """Glm4Moe for the neuron target, in vLLM Neuron's style.
 

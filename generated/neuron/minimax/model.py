@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/minimax.yaml --target neuron
-# source hash (spec + templates + generator): d779fcfb81b89e3d
+# source hash (spec + templates + generator): 4d9083c9356645a5
 # ==================================================================================================================
 """MiniMax for the neuron target, in vLLM Neuron's style.
 

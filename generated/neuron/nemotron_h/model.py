@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): b9c3bef1d1d3d805
+# source hash (spec + templates + generator): d98dd5ed681d5a91
 # ==================================================================================================================
 """NemotronH for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): 30635a44c55749da
+# source hash (spec + templates + generator): ab0d3163a5a51063
 # ==================================================================================================================
 """Qwen35Moe for the neuron target, in vLLM Neuron's style.
 

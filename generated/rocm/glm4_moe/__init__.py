@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 67ff0a2f0d234c03
+# source hash (spec + templates + generator): 58c7765395d37c6c
 # ==================================================================================================================
 """Glm4Moe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Glm4MoeConfig

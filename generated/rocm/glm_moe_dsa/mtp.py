@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm_moe_dsa.yaml --target rocm
-# source hash (spec + templates + generator): afc43cd81962130e
+# source hash (spec + templates + generator): d11d1db668e69833
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of GlmMoeDsaForCausalLM for the rocm target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/granitemoe.yaml --target rocm
-# source hash (spec + templates + generator): 22b98ee7fa7d1513
+# source hash (spec + templates + generator): a7a53886432bfcfe
 # ==================================================================================================================
 """GraniteMoe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, GraniteMoeConfig

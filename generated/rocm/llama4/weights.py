@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): 07a5f8fa22b3a17e
+# source hash (spec + templates + generator): 63f4807534460c8f
 # ==================================================================================================================
 """Weight-loader tables of Llama4ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

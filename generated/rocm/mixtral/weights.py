@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): d6c054b7d8516511
+# source hash (spec + templates + generator): 99223736b550dec5
 # ==================================================================================================================
 """Weight-loader tables of MixtralForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

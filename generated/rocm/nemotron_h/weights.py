@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/nemotron_h.yaml --target rocm
-# source hash (spec + templates + generator): b9c3bef1d1d3d805
+# source hash (spec + templates + generator): d98dd5ed681d5a91
 # ==================================================================================================================
 """Weight-loader tables of NemotronHForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/olmoe.yaml --target rocm
-# source hash (spec + templates + generator): d24addd70fb2d5f3
+# source hash (spec + templates + generator): 12755fda24d9104a
 # ==================================================================================================================
 """Olmoe for the rocm target, in ATOM's style.
 

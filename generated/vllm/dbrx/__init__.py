@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): 72f03a8ffe138547
+# source hash (spec + templates + generator): e1347cee6e045260
 # ==================================================================================================================
 """Dbrx for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/gpt_oss.yaml --target vllm
-# source hash (spec + templates + generator): 22e89e32ec59848b
+# source hash (spec + templates + generator): efe35ea1b0f33e83
 # ==================================================================================================================
 """GptOss for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 955685d25c525667
+# source hash (spec + templates + generator): 2524e2f672592261
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mixtral.yaml --target vllm
-# source hash (spec + templates + generator): d6c054b7d8516511
+# source hash (spec + templates + generator): 99223736b550dec5
 # ==================================================================================================================
 """Mixtral for the vllm target. See README.md.
 

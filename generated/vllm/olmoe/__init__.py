@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): d24addd70fb2d5f3
+# source hash (spec + templates + generator): 12755fda24d9104a
 # ==================================================================================================================
 """Olmoe for the vllm target. See README.md.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_moe.yaml --target vllm
-# source hash (spec + templates + generator): de2c15676c5cc49c
+# source hash (spec + templates + generator): 70f06a5e9e00c35f
 # ==================================================================================================================
 """Qwen3MoeConfig: the HF ``config.json`` fields specs/qwen3_moe.yaml reads, typed, with the spec's defaults.
 
