@@ -1,7 +1,10 @@
 """moe: routed experts behind a top-k router (HF ``*SparseMoeBlock`` / ``*TopKRouter``), optional shared experts.
 
 Softmax routers (Mixtral, Qwen3-MoE), sigmoid grouped routers with a selection bias (GLM4-MoE, DeepSeek-V3) and
-GPT-OSS's biased router (top-k over the logits, softmax over the selected) with biased experts and a clamped SwiGLU.
+GPT-OSS's biased router (top-k over the logits, softmax over the selected) with biased experts and a clamped SwiGLU,
+Llama 4's router (top-k over the logits, sigmoid of the selected) whose weight scales the expert input
+(``weight_on_input``), DBRX's p-norm renormalisation (``renormalize_p``) and Nemotron-H's non-gated ReLU^2 experts
+(``gated: false``) with a non-gated shared expert.
 The experts' checkpoint names are data of ``checkpoint.experts`` (codegen/schema.py), both per-expert and fused
 layouts; ``expert_layout`` says how the fused tensors are laid out (GPT-OSS transposes and interleaves gate/up).
 """
