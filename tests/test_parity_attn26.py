@@ -302,18 +302,9 @@ def test_llama4_moe_features_move_the_logits(checkpoint, target):
 def test_llama4_moe_expert_and_tp_sharded_experts_equal_1(checkpoint, target, ep):
     """TP=2 started by LLM: experts split by whole experts or by intermediate slices (the transposed gate_up read as
     two column ranges), the shared expert TP-sharded; logits and greedy tokens equal TP=1's."""
-    from modelgen.runtime.engine.sampler import SamplingParams
+    from tests.parity_helpers import assert_tp2_experts_match_1
 
-    path, _ = checkpoint("llama4_moe_step2_top2")
-    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
-    single = _llm(path, target)
-    want, want_tokens = single.score(PROMPT), single.generate_ids([PROMPT], greedy)[0]
-    llm = _llm(path, target, tensor_parallel_size=2, expert_parallel_size=ep)
-    try:
-        torch.testing.assert_close(llm.score(PROMPT), want, atol=1e-4, rtol=1e-4)
-        assert llm.generate_ids([PROMPT], greedy)[0] == want_tokens
-    finally:
-        llm.close()
+    assert_tp2_experts_match_1(checkpoint("llama4_moe_step2_top2")[0], target, PROMPT, ep)
 
 
 @pytest.mark.slow

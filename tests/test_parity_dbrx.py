@@ -21,7 +21,7 @@ from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint
 from tests.family_parity import (
     PREFILL_ATOL, PROMPT, TARGETS, assert_bf16_three_way, assert_fp32_parity, checkpoint_getter, err_after,
 )
-from tests.parity_helpers import hf_logits, llm
+from tests.parity_helpers import assert_tp2_experts_match_1, hf_logits, llm
 
 ARCH = "DbrxForCausalLM"
 SIZES = dict(initializer_range=0.1, d_model=64, n_heads=4, n_layers=4, max_seq_len=256)
@@ -118,15 +118,4 @@ def test_p_norm_not_positive_is_refused(tmp_path, target):
 def test_p_norm_expert_and_tp_sharded_experts_equal_1(checkpoint, target, ep):
     """TP=2 started by LLM with p = 2: the routing (replicated) and the flat experts split by whole experts or by
     intermediate slices give TP=1's logits and greedy tokens."""
-    from modelgen.runtime.engine.sampler import SamplingParams
-
-    path, _ = checkpoint("p2_norm")
-    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
-    single = llm(path, target, max_model_len=64)
-    want, want_tokens = single.score(PROMPT), single.generate_ids([PROMPT], greedy)[0]
-    model = llm(path, target, max_model_len=64, tensor_parallel_size=2, expert_parallel_size=ep)
-    try:
-        torch.testing.assert_close(model.score(PROMPT), want, atol=1e-4, rtol=1e-4)
-        assert model.generate_ids([PROMPT], greedy)[0] == want_tokens
-    finally:
-        model.close()
+    assert_tp2_experts_match_1(checkpoint("p2_norm")[0], target, PROMPT, ep)

@@ -20,6 +20,7 @@ from modelgen.runtime.hf_config import ConfigError
 from modelgen.runtime.testing.tiny_models import make_tiny_checkpoint, tiny_prompt
 from tests.parity_helpers import (
     assert_chunked_prefill_equals_one_shot,
+    assert_tp2_experts_match_1,
     assert_interleaved_equal_solo,
     assert_matches_hf,
     assert_preemption_restarts_fresh,
@@ -183,18 +184,5 @@ def test_moe_experts_are_not_gated(checkpoint):
 def test_moe_expert_and_tp_sharded_experts_equal_1(checkpoint, target, ep):
     """TP=2 started by LLM: the non-gated experts split by whole experts or by intermediate slices of up (rows) and
     down (columns), the shared expert TP-sharded with its biases; logits and greedy tokens equal TP=1's."""
-    import torch
-
-    from modelgen.runtime.engine.sampler import SamplingParams
-
-    greedy = SamplingParams(max_tokens=8, ignore_eos=True)
     for name in ("nemotron_h_moe", "nemotron_h_moe_groups"):  # fused / per-expert tensors
-        path, _ = checkpoint(name)
-        single = llm(path, target, max_model_len=64)
-        want, want_tokens = single.score(PROMPT), single.generate_ids([PROMPT], greedy)[0]
-        model = llm(path, target, max_model_len=64, tensor_parallel_size=2, expert_parallel_size=ep)
-        try:
-            torch.testing.assert_close(model.score(PROMPT), want, atol=1e-4, rtol=1e-4)
-            assert model.generate_ids([PROMPT], greedy)[0] == want_tokens
-        finally:
-            model.close()
+        assert_tp2_experts_match_1(checkpoint(name)[0], target, PROMPT, ep)
