@@ -412,13 +412,19 @@ class _Lowerer:
             pe = ck.experts.per_expert
             if not pe and not ck.experts.fused:
                 self.error(("checkpoint", "experts"), "needs per_expert patterns, fused names, or both")
-            elif pe and set(pe) != {"gate", "up", "down"}:
-                self.error(("checkpoint", "experts", "per_expert"), "needs gate, up and down")
+            # non-gated experts (moe gated: false, Nemotron-H) have an up and a down projection only
+            ungated = any(not getattr(m, "gated", True) for m in classes if m.uses_expert_names)
+            parts = {"up", "down"} if ungated else {"gate", "up", "down"}
+            if pe and set(pe) != parts:
+                self.error(("checkpoint", "experts", "per_expert"), "needs " + ("up and down (non-gated experts)"
+                                                                                if ungated else "gate, up and down"))
             for k, v in pe.items():
                 if "{e}" not in v:
                     self.error(("checkpoint", "experts", "per_expert", k), "pattern must contain {e} (expert index)")
             fused = ck.experts.fused or {}
-            if fused and set(fused) not in ({"gate_up", "down"}, {"gate", "up", "down"}):
+            if fused and ungated and set(fused) != {"up", "down"}:
+                self.error(("checkpoint", "experts", "fused"), "needs up and down (non-gated experts)")
+            elif fused and not ungated and set(fused) not in ({"gate_up", "down"}, {"gate", "up", "down"}):
                 self.error(("checkpoint", "experts", "fused"), "needs gate_up and down (or gate, up and down)")
             experts = ir.Experts(
                 per_expert=tuple((k, pe[k]) for k in ("gate", "up", "down") if k in pe),

@@ -70,6 +70,7 @@ GENERATED_IMPORTS = frozenset({
     "AttentionFreeMamba2Model", "HybridMamba2Model", "Mamba2", "MambaMixer2",
     "ChunkedLocalAttention", "alibi_slopes", "rank_alibi_slopes",  # gqa chunk_size / alibi (Llama 4, Falcon)
     "LoRA", "PagedKV", "SharedPagedAttention", "refuse_split_modes",  # the shared_block kind (Zamba2)
+    "moe_routing_function", "check_weight_on_input",  # vllm MoE routing modes (runtime/layers/moe/vllm.py)
 })
 
 

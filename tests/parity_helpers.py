@@ -120,6 +120,19 @@ def _greedy(n: int):
     return SamplingParams(max_tokens=n, ignore_eos=True)
 
 
+def assert_tp2_experts_match_1(path, target: str, prompt: list[int], expert_parallel_size: int) -> None:
+    """TP=2 started by LLM with experts split by whole experts (``expert_parallel_size`` 2) or every expert
+    TP-sharded (1): fp32 logits and 8 greedy tokens equal TP=1's."""
+    single = llm(path, target, max_model_len=64)
+    want, want_tokens = single.score(prompt), single.generate_ids([prompt], _greedy(8))[0]
+    model = llm(path, target, max_model_len=64, tensor_parallel_size=2, expert_parallel_size=expert_parallel_size)
+    try:
+        torch.testing.assert_close(model.score(prompt), want, atol=1e-4, rtol=1e-4)
+        assert model.generate_ids([prompt], _greedy(8))[0] == want_tokens
+    finally:
+        model.close()
+
+
 def assert_bf16_three_way(path, target: str, hf, prompt: list[int], name: str) -> None:
     """modelgen in bf16 within the three-way bound of transformers' fp32 (gold) and bf16 (floor) logits."""
     import copy

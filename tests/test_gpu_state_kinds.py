@@ -26,7 +26,7 @@ FAMILIES = [
     ("Lfm2ForCausalLM", "short_conv"),
     ("Mamba2ForCausalLM", "mamba2"),
     ("BambaForCausalLM", "mamba2 + attention"),
-    ("NemotronHForCausalLM", "mamba2 + attention + MLP-only blocks"),
+    ("NemotronHForCausalLM", "mamba2 + attention + MLP-only + non-gated MoE blocks"),
     ("MambaForCausalLM", "mamba"),
     ("JambaForCausalLM", "mamba + attention + MoE"),
     ("MiniMaxForCausalLM", "lightning_attention + attention + MoE"),

@@ -392,3 +392,135 @@ def test_stager_num_threads_from_env(monkeypatch):
     monkeypatch.setenv(NUM_THREADS_ENV, "zero")
     with pytest.raises(ValueError, match=NUM_THREADS_ENV):
         ExpertStager(2, ("w1",), print)
+
+
+# ---------------------------------------------------------------- issue 26: Llama 4's input-side weight, DBRX's p-norm
+def _per_token_experts(hidden, w13, w2, w, ids, on_input: bool):
+    """``sum_j expert_{ids[t, j]}(w[t, j] * x_t)`` (or ``w[t, j] * expert(x_t)``), token by token: the definition."""
+    out = torch.zeros_like(hidden)
+    for t in range(hidden.shape[0]):
+        for j in range(ids.shape[1]):
+            e, x = int(ids[t, j]), hidden[t]
+            y = F.linear(F.silu(F.linear(x * w[t, j] if on_input else x, w13[e, : w13.shape[1] // 2]))
+                         * F.linear(x * w[t, j] if on_input else x, w13[e, w13.shape[1] // 2:]), w2[e])
+            out[t] += y if on_input else y * w[t, j]
+    return out
+
+
+@pytest.mark.parametrize("fn", [fused_moe, fused_moe_static], ids=["dynamic", "static"])
+def test_weight_on_input_is_the_definition_and_another_model(fn):
+    """weight_on_input: each selected expert sees its weight times the token, outputs summed unweighted; the static
+    path (every expert on every token, routed mask) and an expert-parallel split give the same; weighting the output
+    instead is another result."""
+    hidden, w13, w2, w, ids = _random_problem(k=2)
+    want = _per_token_experts(hidden, w13, w2, w, ids, on_input=True)
+    torch.testing.assert_close(fn(hidden, w13, w2, w, ids, weight_on_input=True), want, atol=1e-5, rtol=1e-5)
+    halves = [fn(hidden, w13[a:b], w2[a:b], w, ids, expert_offset=a, num_local_experts=b - a, weight_on_input=True)
+              for a, b in ((0, 3), (3, 8))]
+    torch.testing.assert_close(halves[0] + halves[1], want, atol=1e-5, rtol=1e-5)
+    assert (fn(hidden, w13, w2, w, ids) - want).abs().max() > 1e-2
+
+
+def test_weight_on_input_static_traces_fullgraph():
+    hidden, w13, w2, w, ids = _random_problem()
+    compiled = torch.compile(fused_moe_static, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(hidden, w13, w2, w, ids, weight_on_input=True),
+                               fused_moe(hidden, w13, w2, w, ids, weight_on_input=True), atol=1e-5, rtol=1e-5)
+
+
+def test_topk_sigmoid_route_is_llama4s_router():
+    """Llama4Router: top-k of the logits, each weight the sigmoid of its own logit, never renormalised."""
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4Router
+
+    cfg = Llama4TextConfig(hidden_size=H, num_local_experts=6, num_experts_per_tok=2)
+    router = Llama4Router(cfg)
+    x = torch.randn(9, H)
+    scores, logits = router(x)
+    w, ids = route(logits, 2, scoring="topk_sigmoid", renormalize=True)
+    dense = torch.zeros_like(scores).scatter(1, ids, w)
+    torch.testing.assert_close(dense, scores, atol=1e-6, rtol=1e-6)
+    assert (w.sum(dim=-1) - 1).abs().max() > 1e-3  # not renormalised
+
+
+@pytest.mark.parametrize("p", [2.0, 1.5, 1.0])
+def test_p_norm_renormalisation_is_dbrxs(p):
+    """DbrxFFN.route_tokens_to_experts: softmax, top-k, divided by the p-norm of the k weights."""
+    logits = torch.randn(11, 4)
+    probs = torch.softmax(logits, dim=-1)
+    top, top_ids = torch.topk(probs, 3, dim=-1)
+    w, ids = route(logits, 3, scoring="softmax", renormalize=True, renormalize_p=p)
+    assert torch.equal(ids, top_ids)
+    torch.testing.assert_close(w, top / torch.norm(top, p=p, dim=-1, keepdim=True), atol=1e-6, rtol=1e-6)
+    if p != 1.0:
+        assert (w.sum(dim=-1) - 1).abs().max() > 1e-3  # the p-norm is not the sum
+    with pytest.raises(ValueError, match="renormalize_p"):
+        route(logits, 2, scoring="sigmoid", renormalize=True, renormalize_p=p + 1)
+
+
+def test_modes_the_kernels_lack_take_the_torch_path_on_the_gpu(monkeypatch):
+    """On a (pretended) Triton GPU, the router's topk_sigmoid scoring and a p-norm other than 1, the experts' weight
+    on the input and non-gated experts never reach the Triton kernels (which implement none of them): the torch path
+    runs."""
+    import sys
+    import types
+
+    import modelgen.runtime.layers.moe as moe_pkg
+    from modelgen.runtime.layers.moe.layer import FusedMoE, TopKRouter
+    from modelgen.runtime.ops import gpu
+
+    def no_kernel(*a, **kw):
+        raise AssertionError("a Triton MoE kernel was called for a mode it does not implement")
+
+    # kernels.py needs Triton: a stand-in whose every entry point fails takes its place
+    fake = types.SimpleNamespace(fused_moe=no_kernel, router=no_kernel, supported=lambda *a: True)
+    monkeypatch.setitem(sys.modules, "modelgen.runtime.layers.moe.kernels", fake)
+    monkeypatch.setattr(moe_pkg, "kernels", fake, raising=False)
+    monkeypatch.setattr(gpu, "enabled", lambda x: True)
+    x = torch.randn(5, H)
+    assert TopKRouter(H, 4, top_k=2, scoring="softmax", renormalize=True)._gpu(x)  # the pretence holds
+    for router in (TopKRouter(H, 4, top_k=2, scoring="topk_sigmoid", renormalize=False),
+                   TopKRouter(H, 4, top_k=2, scoring="softmax", renormalize=True, renormalize_p=2.0)):
+        router.weight.data.normal_()
+        assert not router._gpu(x)
+        router(x)
+    moe = FusedMoE(4, H, 24, weight_on_input=True)
+    moe.w13_weight.data.normal_(std=0.2)
+    moe.w2_weight.data.normal_(std=0.2)
+    w, ids = route(torch.randn(5, 4), 2, scoring="topk_sigmoid", renormalize=False)
+    torch.testing.assert_close(moe(x, w, ids), fused_moe(x, moe.w13_weight, moe.w2_weight, w, ids,
+                                                         weight_on_input=True), atol=1e-5, rtol=1e-5)
+    ungated = FusedMoE(4, H, 24, activation="relu2", gated=False)  # Nemotron-H's non-gated experts
+    assert tuple(ungated.w13_weight.shape) == (4, 24, H)
+    ungated.w13_weight.data.normal_(std=0.2)
+    ungated.w2_weight.data.normal_(std=0.2)
+    torch.testing.assert_close(ungated(x, w, ids), fused_moe(x, ungated.w13_weight, ungated.w2_weight, w, ids,
+                                                             "relu2", gated=False), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [fused_moe, fused_moe_static], ids=["dynamic", "static"])
+def test_non_gated_experts_are_nemotron_hs(fn):
+    """gated=False: w13 is the up projection alone ([E, I, H]); each expert is down(relu(up x)^2), as
+    NemotronHExperts computes it; expert-parallel halves sum to the whole; the static path traces fullgraph."""
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHExperts
+
+    cfg = NemotronHConfig(hidden_size=H, n_routed_experts=6, moe_intermediate_size=24, mlp_hidden_act="relu2")
+    hf = NemotronHExperts(cfg)
+    torch.nn.init.normal_(hf.up_proj, std=0.2)
+    torch.nn.init.normal_(hf.down_proj, std=0.2)
+    hidden = torch.randn(10, H)
+    w, ids = route(torch.randn(10, 6), 2, scoring="sigmoid", renormalize=True)
+    with torch.no_grad():
+        want = hf(hidden, ids, w)
+    got = fn(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "relu2", gated=False)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    halves = [fn(hidden, hf.up_proj.data[a:b], hf.down_proj.data[a:b], w, ids, "relu2", expert_offset=a,
+                 num_local_experts=b - a, gated=False) for a, b in ((0, 2), (2, 6))]
+    torch.testing.assert_close(halves[0] + halves[1], want, atol=1e-5, rtol=1e-5)
+    if fn is fused_moe_static:
+        compiled = torch.compile(fused_moe_static, fullgraph=True, backend="aot_eager")
+        torch.testing.assert_close(compiled(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "relu2",
+                                            gated=False), want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="non-gated expert activation"):
+        fn(hidden, hf.up_proj.data, hf.down_proj.data, w, ids, "swish", gated=False)

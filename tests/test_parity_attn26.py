@@ -5,7 +5,8 @@ base, specs/hunyuan_v1_dense.yaml); Llama 4 text's dense layers (specs/llama4.ya
 weightless QK RMSNorm after the interleaved RoPE (gqa ``qk_norm: {affine: false, after_rope: true}``) and attention
 temperature tuning on the NoPE layers (gqa ``temperature_tuning``) and chunked attention on its RoPE layers (gqa
 ``chunk_size: attention_chunk_size``: a query sees only the keys of its own ``position // chunk``, NoPE layers attend
-globally); its MoE layers are refused by name (tested below).
+globally); its MoE layers (moe ``weight_on_input``, router ``scoring: topk_sigmoid``,
+``expert_layout: transposed``) are tested at the end of the file.
 
 Chunked cases use chunks of 8 and 5 tokens under the 24-token prompt, and the 16 greedy tokens cross two more chunk
 boundaries; the engine cases run several sequences through the paged cache with chunked prefill, verify-shaped
@@ -69,6 +70,22 @@ CASES: dict[str, tuple[str, dict]] = {
                                                  use_qk_norm=False, num_key_value_heads=1)),
 }
 THREE_WAY = ["cohere_qk_norm", "hunyuan_alpha", "llama4", "llama4_chunked"]
+
+# ------------------------------------------------------------------------------------------------ Llama 4 MoE layers
+# Llama4TextMoe on the layers of moe_layers (else every interleave_moe_layer_step-th): top-k of the router logits, the
+# selected experts' scores sigmoid(logit) multiplying the expert INPUT, fused gate_up_proj [E, H, 2I] / down_proj
+# [E, I, H], plus the shared expert. The tiny config's 4 experts of width 96 (TINY_SIZES); NoPE on layers 1 and 3 in
+# the first case, so MoE layers of both attention kinds.
+LLAMA4_MOE: dict[str, dict] = {
+    "llama4_moe_step2_top2": dict(LLAMA4, moe_layers=None, interleave_moe_layer_step=2, num_experts_per_tok=2,
+                                  no_rope_layers=[1, 0, 1, 0], floor_scale=4),
+    "llama4_moe_step1_top1": dict(LLAMA4, moe_layers=None, interleave_moe_layer_step=1, num_experts_per_tok=1,
+                                  use_qk_norm=False),
+    "llama4_moe_listed_top2": dict(LLAMA4, moe_layers=[0, 2], num_experts_per_tok=2, num_local_experts=3),
+}
+CASES.update({name: ("Llama4ForCausalLM", over) for name, over in LLAMA4_MOE.items()})
+
+THREE_WAY += ["llama4_moe_step2_top2"]
 
 
 @pytest.fixture(scope="module")
@@ -214,10 +231,10 @@ def test_llama4_features_move_the_logits(checkpoint, tmp_path, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("change, field", [
-    (dict(moe_layers=[1, 3]), "moe_layers"),
+    (dict(hidden_act="gelu"), "hidden_act"),  # the MLP activation is silu only
 ])
 def test_llama4_refuses_what_it_does_not_generate(tmp_path, target, change, field):
-    """The MoE layers are refused naming the field, never served as dense layers."""
+    """What the spec does not generate is refused naming the field, never served as something else."""
     make_tiny_checkpoint(tmp_path, "Llama4ForCausalLM", **SCALE, **dict(LLAMA4, **change))
     with pytest.raises(Exception, match=field):
         _llm(tmp_path, target)
@@ -324,8 +341,86 @@ def test_llama4_chunked_neuron_buckets_fullgraph(checkpoint):
                                     decode_context_buckets=[64])
 
 
+# ------------------------------------------------------------------------------------------ Llama 4 MoE layers (tests)
+def _moe_blocks(llm: LLM):
+    return [layer.feed_forward for layer in llm.model.model.layers if hasattr(layer.feed_forward, "router")
+            or hasattr(layer.feed_forward, "router_weight")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name, moe_layers", [("llama4_moe_step2_top2", [1, 3]), ("llama4_moe_step1_top1", [0, 1, 2, 3]),
+                                              ("llama4_moe_listed_top2", [0, 2])])
+def test_llama4_moe_layers_follow_the_schedule(checkpoint, name, moe_layers, target):
+    """moe_layers / interleave_moe_layer_step pick the MoE layers as transformers' is_moe_layer does; the others
+    keep the dense MLP of intermediate_size_mlp."""
+    path, hf = checkpoint(name)
+    assert [i for i, layer in enumerate(hf.model.layers) if layer.is_moe_layer] == moe_layers
+    llm = _llm(path, target)
+    ours = [i for i, layer in enumerate(llm.model.model.layers) if type(layer.feed_forward).__name__.endswith("MoeBlock")]
+    assert ours == moe_layers
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_llama4_moe_features_move_the_logits(checkpoint, target):
+    """Negative controls: the routing weight on the expert output instead of its input, the shared expert dropped,
+    and the fused gate_up_proj read as up-then-gate are each another model."""
+    path, hf = checkpoint("llama4_moe_step2_top2")
+    ref = hf_logits(hf, PROMPT)
+    llm = _llm(path, target)
+    assert _err(llm, ref) < PREFILL_ATOL
+    blocks = _moe_blocks(llm)
+    assert len(blocks) == 2
+    for block in blocks:
+        (block if target == "neuron" else block.experts).weight_on_input = False  # scales the output instead
+    assert _err(llm, ref) > 1e-2
+    llm = _llm(path, target)
+    with torch.no_grad():
+        for block in _moe_blocks(llm):
+            for p in block.shared_expert.parameters():
+                p.zero_()
+    assert _err(llm, ref) > 1e-2
+    llm = _llm(path, target)
+    with torch.no_grad():
+        for block in _moe_blocks(llm):
+            w13 = block.experts_w13_weight if target == "neuron" else block.experts.w13_weight
+            w13.copy_(torch.cat(w13.chunk(2, dim=1)[::-1], dim=1))
+    assert _err(llm, ref) > 1e-2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_llama4_chunked_tensor_parallel_2_matches_1(checkpoint, tmp_path, target):
     """TP=2 over gloo: each rank's heads keep the chunk mask; logits and greedy tokens equal TP=1's."""
     assert_tp2_matches_tp1(checkpoint("llama4_chunked")[0], target, PROMPT, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ep", [2, 1])  # whole experts per rank (EP=2) / every expert TP-sharded (EP=1)
+def test_llama4_moe_expert_and_tp_sharded_experts_equal_1(checkpoint, target, ep):
+    """TP=2 started by LLM: experts split by whole experts or by intermediate slices (the transposed gate_up read as
+    two column ranges), the shared expert TP-sharded; logits and greedy tokens equal TP=1's."""
+    from tests.parity_helpers import assert_tp2_experts_match_1
+
+    assert_tp2_experts_match_1(checkpoint("llama4_moe_step2_top2")[0], target, PROMPT, ep)
+
+
+@pytest.mark.slow
+def test_llama4_moe_neuron_traces_fullgraph(checkpoint):
+    """The shape-static MoE with the weight on the input traces under torch.compile(fullgraph=True) with static
+    buckets, no recompiles after warm-up, and gives the eager tokens."""
+    from modelgen.runtime.engine.sampler import SamplingParams
+
+    torch._dynamo.reset()
+    path, _ = checkpoint("llama4_moe_step2_top2")
+    kwargs = dict(target="neuron", dtype="float32", max_model_len=64, block_size=8, max_num_seqs=2,
+                  prefill_buckets=[32], decode_buckets=[1, 2])
+    llm = LLM(path, compile=True, **kwargs)
+    llm.runner.warmup()
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    torch.compiler.set_stance("fail_on_recompile")
+    try:
+        got = llm.generate_ids([PROMPT, PROMPT[:5]], params)
+    finally:
+        torch.compiler.set_stance("default")
+    assert got == LLM(path, **kwargs).generate_ids([PROMPT, PROMPT[:5]], params)

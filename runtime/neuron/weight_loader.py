@@ -220,13 +220,14 @@ def stacked_experts_loader(per_expert: int, order: str) -> SafetensorsWeightLoad
 
 def expert_weight_loader(local_expert_indices: Sequence[int], total_num_experts: int, kind: str) -> SafetensorsWeightLoader:
     """Loader of a stacked expert parameter that accepts either checkpoint layout the generated mapping names:
-    one fused tensor (a: experts on dim 0), per-expert ``w13`` pairs interleaved (c), per-expert ``w2`` grouped (b)."""
+    one fused tensor (a: experts on dim 0), per-expert ``w13`` pairs interleaved (c), per-expert ``w2`` grouped (b);
+    ``w1``: non-gated experts' up projections, grouped as ``w2`` (Nemotron-H)."""
     fused = expert_parallel_tensor_dim_loader(local_expert_indices, full_tensor_loader(), expert_dim=0)
     if kind == "w13":
         per_expert = expert_parallel_interleaved_loader(
             local_expert_indices, stacked_experts_loader(2, "interleaved"), total_num_experts
         )
-    elif kind == "w2":
+    elif kind in ("w2", "w1"):  # w1: a non-gated expert's up projection alone (one tensor per expert, grouped)
         per_expert = expert_parallel_grouped_loader(local_expert_indices, stacked_experts_loader(1, "grouped"), total_num_experts)
     else:
         raise ValueError(f"unknown expert parameter kind {kind!r}")

@@ -44,13 +44,14 @@ TINY_SIZES: dict[str, Any] = {
     # windows and sparse top-k below the verify prompt's length (PROMPT_LENGTH), so keys are really dropped
     "sliding_window": 8, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 16,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": False,
-    # Llama 4: specs/llama4.yaml refuses its MoE layers and chunked attention (requires:) for now, so its tiny model
-    # is dense and unchunked (NoPE layers, QK norm and temperature tuning still on); switch on once they are generated
-    "moe_layers": [], "attention_chunk_size": None,
+    # Llama 4: specs/llama4.yaml refuses chunked attention (requires:) for now, so its tiny model is unchunked (NoPE
+    # layers, QK norm and temperature tuning still on); MoE on every 2nd layer (1 and 3), dense layers 0 and 2
+    "interleave_moe_layer_step": 2, "attention_chunk_size": None,
     "attn_layer_indices": [1],  # Bamba: attention at layer 1, Mamba-2 mixers around it
-    # Nemotron-H: a Mamba-2 mixer, an MLP, attention, a mixer (its default schedule has an MoE layer, which the spec
-    # refuses)
-    "layers_block_type": ["linear_attention", "mlp", "full_attention", "linear_attention"],
+    # Nemotron-H: a Mamba-2 mixer, an MoE layer, attention, an MLP (NemotronHConfig's own default order); its shared
+    # expert's width (default 7688) tiny too
+    "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"],
+    "moe_shared_expert_intermediate_size": 48,
     # Mamba-2 mixers (Mamba2, Bamba, Nemotron-H spell them differently): 8 heads of 16 (= expand 2 * hidden 64) over 2
     # groups of B / C, a state of 16, chunks of 8 so the verify prompt spans several scan chunks
     "num_heads": 8, "mamba_n_heads": 8, "mamba_num_heads": 8, "mamba_d_head": 16, "mamba_head_dim": 16,

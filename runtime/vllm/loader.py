@@ -57,13 +57,16 @@ def _split_fused_experts(tensor: torch.Tensor, shard: str, layout: str,
     ``[out, in]`` layout) per shard. ``stacked``: gate_up ``[E, 2I, H]`` (gate rows, then up), down ``[E, H, I]``;
     ``interleaved_transposed`` (GPT-OSS): gate_up ``[E, H, 2I]`` with gate/up columns alternating, down ``[E, I, H]``.
     Biases (``*_bias`` shards): gate_up ``[E, 2I]`` split the same way, down ``[E, H]`` as is. ``flat`` (DBRX): one
-    tensor per shard (w1 gate, w3 up, w2 down), each ``[E * I, H]`` (``experts_from_flat``)."""
+    tensor per shard (w1 gate, w3 up, w2 down), each ``[E * I, H]`` (``experts_from_flat``). ``transposed`` (Llama 4):
+    gate_up ``[E, H, 2I]`` (gate columns, then up), down ``[E, I, H]``."""
     if layout == "flat":
         from ..layers.moe.ops import experts_from_flat
 
         return [(shard, experts_from_flat(tensor, shard, num_experts))]
+    if shard in ("w1", "w3"):  # one projection of every expert (a non-gated expert's up: w1), [E, I, H]
+        return [(shard, tensor)]
     bias = shard.endswith("_bias")
-    if layout == "interleaved_transposed" and not bias:
+    if layout in ("interleaved_transposed", "transposed") and not bias:
         tensor = tensor.transpose(1, 2)
     if shard.startswith("w2"):
         return [("w2", tensor)]

@@ -42,6 +42,16 @@ CASES: dict[str, tuple[str, dict, bool]] = {
         attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=1000.0),
         ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=3, moe_normalize_expert_weights=None)),
         False),
+    # p-norms of the top-k weights (vLLM's FusedMoE with modelgen's custom_routing_function)
+    "dbrx_p2": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=0.3),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2, moe_normalize_expert_weights=2.0)), False),
+    "dbrx_p1_5": ("DbrxForCausalLM", dict(
+        d_model=128, n_heads=4, n_layers=4, max_seq_len=2048,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=1000.0),
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=3, moe_normalize_expert_weights=1.5)),
+        False),
 }
 PROMPTS = [tiny_prompt(), tiny_prompt(seed=3, length=40)]
 # negative controls: the same weights with the feature off choose other tokens (so the feature was served)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/dbrx.yaml --target neuron
-# source hash (spec + templates + generator): e680273e89fa3903
+# source hash (spec + templates + generator): e8d2560afeae61a4
 # ==================================================================================================================
 """Dbrx for the neuron target, in vLLM Neuron's style.
 
@@ -147,6 +147,7 @@ class DbrxSparseMoeBlock(nn.Module):
         )
         self.top_k = config.num_experts_per_tok
         self.renormalize = config.moe_normalize_expert_weights is not None
+        self.renormalize_p = config.moe_normalize_expert_weights or 1.0  # the top-k weights divided by their p-norm
         # Router: replicated, HF layout [E, H].
         self.router_weight = _param(num_experts, hidden_size)
         self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
@@ -161,6 +162,7 @@ class DbrxSparseMoeBlock(nn.Module):
             self.top_k,
             scoring="softmax",
             renormalize=self.renormalize,
+            renormalize_p=self.renormalize_p,
         )
         out = NF.moe(
             hidden_states, self.experts_w13_weight, self.experts_w2_weight, topk_weights, topk_ids,

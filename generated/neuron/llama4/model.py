@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama4.yaml --target neuron
-# source hash (spec + templates + generator): 1429b996f70110b2
+# source hash (spec + templates + generator): f90477560a162dc0
 # ==================================================================================================================
 """Llama4 for the neuron target, in vLLM Neuron's style.
 
@@ -33,6 +33,7 @@ from modelgen.runtime.neuron.weight_loader import (
     sharding_weight_loader,
 )
 from modelgen.runtime.ops.rope import cos_sin_cache
+from modelgen.runtime.targets.neuron.experts import expert_loaders
 
 from .config import Llama4Config
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
@@ -271,15 +272,65 @@ class Llama4MLP(nn.Module):
         )
 
 
+class Llama4SparseMoeBlock(nn.Module):
+    """Mixture of experts: topk_sigmoid top-k router + shared experts; shape-static MoE op (every local expert, dense
+    combine).
+
+    >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
+    one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.
+    Experts keep HF's layout: ``w13 [E_local, 2I, H]`` (gate then up), ``w2 [E_local, H, I]``.
+    """
+
+    def __init__(self, config: Llama4Config):
+        super().__init__()
+        hidden_size, num_experts = config.hidden_size, config.num_local_experts
+        # Fused checkpoint tensors in the transposed layout, converted to the stacked one on load.
+        parts = ("w13", "w2")
+        layout, loaders = expert_loaders(num_experts, parts, "transposed")
+        self.num_local_experts, self.expert_offset = layout.num_local_experts, layout.expert_offset
+        # this rank's slice of each expert's intermediate dimension (all of it unless experts are TP-sharded)
+        inter = dist.divide(
+            config.intermediate_size, layout.tp_size, "moe intermediate_size", by="ranks sharing each expert"
+        )
+        self.top_k = config.num_experts_per_tok
+        self.renormalize = False
+        # Router: replicated, HF layout [E, H].
+        self.router_weight = _param(num_experts, hidden_size)
+        self.weight_on_input = True  # the routing weight scales each selected expert's input, not its output
+        self.experts_w13_weight = _param(self.num_local_experts, 2 * inter, hidden_size)
+        set_weight_loader(self.experts_w13_weight, loaders["w13"])
+        self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
+        set_weight_loader(self.experts_w2_weight, loaders["w2"])
+        self.shared_expert = Llama4MLP(config, config.intermediate_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = NF.router(
+            hidden_states,
+            self.router_weight,
+            self.top_k,
+            scoring="topk_sigmoid",
+            renormalize=self.renormalize,
+        )
+        out = NF.moe(
+            hidden_states, self.experts_w13_weight, self.experts_w2_weight, topk_weights, topk_ids,
+            "silu", self.expert_offset,
+            weight_on_input=self.weight_on_input,
+        )
+        return out + self.shared_expert(hidden_states)
+
+
 class Llama4DecoderLayer(nn.Module):
     def __init__(self, config: Llama4Config, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "decoder":
+        if block in ("decoder", "decoder_moe"):
             self.self_attn = Llama4Attention0(config, layer_idx)
         else:
             self.self_attn = Llama4Attention1(config, layer_idx)
-        self.feed_forward = Llama4MLP(config, config.intermediate_size_mlp)
+        if block in ("decoder", "nope"):
+            self.feed_forward = Llama4MLP(config, config.intermediate_size_mlp)
+        else:
+            self.feed_forward = Llama4SparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -413,7 +464,7 @@ class Llama4ForCausalLM(nn.Module):
 
     def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
         """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
-        return checkpoint_mappings(self.config)
+        return checkpoint_mappings(self.config, available)  # fused vs per-expert expert tensors, by what is present
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint

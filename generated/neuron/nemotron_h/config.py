@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """NemotronHConfig: the HF ``config.json`` fields specs/nemotron_h.yaml reads, typed, with the spec's defaults.
 
@@ -55,6 +55,15 @@ class NemotronHConfig(NeuronModelConfig):
     use_conv_bias: bool  # config.json: use_conv_bias or mamba_conv_bias
     use_bias: bool
     mamba_hidden_act: str
+    n_routed_experts: int  # config.json: n_routed_experts or num_local_experts
+    moe_intermediate_size: int
+    moe_shared_expert_intermediate_size: int
+    moe_latent_size: int
+    num_experts_per_tok: int
+    routed_scaling_factor: float
+    n_group: int
+    topk_group: int
+    norm_topk_prob: bool
     time_step_limit: list[float]  # config.json: time_step_limit or mamba_dt_limit
     schedule: Any  # derived: layers_block_type if layers_block_type is not None else hybrid_override_pattern or ''
     schedule_length: Any  # derived: len(schedule)
@@ -88,6 +97,16 @@ class NemotronHConfig(NeuronModelConfig):
         "mamba_conv_bias",
         "use_bias",
         "mamba_hidden_act",
+        "n_routed_experts",
+        "num_local_experts",
+        "moe_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        "moe_latent_size",
+        "num_experts_per_tok",
+        "routed_scaling_factor",
+        "n_group",
+        "topk_group",
+        "norm_topk_prob",
         "time_step_limit",
         "mamba_dt_limit",
     )
@@ -111,17 +130,8 @@ class NemotronHConfig(NeuronModelConfig):
         "num_nextn_predict_layers",
         "mtp_layers_block_type",
         "mtp_hybrid_override_pattern",
-        "n_routed_experts",
         "n_shared_experts",
-        "moe_intermediate_size",
-        "moe_shared_expert_intermediate_size",
-        "moe_latent_size",
         "moe_shared_expert_overlap",
-        "num_experts_per_tok",
-        "routed_scaling_factor",
-        "n_group",
-        "topk_group",
-        "norm_topk_prob",
 )
 
     @classmethod
@@ -184,6 +194,33 @@ class NemotronHConfig(NeuronModelConfig):
         mamba_hidden_act = read_str(cfg, "mamba_hidden_act", ("mamba_hidden_act",))
         if mamba_hidden_act is None:
             mamba_hidden_act = "silu"
+        n_routed_experts = read_int(cfg, "n_routed_experts", ("n_routed_experts", "num_local_experts"))
+        if n_routed_experts is None:
+            n_routed_experts = 8
+        moe_intermediate_size = read_int(cfg, "moe_intermediate_size", ("moe_intermediate_size",))
+        if moe_intermediate_size is None:
+            moe_intermediate_size = 7688
+        moe_shared_expert_intermediate_size = read_int(
+            cfg, "moe_shared_expert_intermediate_size", ("moe_shared_expert_intermediate_size",)
+        )
+        if moe_shared_expert_intermediate_size is None:
+            moe_shared_expert_intermediate_size = 7688
+        moe_latent_size = read_int(cfg, "moe_latent_size", ("moe_latent_size",))
+        num_experts_per_tok = read_int(cfg, "num_experts_per_tok", ("num_experts_per_tok",))
+        if num_experts_per_tok is None:
+            num_experts_per_tok = 2
+        routed_scaling_factor = read_float(cfg, "routed_scaling_factor", ("routed_scaling_factor",))
+        if routed_scaling_factor is None:
+            routed_scaling_factor = 1.0
+        n_group = read_int(cfg, "n_group", ("n_group",))
+        if n_group is None:
+            n_group = 1
+        topk_group = read_int(cfg, "topk_group", ("topk_group",))
+        if topk_group is None:
+            topk_group = 1
+        norm_topk_prob = read_bool(cfg, "norm_topk_prob", ("norm_topk_prob",))
+        if norm_topk_prob is None:
+            norm_topk_prob = True
         time_step_limit = read_float_list(cfg, "time_step_limit", ("time_step_limit", "mamba_dt_limit"))
         if time_step_limit is None:
             time_step_limit = [0.0, float('inf')]
@@ -193,10 +230,15 @@ class NemotronHConfig(NeuronModelConfig):
             raise ConfigError(
                 "specs/nemotron_h.yaml: neither layers_block_type nor hybrid_override_pattern is set: no layer schedule"
             )
-        if not ('moe' not in (layers_block_type or []) and 'E' not in (hybrid_override_pattern or '')):
+        if not (moe_latent_size is None or ('moe' not in (layers_block_type or []) and 'E' not in (hybrid_override_pattern or ''))):
             raise ConfigError(
-                "specs/nemotron_h.yaml: MoE layers ('E' / moe: latent-projected ungated ReLU^2 experts with a "
-                "grouped sigmoid router) are not generated by this spec",
+                "specs/nemotron_h.yaml: moe_latent_size (the MoE layers' fc1/fc2 latent projection around the "
+                "experts) is not generated by this spec",
+            )
+        if not (n_group >= 1 and n_routed_experts % n_group == 0 and (1 <= topk_group <= n_group)):
+            raise ConfigError(
+                "specs/nemotron_h.yaml: n_group must divide n_routed_experts and topk_group lie in 1..n_group "
+                "(group-limited expert selection)",
             )
         if not (mlp_hidden_act == 'relu2'):
             raise ConfigError(
@@ -243,6 +285,15 @@ class NemotronHConfig(NeuronModelConfig):
             use_conv_bias=use_conv_bias,
             use_bias=use_bias,
             mamba_hidden_act=mamba_hidden_act,
+            n_routed_experts=n_routed_experts,
+            moe_intermediate_size=moe_intermediate_size,
+            moe_shared_expert_intermediate_size=moe_shared_expert_intermediate_size,
+            moe_latent_size=moe_latent_size,
+            num_experts_per_tok=num_experts_per_tok,
+            routed_scaling_factor=routed_scaling_factor,
+            n_group=n_group,
+            topk_group=topk_group,
+            norm_topk_prob=norm_topk_prob,
             time_step_limit=time_step_limit,
             schedule=schedule,
             schedule_length=schedule_length,
@@ -253,5 +304,9 @@ class NemotronHConfig(NeuronModelConfig):
         return (
             'mamba'
             if self.schedule[i] in ('linear_attention', 'mamba', 'M')
-            else ('attention' if self.schedule[i] in ('full_attention', 'attention', '*') else 'mlp')
+            else (
+                'attention'
+                if self.schedule[i] in ('full_attention', 'attention', '*')
+                else ('moe' if self.schedule[i] in ('moe', 'E') else 'mlp')
+            )
         )

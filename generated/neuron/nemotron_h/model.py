@@ -1,12 +1,13 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """NemotronH for the neuron target, in vLLM Neuron's style.
 
-Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention
-and ungated ReLU^2 MLPs, each behind an RMSNorm, by layers_block_type.
+Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention,
+ungated ReLU^2 MLPs and mixtures of ungated ReLU^2 experts (grouped sigmoid router, shared expert), each behind an
+RMSNorm, by layers_block_type.
 
 Reference: transformers/models/nemotron_h/modeling_nemotron_h.py.
 
@@ -36,6 +37,7 @@ from modelgen.runtime.neuron.weight_loader import (
     sharding_weight_loader,
 )
 from modelgen.runtime.state_cache import StateSpec
+from modelgen.runtime.targets.neuron.experts import expert_loaders
 
 from .config import NemotronHConfig
 from .weights import IGNORED_KEYS, RENAMES, checkpoint_mappings
@@ -241,6 +243,62 @@ class NemotronHMLP(nn.Module):
         return NF.o_proj(h, self.down_proj_weight, self.down_proj_bias)
 
 
+class NemotronHSparseMoeBlock(nn.Module):
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts; shape-static MoE op (every local expert,
+    dense combine).
+
+    >>> PARALLELISM <<< experts by ``dist.moe_layout``: whole experts [offset, offset + E_local) per rank (EP), each
+    one's intermediate dim split over the ranks (expert_parallel_size=1), or both; outputs are summed across ranks.
+    Experts keep HF's layout, not gated: ``w13 [E_local, I, H]`` (up), ``w2 [E_local, H, I]``.
+    """
+
+    def __init__(self, config: NemotronHConfig):
+        super().__init__()
+        hidden_size, num_experts = config.hidden_size, config.n_routed_experts
+        # non-gated experts: the stacked "w13" holds the up projection alone (loaded as shard w1)
+        layout, loaders = expert_loaders(num_experts, ("w1", "w2"))
+        self.num_local_experts, self.expert_offset = layout.num_local_experts, layout.expert_offset
+        # this rank's slice of each expert's intermediate dimension (all of it unless experts are TP-sharded)
+        inter = dist.divide(
+            config.moe_intermediate_size, layout.tp_size, "moe intermediate_size", by="ranks sharing each expert"
+        )
+        self.top_k = config.num_experts_per_tok
+        self.renormalize = config.norm_topk_prob
+        self.n_group, self.topk_group = config.n_group, config.topk_group
+        self.routed_scaling_factor = config.routed_scaling_factor
+        # Router: replicated, HF layout [E, H], kept in float32 as HF does.
+        self.gate_weight = nn.Parameter(
+            torch.empty(num_experts, hidden_size, dtype=torch.float32), requires_grad=False
+        )
+        self.gate_e_score_correction_bias = nn.Parameter(
+            torch.empty(num_experts, dtype=torch.float32), requires_grad=False
+        )
+        self.experts_w13_weight = _param(self.num_local_experts, inter, hidden_size)  # up only
+        set_weight_loader(self.experts_w13_weight, loaders["w1"])
+        self.experts_w2_weight = _param(self.num_local_experts, hidden_size, inter)
+        set_weight_loader(self.experts_w2_weight, loaders["w2"])
+        self.shared_experts = NemotronHMLP(config, config.moe_shared_expert_intermediate_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = NF.router(
+            hidden_states,
+            self.gate_weight,
+            self.top_k,
+            scoring="sigmoid",
+            renormalize=self.renormalize,
+            n_group=self.n_group,
+            topk_group=self.topk_group,
+            e_score_correction_bias=self.gate_e_score_correction_bias,
+            routed_scaling_factor=self.routed_scaling_factor,
+        )
+        out = NF.moe(
+            hidden_states, self.experts_w13_weight, self.experts_w2_weight, topk_weights, topk_ids,
+            "relu2", self.expert_offset,
+            gated=False,  # down(act(up(x)))
+        )
+        return out + self.shared_experts(hidden_states)
+
+
 class NemotronHDecoderLayer(nn.Module):
     def __init__(self, config: NemotronHConfig, layer_idx: int):
         super().__init__()
@@ -250,8 +308,10 @@ class NemotronHDecoderLayer(nn.Module):
             self.mixer = NemotronHMixer(config, layer_idx)
         elif block == "attention":
             self.mixer = NemotronHAttention(config, layer_idx)
-        else:
+        elif block == "mlp":
             self.mixer = NemotronHMLP(config, config.intermediate_size)
+        else:
+            self.mixer = NemotronHSparseMoeBlock(config)
         self.norm = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
 
     def forward(
@@ -260,7 +320,7 @@ class NemotronHDecoderLayer(nn.Module):
         # One sub-layer (a mixer or an MLP): x + f(norm(x)).
         residual = hidden_states
         hidden_states = self.norm(hidden_states)
-        if self.block in ["mlp"]:
+        if self.block in ["mlp", "moe"]:
             return residual + self.mixer(hidden_states)
         return residual + self.mixer(hidden_states, positions, cos_sin, attn_metadata)
 
@@ -370,19 +430,19 @@ class NemotronHForCausalLM(nn.Module):
 
     def get_kv_spec(self) -> KVSpec:
         """Every layer's cache, as its attention declares it."""
-        # Blocks whose only sub-layer is an MLP (["mlp"]) hold no cache.
+        # Blocks whose only sub-layer is an MLP (["mlp", "moe"]) hold no cache.
         return KVSpec(layers=[
-            layer.mixer.kv_spec() for layer in self.backbone.layers if layer.block not in ["mlp"]
+            layer.mixer.kv_spec() for layer in self.backbone.layers if layer.block not in ["mlp", "moe"]
         ])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.backbone.layers:
-            if layer.block not in ["mlp"]:
+            if layer.block not in ["mlp", "moe"]:
                 layer.mixer.bind_kv_cache(kv_caches)
 
     def checkpoint_mappings(self, available: set[str]) -> dict[str, list[str]]:
         """Parameter -> checkpoint key(s); ``available``: the checkpoint's keys after ``renames``."""
-        return checkpoint_mappings(self.config)
+        return checkpoint_mappings(self.config, available)  # fused vs per-expert expert tensors, by what is present
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Load this rank's shards onto the parameters' device (strict: every parameter mapped, every checkpoint

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """Checkpoint mappings of NemotronHForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -13,7 +13,11 @@ from .config import NemotronHConfig
 IGNORED_KEYS = ()
 
 # Substring renames (old, new) applied to every checkpoint key before the mappings are looked up.
-RENAMES = ()
+RENAMES = (
+    ("model.embeddings.", "backbone.embeddings."),
+    ("model.layers.", "backbone.layers."),
+    ("model.norm_f.", "backbone.norm_f."),
+)
 
 
 def _nemotron_hmixer_mappings(mappings: dict[str, list[str]], module: str, config: NemotronHConfig) -> None:
@@ -42,7 +46,34 @@ def _nemotron_hmlp_mappings(mappings: dict[str, list[str]], module: str, config:
         mappings[module + ".down_proj_bias"] = [module + ".down_proj.bias"]
 
 
-def checkpoint_mappings(config: NemotronHConfig) -> dict[str, list[str]]:
+def _nemotron_hsparse_moe_block_mappings(
+    mappings: dict[str, list[str]], module: str, config: NemotronHConfig, available: set[str]
+) -> None:
+    """Router, routed experts and shared experts of one MoE block.
+
+    Experts load from transformers v5's fused tensors when the checkpoint has them (experts on a tensor dim), else
+    from per-expert tensors: w13 interleaved per expert [gate_0, up_0, gate_1, up_1, ...], w2 grouped [down_0, ...].
+    """
+    mappings[module + ".gate_weight"] = [module + ".gate.weight"]
+    mappings[module + ".gate_e_score_correction_bias"] = [
+        module + ".gate.e_score_correction_bias"
+    ]
+    # Per-expert checkpoint names relative to the MoE module; {e} is the expert index.
+    up, down = "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight"  # non-gated: no gate
+    num_experts = config.n_routed_experts
+    if module + ".experts.up_proj" in available:
+        mappings[module + ".experts_w13_weight"] = [module + ".experts.up_proj"]
+        mappings[module + ".experts_w2_weight"] = [module + ".experts.down_proj"]
+    else:
+        mappings[module + ".experts_w13_weight"] = [
+            module + "." + name.format(e=e) for e in range(num_experts) for name in (up,)
+        ]
+        mappings[module + ".experts_w2_weight"] = [module + "." + down.format(e=e) for e in range(num_experts)]
+    _nemotron_hmlp_mappings(mappings, module + ".shared_experts", config)
+
+
+def checkpoint_mappings(config: NemotronHConfig, available: set[str]) -> dict[str, list[str]]:
+    """``available``: the checkpoint's keys after RENAMES (chooses fused vs per-expert expert tensors)."""
     mappings: dict[str, list[str]] = {}
     mappings["backbone.embeddings_weight"] = ["backbone.embeddings.weight"]
     for i in range(config.schedule_length):
@@ -52,8 +83,10 @@ def checkpoint_mappings(config: NemotronHConfig) -> dict[str, list[str]]:
             _nemotron_hmixer_mappings(mappings, prefix + ".mixer", config)
         elif block == "attention":
             _nemotron_hattention_mappings(mappings, prefix + ".mixer", config)
-        else:
+        elif block == "mlp":
             _nemotron_hmlp_mappings(mappings, prefix + ".mixer", config)
+        else:
+            _nemotron_hsparse_moe_block_mappings(mappings, prefix + ".mixer", config, available)
         mappings[prefix + ".norm.weight"] = [prefix + ".norm.weight"]
     mappings["backbone.norm_f.weight"] = ["backbone.norm_f.weight"]
     # Tied embeddings: the LM head maps to the embedding tensor and is loaded a second time, never aliased (an

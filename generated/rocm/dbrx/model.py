@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/dbrx.yaml --target rocm
-# source hash (spec + templates + generator): e680273e89fa3903
+# source hash (spec + templates + generator): e8d2560afeae61a4
 # ==================================================================================================================
 """Dbrx for the rocm target, in ATOM's style.
 
@@ -112,6 +112,7 @@ class DbrxSparseMoeBlock(nn.Module):
             top_k=config.num_experts_per_tok,
             scoring="softmax",
             renormalize=config.moe_normalize_expert_weights is not None,
+            renormalize_p=config.moe_normalize_expert_weights or 1.0,
         )
         self.experts = FusedMoE(
             config.num_local_experts, config.hidden_size, config.intermediate_size, activation="silu",

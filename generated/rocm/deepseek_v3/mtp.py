@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v3.yaml --target rocm
-# source hash (spec + templates + generator): 18424d70fcfa285a
+# source hash (spec + templates + generator): 2d792865cb8f97bd
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV3ForCausalLM for the rocm target (speculative decoding).
 

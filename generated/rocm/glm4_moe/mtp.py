@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): f8aed4b48396deda
+# source hash (spec + templates + generator): 5af84c004e66b262
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Glm4MoeForCausalLM for the rocm target (speculative decoding).
 

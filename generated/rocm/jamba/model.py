@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/jamba.yaml --target rocm
-# source hash (spec + templates + generator): 2bda10c0c4a65910
+# source hash (spec + templates + generator): 39a5bebe643a5a5a
 # ==================================================================================================================
 """Jamba for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): 1429b996f70110b2
+# source hash (spec + templates + generator): f90477560a162dc0
 # ==================================================================================================================
 """Llama4 for the rocm target, in ATOM's style.
 
@@ -12,9 +12,10 @@ Reference: transformers/models/llama4/modeling_llama4.py.
 
 Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
 batch. Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and reads and writes paged K/V blocks. The MLP's
-gate and up projections are one fused GEMM (``gate_up_proj``). Fused weights load through ``weight_loader``s that take
-shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels
-of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
+gate and up projections are one fused GEMM (``gate_up_proj``). Routed experts run as one fused MoE op over stacked
+``w13`` (gate then up) and ``w2`` weights. Fused weights load through ``weight_loader``s that take shard ids
+(``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the Triton kernels of
+``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py`` chooses;
 ``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from modelgen.runtime.layers.activation import SiluAndMul
 from modelgen.runtime.layers.attention import AttentionMetadata, PagedAttention
 from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from modelgen.runtime.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
 from modelgen.runtime.layers.norm import RMSNorm, fuse_all_reduce
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
@@ -35,6 +37,8 @@ from modelgen.runtime.loader.protocol import ExpertMapping
 
 from .config import Llama4Config
 from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
     IGNORED_KEYS,
     PACKED_MODULES_MAPPING,
     RENAMES,
@@ -175,17 +179,49 @@ class Llama4MLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
+class Llama4SparseMoeBlock(nn.Module):
+    """Mixture of experts: topk_sigmoid top-k router + shared experts, routed experts through the fused MoE op.
+
+    Experts are stacked ``w13 [E, 2I, H]`` (gate then up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
+    contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
+    """
+
+    def __init__(self, config: Llama4Config):
+        super().__init__()
+        self.router = TopKRouter(
+            config.hidden_size,
+            config.num_local_experts,
+            top_k=config.num_experts_per_tok,
+            scoring="topk_sigmoid",
+            renormalize=False,
+        )
+        self.experts = FusedMoE(
+            config.num_local_experts, config.hidden_size, config.intermediate_size, activation="silu",
+            fused_layout="transposed",  # checkpoint layout of the fused expert tensors
+            weight_on_input=True,  # the routing weight scales each selected expert's input, not its output
+        )
+        self.shared_expert = Llama4MLP(config, config.intermediate_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.router(hidden_states)
+        shared = self.shared_expert(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids) + shared
+
+
 class Llama4DecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
 
     def __init__(self, config: Llama4Config, layer_idx: int):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "decoder":
+        if block in ("decoder", "decoder_moe"):
             self.self_attn = Llama4Attention0(config, layer_idx)
         else:
             self.self_attn = Llama4Attention1(config, layer_idx)
-        self.feed_forward = Llama4MLP(config, config.intermediate_size_mlp)
+        if block in ("decoder", "nope"):
+            self.feed_forward = Llama4MLP(config, config.intermediate_size_mlp)
+        else:
+            self.feed_forward = Llama4SparseMoeBlock(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         # Tensor parallelism: o_proj's partial sums are all-reduced inside post_attention_layernorm, one fused
@@ -216,11 +252,6 @@ class Llama4Model(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList([Llama4DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        # Tensor parallelism: each MLP's down_proj partial sums are all-reduced inside the norm that adds them to the
-        # residual next (the next layer's input_layernorm; norm after the last layer)
-        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
-        for layer, norm in zip(self.layers, next_norms):
-            fuse_all_reduce(layer.feed_forward.down_proj, norm)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: AttentionMetadata
@@ -269,8 +300,11 @@ class Llama4ForCausalLM(nn.Module):
             layer.self_attn.bind_kv_cache(kv_caches)
 
     def get_expert_mapping(self) -> ExpertMapping:
-        """No routed experts in this model."""
-        return ExpertMapping()
+        """Routed-expert tables: per-expert and fused checkpoint names -> stacked parameters (and shared slots)."""
+        return ExpertMapping(
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
+        )
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/llama4.yaml --target rocm
-# source hash (spec + templates + generator): 1429b996f70110b2
+# source hash (spec + templates + generator): f90477560a162dc0
 # ==================================================================================================================
 """Weight-loader tables of Llama4ForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
@@ -14,6 +14,17 @@ PACKED_MODULES_MAPPING = {
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
+
+# Routed experts (ATOM's make_expert_params_mapping), relative to each MoE block (e.g. model.layers.3.mlp):
+# (stacked parameter, checkpoint name with {e} = expert index, shard id). w13 = [gate; up], w2 = down.
+EXPERT_PARAMS_MAPPING = (
+)
+
+# transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked parameter.
+FUSED_EXPERT_MAPPING = (
+    ("experts.w13_weight", "experts.gate_up_proj", "w13"),
+    ("experts.w2_weight", "experts.down_proj", "w2"),
+)
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()

@@ -1,22 +1,24 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/nemotron_h.yaml --target rocm
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """NemotronH for the rocm target, in ATOM's style.
 
-Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention
-and ungated ReLU^2 MLPs, each behind an RMSNorm, by layers_block_type.
+Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention,
+ungated ReLU^2 MLPs and mixtures of ungated ReLU^2 experts (grouped sigmoid router, shared expert), each behind an
+RMSNorm, by layers_block_type.
 
 Reference: transformers/models/nemotron_h/modeling_nemotron_h.py.
 
 Tokens are flattened: activations are ``[num_tokens, hidden]``, and one :class:`AttentionMetadata` describes the whole
 batch. The Mamba-2 mixers keep a conv state and an SSM state per request in the engine's state pool (chunked scan for
 prefill, one recurrent step per decoded token). Attention projects Q, K and V with one fused GEMM (``qkv_proj``) and
-reads and writes paged K/V blocks. The MLP has no gate (``up_proj``, activation, ``down_proj``). Fused weights load
-through ``weight_loader``s that take shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports
-(ROCm), otherwise the Triton kernels of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU
-(``runtime/backends.py`` chooses; ``MODELGEN_BACKEND`` overrides).
+reads and writes paged K/V blocks. The MLP has no gate (``up_proj``, activation, ``down_proj``). Routed experts run as
+one fused MoE op over stacked ``w13`` (up: not gated) and ``w2`` weights. Fused weights load through ``weight_loader``s
+that take shard ids (``PACKED_MODULES_MAPPING``). Ops run aiter's kernels where aiter imports (ROCm), otherwise the
+Triton kernels of ``runtime/ops/gpu/`` on GPU tensors and the torch reference ops on the CPU (``runtime/backends.py``
+chooses; ``MODELGEN_BACKEND`` overrides).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from modelgen.runtime.layers.embedding import ParallelLMHead, VocabParallelEmbed
 from modelgen.runtime.layers.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from modelgen.runtime.layers.mamba2 import Mamba2
 from modelgen.runtime.layers.mlp import Activation
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.loader.checkpoint import Checkpoint
 from modelgen.runtime.loader.packed import load_packed_weights
@@ -37,6 +40,8 @@ from modelgen.runtime.state_cache import StateSpec
 
 from .config import NemotronHConfig
 from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
     IGNORED_KEYS,
     PACKED_MODULES_MAPPING,
     RENAMES,
@@ -140,6 +145,39 @@ class NemotronHMLP(nn.Module):
         return self.down_proj(self.act_fn(self.up_proj(x)))
 
 
+class NemotronHSparseMoeBlock(nn.Module):
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts, routed experts through the fused MoE op.
+
+    Experts are not gated: stacked ``w13 [E, I, H]`` (up) and ``w2 [E, H, I]``; each tensor-parallel rank owns a
+    contiguous range of experts (expert parallelism) and the partial outputs are summed across ranks.
+    """
+
+    def __init__(self, config: NemotronHConfig):
+        super().__init__()
+        self.gate = TopKRouter(
+            config.hidden_size,
+            config.n_routed_experts,
+            top_k=config.num_experts_per_tok,
+            scoring="sigmoid",
+            renormalize=config.norm_topk_prob,
+            n_group=config.n_group,
+            topk_group=config.topk_group,
+            correction_bias=True,
+            routed_scaling_factor=config.routed_scaling_factor,
+            float32=True,  # router weight and scores in float32 (HF keeps it out of bf16)
+        )
+        self.experts = FusedMoE(
+            config.n_routed_experts, config.hidden_size, config.moe_intermediate_size, activation="relu2",
+            gated=False,  # down(act(up(x))): w13 holds the up projection alone
+        )
+        self.shared_experts = NemotronHMLP(config, config.moe_shared_expert_intermediate_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(hidden_states)
+        shared = self.shared_experts(hidden_states)
+        return self.experts(hidden_states, topk_weights, topk_ids) + shared
+
+
 class NemotronHDecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately so each norm fuses the residual add."""
 
@@ -151,8 +189,10 @@ class NemotronHDecoderLayer(nn.Module):
             self.mixer = NemotronHMixer(config, layer_idx)
         elif block == "attention":
             self.mixer = NemotronHAttention(config, layer_idx)
-        else:
+        elif block == "mlp":
             self.mixer = NemotronHMLP(config, config.intermediate_size)
+        else:
+            self.mixer = NemotronHSparseMoeBlock(config)
         self.norm = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
 
     def forward(
@@ -168,7 +208,7 @@ class NemotronHDecoderLayer(nn.Module):
             hidden_states = self.norm(hidden_states)
         else:
             hidden_states, residual = self.norm(hidden_states, residual)
-        if self.block in ["mlp"]:
+        if self.block in ["mlp", "moe"]:
             return self.mixer(hidden_states), residual
         return self.mixer(positions, hidden_states, attn_metadata), residual
 
@@ -217,19 +257,22 @@ class NemotronHForCausalLM(nn.Module):
 
     def get_kv_spec(self) -> KVSpec:
         """Every layer's cache, as its attention declares it."""
-        # Blocks whose only sub-layer is an MLP (["mlp"]) hold no cache.
+        # Blocks whose only sub-layer is an MLP (["mlp", "moe"]) hold no cache.
         return KVSpec(layers=[
-            layer.mixer.kv_spec() for layer in self.backbone.layers if layer.block not in ["mlp"]
+            layer.mixer.kv_spec() for layer in self.backbone.layers if layer.block not in ["mlp", "moe"]
         ])
 
     def bind_kv_cache(self, kv_caches: dict[str, list[torch.Tensor]]) -> None:
         for layer in self.backbone.layers:
-            if layer.block not in ["mlp"]:
+            if layer.block not in ["mlp", "moe"]:
                 layer.mixer.bind_kv_cache(kv_caches)
 
     def get_expert_mapping(self) -> ExpertMapping:
-        """No routed experts in this model."""
-        return ExpertMapping()
+        """Routed-expert tables: per-expert and fused checkpoint names -> stacked parameters (and shared slots)."""
+        return ExpertMapping(
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
+        )
 
     def load_weights(self, checkpoint: Checkpoint) -> None:
         """Fill every parameter from a safetensors checkpoint (strict: nothing missing, nothing unused)."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/nemotron_h.yaml --target rocm
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """Weight-loader tables of NemotronHForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
@@ -13,11 +13,28 @@ PACKED_MODULES_MAPPING = {
     "v_proj": ("qkv_proj", "v"),
 }
 
+# Routed experts (ATOM's make_expert_params_mapping), relative to each MoE block (e.g. model.layers.3.mlp):
+# (stacked parameter, checkpoint name with {e} = expert index, shard id). w13 = [gate; up], w2 = down.
+EXPERT_PARAMS_MAPPING = (
+    ("experts.w13_weight", "experts.{e}.up_proj.weight", "w1"),
+    ("experts.w2_weight", "experts.{e}.down_proj.weight", "w2"),
+)
+
+# transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked parameter.
+FUSED_EXPERT_MAPPING = (
+    ("experts.w13_weight", "experts.up_proj", "w1"),
+    ("experts.w2_weight", "experts.down_proj", "w2"),
+)
+
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
 # Substring renames (old, new) applied to every checkpoint key before mapping.
-RENAMES = ()
+RENAMES = (
+    ("model.embeddings.", "backbone.embeddings."),
+    ("model.layers.", "backbone.layers."),
+    ("model.norm_f.", "backbone.norm_f."),
+)
 
 # Parameters that share storage with another when the config ties them (filled through the twin).
 TIED_PARAMETERS = {"lm_head.weight": "backbone.embeddings.weight"}

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): e680273e89fa3903
+# source hash (spec + templates + generator): e8d2560afeae61a4
 # ==================================================================================================================
 """DbrxConfig: the HF ``config.json`` fields specs/dbrx.yaml reads, typed, with the spec's defaults.
 
@@ -129,10 +129,10 @@ class DbrxConfig:
             raise ConfigError(
                 "specs/dbrx.yaml: ffn_config.ffn_act_fn other than silu (the experts' activation) is not generated"
             )
-        if not (moe_normalize_expert_weights is None or moe_normalize_expert_weights == 1):
+        if not (moe_normalize_expert_weights is None or moe_normalize_expert_weights > 0):
             raise ConfigError(
-                "specs/dbrx.yaml: ffn_config.moe_normalize_expert_weights other than 1 or null (a p-norm of the "
-                "top-k weights) is not generated",
+                "specs/dbrx.yaml: ffn_config.moe_normalize_expert_weights must be null or a positive p (the top-k "
+                "weights' p-norm)",
             )
         return cls(
             vocab_size=vocab_size,

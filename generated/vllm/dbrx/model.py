@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): e680273e89fa3903
+# source hash (spec + templates + generator): e8d2560afeae61a4
 # ==================================================================================================================
 """Dbrx for the vllm target: vLLM's model interface and layer library.
 
@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from modelgen.runtime.layers.moe.vllm import moe_routing_function
 from modelgen.runtime.layers.norm import LayerNorm
 from modelgen.runtime.vllm.config import spec_config
 from modelgen.runtime.vllm.loader import WeightTables, load_generated_weights
@@ -136,8 +137,9 @@ class DbrxSparseMoeBlock(nn.Module):
             top_k=config.num_experts_per_tok,
             hidden_size=config.hidden_size,
             intermediate_size=config.intermediate_size,
+            # softmax, top-k, the k weights divided by their p-norm (a routing function of modelgen's)
             renormalize=config.moe_normalize_expert_weights is not None,
-            scoring_func="softmax",
+            custom_routing_function=moe_routing_function("softmax", config.moe_normalize_expert_weights or 1.0),
             quant_config=quant_config,
             prefix=f"{prefix}.experts",
         )

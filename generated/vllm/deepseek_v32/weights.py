@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v32.yaml --target vllm
-# source hash (spec + templates + generator): 4199207b1afe5157
+# source hash (spec + templates + generator): e161b394e001568c
 # ==================================================================================================================
 """Weight-loader tables of DeepseekV32ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 2bda10c0c4a65910
+# source hash (spec + templates + generator): 39a5bebe643a5a5a
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 

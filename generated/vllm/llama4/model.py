@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): 1429b996f70110b2
+# source hash (spec + templates + generator): f90477560a162dc0
 # ==================================================================================================================
 """Llama4 for the vllm target: vLLM's model interface and layer library.
 
@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from modelgen.runtime.layers.moe.vllm import check_weight_on_input, moe_routing_function
 from modelgen.runtime.vllm.config import spec_config
 from modelgen.runtime.vllm.loader import WeightTables, load_generated_weights
 from modelgen.runtime.vllm.rope import rope_parameters
@@ -30,8 +31,14 @@ from vllm.config import VllmConfig
 from vllm.distributed import get_pp_group
 from vllm.model_executor.layers.activation import SiluAndMul
 from vllm.model_executor.layers.attention import Attention, ChunkedLocalAttention
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory
 from vllm.model_executor.layers.layernorm import RMSNorm
-from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    ReplicatedLinear,
+    RowParallelLinear,
+)
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
@@ -47,6 +54,8 @@ from vllm.sequence import IntermediateTensors
 
 from .config import Llama4Config
 from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
     IGNORED_KEYS,
     PACKED_MODULES_MAPPING,
     RENAMES,
@@ -213,17 +222,58 @@ class Llama4MLP(nn.Module):
         return x
 
 
+class Llama4SparseMoeBlock(nn.Module):
+    """Mixture of experts: topk_sigmoid top-k router + shared experts, routed experts through vLLM's fused MoE.
+
+    vLLM stacks the experts as ``w13 [E, 2I, H]`` (gate rows, then up) and ``w2 [E, H, I]``; under tensor
+    parallelism each rank holds a slice of every expert's intermediate dim (or, with expert parallelism, a range of
+    whole experts), and the output is reduced across ranks.
+    """
+
+    def __init__(self, config: Llama4Config, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        quant_config = vllm_config.quant_config
+        check_weight_on_input(config.num_experts_per_tok, "num_experts_per_tok")
+        # Router logits are computed unsharded (HF's router linear); vLLM routes inside the fused op.
+        self.router = ReplicatedLinear(
+            config.hidden_size, config.num_local_experts, bias=False, quant_config=None, prefix=f"{prefix}.router"
+        )
+        self.experts = FusedMoEFactory(
+            num_experts=config.num_local_experts,
+            top_k=config.num_experts_per_tok,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            # top-k over the logits, each weight the sigmoid of its own logit (vLLM's Llama 4 routing function)
+            renormalize=False,
+            custom_routing_function=moe_routing_function("topk_sigmoid"),
+            apply_router_weight_on_input=True,  # the routing weight scales the expert's input (vLLM: top-k 1 only)
+            quant_config=quant_config,
+            prefix=f"{prefix}.experts",
+        )
+        self.shared_expert = Llama4MLP(config, vllm_config, config.intermediate_size, f"{prefix}.shared_expert")
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        router_logits, _ = self.router(hidden_states)
+        output = self.experts(hidden_states=hidden_states, router_logits=router_logits)
+        shared = self.shared_expert(hidden_states)
+        output = output + shared
+        return output
+
+
 class Llama4DecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately, as vLLM's RMSNorms fuse the residual add."""
 
     def __init__(self, config: Llama4Config, vllm_config: VllmConfig, layer_idx: int, prefix: str):
         super().__init__()
         block = config.layer_block(layer_idx)
-        if block == "decoder":
+        if block in ("decoder", "decoder_moe"):
             self.self_attn = Llama4Attention0(config, vllm_config, f"{prefix}.self_attn")
         else:
             self.self_attn = Llama4Attention1(config, vllm_config, f"{prefix}.self_attn")
-        self.feed_forward = Llama4MLP(config, vllm_config, config.intermediate_size_mlp, f"{prefix}.feed_forward")
+        if block in ("decoder", "nope"):
+            self.feed_forward = Llama4MLP(config, vllm_config, config.intermediate_size_mlp, f"{prefix}.feed_forward")
+        else:
+            self.feed_forward = Llama4SparseMoeBlock(config, vllm_config, f"{prefix}.feed_forward")
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -298,6 +348,8 @@ class Llama4ForCausalLM(nn.Module, SupportsPP):
     # vLLM reads packed_modules_mapping (fused parameter -> HF modules) for LoRA and quantization.
     packed_modules_mapping = PACKED_MODULES_MAPPING
 
+    fused_expert_layout = "transposed"  # how load_weights splits transformers v5 fused expert tensors
+
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         config = spec_config(Llama4Config, vllm_config)
@@ -344,5 +396,7 @@ class Llama4ForCausalLM(nn.Module, SupportsPP):
             ignored=IGNORED_KEYS,
             renames=RENAMES,
             tied=TIED_PARAMETERS,
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
         )
         return load_generated_weights(self, weights, tables)

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): 1429b996f70110b2
+# source hash (spec + templates + generator): f90477560a162dc0
 # ==================================================================================================================
 """Weight-loader tables of Llama4ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 
@@ -18,6 +18,18 @@ STACKED_PARAMS_MAPPING = {
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
+
+# Routed experts, relative to each MoE block (e.g. model.layers.3.mlp): (stacked parameter, checkpoint name with
+# {e} = expert index, vLLM shard id). w13 = [gate; up], w2 = down.
+EXPERT_PARAMS_MAPPING = (
+)
+
+# transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked
+# parameter, split per expert at load (transposed layout).
+FUSED_EXPERT_MAPPING = (
+    ("experts.routed_experts.w13_weight", "experts.gate_up_proj", "w13"),
+    ("experts.routed_experts.w2_weight", "experts.down_proj", "w2"),
+)
 
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()

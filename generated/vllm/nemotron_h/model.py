@@ -1,12 +1,13 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/nemotron_h.yaml --target vllm
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """NemotronH for the vllm target: vLLM's model interface and layer library.
 
-Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention
-and ungated ReLU^2 MLPs, each behind an RMSNorm, by layers_block_type.
+Hybrid decoder of one-sub-layer blocks: Mamba-2 (SSD) mixers with per-request conv and SSM states, NoPE GQA attention,
+ungated ReLU^2 MLPs and mixtures of ungated ReLU^2 experts (grouped sigmoid router, shared expert), each behind an
+RMSNorm, by layers_block_type.
 
 Reference: transformers/models/nemotron_h/modeling_nemotron_h.py.
 
@@ -36,8 +37,14 @@ from vllm.config import VllmConfig
 from vllm.distributed import get_pp_group
 from vllm.model_executor.layers.activation import get_act_fn
 from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory
 from vllm.model_executor.layers.layernorm import RMSNorm
-from vllm.model_executor.layers.linear import ColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.linear import (
+    ColumnParallelLinear,
+    QKVParallelLinear,
+    ReplicatedLinear,
+    RowParallelLinear,
+)
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from vllm.model_executor.models.interfaces import SupportsPP
@@ -52,6 +59,8 @@ from vllm.sequence import IntermediateTensors
 
 from .config import NemotronHConfig
 from .weights import (
+    EXPERT_PARAMS_MAPPING,
+    FUSED_EXPERT_MAPPING,
     IGNORED_KEYS,
     PACKED_MODULES_MAPPING,
     RENAMES,
@@ -165,6 +174,54 @@ class NemotronHMLP(nn.Module):
         return x
 
 
+class NemotronHSparseMoeBlock(nn.Module):
+    """Mixture of experts: sigmoid top-k router (grouped) + shared experts, routed experts through vLLM's fused MoE.
+
+    vLLM stacks the non-gated experts as ``w13 [E, I, H]`` (up) and ``w2 [E, H, I]``; under tensor
+    parallelism each rank holds a slice of every expert's intermediate dim (or, with expert parallelism, a range of
+    whole experts), and the output is reduced across ranks.
+    """
+
+    def __init__(self, config: NemotronHConfig, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        quant_config = vllm_config.quant_config
+        # Router logits are computed unsharded (HF's gate linear); vLLM routes inside the fused op.
+        self.gate = ReplicatedLinear(
+            config.hidden_size, config.n_routed_experts, bias=False, quant_config=None, prefix=f"{prefix}.gate"
+        )
+        # e_score_correction_bias: added to the scores for expert selection only, not to the weights (DeepSeek-V3).
+        self.gate.e_score_correction_bias = nn.Parameter(torch.empty(config.n_routed_experts), requires_grad=False)
+        self.experts = FusedMoEFactory(
+            num_experts=config.n_routed_experts,
+            top_k=config.num_experts_per_tok,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.moe_intermediate_size,
+            renormalize=config.norm_topk_prob,
+            scoring_func="sigmoid",
+            # Grouped top-k: groups ranked by the sum of their top-2 scores (vLLM's rule with a correction bias).
+            use_grouped_topk=config.n_group is not None,  # null n_group: plain top-k (DeepSeek-V2 greedy)
+            num_expert_group=config.n_group,
+            topk_group=config.topk_group,
+            e_score_correction_bias=self.gate.e_score_correction_bias,
+            routed_scaling_factor=config.routed_scaling_factor,
+            apply_routed_scale_to_output=True,  # the routed experts' sum times the factor, as HF scales the weights
+            activation="relu2_no_mul",  # non-gated experts: down(act(up(x))), w13 = up
+            router_logits_dtype=torch.float32,  # HF keeps the router in float32
+            quant_config=quant_config,
+            prefix=f"{prefix}.experts",
+        )
+        self.shared_experts = NemotronHMLP(
+            config, vllm_config, config.moe_shared_expert_intermediate_size, f"{prefix}.shared_experts"
+        )
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        router_logits, _ = self.gate(hidden_states)
+        output = self.experts(hidden_states=hidden_states, router_logits=router_logits)
+        shared = self.shared_experts(hidden_states)
+        output = output + shared
+        return output
+
+
 class NemotronHDecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately, as vLLM's RMSNorms fuse the residual add."""
 
@@ -176,8 +233,10 @@ class NemotronHDecoderLayer(nn.Module):
             self.mixer = NemotronHMixer(config, vllm_config, f"{prefix}.mixer")
         elif block == "attention":
             self.mixer = NemotronHAttention(config, vllm_config, f"{prefix}.mixer")
-        else:
+        elif block == "mlp":
             self.mixer = NemotronHMLP(config, vllm_config, config.intermediate_size, f"{prefix}.mixer")
+        else:
+            self.mixer = NemotronHSparseMoeBlock(config, vllm_config, f"{prefix}.mixer")
         self.norm = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
 
     def forward(
@@ -189,7 +248,7 @@ class NemotronHDecoderLayer(nn.Module):
             hidden_states = self.norm(hidden_states)
         else:
             hidden_states, residual = self.norm(hidden_states, residual)
-        if self.block in ["mlp"]:
+        if self.block in ["mlp", "moe"]:
             return self.mixer(hidden_states), residual
         return self.mixer(positions, hidden_states), residual
 
@@ -315,5 +374,7 @@ class NemotronHForCausalLM(HybridMamba2Model, nn.Module, SupportsPP):
             ignored=IGNORED_KEYS,
             renames=RENAMES,
             tied=TIED_PARAMETERS,
+            per_expert=EXPERT_PARAMS_MAPPING,
+            fused=FUSED_EXPERT_MAPPING,
         )
         return load_generated_weights(self, weights, tables)

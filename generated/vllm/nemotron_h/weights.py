@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/nemotron_h.yaml --target vllm
-# source hash (spec + templates + generator): f7a1c6d11ca8b375
+# source hash (spec + templates + generator): becd9a99386d1a77
 # ==================================================================================================================
 """Weight-loader tables of NemotronHForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 
@@ -17,11 +17,31 @@ STACKED_PARAMS_MAPPING = {
     "v_proj": ("qkv_proj", "v"),
 }
 
+# Routed experts, relative to each MoE block (e.g. model.layers.3.mlp): (stacked parameter, checkpoint name with
+# {e} = expert index, vLLM shard id). w13 = [gate; up], w2 = down.
+EXPERT_PARAMS_MAPPING = (
+    ("experts.routed_experts.w13_weight", "experts.{e}.up_proj.weight", "w1"),
+    ("experts.routed_experts.w2_weight", "experts.{e}.down_proj.weight", "w2"),
+    ("experts.routed_experts.w13_weight_scale_inv", "experts.{e}.up_proj.weight_scale_inv", "w1"),  # FP8 block scales
+    ("experts.routed_experts.w2_weight_scale_inv", "experts.{e}.down_proj.weight_scale_inv", "w2"),  # FP8 block scales
+)
+
+# transformers v5 fused expert tensors (save_pretrained(save_original_format=False)): one tensor per stacked
+# parameter, split per expert at load (stacked layout).
+FUSED_EXPERT_MAPPING = (
+    ("experts.routed_experts.w13_weight", "experts.up_proj", "w1"),
+    ("experts.routed_experts.w2_weight", "experts.down_proj", "w2"),
+)
+
 # Checkpoint keys dropped on purpose ("*" matches one dotted segment).
 IGNORED_KEYS = ()
 
 # Substring renames (old, new) applied to every checkpoint key before mapping.
-RENAMES = ()
+RENAMES = (
+    ("model.embeddings.", "backbone.embeddings."),
+    ("model.layers.", "backbone.layers."),
+    ("model.norm_f.", "backbone.norm_f."),
+)
 
 # Parameters that share storage with another when the config ties them (filled through the twin).
 TIED_PARAMETERS = {"lm_head.weight": "backbone.embeddings.weight"}

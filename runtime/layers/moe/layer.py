@@ -13,7 +13,10 @@ are summed by the same all-reduce.
 On a CUDA GPU with Triton (the ``triton`` backend, ``runtime.ops.gpu.enabled``) both modules run the kernels of
 ``runtime/layers/moe/kernels.py``: the router's softmax/sigmoid + top-k in one launch, the experts as align + gate-up +
 down + combine, without host syncs, so prefill and CUDA-graph decode take the same path. Elsewhere the torch references
-of ``runtime/layers/moe/ops.py`` run.
+of ``runtime/layers/moe/ops.py`` run, and so do, on the GPU too, the modes the kernels do not implement (each routed
+by a named rule, never approximated): Llama 4's top-k-then-sigmoid router and its routing weight on the expert input
+(``weight_on_input``), Nemotron-H's non-gated experts (``gated=False``), a p-norm renormalisation other than the sum
+(DBRX).
 """
 from __future__ import annotations
 
@@ -24,10 +27,13 @@ import torch.nn.functional as F
 from ... import backends
 from ... import distributed as dist
 from ...ops import gpu
-from ...ops.activation import gated_activation
 from ..kind import LayerKind
 from ..linear import linear
-from .ops import experts_from_flat, fused_moe, fused_moe_static, route, stacked_from_fused
+from .ops import expert_activation, experts_from_flat, fused_moe, fused_moe_static, route, stacked_from_fused
+
+
+# Router scorings the Triton router kernel implements (runtime/layers/moe/kernels.py ``router``).
+KERNEL_SCORINGS = ("softmax", "sigmoid", "topk_softmax")
 
 
 class TopKRouter(nn.Module):
@@ -49,9 +55,11 @@ class TopKRouter(nn.Module):
         weights_in_model_dtype: bool = False,
         bias: bool = False,
         group_score: str = "top2_sum",
+        renormalize_p: float = 1.0,
     ):
         super().__init__()
         self.top_k, self.scoring, self.renormalize = top_k, scoring, renormalize
+        self.renormalize_p = renormalize_p
         self.n_group, self.topk_group, self.group_score = n_group, topk_group, group_score
         self.routed_scaling_factor = routed_scaling_factor
         self.float32, self.weights_in_model_dtype = float32, weights_in_model_dtype
@@ -71,8 +79,11 @@ class TopKRouter(nn.Module):
         # The router kernel does not know groups ranked by their maximum / softmax groups (DeepSeek-V2
         # group_limited_greedy): those take the reference. GPT-OSS's top-k-then-softmax with its linear bias runs
         # the kernel (measured 1.066x the torch.topk + softmax route at gpt-oss bs1: bench/NOTES-moe.md).
+        # Nor Llama 4's top-k-then-sigmoid scoring, nor a p-norm other than the sum (DBRX moe_normalize_expert_weights):
+        # the kernel knows neither, so they take the reference too.
         grouped = (self.n_group or 1) > 1
-        return (self.backend != "aiter" and gpu.enabled(x)
+        return (self.backend != "aiter" and gpu.enabled(x) and self.scoring in KERNEL_SCORINGS
+                and not (self.renormalize and self.renormalize_p != 1.0)
                 and not (grouped and (self.scoring == "softmax" or self.group_score != "top2_sum")))
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,6 +103,7 @@ class TopKRouter(nn.Module):
             logits, self.top_k, scoring=self.scoring, renormalize=self.renormalize, n_group=self.n_group,
             topk_group=self.topk_group, e_score_correction_bias=self.e_score_correction_bias,
             routed_scaling_factor=self.routed_scaling_factor, group_score=self.group_score, backend=self.backend,
+            renormalize_p=self.renormalize_p,
         )
         if self.weights_in_model_dtype:  # Qwen3-MoE casts the top-k weights to the logits' dtype
             weights = weights.to(logits.dtype)
@@ -104,11 +116,15 @@ class FusedMoE(LayerKind):
     def __init__(
         self, num_experts: int, hidden_size: int, intermediate_size: int, activation: str = "silu",
         num_shared_experts: int = 0, *, activation_params: dict[str, float] | None = None, bias: bool = False,
-        fused_layout: str = "stacked",
+        fused_layout: str = "stacked", weight_on_input: bool = False, gated: bool = True,
     ):
         """``activation_params``: the parameters of a parametric activation (clamped_swiglu: alpha, limit);
         ``bias``: per-expert ``w13_bias [E, 2I]`` and ``w2_bias [E, H]`` (GPT-OSS); ``fused_layout``: the layout of
-        the checkpoint's fused all-experts tensors (``runtime/layers/moe/ops.py`` ``stacked_from_fused``)."""
+        the checkpoint's fused all-experts tensors (``runtime/layers/moe/ops.py`` ``stacked_from_fused``);
+        ``weight_on_input``: the routing weight scales each selected expert's input, not its output (Llama 4);
+        ``gated=False``: non-gated experts ``down(act(up(x)))`` (Nemotron-H): ``w13 [E, I, H]`` holds the up
+        projection alone (checkpoint shard ``w1``, as vLLM maps a non-gated expert's up_proj) and ``activation`` is an
+        elementwise one (relu2)."""
         super().__init__()
         world = dist.tp_size()
         layout = dist.moe_layout(num_experts)
@@ -123,8 +139,10 @@ class FusedMoE(LayerKind):
         self.intermediate_size = intermediate_size
         self.activation = activation
         self.activation_params = activation_params
-        self.act = gated_activation(activation, activation_params)
+        self.gated = gated
+        self.act = expert_activation(activation, activation_params, gated)
         self.fused_layout = fused_layout
+        self.weight_on_input = weight_on_input
         self.expert_parallel = world > 1
         # Shared experts as extra slots [L, L + S) after this rank's routed experts; every token visits them with
         # weight 1. Each rank holds them, but only the first expert-parallel group routes tokens there (the
@@ -132,12 +150,13 @@ class FusedMoE(LayerKind):
         self.num_shared_experts = num_shared_experts
         self.shared_active = num_shared_experts > 0 and layout.ep_rank == 0
         L, H, I = self.num_local_experts + num_shared_experts, hidden_size, intermediate_size
-        self.w13_weight = nn.Parameter(torch.empty(L, 2 * I, H), requires_grad=False)
+        self.w13_weight = nn.Parameter(torch.empty(L, (2 if gated else 1) * I, H), requires_grad=False)
         self.w2_weight = nn.Parameter(torch.empty(L, H, I), requires_grad=False)
         params = [self.w13_weight, self.w2_weight]
         if bias:
-            if num_shared_experts:
-                raise ValueError("FusedMoE: expert biases with fused shared-expert slots are not supported")
+            if num_shared_experts or not gated:
+                raise ValueError("FusedMoE: expert biases with fused shared-expert slots or non-gated experts are "
+                                 "not supported")
             self.w13_bias = nn.Parameter(torch.empty(L, 2 * I), requires_grad=False)
             self.w2_bias = nn.Parameter(torch.empty(L, H), requires_grad=False)
             params += [self.w13_bias, self.w2_bias]
@@ -233,7 +252,9 @@ class FusedMoE(LayerKind):
 
     def load_stacked(self, param: nn.Parameter, stacked: dict[str, torch.Tensor]) -> None:
         """One copy per fused parameter from staged per-expert tensors ({"w1": [L, I, H], "w3": ...} or {"w2": ...})."""
-        if "w1" in stacked:
+        if "w1" in stacked and not self.gated:  # the up projection alone
+            full = self._tp_slice(stacked["w1"], "w1")
+        elif "w1" in stacked:
             full = torch.cat([self._tp_slice(stacked["w1"], "w1"), self._tp_slice(stacked["w3"], "w3")], dim=1)
         else:
             full = self._tp_slice(stacked["w2"], "w2")
@@ -259,11 +280,17 @@ class FusedMoE(LayerKind):
 
     def forward(self, hidden_states: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         if self.quant_method is not None:
+            if self.weight_on_input or not self.gated:
+                raise NotImplementedError("FusedMoE: quantized experts with the routing weight on the input "
+                                          "(weight_on_input, Llama 4) or non-gated experts are not implemented")
             out = self.quant_method.apply(self, hidden_states, topk_weights, topk_ids)
             return dist.all_reduce(out) if self.expert_parallel else out
         # GPT-OSS's bf16 experts (biases, clamped SwiGLU) take the kernels too: the torch reference under a CUDA graph
         # would run every expert (fused_moe_static).
-        if self.backend != "aiter" and gpu.enabled(hidden_states):
+        # The Triton kernels weight the experts' outputs and split w13 into gate and up: the routing weight on the
+        # input (Llama 4) and non-gated experts (Nemotron-H) take the torch path below (fused_moe / fused_moe_static
+        # with weight_on_input / gated=False), never the kernels.
+        if self.backend != "aiter" and gpu.enabled(hidden_states) and not self.weight_on_input and self.gated:
             from . import kernels as gpu_moe
 
             if gpu_moe.supported(hidden_states, self.w13_weight, self.activation):
@@ -286,11 +313,12 @@ class FusedMoE(LayerKind):
             out = fused_moe_static(
                 hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.act,
                 expert_offset=offset, num_local_experts=num_local, w13_bias=self.w13_bias, w2_bias=self.w2_bias,
+                weight_on_input=self.weight_on_input, gated=self.gated,
             )
             return dist.all_reduce(out) if self.expert_parallel else out
         out = fused_moe(
             hidden_states, self.w13_weight, self.w2_weight, topk_weights, topk_ids,
-            self.activation if self.activation_params is None else self.act,  # the name lets aiter take silu
+            self.activation if self.activation_params is None and self.gated else self.act,  # aiter takes silu by name
             expert_offset=offset,
             num_local_experts=num_local if (self.expert_parallel or self.num_shared_experts) else None,
             # Sum the k weighted expert outputs per token, then round once: the numerics of HF's default
@@ -298,6 +326,6 @@ class FusedMoE(LayerKind):
             accumulate="sum",
             backend=self.backend,
             global_num_experts=num_local if self.num_shared_experts else self.num_experts,
-            w13_bias=self.w13_bias, w2_bias=self.w2_bias,
+            w13_bias=self.w13_bias, w2_bias=self.w2_bias, weight_on_input=self.weight_on_input, gated=self.gated,
         )
         return dist.all_reduce(out) if self.expert_parallel else out

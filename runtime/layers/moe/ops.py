@@ -26,6 +26,11 @@ Routers mirror transformers 5.x exactly (order of operations and dtype casts):
   ``n_group`` groups, keep ``topk_group`` groups (``topk(sorted=False)``), mask the others with -inf, pick
   ``topk(sorted=False)`` experts; weights = the *unbiased* scores of those experts, ``/ (sum + 1e-20)`` when
   ``norm_topk_prob``, then ``* routed_scaling_factor``; float32.
+* Llama 4 ``Llama4Router``: ``topk`` over the raw logits, each selected expert's weight the sigmoid of its own logit
+  (``sigmoid(x.float()).to(x.dtype)``; the others 0), never renormalised: ``scoring="topk_sigmoid"``. Its weight
+  multiplies the expert's *input* (``Llama4TextMoe``: ``routed_in = x * score``): ``fused_moe(weight_on_input=True)``.
+* DBRX ``DbrxFFN.route_tokens_to_experts``: softmax, top-k, the k weights divided by their ``p``-norm
+  (``moe_normalize_expert_weights``; ``p = 1`` is the sum): ``route(..., renormalize=True, renormalize_p=p)``.
 * DeepSeek-V2 ``DeepseekV2TopkRouter`` with ``topk_method="group_limited_greedy"``: float32 logits, softmax scores,
   group score = the *maximum* score in each group (``group_score="max"``), keep ``topk_group`` groups, zero the other
   groups' scores, top-k of what is left; weights = those scores (never renormalised) ``* routed_scaling_factor``.
@@ -44,6 +49,9 @@ Backends: ``backend="aiter"`` (ROCm, bf16/fp16 tensors on the GPU) routes ``rout
 does not cover, runs the torch reference below. aiter is imported lazily, only on that branch, and has not been
 exercised in this repository's CPU tests.
 
+Non-gated experts (``gated=False``, Nemotron-H ``NemotronHExperts``: ``down(act(up(x)))``): ``w13 [E, I, H]`` holds
+the up projection alone and ``activation`` is an elementwise one of ``runtime/layers/mlp.py`` (``relu2``).
+
 ``fused_moe_static`` is the shape-static variant for traced graphs (neuron target, ``torch.compile(fullgraph=True)``):
 it runs every local expert densely on all tokens and combines with a dense ``[T, E_local]`` weight matrix.
 """
@@ -55,11 +63,15 @@ import torch
 import torch.nn.functional as F
 
 from ...ops.activation import gated_activation
+from ..mlp import ACTIVATIONS as UNGATED_ACTIVATIONS
 
 __all__ = ["route", "fused_moe", "fused_moe_static", "stacked_from_fused", "experts_from_flat"]
 
 
 # ------------------------------------------------------------------------------------------------------------ router
+SCORINGS = ("softmax", "sigmoid", "topk_softmax", "topk_sigmoid")
+
+
 def route(
     router_logits: torch.Tensor,
     top_k: int,
@@ -72,6 +84,7 @@ def route(
     routed_scaling_factor: float = 1.0,
     group_score: str = "top2_sum",
     backend: str = "torch",
+    renormalize_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``router_logits [T, E]`` -> ``(topk_weights [T, k] float32, topk_ids [T, k] int64)``.
 
@@ -85,11 +98,17 @@ def route(
     The ids of the sigmoid router come in ``topk(sorted=False)`` order, as HF's do; compare them as sets.
     ``scoring="topk_softmax"``: GPT-OSS (``GptOssTopKRouter``): top-k over the raw logits, then a softmax over the k
     selected logits in their own dtype (so the weights always sum to 1; ``renormalize`` changes nothing).
+    ``scoring="topk_sigmoid"``: Llama 4 (``Llama4Router``): top-k over the raw logits, each weight the sigmoid of its
+    own logit in float32 rounded to the logits' dtype (``renormalize`` changes nothing).
+    ``renormalize_p``: with ``renormalize`` and softmax scoring, the weights are divided by their p-norm
+    (``torch.norm(p=...)``, DBRX) instead of their sum (p = 1).
     """
     if router_logits.dim() != 2:
         raise ValueError(f"route: router_logits must be [tokens, experts], got {tuple(router_logits.shape)}")
-    if scoring not in ("softmax", "sigmoid", "topk_softmax"):
-        raise ValueError(f"route: scoring must be 'softmax', 'sigmoid' or 'topk_softmax', got {scoring!r}")
+    if scoring not in SCORINGS:
+        raise ValueError(f"route: scoring must be one of {SCORINGS}, got {scoring!r}")
+    if renormalize_p != 1.0 and scoring != "softmax":
+        raise ValueError(f"route: renormalize_p={renormalize_p} (a p-norm) is defined for scoring 'softmax' only")
     num_experts = router_logits.shape[-1]
     grouped = n_group is not None and n_group > 1
     if grouped:
@@ -97,12 +116,12 @@ def route(
             raise ValueError("route: n_group > 1 needs topk_group")
         if num_experts % n_group:
             raise ValueError(f"route: {num_experts} experts do not split into n_group={n_group} groups")
-        if scoring == "topk_softmax":
-            raise NotImplementedError("route: group-limited selection is not defined for scoring='topk_softmax'")
+        if scoring in ("topk_softmax", "topk_sigmoid"):
+            raise NotImplementedError(f"route: group-limited selection is not defined for scoring={scoring!r}")
     if group_score not in ("top2_sum", "max"):
         raise ValueError(f"route: group_score must be 'top2_sum' or 'max', got {group_score!r}")
 
-    if backend == "aiter" and router_logits.is_cuda and scoring != "topk_softmax":
+    if backend == "aiter" and router_logits.is_cuda and scoring in ("softmax", "sigmoid") and renormalize_p == 1.0:
         out = _aiter_route(
             router_logits, top_k, scoring, renormalize, n_group, topk_group, e_score_correction_bias,
             routed_scaling_factor, group_score,
@@ -117,12 +136,21 @@ def route(
             weights = weights * routed_scaling_factor
         return weights, ids
 
+    if scoring == "topk_sigmoid":  # Llama4Router: sigmoid of the selected logits, in float32, rounded to their dtype
+        values, ids = torch.topk(router_logits, top_k, dim=-1)
+        weights = torch.sigmoid(values.float()).to(values.dtype).float()
+        if routed_scaling_factor != 1.0:
+            weights = weights * routed_scaling_factor
+        return weights, ids
+
     if scoring == "softmax":
         probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
         if grouped:  # DeepSeek-V2 group_limited_greedy: other groups' scores are zeroed (HF masked_fill 0.0)
             probs = probs.masked_fill(~_group_mask(probs, n_group, topk_group, group_score), 0.0)
         weights, ids = torch.topk(probs, top_k, dim=-1)
-        if renormalize:
+        if renormalize and renormalize_p != 1.0:  # DBRX: divided by the p-norm of the k weights
+            weights = weights / torch.norm(weights, p=renormalize_p, dim=-1, keepdim=True)
+        elif renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         if routed_scaling_factor != 1.0:
             weights = weights * routed_scaling_factor
@@ -163,9 +191,21 @@ def _local_ids(topk_ids: torch.Tensor, expert_offset: int, num_local: int, ep: b
     return torch.where((local >= 0) & (local < num_local), local, torch.full_like(local, num_local))
 
 
-def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts, w13_bias, w2_bias):
+def expert_activation(activation: str | Callable, params: dict[str, float] | None = None,
+                      gated: bool = True) -> Callable:
+    """The experts' activation: a gated one on ``[..., 2I]`` (``runtime/ops/activation.py``), or with
+    ``gated=False`` an elementwise one on ``[..., I]`` (``runtime/layers/mlp.py``: relu2, gelu, gelu_tanh)."""
+    if gated or callable(activation):
+        return gated_activation(activation, params)
+    if activation not in UNGATED_ACTIVATIONS:
+        raise ValueError(f"non-gated expert activation {activation!r} not in {sorted(UNGATED_ACTIVATIONS)}")
+    return UNGATED_ACTIVATIONS[activation]
+
+
+def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts, w13_bias, w2_bias,
+           gated=True):
     try:
-        gated_activation(activation)
+        expert_activation(activation, gated=gated)
     except ValueError as e:
         raise ValueError(f"fused_moe: {e}") from None
     if hidden.dim() != 2 or w13.dim() != 3 or w2.dim() != 3:
@@ -174,6 +214,8 @@ def _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, n
             f"{tuple(w13.shape)}, {tuple(w2.shape)}"
         )
     E, two_i, H = w13.shape
+    if not gated:  # w13 is the up projection alone, [E, I, H]
+        two_i *= 2
     if hidden.shape[1] != H or w2.shape != (E, H, two_i // 2) or two_i % 2:
         raise ValueError(
             f"fused_moe: shape mismatch hidden {tuple(hidden.shape)}, w13 {tuple(w13.shape)}, w2 {tuple(w2.shape)}"
@@ -211,6 +253,8 @@ def fused_moe(
     global_num_experts: int | None = None,
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
+    weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """``sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(hidden[t])`` -> ``[T, H]`` in ``hidden.dtype``.
 
@@ -225,13 +269,17 @@ def fused_moe(
     ``activation``: a name of ``runtime/ops/activation.py`` or a callable (a parametric one bound with its parameters).
     ``w13_bias [E, 2I]`` / ``w2_bias [E, H]`` (GPT-OSS): added to each expert's gate-up / down output, the down bias
     before the routing weight (as ``GptOssExperts``: ``(g @ down + b) * weight``).
+    ``weight_on_input``: ``sum_j expert_{topk_ids[t, j]}(topk_weights[t, j] * hidden[t])`` instead (Llama 4: the
+    weight, rounded to the hidden dtype, scales the expert's input; the outputs are summed unweighted).
+    ``gated=False``: non-gated experts, ``w13 [E, I, H]`` the up projection (Nemotron-H).
     """
     num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
-                           w13_bias, w2_bias)
+                           w13_bias, w2_bias, gated)
     if accumulate not in ("index_add", "sum"):
         raise ValueError(f"fused_moe: accumulate must be 'index_add' or 'sum', got {accumulate!r}")
 
-    if backend == "aiter" and hidden.is_cuda and isinstance(activation, str) and w13_bias is None and w2_bias is None:
+    if (backend == "aiter" and hidden.is_cuda and isinstance(activation, str) and w13_bias is None and w2_bias is None
+            and not weight_on_input and gated):
         out = _aiter_fused_moe(
             hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local, ep, global_num_experts
         )
@@ -240,7 +288,7 @@ def fused_moe(
 
     T, H = hidden.shape
     k = topk_ids.shape[1]
-    act = gated_activation(activation)
+    act = expert_activation(activation, gated=gated)
     flat_local = _local_ids(topk_ids, expert_offset, num_local, ep).reshape(-1)
     order = torch.argsort(flat_local, stable=True)  # pairs grouped by expert, ascending; sentinel (EP) last
     counts = torch.bincount(flat_local, minlength=num_local + 1)[:num_local].tolist()  # the one host sync
@@ -258,8 +306,12 @@ def fused_moe(
         end = start + n
         tokens = token_of[start:end]
         b13, b2 = (None if w13_bias is None else w13_bias[e]), (None if w2_bias is None else w2_bias[e])
-        y = F.linear(act(F.linear(hidden[tokens], w13[e], b13)), w2[e], b2)
-        y = y * weight_of[start:end, None]
+        x = hidden[tokens]
+        if weight_on_input:  # Llama4TextMoe: routed_in = x * score, in the hidden dtype
+            x = x * weight_of[start:end, None].to(x.dtype)
+        y = F.linear(act(F.linear(x, w13[e], b13)), w2[e], b2)
+        if not weight_on_input:
+            y = y * weight_of[start:end, None]
         if accumulate == "index_add":
             out.index_add_(0, tokens, y.to(out.dtype))
         else:
@@ -282,6 +334,8 @@ def fused_moe_static(
     num_local_experts: int | None = None,
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
+    weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """Shape-static ``fused_moe`` for traced graphs: no ``.item()``, ``nonzero`` or boolean indexing.
 
@@ -289,26 +343,37 @@ def fused_moe_static(
     with ``L * T``: meant for decode-sized T or small expert counts); a dense combine matrix ``[T, L]`` built by
     ``scatter_add`` (ids outside this rank's range land in a dropped sentinel column) weights and sums them.
     Products are formed with HF's promotion (``expert_out * weight``) and summed over experts in that dtype.
+    ``weight_on_input``: each expert's input is the hidden states times its combine column (Llama 4), its output is
+    kept only for the tokens routed to it (a dense 0/1 mask, so experts with biases add nothing elsewhere).
+    ``gated=False``: non-gated experts (``w13 [E, I, H]`` the up projection).
     """
     num_local, ep = _check(hidden, w13, w2, topk_weights, topk_ids, activation, expert_offset, num_local_experts,
-                           w13_bias, w2_bias)
+                           w13_bias, w2_bias, gated)
     T = hidden.shape[0]
     local = _local_ids(topk_ids, expert_offset, num_local, True)
     combine = torch.zeros(T, num_local + 1, dtype=topk_weights.dtype, device=hidden.device)
     combine = combine.scatter_add(1, local, topk_weights)[:, :num_local]  # [T, L]
     w13_local, w2_local = w13[:num_local], w2[:num_local]
-    gate_up = torch.matmul(hidden.unsqueeze(0), w13_local.transpose(1, 2))  # [L, T, 2I]
+    x = hidden.unsqueeze(0)
+    if weight_on_input:  # [L, T, H]: each expert sees the tokens scaled by their weight for it (0 if not routed)
+        x = x * combine.t().unsqueeze(-1).to(hidden.dtype)
+    gate_up = torch.matmul(x, w13_local.transpose(1, 2))  # [L, T, 2I]
     if w13_bias is not None:
         gate_up = gate_up + w13_bias[:num_local, None, :]
-    y = torch.matmul(gated_activation(activation)(gate_up), w2_local.transpose(1, 2))  # [L, T, H]
+    y = torch.matmul(expert_activation(activation, gated=gated)(gate_up), w2_local.transpose(1, 2))  # [L, T, H]
     if w2_bias is not None:
         y = y + w2_bias[:num_local, None, :]
-    y = y * combine.t().unsqueeze(-1)
+    if weight_on_input:
+        routed = torch.zeros(T, num_local + 1, dtype=y.dtype, device=hidden.device)
+        routed = routed.scatter_add(1, local, torch.ones_like(topk_weights, dtype=y.dtype))[:, :num_local]
+        y = y * routed.t().unsqueeze(-1)
+    else:
+        y = y * combine.t().unsqueeze(-1)
     return y.sum(dim=0).to(hidden.dtype)
 
 
 # ----------------------------------------------------------------------------------------------- checkpoint layouts
-EXPERT_LAYOUTS = ("stacked", "interleaved_transposed", "flat")
+EXPERT_LAYOUTS = ("stacked", "interleaved_transposed", "flat", "transposed")
 
 
 def experts_from_flat(tensor: torch.Tensor, part: str, num_experts: int) -> torch.Tensor:
@@ -329,10 +394,15 @@ def stacked_from_fused(tensor: torch.Tensor, part: str, layout: str) -> torch.Te
     layout, already ``w13 [E, 2I, H]``, ``w2 [E, H, I]``: returned as is. ``layout="interleaved_transposed"``: GPT-OSS
     (``GptOssExperts``, used as ``x @ W``): ``gate_up_proj [E, H, 2I]`` with gate/up interleaved on the last dim
     (``[..., ::2]`` gate, ``[..., 1::2]`` up), ``gate_up_proj_bias [E, 2I]`` interleaved alike, ``down_proj [E, I, H]``,
-    ``down_proj_bias [E, H]``.
+    ``down_proj_bias [E, H]``. ``layout="transposed"``: Llama 4 (``Llama4TextExperts``, used as ``x @ W``):
+    ``gate_up_proj [E, H, 2I]`` (gate columns, then up columns: ``chunk(2, dim=-1)``), ``down_proj [E, I, H]``.
     """
     if layout == "stacked" or part == "w2_bias":
         return tensor
+    if layout == "transposed":
+        if part not in ("w13", "w2"):
+            raise ValueError(f"transposed experts: no {part!r} tensor (Llama 4's experts have no biases)")
+        return tensor.transpose(1, 2)
     if layout != "interleaved_transposed":
         raise ValueError(f"unknown expert layout {layout!r}; expected one of {EXPERT_LAYOUTS}")
     if part == "w2":

@@ -9,7 +9,8 @@ its slice's bytes of each local expert, as the rocm loader narrows its memory-ma
 rows and down columns; transformers v5's fused ``[E, 2I, H]`` gate-up rows as two ranges (gate, then up) and
 ``[E, H, I]`` down columns; GPT-OSS's interleaved ``[E, H, 2I]`` gate-up as one contiguous range of the last dim
 (gate/up pairs ``2j, 2j+1`` of slice ``r`` are columns ``[2rn, 2rn + 2n)``), ``[E, I, H]`` down rows, and the
-interleaved gate-up bias alike. The down-projection bias is added once after the ranks' partial sums: rank 0 keeps
+interleaved gate-up bias alike; Llama 4's transposed ``[E, H, 2I]`` gate-up as two ranges of the last dim (gate, then
+up) and ``[E, I, H]`` down rows. The down-projection bias is added once after the ranks' partial sums: rank 0 keeps
 it, the others hold zeros (nothing to narrow)."""
 from __future__ import annotations
 
@@ -80,6 +81,13 @@ def _narrowed(slices: Sequence[Any], part: str, layout_name: str | None, rank: i
             dim = len(shape) - 1
             lo, hi = cut(shape[dim] // 2)
             return [SliceView(s, dim, 2 * lo, 2 * hi - 1)]
+        if part == "w2":
+            return [SliceView(s, 1, *_closed(cut(shape[1])))]
+    if layout == "transposed":  # Llama 4: w13 [E, H, 2I] gate columns, then up columns; w2 [E, I, H]
+        if part == "w13":
+            half = shape[2] // 2
+            lo, hi = cut(half)
+            return [_Ranges(s, 2, [(lo, hi), (half + lo, half + hi)])]
         if part == "w2":
             return [SliceView(s, 1, *_closed(cut(shape[1])))]
     return None

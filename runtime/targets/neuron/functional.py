@@ -165,14 +165,15 @@ def router(
     weights_in_model_dtype: bool = False,
     bias: torch.Tensor | None = None,
     group_score: str = "top2_sum",
+    renormalize_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits in the router weight's dtype (float32 routers cast the hidden states up; ``bias``: the router
-    linear's own bias, GPT-OSS), then top-k."""
+    linear's own bias, GPT-OSS), then top-k (``renormalize_p``: the p-norm the weights are divided by, DBRX)."""
     logits = linear(hidden.to(weight.dtype), weight.t(), bias)
     weights, ids = moe_ops.route(
         logits, top_k, scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
         e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor,
-        group_score=group_score,
+        group_score=group_score, renormalize_p=renormalize_p,
     )
     return (weights.to(logits.dtype) if weights_in_model_dtype else weights), ids
 
@@ -188,12 +189,17 @@ def moe(
     activation_params: dict[str, float] | None = None,
     w13_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
+    weight_on_input: bool = False,
+    gated: bool = True,
 ) -> torch.Tensor:
     """Shape-static fused MoE over this rank's experts ``[expert_offset, expert_offset + L)``; summed across ranks.
-    ``activation_params``: a parametric activation's parameters; ``w13_bias``/``w2_bias``: expert biases (GPT-OSS)."""
+    ``activation_params``: a parametric activation's parameters; ``w13_bias``/``w2_bias``: expert biases (GPT-OSS);
+    ``weight_on_input``: the routing weight scales the expert's input, not its output (Llama 4); ``gated=False``:
+    non-gated experts, ``w13 [E_local, I, H]`` the up projection (Nemotron-H)."""
     out = moe_ops.fused_moe_static(
-        hidden, w13, w2, topk_weights, topk_ids, gated_activation(activation, activation_params),
+        hidden, w13, w2, topk_weights, topk_ids, moe_ops.expert_activation(activation, activation_params, gated),
         expert_offset=expert_offset, num_local_experts=w13.shape[0], w13_bias=w13_bias, w2_bias=w2_bias,
+        weight_on_input=weight_on_input, gated=gated,
     )
     return dist.all_reduce(out)
 
