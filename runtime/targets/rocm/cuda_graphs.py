@@ -216,14 +216,15 @@ class _StepBucket:
     """Static buffers of one batch bucket: ``batch`` sequences of ``q`` token slots each (``T = batch * q`` rows)."""
 
     def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
-                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None):
+                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None,
+                 advance: bool = False):
         self.batch, self.q, self.width = batch, q, width
         self.with_state = with_state
         T = batch * q
         R = T if layout == "rows" else batch  # rows of context lengths / block tables
         B = batch if with_state else 0  # recurrent layers: each sequence's state slot, fresh flag (0/1), real tokens
         tab0 = 4 * T + R
-        n = tab0 + R * width + 3 * B
+        n = tab0 + R * width + 3 * B + (T if advance else 0)
         cuda = torch.device(device).type == "cuda"
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
         self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
@@ -246,6 +247,9 @@ class _StepBucket:
             self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
             state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens,
                                   checkpoints=checkpoints)
+        # Chained steps (StepGraphs ``advance``): each row's chained steps left, the current one included.
+        self.h_left = h[n - T:] if advance else None
+        self.left = d[n - T:] if advance else None
         self.meta = AttentionMetadata(
             is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
             block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1, state=state,
@@ -283,14 +287,24 @@ class StepGraphs:
     and the argmax of every token slot, and keeps the token ids the replay fed (``run(..., head=True)`` returns
     ``(hidden, argmax, fed ids)`` of the real tokens); ``chain``: a device buffer that token ids ``-1 - r`` name row
     ``r`` of (``runtime/ops/tokens.py``), so a step's input tokens can be the previous graph's argmax without a
-    device-to-host read."""
+    device-to-host read.
+
+    ``advance`` (chained draft steps: one token per sequence, ``"rows"``, ``head`` and ``chain`` set, ``chain`` a
+    flat view of a ``[K, advance]`` buffer): the graph ends by advancing its own inputs to the next chained step --
+    each live row's position and context by one, its cache slot from its block table, its input id to the next row
+    of the chain buffer, its hidden input to the step's output -- so :meth:`run_chain` fills the host buffers once
+    and replays the graph once per chained step (no host metadata or event wait between the replays)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
                  max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
                  hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2,
-                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None):
+                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None, advance: int | None = None):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
+        if advance is not None and not (tokens_per_seq == 1 and layout == "rows" and head and chain is not None
+                                        and hidden is not None):
+            raise ValueError("StepGraphs advance: chained steps need one token per sequence, the 'rows' layout, "
+                             "head=True, a chain buffer and a hidden input")
         self.with_state = has_recurrent_state(model)
         if self.with_state and layout != "varlen":
             raise ValueError(f"StepGraphs: a model with per-request state layers needs the 'varlen' layout, not "
@@ -304,6 +318,7 @@ class StepGraphs:
         self._capture_fn = capture
         self.warmup = warmup
         self.head, self.chain = head, chain
+        self.advance = advance
         self.captures = 0
         self.replays = 0
 
@@ -329,11 +344,27 @@ class StepGraphs:
         hidden = self.model(ids, bk.pos, bk.meta)
         if not self.head:
             return hidden
-        return hidden, self.model.compute_logits(hidden).argmax(-1), ids
+        out = hidden, self.model.compute_logits(hidden).argmax(-1), ids
+        if self.advance is not None:
+            self._advance(bk, hidden)
+        return out
+
+    def _advance(self, bk: _StepBucket, hidden: torch.Tensor) -> None:
+        """The next chained step's inputs, in place (``advance``): rows with chained steps left move one position
+        on, read the next row of the chain buffer and this step's output hidden state; the others write nothing."""
+        bk.left.sub_(1)
+        live = bk.left > 0
+        bk.pos.add_(live.to(bk.pos.dtype))
+        torch.add(bk.pos, 1, out=bk.ctx)
+        bs = self.block_size
+        block = bk.tab.gather(1, torch.div(bk.pos, bs, rounding_mode="floor").unsqueeze(1)).squeeze(1)
+        bk.slot.copy_(torch.where(live, block * bs + bk.pos % bs, torch.full_like(bk.slot, -1)))
+        bk.ids.sub_(live.to(bk.ids.dtype) * self.advance)
+        bk.hidden_in.copy_(hidden)
 
     def _capture(self, batch: int) -> _StepBucket:
         bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state,
-                         self.checkpoints)
+                         self.checkpoints, advance=self.advance is not None)
         self._fill(bk, [], [])
         bk.device_buf.copy_(bk.host_buf)
         capture = self._capture_fn
@@ -411,21 +442,44 @@ class StepGraphs:
         if self.with_state and (state_slots is None or len(state_slots) != len(work)):
             raise ValueError(f"StepGraphs.run: a model with recurrent layers needs one state slot per work item "
                              f"({len(work)}), got {state_slots!r}")
-        n = len(work)
-        batch = next(b for b in self.buckets if n <= b)
-        bk = self._buckets.get(batch) or self._capture(batch)
-        if bk.copied is not None:
-            bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
-        m = self._fill(bk, work, tables, state_slots)
-        bk.device_buf.copy_(bk.host_buf, non_blocking=True)
-        if bk.copied is not None:
-            bk.copied.record()
-        dst = bk.dst[:m]
-        if bk.hidden_in is not None:
-            bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
+        bk, dst = self._load(work, tables, hidden, state_slots)
         bk.replay()
         self.replays += 1
         if not self.head:
             return bk.out.index_select(0, dst)
         out = tuple(t.index_select(0, dst) for t in bk.out)
         return out if head else out[0]
+
+    def _load(self, work, tables, hidden, state_slots, left: list[int] | None = None):
+        """Fill a bucket's static inputs for ``work``: ``(bucket, destination rows of the real tokens)``."""
+        n = len(work)
+        batch = next(b for b in self.buckets if n <= b)
+        bk = self._buckets.get(batch) or self._capture(batch)
+        if bk.copied is not None:
+            bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
+        m = self._fill(bk, work, tables, state_slots)
+        if left is not None:
+            bk.h_left[:] = 0
+            bk.h_left[:n] = left
+            dead = [i for i, c in enumerate(left) if c < 1]
+            if dead:
+                bk.h_slot[dead] = -1
+        bk.device_buf.copy_(bk.host_buf, non_blocking=True)
+        if bk.copied is not None:
+            bk.copied.record()
+        dst = bk.dst[:m]
+        if bk.hidden_in is not None:
+            bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
+        return bk, dst
+
+    def run_chain(self, work, tables: list[list[int]], hidden: torch.Tensor, left: list[int]):
+        """The chained draft steps (``advance`` graphs): ``work`` holds each sequence's first chained step (one
+        token, a chain-buffer id), ``left[i]`` how many chained steps sequence ``i`` takes (0: none; its rows write
+        nothing). Yields each step's argmax ``[len(work)]`` (a view of the static output: consume it before the
+        next step), ``max(left)`` times; the graph advances its own inputs between the replays."""
+        bk, _ = self._load(work, tables, hidden, None, left=left)
+        n = len(work)
+        for _ in range(max(left, default=0)):
+            bk.replay()
+            self.replays += 1
+            yield bk.out[1][:n]
