@@ -301,7 +301,7 @@ class SpeculativeDecoder:
                                         pool=pool, head=head, **common) if layout is not None else None)
         self.chain_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=1, layout="rows", hidden=hidden,
                                         pool=pool, head=head, chain=flat,
-                                        advance=loaded.max_num_seqs if head and self.overlap else None, **common)
+                                        advance=(self.k - 1, loaded.max_num_seqs) if head and self.overlap else None, **common)
                              if self.k > 1 else None)
 
     def warmup(self) -> None:
@@ -657,7 +657,7 @@ class SpeculativeDecoder:
             buf[:, :n].copy_(torch.tensor(over, dtype=torch.int64, pin_memory=dev.type == "cuda"), non_blocking=True)
         else:
             buf[0, :n].copy_(top.index_select(0, ends_at))
-        if self.chain_graphs is not None and self.chain_graphs.advance is not None:
+        if self.chain_graphs is not None and self.chain_graphs.advance is not None and max(wanted) > 1:
             # The chained steps: one host fill, then one replay per step (the graph advances its own inputs).
             # (a row without chained steps sits at position 0, inside its table, and writes nothing)
             first = [Work(owners[j].seq_id, [-1 - j], len(owners[j].tokens) - 1 if wanted[j] > 1 else 0)

@@ -217,14 +217,15 @@ class _StepBucket:
 
     def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
                  hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None,
-                 advance: bool = False):
+                 steps: int = 1):
         self.batch, self.q, self.width = batch, q, width
         self.with_state = with_state
         T = batch * q
         R = T if layout == "rows" else batch  # rows of context lengths / block tables
         B = batch if with_state else 0  # recurrent layers: each sequence's state slot, fresh flag (0/1), real tokens
         tab0 = 4 * T + R
-        n = tab0 + R * width + 3 * B + (T if advance else 0)
+        n0 = tab0 + R * width + 3 * B
+        n = n0 + 4 * T * (steps - 1)
         cuda = torch.device(device).type == "cuda"
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
         self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
@@ -247,9 +248,9 @@ class _StepBucket:
             self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
             state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens,
                                   checkpoints=checkpoints)
-        # Chained steps (StepGraphs ``advance``): each row's chained steps left, the current one included.
-        self.h_left = h[n - T:] if advance else None
-        self.left = d[n - T:] if advance else None
+        # Chained steps (StepGraphs ``advance``): ids, positions, slots and context lengths of steps 2.. (host-filled)
+        self.h_next = h[n0:].reshape(steps - 1, 4, T)
+        self.next = d[n0:].view(steps - 1, 4, T)
         self.meta = AttentionMetadata(
             is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
             block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1, state=state,
@@ -289,16 +290,17 @@ class StepGraphs:
     ``r`` of (``runtime/ops/tokens.py``), so a step's input tokens can be the previous graph's argmax without a
     device-to-host read.
 
-    ``advance`` (chained draft steps: one token per sequence, ``"rows"``, ``head`` and ``chain`` set, ``chain`` a
-    flat view of a ``[K, advance]`` buffer): the graph ends by advancing its own inputs to the next chained step --
-    each live row's position and context by one, its cache slot from its block table, its input id to the next row
-    of the chain buffer, its hidden input to the step's output -- so :meth:`run_chain` fills the host buffers once
-    and replays the graph once per chained step (no host metadata or event wait between the replays)."""
+    ``advance = (steps, stride)`` (chained draft steps: one token per sequence, ``"rows"``, ``head`` and ``chain``
+    set, ``chain`` a flat view of a ``[steps + 1, stride]`` buffer): :meth:`run_chain` fills the inputs of all
+    ``steps`` chained steps in one host buffer and one copy, and the graph ends by moving the next step's ids,
+    positions, slots and context lengths into place (two device copies) and its output hidden states into its hidden
+    input, so the chained steps replay back to back (no host metadata or event wait between the replays)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
                  max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
                  hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2,
-                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None, advance: int | None = None):
+                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None,
+                 advance: tuple[int, int] | None = None):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
         if advance is not None and not (tokens_per_seq == 1 and layout == "rows" and head and chain is not None
@@ -345,26 +347,24 @@ class StepGraphs:
         if not self.head:
             return hidden
         out = hidden, self.model.compute_logits(hidden).argmax(-1), ids
-        if self.advance is not None:
+        if self.advance is not None and self.advance[0] > 1:
             self._advance(bk, hidden)
         return out
 
     def _advance(self, bk: _StepBucket, hidden: torch.Tensor) -> None:
-        """The next chained step's inputs, in place (``advance``): rows with chained steps left move one position
-        on, read the next row of the chain buffer and this step's output hidden state; the others write nothing."""
-        bk.left.sub_(1)
-        live = bk.left > 0
-        bk.pos.add_(live.to(bk.pos.dtype))
-        torch.add(bk.pos, 1, out=bk.ctx)
-        bs = self.block_size
-        block = bk.tab.gather(1, torch.div(bk.pos, bs, rounding_mode="floor").unsqueeze(1)).squeeze(1)
-        bk.slot.copy_(torch.where(live, block * bs + bk.pos % bs, torch.full_like(bk.slot, -1)))
-        bk.ids.sub_(live.to(bk.ids.dtype) * self.advance)
+        """The next chained step's inputs, in place (``advance``): its ids / positions / slots (contiguous in the
+        bucket's buffer) and context lengths from the first of the host-filled next steps, which then shift down
+        one, and this step's output hidden states as its hidden input."""
+        T = bk.batch
+        bk.device_buf[:3 * T].copy_(bk.next[0, :3].reshape(-1))
+        bk.ctx.copy_(bk.next[0, 3])
+        if bk.next.shape[0] > 1:
+            bk.next[:-1].copy_(bk.next[1:].clone())
         bk.hidden_in.copy_(hidden)
 
     def _capture(self, batch: int) -> _StepBucket:
         bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state,
-                         self.checkpoints, advance=self.advance is not None)
+                         self.checkpoints, steps=self.advance[0] if self.advance is not None else 1)
         self._fill(bk, [], [])
         bk.device_buf.copy_(bk.host_buf)
         capture = self._capture_fn
@@ -459,11 +459,7 @@ class StepGraphs:
             bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
         m = self._fill(bk, work, tables, state_slots)
         if left is not None:
-            bk.h_left[:] = 0
-            bk.h_left[:n] = left
-            dead = [i for i, c in enumerate(left) if c < 1]
-            if dead:
-                bk.h_slot[dead] = -1
+            self._fill_next(bk, work, tables, left)
         bk.device_buf.copy_(bk.host_buf, non_blocking=True)
         if bk.copied is not None:
             bk.copied.record()
@@ -471,6 +467,30 @@ class StepGraphs:
         if bk.hidden_in is not None:
             bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
         return bk, dst
+
+    def _fill_next(self, bk: _StepBucket, work, tables, left: list[int]) -> None:
+        """Chained steps: row ``i`` (one token, id ``-1 - r``, at position ``p``) takes ``left[i]`` steps; step ``s``
+        (1-based) feeds id ``-1 - ((s - 1) * stride + r)`` at ``p + s - 1``. Rows past their steps write nothing."""
+        dead = [i for i, c in enumerate(left) if c < 1]
+        if dead:
+            bk.h_slot[dead] = -1
+        nxt = bk.h_next
+        if not len(nxt):
+            return
+        nxt[:, 0] = 0
+        nxt[:, 1] = 0
+        nxt[:, 2] = -1
+        nxt[:, 3] = 1
+        bs, stride = self.block_size, self.advance[1]
+        for i, (w, t, c) in enumerate(zip(work, tables, left)):
+            p, x = w.start_pos, w.token_ids[0]
+            for s in range(2, len(nxt) + 2):
+                row = nxt[s - 2]
+                if s <= c:
+                    q = p + s - 1
+                    row[0, i], row[1, i], row[2, i], row[3, i] = x - (s - 1) * stride, q, t[q // bs] * bs + q % bs, q + 1
+                else:
+                    row[0, i], row[1, i], row[3, i] = x, p, p + 1
 
     def run_chain(self, work, tables: list[list[int]], hidden: torch.Tensor, left: list[int]):
         """The chained draft steps (``advance`` graphs): ``work`` holds each sequence's first chained step (one
