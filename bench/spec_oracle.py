@@ -23,9 +23,8 @@ equal the plain leg's; with ``--components``, the GPU time of each graph a step 
 is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
 after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
-graph); the components of each variant's graphs are timed too. ``--step-legs no-overlap`` (any model on a GPU)
-pairs every resident row the same way with the step before the host-gap change (issue 29 item 4): one host fill
-per chained draft graph run, and a recurrent rewind issued before the draft launches. (A ``loop`` variant -- the GDN layers once per
+graph); the components of each variant's graphs are timed too. (A ``no-overlap`` variant -- s32a's A/B of the chained
+draft graph advancing its own inputs -- and a ``loop`` variant -- the GDN layers once per
 token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
@@ -191,18 +190,15 @@ def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
 
 
 def set_variant(dec, llm, variant: str, resident: bool) -> None:
-    """Recapture the speculative graphs for ``variant``: ``default``; ``no-ck`` (``--gdn-legs``: the GDN window
-    kernel, snapshot / re-advance); ``no-overlap`` (``--step-legs``: chained drafts filled by the host, rewind
-    first)."""
-    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant != "no-ck",
-                      overlap=variant != "no-overlap")
+    """Recapture the speculative graphs for ``variant`` of the verify step's Gated DeltaNet path (``--gdn-legs``):
+    ``default`` (window kernel + per-token state checkpoints), ``no-ck`` (window kernel, snapshot / re-advance)."""
+    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant == "default")
     dec.warmup()
 
 
 def run_model(kind: str, args, root: Path, results: dict) -> None:
     t0 = time.monotonic()
     gdn_legs = list(args.gdn_legs) if kind == "qwen3_next" and args.device.startswith("cuda") else []
-    gdn_legs += list(args.step_legs) if args.device.startswith("cuda") else []
     path = make_checkpoint(kind, args, root)
     vocab = SHAPES[kind][args.size]["vocab_size"]
     log(f"{kind}: checkpoint in {time.monotonic() - t0:.0f}s")
@@ -301,9 +297,6 @@ def main() -> int:
     ap.add_argument("--gdn-legs", nargs="*", default=[], choices=["no-ck"],
                     help="Qwen3-Next on a GPU: pair each resident row with these variants of the verify step's GDN "
                          "path (set_variant())")
-    ap.add_argument("--step-legs", nargs="*", default=[], choices=["no-overlap"],
-                    help="on a GPU, pair each resident row with these variants of the step's host side "
-                         "(set_variant())")
     ap.add_argument("--budget-s", type=float, default=None)
     ap.add_argument("--out", default="bench/results/h200-spec-oracle.json")
     args = ap.parse_args()

@@ -50,7 +50,6 @@ def test_graphed_speculative_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     spec = _engine(path, speculative_tokens=k)
     sd = spec.speculative
     assert sd.draft_graphs is not None and sd.verify_graphs is not None
-    assert k == 1 or sd.chain_graphs.advance is not None  # chained drafts advance their inputs inside the graph
     assert spec.generate(PROMPTS, _greedy(16)) == ref
     replays = sd.graph_replays()
     assert replays["draft"] > 0 and replays["verify"] > 0

@@ -247,7 +247,6 @@ class SpeculativeDecoder:
         # only) before the next draft step reads it -- bench/spec_oracle.py's oracle drafts at a fixed acceptance.
         self.propose_override = None
         self.resident = False  # greedy steps keep drafts on the device (enable_graphs)
-        self.overlap = False  # chained drafts advanced on the device, rewind after the draft launch (enable_graphs)
         self._draft_buf: torch.Tensor | None = None  # [K, max_num_seqs]: draft j of the request drafting in row r
         # CUDA graphs of the verify step and the draft steps (module docstring), when the target runner replays its
         # decode steps from graphs; MODELGEN_SPEC_GRAPHS=0 keeps speculative steps eager (bench/mtp.py compares).
@@ -260,7 +259,7 @@ class SpeculativeDecoder:
             self.enable_graphs(options.decode_buckets)
 
     def enable_graphs(self, buckets: list[int] | None = None, capture=None, resident: bool = True,
-                      checkpoints: bool = True, overlap: bool = True) -> None:
+                      checkpoints: bool = True) -> None:
         """Build the speculative steps' graphs (``StepGraphs``, runtime/targets/rocm/cuda_graphs.py): the target's
         verify step (K + 1 tokens per sequence; Gated DeltaNet targets with their state slots, the state snapshot /
         restore around the step being plain tensor copies between steps); the draft's settling step (K + 1) and
@@ -271,11 +270,8 @@ class SpeculativeDecoder:
         bench/spec_oracle.py's A/B against the step that reads its drafts back (which lost: bench/NOTES-mtp.md).
         ``checkpoints`` (recurrent targets): the verify graph leaves each token's state in
         ``StatePool.checkpoints`` and a rejection rewinds to one (no snapshot, restore or re-advance); ``False``
-        only for bench/spec_oracle.py's A/B against the snapshot path. ``overlap`` (resident graphs): the chained
-        draft graph advances its own inputs (``StepGraphs.run_chain``: one host fill for the K - 1 chained steps)
-        and a recurrent rewind is issued after the draft launches; ``False`` only for bench/spec_oracle.py's A/B."""
+        only for bench/spec_oracle.py's A/B against the snapshot path."""
         loaded = self.loaded
-        self.overlap = bool(overlap)
         q = self.k + 1
         self.resident = bool(resident)
         self._draft_buf = (torch.zeros(self.k, loaded.max_num_seqs, dtype=torch.int64, device=loaded.device)
@@ -300,9 +296,7 @@ class SpeculativeDecoder:
         self.draft_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=q, layout=layout, hidden=hidden,
                                         pool=pool, head=head, **common) if layout is not None else None)
         self.chain_graphs = (StepGraphs(self.draft, loaded.device, tokens_per_seq=1, layout="rows", hidden=hidden,
-                                        pool=pool, head=head, chain=flat,
-                                        advance=(self.k - 1, loaded.max_num_seqs) if head and self.overlap else None, **common)
-                             if self.k > 1 else None)
+                                        pool=pool, head=head, chain=flat, **common) if self.k > 1 else None)
 
     def warmup(self) -> None:
         """Capture every bucket of the verify / draft / chained-draft graphs now (``LLM.warmup``; none exist with
@@ -491,19 +485,6 @@ class SpeculativeDecoder:
         # states dropped; attention rewrites the same K/V). The hidden states of those positions from the verify
         # forward are exact (causal), so the draft is fed from it.
         settled = [r.computed for r in batch]  # positions [start, settled) are final for the draft
-
-        def rewind_states():
-            redo = [j for j, i in enumerate(verifying)
-                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
-            if redo:  # each keeps tokens [start, computed) of its window: the checkpoint after the last of them
-                pool.rewind([slots[j] for j in redo],
-                            [batch[verifying[j]].computed - starts[verifying[j]] for j in redo])
-                self.stats.rollbacks += len(redo)
-        # The draft never reads the target's recurrent states: with ``overlap`` the rewind's copies are issued after
-        # the draft graphs launch (the next verify is behind both on the stream), so the GPU is not left waiting.
-        late_rewind = rewind and verifying and self.overlap
-        if rewind and verifying and not late_rewind:
-            rewind_states()
         if snapshot is not None:
             redo = [j for j, i in enumerate(verifying)
                     if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
@@ -528,11 +509,18 @@ class SpeculativeDecoder:
         t_draft = time.perf_counter()
         with record_function("spec::draft"):
             self._draft(batch, starts, settled, offsets, hidden)
-        if late_rewind:
-            rewind_states()
-        done = time.perf_counter()
-        self.stats.draft_s += done - t_draft
-        dt = done - t0
+        self.stats.draft_s += time.perf_counter() - t_draft
+        # Checkpoint rewind, issued after the draft graphs launched: the draft never reads the target's recurrent
+        # states and the next verify is behind both on the stream, so the GPU runs the drafts while the host issues
+        # the rewind's copies (s32a: bench/NOTES-mtp.md).
+        if rewind and verifying:
+            redo = [j for j, i in enumerate(verifying)
+                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
+            if redo:  # each keeps tokens [start, computed) of its window: the checkpoint after the last of them
+                pool.rewind([slots[j] for j in redo],
+                            [batch[verifying[j]].computed - starts[verifying[j]] for j in redo])
+                self.stats.rollbacks += len(redo)
+        dt = time.perf_counter() - t0
         if prefill:
             self.scheduler.stats.prefill_tokens += sum(real)
             self.scheduler.stats.prefill_s += dt
@@ -657,17 +645,6 @@ class SpeculativeDecoder:
             buf[:, :n].copy_(torch.tensor(over, dtype=torch.int64, pin_memory=dev.type == "cuda"), non_blocking=True)
         else:
             buf[0, :n].copy_(top.index_select(0, ends_at))
-        if self.chain_graphs is not None and self.chain_graphs.advance is not None and max(wanted) > 1:
-            # The chained steps: one host fill, then one replay per step (the graph advances its own inputs).
-            # (a row without chained steps sits at position 0, inside its table, and writes nothing)
-            first = [Work(owners[j].seq_id, [-1 - j], len(owners[j].tokens) - 1 if wanted[j] > 1 else 0)
-                     for j in range(n)]
-            steps = self.chain_graphs.run_chain(first, [tables[w.seq_id] for w in first], last_hidden,
-                                                [max(c - 1, 0) for c in wanted])
-            for step, top in enumerate(steps, 1):
-                if over is None:
-                    buf[step, :n].copy_(top)
-            active = []
         for step in range(self.k):
             active = [j for j in active if wanted[j] > step]
             if not active:

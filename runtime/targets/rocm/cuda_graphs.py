@@ -216,16 +216,14 @@ class _StepBucket:
     """Static buffers of one batch bucket: ``batch`` sequences of ``q`` token slots each (``T = batch * q`` rows)."""
 
     def __init__(self, batch: int, q: int, width: int, layout: str, device: torch.device,
-                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None,
-                 steps: int = 1):
+                 hidden: tuple[int, torch.dtype] | None, with_state: bool = False, checkpoints=None):
         self.batch, self.q, self.width = batch, q, width
         self.with_state = with_state
         T = batch * q
         R = T if layout == "rows" else batch  # rows of context lengths / block tables
         B = batch if with_state else 0  # recurrent layers: each sequence's state slot, fresh flag (0/1), real tokens
         tab0 = 4 * T + R
-        n0 = tab0 + R * width + 3 * B
-        n = n0 + 4 * T * (steps - 1)
+        n = tab0 + R * width + 3 * B
         cuda = torch.device(device).type == "cuda"
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
         self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
@@ -248,9 +246,6 @@ class _StepBucket:
             self.fresh = torch.zeros(B, dtype=torch.bool, device=device)  # refreshed inside the graph
             state = StateMetadata(cu, self.state_slot, self.fresh, tokens_per_seq=q, seq_lens=self.lens,
                                   checkpoints=checkpoints)
-        # Chained steps (StepGraphs ``advance``): ids, positions, slots and context lengths of steps 2.. (host-filled)
-        self.h_next = h[n0:].reshape(steps - 1, 4, T)
-        self.next = d[n0:].view(steps - 1, 4, T)
         self.meta = AttentionMetadata(
             is_prefill=layout == "varlen", slot_mapping=self.slot, cu_seqlens_q=cu, context_lens=self.ctx,
             block_tables=self.tab, max_seqlen_q=q if layout == "varlen" else 1, state=state,
@@ -288,25 +283,14 @@ class StepGraphs:
     and the argmax of every token slot, and keeps the token ids the replay fed (``run(..., head=True)`` returns
     ``(hidden, argmax, fed ids)`` of the real tokens); ``chain``: a device buffer that token ids ``-1 - r`` name row
     ``r`` of (``runtime/ops/tokens.py``), so a step's input tokens can be the previous graph's argmax without a
-    device-to-host read.
-
-    ``advance = (steps, stride)`` (chained draft steps: one token per sequence, ``"rows"``, ``head`` and ``chain``
-    set, ``chain`` a flat view of a ``[steps + 1, stride]`` buffer): :meth:`run_chain` fills the inputs of all
-    ``steps`` chained steps in one host buffer and one copy, and the graph ends by moving the next step's ids,
-    positions, slots and context lengths into place (two device copies) and its output hidden states into its hidden
-    input, so the chained steps replay back to back (no host metadata or event wait between the replays)."""
+    device-to-host read."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, *, tokens_per_seq: int, layout: str,
                  max_num_seqs: int, width: int, block_size: int, buckets: list[int] | None = None,
                  hidden: tuple[int, torch.dtype] | None = None, pool=None, capture=None, warmup: int = 2,
-                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None,
-                 advance: tuple[int, int] | None = None):
+                 head: bool = False, chain: torch.Tensor | None = None, checkpoints=None):
         if layout not in ("rows", "varlen"):
             raise ValueError(f"StepGraphs layout {layout!r}: expected 'rows' or 'varlen'")
-        if advance is not None and not (tokens_per_seq == 1 and layout == "rows" and head and chain is not None
-                                        and hidden is not None):
-            raise ValueError("StepGraphs advance: chained steps need one token per sequence, the 'rows' layout, "
-                             "head=True, a chain buffer and a hidden input")
         self.with_state = has_recurrent_state(model)
         if self.with_state and layout != "varlen":
             raise ValueError(f"StepGraphs: a model with per-request state layers needs the 'varlen' layout, not "
@@ -320,7 +304,6 @@ class StepGraphs:
         self._capture_fn = capture
         self.warmup = warmup
         self.head, self.chain = head, chain
-        self.advance = advance
         self.captures = 0
         self.replays = 0
 
@@ -346,25 +329,11 @@ class StepGraphs:
         hidden = self.model(ids, bk.pos, bk.meta)
         if not self.head:
             return hidden
-        out = hidden, self.model.compute_logits(hidden).argmax(-1), ids
-        if self.advance is not None and self.advance[0] > 1:
-            self._advance(bk, hidden)
-        return out
-
-    def _advance(self, bk: _StepBucket, hidden: torch.Tensor) -> None:
-        """The next chained step's inputs, in place (``advance``): its ids / positions / slots (contiguous in the
-        bucket's buffer) and context lengths from the first of the host-filled next steps, which then shift down
-        one, and this step's output hidden states as its hidden input."""
-        T = bk.batch
-        bk.device_buf[:3 * T].copy_(bk.next[0, :3].reshape(-1))
-        bk.ctx.copy_(bk.next[0, 3])
-        if bk.next.shape[0] > 1:
-            bk.next[:-1].copy_(bk.next[1:].clone())
-        bk.hidden_in.copy_(hidden)
+        return hidden, self.model.compute_logits(hidden).argmax(-1), ids
 
     def _capture(self, batch: int) -> _StepBucket:
         bk = _StepBucket(batch, self.q, self.width, self.layout, self.device, self.hidden, self.with_state,
-                         self.checkpoints, steps=self.advance[0] if self.advance is not None else 1)
+                         self.checkpoints)
         self._fill(bk, [], [])
         bk.device_buf.copy_(bk.host_buf)
         capture = self._capture_fn
@@ -442,64 +411,21 @@ class StepGraphs:
         if self.with_state and (state_slots is None or len(state_slots) != len(work)):
             raise ValueError(f"StepGraphs.run: a model with recurrent layers needs one state slot per work item "
                              f"({len(work)}), got {state_slots!r}")
-        bk, dst = self._load(work, tables, hidden, state_slots)
-        bk.replay()
-        self.replays += 1
-        if not self.head:
-            return bk.out.index_select(0, dst)
-        out = tuple(t.index_select(0, dst) for t in bk.out)
-        return out if head else out[0]
-
-    def _load(self, work, tables, hidden, state_slots, left: list[int] | None = None):
-        """Fill a bucket's static inputs for ``work``: ``(bucket, destination rows of the real tokens)``."""
         n = len(work)
         batch = next(b for b in self.buckets if n <= b)
         bk = self._buckets.get(batch) or self._capture(batch)
         if bk.copied is not None:
             bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
         m = self._fill(bk, work, tables, state_slots)
-        if left is not None:
-            self._fill_next(bk, work, tables, left)
         bk.device_buf.copy_(bk.host_buf, non_blocking=True)
         if bk.copied is not None:
             bk.copied.record()
         dst = bk.dst[:m]
         if bk.hidden_in is not None:
             bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
-        return bk, dst
-
-    def _fill_next(self, bk: _StepBucket, work, tables, left: list[int]) -> None:
-        """Chained steps: row ``i`` (one token, id ``-1 - r``, at position ``p``) takes ``left[i]`` steps; step ``s``
-        (1-based) feeds id ``-1 - ((s - 1) * stride + r)`` at ``p + s - 1``. Rows past their steps write nothing."""
-        dead = [i for i, c in enumerate(left) if c < 1]
-        if dead:
-            bk.h_slot[dead] = -1
-        nxt = bk.h_next
-        if not len(nxt):
-            return
-        nxt[:, 0] = 0
-        nxt[:, 1] = 0
-        nxt[:, 2] = -1
-        nxt[:, 3] = 1
-        bs, stride = self.block_size, self.advance[1]
-        for i, (w, t, c) in enumerate(zip(work, tables, left)):
-            p, x = w.start_pos, w.token_ids[0]
-            for s in range(2, len(nxt) + 2):
-                row = nxt[s - 2]
-                if s <= c:
-                    q = p + s - 1
-                    row[0, i], row[1, i], row[2, i], row[3, i] = x - (s - 1) * stride, q, t[q // bs] * bs + q % bs, q + 1
-                else:
-                    row[0, i], row[1, i], row[3, i] = x, p, p + 1
-
-    def run_chain(self, work, tables: list[list[int]], hidden: torch.Tensor, left: list[int]):
-        """The chained draft steps (``advance`` graphs): ``work`` holds each sequence's first chained step (one
-        token, a chain-buffer id), ``left[i]`` how many chained steps sequence ``i`` takes (0: none; its rows write
-        nothing). Yields each step's argmax ``[len(work)]`` (a view of the static output: consume it before the
-        next step), ``max(left)`` times; the graph advances its own inputs between the replays."""
-        bk, _ = self._load(work, tables, hidden, None, left=left)
-        n = len(work)
-        for _ in range(max(left, default=0)):
-            bk.replay()
-            self.replays += 1
-            yield bk.out[1][:n]
+        bk.replay()
+        self.replays += 1
+        if not self.head:
+            return bk.out.index_select(0, dst)
+        out = tuple(t.index_select(0, dst) for t in bk.out)
+        return out if head else out[0]
