@@ -23,7 +23,8 @@ equal the plain leg's; with ``--components``, the GPU time of each graph a step 
 is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
 after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
-graph); the components of each variant's graphs are timed too. (A ``loop`` variant -- the GDN layers once per
+graph); the components of each variant's graphs are timed too. (A ``no-overlap`` variant -- s32a's A/B of the chained
+draft graph advancing its own inputs -- and a ``loop`` variant -- the GDN layers once per
 token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\

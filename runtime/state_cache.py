@@ -190,7 +190,9 @@ class StatePool:
         if not slots:
             return
         device = next(iter(self.conv.values())).device
-        idx = torch.tensor([slots, [k - 1 for k in kept]], dtype=torch.int64, device=device)
+        # Up through pinned memory without waiting for the device (the draft graphs may still be running).
+        idx = torch.tensor([slots, [k - 1 for k in kept]], dtype=torch.int64,
+                           pin_memory=device.type == "cuda").to(device, non_blocking=True)
         dst, j = idx[0], idx[1]
         for name, (conv, recurrent) in self.checkpoints.items():
             self.conv[name].index_copy_(0, dst, conv[dst, j])

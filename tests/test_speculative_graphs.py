@@ -375,6 +375,29 @@ def test_device_resident_greedy_equals_plain(ckpts, monkeypatch, kind, k):
     assert not host.speculative.resident and host.generate(PROMPTS, _greedy(16)) == ref
 
 
+def test_gdn_rewind_after_the_draft_launch(ckpts, monkeypatch):
+    """Qwen3-Next, K = 3, oracle drafts corrupted mid-run: a step's checkpoint rewind (StatePool.rewind) is issued
+    after its draft graphs launched (the draft never reads the target's recurrent states), and the output still
+    equals plain greedy decoding."""
+    from modelgen.runtime.state_cache import StatePool
+
+    path, _ = ckpts("qwen3_next")
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    spec, _ = _graphed(path, 3)
+    dec, events = spec.speculative, []
+    for name, graphs in (("verify", dec.verify_graphs), ("draft", dec.draft_graphs)):
+        run = graphs.run
+        monkeypatch.setattr(graphs, "run", lambda *a, _run=run, _name=name, **kw: (events.append(_name),
+                                                                                   _run(*a, **kw))[1])
+    rewind = StatePool.rewind
+    monkeypatch.setattr(StatePool, "rewind", lambda self, *a: (events.append("rewind"), rewind(self, *a))[1])
+    dec.propose_override = _override({tuple(p): r for p, r in zip(PROMPTS, ref)}, lambda n, j: n % 3 == 1 and j == 1)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    steps = [x.split() for x in " ".join(events).split("verify") if "rewind" in x]  # verify ... next verify
+    assert steps and all(x.index("rewind") > x.index("draft") for x in steps)
+    assert spec.stats.as_dict()["speculative"]["rollbacks"] > 0
+
+
 @pytest.mark.parametrize("checkpoints", [True, False])
 def test_gdn_rollback_rewinds_to_checkpoints(ckpts, monkeypatch, checkpoints):
     """Qwen3-Next, K = 3, oracle drafts corrupted mid-run: with the verify graph's per-token state checkpoints (the

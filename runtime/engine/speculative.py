@@ -485,13 +485,6 @@ class SpeculativeDecoder:
         # states dropped; attention rewrites the same K/V). The hidden states of those positions from the verify
         # forward are exact (causal), so the draft is fed from it.
         settled = [r.computed for r in batch]  # positions [start, settled) are final for the draft
-        if rewind and verifying:
-            redo = [j for j, i in enumerate(verifying)
-                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
-            if redo:  # each keeps tokens [start, computed) of its window: the checkpoint after the last of them
-                pool.rewind([slots[j] for j in redo],
-                            [batch[verifying[j]].computed - starts[verifying[j]] for j in redo])
-                self.stats.rollbacks += len(redo)
         if snapshot is not None:
             redo = [j for j, i in enumerate(verifying)
                     if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
@@ -516,9 +509,18 @@ class SpeculativeDecoder:
         t_draft = time.perf_counter()
         with record_function("spec::draft"):
             self._draft(batch, starts, settled, offsets, hidden)
-        done = time.perf_counter()
-        self.stats.draft_s += done - t_draft
-        dt = done - t0
+        self.stats.draft_s += time.perf_counter() - t_draft
+        # Checkpoint rewind, issued after the draft graphs launched: the draft never reads the target's recurrent
+        # states and the next verify is behind both on the stream, so the GPU runs the drafts while the host issues
+        # the rewind's copies (s32a: bench/NOTES-mtp.md).
+        if rewind and verifying:
+            redo = [j for j, i in enumerate(verifying)
+                    if not batch[i].done and accepted_counts[i] is not None and accepted_counts[i] < len(drafts[i])]
+            if redo:  # each keeps tokens [start, computed) of its window: the checkpoint after the last of them
+                pool.rewind([slots[j] for j in redo],
+                            [batch[verifying[j]].computed - starts[verifying[j]] for j in redo])
+                self.stats.rollbacks += len(redo)
+        dt = time.perf_counter() - t0
         if prefill:
             self.scheduler.stats.prefill_tokens += sum(real)
             self.scheduler.stats.prefill_s += dt
