@@ -209,9 +209,34 @@ def _return_expr(py: str, indent: int) -> str:
     pad = " " * indent
     line = f"{pad}return {py}"
     node = ast.parse(py, mode="eval").body
-    if len(line) <= MAX_LINE or not isinstance(node, ast.IfExp):
+    if len(line) <= MAX_LINE:
         return line
-    return f"{pad}return (\n" + "\n".join(_conditional_lines(node, indent + 4)) + f"\n{pad})"
+    if isinstance(node, ast.IfExp):
+        return f"{pad}return (\n" + "\n".join(_conditional_lines(node, indent + 4)) + f"\n{pad})"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return f"{pad}return (\n" + "\n".join(_sum_lines(node, indent + 4)) + f"\n{pad})"
+    return line
+
+
+def _sum_lines(node: ast.BinOp, indent: int) -> list[str]:
+    """``a + b + ...`` one operand a line (``+ b``), a conditional operand in parentheses and split as
+    :func:`_conditional_lines` does when it does not fit (Llama 4's block rule: rotating-or-NoPE + dense-or-MoE)."""
+    operands: list[ast.expr] = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        operands.insert(0, node.right)
+        node = node.left
+    operands.insert(0, node)
+    pad = " " * indent
+    lines: list[str] = []
+    for n, part in enumerate(operands):
+        prefix, text = ("+ " if n else ""), ast.unparse(part)
+        if not isinstance(part, (ast.IfExp, ast.BoolOp, ast.Compare)):
+            lines.append(f"{pad}{prefix}{text}")
+        elif len(pad) + len(prefix) + len(text) + 2 <= MAX_LINE or not isinstance(part, ast.IfExp):
+            lines.append(f"{pad}{prefix}({text})")
+        else:
+            lines += [f"{pad}{prefix}(", *_conditional_lines(part, indent + 4), f"{pad})"]
+    return lines
 
 
 def _conditional_lines(node: ast.IfExp, indent: int) -> list[str]:

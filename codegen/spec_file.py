@@ -52,16 +52,17 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class that owns the last element of ``loc`` (for 'did you mean')."""
     current: list[Any] = [Spec]
     for part in loc[:-1]:
-        nxt: list[Any] = []
-        for tp in current:
+        # A discriminated union's tag (blocks.x.mlp.<kind>) first: keep the member it names -- a kind may also be a
+        # field name of another member (the moe kind's `gated: bool` beside the `gated` kind).
+        nxt: list[Any] = [tp for tp in current
+                          if isinstance(tp, type) and issubclass(tp, BaseModel) and part in _tags(tp)]
+        for tp in [] if nxt else current:
             if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
                 nxt += _unwrap(tp.model_fields[part].annotation)
             elif typing.get_origin(tp) is dict:
                 nxt += _unwrap(typing.get_args(tp)[1])
             elif typing.get_origin(tp) is list:
                 nxt += _unwrap(typing.get_args(tp)[0])
-        if not nxt:  # a discriminated union's tag (blocks.x.attention.<kind>): keep the member it names
-            nxt = [tp for tp in current if isinstance(tp, type) and issubclass(tp, BaseModel) and part in _tags(tp)]
         current = nxt
     for tp in current:
         if isinstance(tp, type) and issubclass(tp, BaseModel):

@@ -208,4 +208,19 @@ class Llama4Config:
 
     def layer_block(self, i: int) -> str:
         """Block of layer ``i`` (spec ``layers.block_rule``)."""
-        return ('decoder' if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0) else 'nope') + ('_moe' if (i in self.moe_layers if self.moe_layers is not None else (i + 1) % self.interleave_moe_layer_step == 0) else '')
+        return (
+            (
+                'decoder'
+                if (self.no_rope_layers[i] if self.no_rope_layers else (i + 1) % self.no_rope_layer_interval != 0)
+                else 'nope'
+            )
+            + (
+                '_moe'
+                if (
+                    i in self.moe_layers
+                    if self.moe_layers is not None
+                    else (i + 1) % self.interleave_moe_layer_step == 0
+                )
+                else ''
+            )
+        )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/nemotron_h.yaml --target rocm
-# source hash (spec + templates + generator): becd9a99386d1a77
+# source hash (spec + templates + generator): f94be73c2f464558
 # ==================================================================================================================
 """Weight-loader tables of NemotronHForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations
