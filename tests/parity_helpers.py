@@ -225,15 +225,3 @@ def assert_engine_batch_matches_hf(path, hf, target: str, label: str, max_tokens
     long = prompts[0] + got[0]
     err = (chunked_score(model, long, 3).float() - hf_logits(hf, long)).abs().max().item()
     assert err < 1e-4, f"{label}/{target}: 3-token steps over the cache differ from HF by {err}"
-
-
-def assert_neuron_buckets_compile_fullgraph(path, prompts: list[list[int]], max_tokens: int = 5) -> None:
-    """The neuron target compiled (``fullgraph=True``, one graph per bucket, no recompiles) gives the eager tokens:
-    a host read or a data-dependent shape in any layer breaks the graph at warmup."""
-    torch._dynamo.reset()
-    buckets = dict(prefill_buckets=[128], decode_buckets=[1, 2], decode_context_buckets=[128], max_model_len=128,
-                   max_num_seqs=2, block_size=16)
-    want = llm(path, "neuron", **buckets).generate_ids(prompts, _greedy(max_tokens))
-    compiled = llm(path, "neuron", compile=True, **buckets)
-    compiled.warmup()  # fullgraph=True: a graph break in any bucket raises here; afterwards recompiles raise
-    assert compiled.generate_ids(prompts, _greedy(max_tokens)) == want

@@ -43,11 +43,11 @@ class SharedMLPSpec(Strict):
 
 
 class AdapterSpec(Strict):
-    rank: Expression = Field(description="rank r of every adapter (adapter_rank)")
+    rank: Expression = Field(description="rank r of every adapter (adapter_rank); the fused gate_up projection "
+                             "always has one, [r, hidden] + [2 * intermediate, r] (transformers' Zamba2MLP builds "
+                             "it whatever use_shared_mlp_adapter says)")
     attention: Expression = Field(default=False, description="q/k/v adapters, each [r, in] + [heads * head_dim, r] "
                                   "(use_shared_attention_adapter)")
-    mlp: Expression = Field(default=True, description="an adapter on the fused gate_up projection [r, hidden] + "
-                            "[2 * intermediate, r] (Zamba2: always)")
 
 
 class OutputProjSpec(Strict):
@@ -98,7 +98,6 @@ class SharedBlock(Module):
     mlp_bias: Value
     adapter_rank: Value
     attention_adapters: Value
-    mlp_adapters: Value
     output_name: str
     output_bias: bool
 
@@ -116,7 +115,7 @@ class SharedBlock(Module):
                              f"`{self.num_heads.spec}` heads of `{self.head_dim.spec}` (RoPE when "
                              f"`{self.rope_when.spec}`), gated {self.activation} MLP of `{self.intermediate_size.spec}`; "
                              f"per-use LoRA of rank `{self.adapter_rank.spec}` (q/k/v when "
-                             f"`{self.attention_adapters.spec}`, gate_up when `{self.mlp_adapters.spec}`); "
+                             f"`{self.attention_adapters.spec}`, gate_up always); "
                              f"per-layer `{self.output_name}` projection; a paged K/V cache per using layer"),
         ]
 
@@ -143,7 +142,6 @@ def lower(ctx: LoweringContext, p: tuple[Any, ...], s: SharedBlockSpec) -> Share
         mlp_bias=ctx.value(p + ("mlp", "bias"), m.bias),
         adapter_rank=ctx.value(p + ("adapters", "rank"), ad.rank),
         attention_adapters=ctx.value(p + ("adapters", "attention"), ad.attention),
-        mlp_adapters=ctx.value(p + ("adapters", "mlp"), ad.mlp),
         output_name=s.output_proj.name,
         output_bias=s.output_proj.bias,
     )

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/bamba.yaml --target neuron
-# source hash (spec + templates + generator): b7a681fb6f5c9ee3
+# source hash (spec + templates + generator): 4a2ad3a1ea9ac77a
 # ==================================================================================================================
 """Checkpoint mappings of BambaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mamba2.yaml --target neuron
-# source hash (spec + templates + generator): cdd6326287481b3c
+# source hash (spec + templates + generator): 73ebf23d376a50aa
 # ==================================================================================================================
 """Mamba2Config: the HF ``config.json`` fields specs/mamba2.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): 8f4145c628e52954
+# source hash (spec + templates + generator): 0affc9e7e816ac16
 # ==================================================================================================================
 """Zamba2 for the neuron target, in vLLM Neuron's style.
 
@@ -92,11 +92,8 @@ class Zamba2Mixer(nn.Module):
                 shard_dim=0, shard_size=intermediate // world, num_shards=world, is_storage_transposed=True
             ),
         )
-        if True:
-            self.conv1d_bias = _param(self.conv_dim)
-            set_weight_loader(self.conv1d_bias, head_parts_weight_loader(conv_parts, world))
-        else:
-            self.register_parameter("conv1d_bias", None)  # None, not zeros: no bias add in the graph
+        self.conv1d_bias = _param(self.conv_dim)
+        set_weight_loader(self.conv1d_bias, head_parts_weight_loader(conv_parts, world))
         if config.add_bias_linear:
             self.in_proj_bias = _param((2 * intermediate + 2 * gn + num_heads) // world)
             set_weight_loader(self.in_proj_bias, head_parts_weight_loader(proj_parts, world))
@@ -207,12 +204,10 @@ class Zamba2SharedBlock(nn.Module):
                 setattr(attn, name, nn.ModuleList(
                     [_lora(width, rank, column(self.q_size), self.q_size) if own else nn.Identity() for own in mine]
                 ))
-        self.mlp_adapters = True
-        if self.mlp_adapters:
-            gate_up = merged_rows_loader([intermediate_size] * 2, world)
-            mlp.gate_up_proj_adapter_list = nn.ModuleList(
-                [_lora(hidden_size, rank, gate_up, 2 * self.inter) if own else nn.Identity() for own in mine]
-            )
+        gate_up = merged_rows_loader([intermediate_size] * 2, world)
+        mlp.gate_up_proj_adapter_list = nn.ModuleList(
+            [_lora(hidden_size, rank, gate_up, 2 * self.inter) if own else nn.Identity() for own in mine]
+        )
 
     @staticmethod
     def _adapter(lora: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -255,8 +250,7 @@ class Zamba2SharedBlock(nn.Module):
             out = NF.flash_attention(q, k, v, meta["seq_ids"], positions, self.scale)
         x = self.pre_ff_layernorm(NF.o_proj(out.reshape(out.shape[0], self.q_size), attn.o_proj_weight))
         gate_up = NF.linear(x, mlp.gate_up_proj_weight, mlp.gate_up_proj_bias)
-        if self.mlp_adapters:
-            gate_up = gate_up + self._adapter(mlp.gate_up_proj_adapter_list[use], x)
+        gate_up = gate_up + self._adapter(mlp.gate_up_proj_adapter_list[use], x)
         gate, up = gate_up.chunk(2, dim=-1)
         return NF.o_proj(torch.nn.functional.gelu(gate) * up, mlp.down_proj_weight, mlp.down_proj_bias)
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/zamba2.yaml --target neuron
-# source hash (spec + templates + generator): 8f4145c628e52954
+# source hash (spec + templates + generator): 0affc9e7e816ac16
 # ==================================================================================================================
 """Checkpoint mappings of Zamba2ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""
@@ -19,8 +19,7 @@ RENAMES = ((".mamba_decoder.", "."),)
 def _zamba2_mixer_mappings(mappings: dict[str, list[str]], module: str, config: Zamba2Config) -> None:
     names = [("in_proj_weight", "in_proj.weight"), ("conv1d_weight", "conv1d.weight"), ("dt_bias", "dt_bias"),
              ("A_log", "A_log"), ("D", "D"), ("norm_weight", "norm.weight"), ("out_proj_weight", "out_proj.weight")]
-    if True:
-        names.append(("conv1d_bias", "conv1d.bias"))
+    names.append(("conv1d_bias", "conv1d.bias"))
     if config.add_bias_linear:
         names += [("in_proj_bias", "in_proj.bias"), ("out_proj_bias", "out_proj.bias")]
     for param, key in names:
@@ -42,11 +41,9 @@ def _zamba2_shared_block_mappings(
             mappings[f"{mlp}.{proj}_bias"] = [f"{mlp}.{proj}.bias"]
     cycle = config.num_mem_blocks
     uses = [k for k in range(num_uses) if k % cycle == copy % cycle]
-    lists = []
+    lists = [(mlp, "gate_up_proj_adapter_list")]
     if config.use_shared_attention_adapter:
         lists += [(attn, name) for name in ("linear_q_adapter_list", "linear_k_adapter_list", "linear_v_adapter_list")]
-    if True:
-        lists.append((mlp, "gate_up_proj_adapter_list"))
     for parent, name in lists:
         for k in uses:
             mappings[f"{parent}.{name}.{k}.a_weight"] = [f"{parent}.{name}.{k}.0.weight"]

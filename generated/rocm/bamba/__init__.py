@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/bamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/bamba.yaml --target rocm
-# source hash (spec + templates + generator): b7a681fb6f5c9ee3
+# source hash (spec + templates + generator): 4a2ad3a1ea9ac77a
 # ==================================================================================================================
 """Bamba for the rocm target. See README.md."""
 from .config import ARCHITECTURES, BambaConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/falcon_h1.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/falcon_h1.yaml --target rocm
-# source hash (spec + templates + generator): 91050b7af7e26ff8
+# source hash (spec + templates + generator): c6d883bdd38a51b9
 # ==================================================================================================================
 """FalconH1Config: the HF ``config.json`` fields specs/falcon_h1.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mamba2.yaml --target rocm
-# source hash (spec + templates + generator): cdd6326287481b3c
+# source hash (spec + templates + generator): 73ebf23d376a50aa
 # ==================================================================================================================
 """Mamba2 for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Mamba2Config

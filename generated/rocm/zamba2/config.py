@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/zamba2.yaml --target rocm
-# source hash (spec + templates + generator): 8f4145c628e52954
+# source hash (spec + templates + generator): 0affc9e7e816ac16
 # ==================================================================================================================
 """Zamba2Config: the HF ``config.json`` fields specs/zamba2.yaml reads, typed, with the spec's defaults.
 

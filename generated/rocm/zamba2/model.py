@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/zamba2.yaml --target rocm
-# source hash (spec + templates + generator): 8f4145c628e52954
+# source hash (spec + templates + generator): 0affc9e7e816ac16
 # ==================================================================================================================
 """Zamba2 for the rocm target, in ATOM's style.
 
@@ -141,11 +141,9 @@ class Zamba2SharedBlock(nn.Module):
                 setattr(attn, name, nn.ModuleList(
                     [LoRA(width, rank, self.num_heads * self.head_dim) if own else nn.Identity() for own in mine]
                 ))
-        self.mlp_adapters = True
-        if self.mlp_adapters:
-            mlp.gate_up_proj_adapter_list = nn.ModuleList(
-                [LoRA(hidden_size, rank, [intermediate_size] * 2) if own else nn.Identity() for own in mine]
-            )
+        mlp.gate_up_proj_adapter_list = nn.ModuleList(
+            [LoRA(hidden_size, rank, [intermediate_size] * 2) if own else nn.Identity() for own in mine]
+        )
 
     def cache_for(self, layer_name: str) -> SharedPagedAttention:
         """The paged K/V of one using layer (the weights are shared, the cache is not)."""
@@ -173,8 +171,7 @@ class Zamba2SharedBlock(nn.Module):
         x = attn.o_proj(cache(q, k, v, attn_metadata, positions=positions))
         x = self.pre_ff_layernorm(x)
         gate_up = mlp.gate_up_proj(x)
-        if self.mlp_adapters:
-            gate_up = gate_up + mlp.gate_up_proj_adapter_list[use](x)
+        gate_up = gate_up + mlp.gate_up_proj_adapter_list[use](x)
         gate, up = gate_up.chunk(2, dim=-1)
         return mlp.down_proj(torch.nn.functional.gelu(gate) * up)
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/mamba2.yaml --target vllm
-# source hash (spec + templates + generator): cdd6326287481b3c
+# source hash (spec + templates + generator): 73ebf23d376a50aa
 # ==================================================================================================================
 """Mamba2 for the vllm target: vLLM's model interface and layer library.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/zamba2.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/zamba2.yaml --target vllm
-# source hash (spec + templates + generator): 8f4145c628e52954
+# source hash (spec + templates + generator): 0affc9e7e816ac16
 # ==================================================================================================================
 """Zamba2 for the vllm target: vLLM's model interface and layer library.
 
@@ -150,13 +150,11 @@ class Zamba2SharedBlock(nn.Module):
                     LoRA(width, rank, heads * self.head_dim, f"{ap}.{name}.{k}") if own else nn.Identity()
                     for k, own in enumerate(mine)
                 ]))
-        self.mlp_adapters = True
-        if self.mlp_adapters:
-            mlp.gate_up_proj_adapter_list = nn.ModuleList([
-                LoRA(hidden_size, rank, [intermediate_size] * 2, f"{mp}.gate_up_proj_adapter_list.{k}") if own
-                else nn.Identity()
-                for k, own in enumerate(mine)
-            ])
+        mlp.gate_up_proj_adapter_list = nn.ModuleList([
+            LoRA(hidden_size, rank, [intermediate_size] * 2, f"{mp}.gate_up_proj_adapter_list.{k}") if own
+            else nn.Identity()
+            for k, own in enumerate(mine)
+        ])
 
     def cache_for(self, vllm_config: VllmConfig, prefix: str) -> Attention:
         """vLLM's attention of one using layer: its own K/V in vLLM's cache (the weights are shared, the cache is
@@ -182,8 +180,7 @@ class Zamba2SharedBlock(nn.Module):
         x, _ = attn.o_proj(cache(q, k, v))
         x = self.pre_ff_layernorm(x)
         gate_up, _ = mlp.gate_up_proj(x)
-        if self.mlp_adapters:
-            gate_up = gate_up + mlp.gate_up_proj_adapter_list[use](x)
+        gate_up = gate_up + mlp.gate_up_proj_adapter_list[use](x)
         gate, up = gate_up.chunk(2, dim=-1)
         x, _ = mlp.down_proj(torch.nn.functional.gelu(gate) * up)
         return x
