@@ -80,6 +80,12 @@ SHAPES = {
                                   "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
                                   "truncate": False},
                  tie_word_embeddings=False, bos_token_id=199998, eos_token_id=200002)),
+    "llama": dict(  # the dense batch-32 goal's shape (bench/decode.py times it against transformers)
+        name="Llama-3-8B", config="LlamaConfig", of_layers=32, layers=32,
+        cfg=dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                 head_dim=128, vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                 rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
+                 bos_token_id=128000, eos_token_id=128001)),
 }
 ROUTED = re.compile(r"(?<!shared_)experts\.")  # routed experts (not Qwen's shared_expert nor DeepSeek's shared_experts)
 
@@ -97,9 +103,10 @@ def hf_config(model: str, layers: int):
 
 
 def experts_of(config) -> tuple[int, int]:
+    """(experts, top-k); (1, 1) for a dense model (no routed weights: the expert term of step_bytes is zero)."""
     E = getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None) \
         or getattr(config, "num_local_experts", None)
-    return E, config.num_experts_per_tok
+    return (E, config.num_experts_per_tok) if E else (1, 1)
 
 
 # ------------------------------------------------------------------------------------------------------------ bytes
@@ -131,6 +138,8 @@ def step_bytes(hf, model: str, batch: int, context: float) -> dict:
         cache = batch * (lin * 2 * (state + conv) + (L - lin) * context * kv)
     elif model == "deepseek_v3":
         cache = batch * L * context * (config.kv_lora_rank + config.qk_rope_head_dim) * 2
+    elif model == "llama":  # bf16 K and V of every layer
+        cache = batch * L * context * 2 * config.num_key_value_heads * config.head_dim * 2
     elif model == "gpt_oss":
         kv = 2 * config.num_key_value_heads * config.head_dim * 2
         cache = batch * sum((min(context, config.sliding_window) if t == "sliding_attention" else context) * kv
