@@ -430,6 +430,10 @@ def time_modelgen(llm, prompts: dict, new: int, batches: list[int]) -> dict:
         out["decode_tok_s"][str(b)] = b * (new - 1) / (tn - t1)
         out["step_ms"][str(b)] = (tn - t1) / (new - 1) * 1e3
         log(f"  modelgen bs{b}: {out['decode_tok_s'][str(b)]:.1f} tok/s ({out['step_ms'][str(b)]:.2f} ms/step)")
+    from modelgen.runtime.layers.moe import kernels as gpu_moe
+
+    # The MoE path each small-batch shape timed (pair candidates vs the sorted path, ms per call) and chose.
+    out["moe_path_timings_ms"] = {repr(k): v for k, v in gpu_moe.TIMINGS.items()}
     return out
 
 
