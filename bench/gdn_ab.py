@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.arch import build_and_save_hf, step_bytes  # noqa: E402
+from bench.arch import build_and_save_hf, hf_config, step_bytes  # noqa: E402
 from bench.kernel_profile import kernel_profiles  # noqa: E402
 from bench.common import log  # noqa: E402
 from bench.decode import measure_ceilings, wall, warm_page_cache  # noqa: E402
@@ -59,6 +59,8 @@ def main() -> int:
     ap.add_argument("--ckpt", default=None, help="default: /tmp/modelgen-bench-<model>")
     ap.add_argument("--out", default="bench/results/h200-qwen3-next-gdn-ab.json")
     ap.add_argument("--budget-s", type=float, default=300, help="no new rep or profile past this")
+    ap.add_argument("--reuse-ckpt", action="store_true",
+                    help="keep a checkpoint an earlier run of the same model and layers wrote at --ckpt")
     args = ap.parse_args()
     model, module, attr, shape, layers = SWITCHES[args.switch]
     args.layers = args.layers or layers
@@ -81,8 +83,17 @@ def main() -> int:
     save = lambda: out_path.write_text(json.dumps(res, indent=2))  # noqa: E731
     res.update(measure_ceilings())
     ckpt = Path(args.ckpt)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    hf = build_and_save_hf(model, args.layers, ckpt)
+    reuse = args.reuse_ckpt and (ckpt / "config.json").exists() \
+        and json.loads((ckpt / "config.json").read_text()).get("num_hidden_layers") == args.layers
+    if reuse:  # the bytes a step reads need the parameter shapes only: transformers' model on the meta device
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            hf = AutoModelForCausalLM.from_config(hf_config(model, args.layers), dtype=torch.bfloat16)
+    else:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        hf = build_and_save_hf(model, args.layers, ckpt)
+    res["checkpoint_reused"] = reuse
     ctx = args.prompt + args.new / 2
     copy = res["hbm_copy_tb_s"] * 1e12
     res["roofline_tok_s"] = {str(b): b * copy / step_bytes(hf, model, b, ctx)["total"] for b in args.batches}
