@@ -8,6 +8,7 @@
 #                                 # (GPU 0), then TP=2 vs TP=1 (bench/tp.py), then gpt-oss (GPU 0) beside MTP (GPU 1)
 #   bash bench/gpu_session.sh s31a|s31b|s31c|s31d  # issue 29 part 4: GDN verify window kernel, checkpoint rewind, final GPU suite
 #   bash bench/gpu_session.sh s32a|s32c  # issue 29 item 4: the speculative step's host gap (chained drafts advanced on the device)
+#   bash bench/gpu_session.sh s34a  # issue 29: paged decode split rule A/B (Llama-3-8B bs32), gpt-oss bs1 MoE path timings
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -25,7 +26,24 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv | te
 python3 -c 'import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)'
 t0=$(date +%s)
 phase=${1:-1}
-if [ "$phase" = s32c ]; then  # (ran at 606ca24, with --step-legs; both it and the chained-draft advance are gone)
+if [ "$phase" = s34a ]; then  # nvidia-h200, ~420 s: the paged decode's split rule (attention kernel tests; Llama-3-8B
+  # A/B of SPLIT_ONE_WAVE as paired legs at batch 32, batch 1 as a control, profiles of both legs at 32); gpt-oss bs1
+  # with the MoE path timings it chose from and a per-kernel profile
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 120 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu.py tests/test_attention_splits.py \
+    tests/test_gpu_attention_window.py tests/test_gpu_qk_norm_rope.py 2>&1 | grep -v Warning \
+    | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -30 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 230 python3 bench/gdn_ab.py --switch attn_split --batches 32 1 --reps 4 --new 128 --profile-batches 32 \
+    --budget-s 215 --out "$OUT/h200-llama8b-attn-split-ab.json" 2>&1 | grep -v "Warning\|it/s" | tail -30 > "$L/2-attn-split.log"
+  rm -rf /tmp/modelgen-bench-llama
+  echo "[$(( $(date +%s) - t0 ))s] attn split A/B done" | tee -a "$L/2-attn-split.log"
+  timeout -k 10 80 python3 -m bench.gpt_oss --layers 4 --batches 1 --systems modelgen --profile --budget-s 70 \
+    --out "$OUT/h200-gpt-oss-s34a.json" 2>&1 | grep -v Warning | grep -v "it/s" | tail -45 > "$L/3-gpt-oss.log"
+  echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34a.log"; rm -rf "$L"
+  cat "$OUT/s34a.log"
+elif [ "$phase" = s32c ]; then  # (ran at 606ca24, with --step-legs; both it and the chained-draft advance are gone)
   # nvidia-h200, ~140 s, what was left after a machine was taken back mid-call: the paired oracle rows of the
   # host-filled + two-copy chained advance, p 0.8 (every row was skipped: --budget-s counts from checkpoint creation)
   for m in qwen3_next deepseek; do
