@@ -42,8 +42,6 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
-    # the paged decode's split rule: one split once (sequence, KV head) programs cover every SM (batch 32)
-    "attn_split": ("llama", "modelgen.runtime.layers.attention.kernels", "SPLIT_ONE_WAVE", "Llama-3-8B shape", 32),
 }
 
 

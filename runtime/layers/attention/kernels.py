@@ -434,18 +434,11 @@ def _decode_reduce_kernel(
     tl.store(o_ptr + b.to(tl.int64) * s_ob + h * s_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < D)
 
 
-# When the (sequence, KV head) programs alone fill every SM once, run one split: a second split only adds the reduce
-# launch and the fp32 partials' round trip (Llama-3-8B bs32, 32 x 8 = 256 programs on 132 SMs: the split merge was
-# 66 us of a 4.85 ms step, bench/NOTES-gdn.md). Off: the rule before, splits until the programs cover the GPU twice.
-SPLIT_ONE_WAVE = True
-
-
 def decode_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device, block_n: int = 64) -> int:
-    """Context splits per (sequence, KV head): enough programs to cover the GPU twice, never more than useful, and
-    none once the unsplit programs cover every SM (``SPLIT_ONE_WAVE``)."""
+    """Context splits per (sequence, KV head): enough programs to cover the GPU twice, never more than useful.
+    (Measured, bench/NOTES-gdn.md "Part 5": no split once the unsplit programs cover every SM gained nothing at
+    Llama-3-8B batch 32 -- the unsplit kernel took what the reduce launch had cost.)"""
     sms = num_sms(device.index if device.type == "cuda" else None)
-    if SPLIT_ONE_WAVE and batch * num_kv_heads >= sms:
-        return 1
     want = math.ceil(2 * sms / max(1, batch * num_kv_heads))
     return int(max(1, min(want, math.ceil(max_context / block_n), 64)))
 
