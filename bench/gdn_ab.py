@@ -42,6 +42,7 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
+    "moe_tiles": ("gpt_oss", "modelgen.runtime.layers.moe.kernels", "SORTED_TILE_CANDIDATES", "gpt-oss-20b shape", 4),
 }
 
 
