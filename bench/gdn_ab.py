@@ -42,6 +42,10 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
+    # read at load time (process_weights_after_loading permutes and fuses the projection weights): each leg's engine
+    # is built and loaded after its flip() below, so the two engines hold the two weight layouts side by side
+    "gdn_proj": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.layer", "FUSED_PROJECTIONS",
+                 "Qwen3-Next-80B-A3B shape", 8),
 }
 
 
