@@ -43,6 +43,10 @@ SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
     "moe_tiles": ("gpt_oss", "modelgen.runtime.layers.moe.kernels", "SORTED_TILE_CANDIDATES", "gpt-oss-20b shape", 4),
+    # read at load time (process_weights_after_loading permutes and fuses the projection weights): each leg's engine
+    # is built and loaded after its flip() below, so the two engines hold the two weight layouts side by side
+    "gdn_proj": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.layer", "FUSED_PROJECTIONS",
+                 "Qwen3-Next-80B-A3B shape", 8),
 }
 
 

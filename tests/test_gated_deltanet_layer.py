@@ -338,6 +338,7 @@ def test_checkpoint_loader_fills_every_gdn_tensor_and_names_missing_ones(tmp_pat
 
     hf = make_hf(layout)
     ref, _ = make_ours(layout, hf)
+    ref.process_weights_after_loading()  # the loader runs the post-load hook (layer.FUSED_PROJECTIONS permutes rows)
     block = torch.nn.Module()
     block.linear_attn = GatedDeltaNet(HIDDEN, HK, HV, DK, DV, KERNEL, EPS, layout=layout)
     model = torch.nn.Module()

@@ -34,10 +34,19 @@ from ... import distributed as dist
 from ...ops import gpu
 from ...state_cache import PAD_SLOT, StateMetadata, StateSpec, write_state_rows
 from ..kind import LayerKind
-from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape
+from ..linear import ColumnParallelLinear, RowParallelLinear, _check_shape, linear
 from . import ops as gd
 
 LAYOUTS = ("qwen3_next", "qwen3_5")
+
+# Load-time projection fusion (``GatedDeltaNet.process_weights_after_loading``): this rank's ``in_proj_qkvz`` rows are
+# permuted to blocks ``[q | k | v | z]`` (and ``in_proj_ba``'s to ``[b | a]``), and both weights become views into one
+# ``[N_qkvz + N_ba, H]`` buffer run as one linear; the split is then views only (no ``torch.cat`` of the conv input).
+# At decode this saves one GEMV launch and one copy per GDN layer (bench/NOTES-gdn.md: Qwen3-Next bs1 is launch
+# bound). Read when the weights are loaded, so an A/B leg (bench/gdn_ab.py) sets it before building its engine.
+# Applied on every device: a row permutation / row concatenation leaves each output element the same dot product
+# (tests/test_gated_deltanet_layer.py checks bitwise equality on CPU), so the CPU parity tests cover this path too.
+FUSED_PROJECTIONS = True
 
 # Qwen3.5 HF module name -> (fused parameter, shard id): the packed_modules_mapping entries a generated model needs.
 QWEN3_5_PACKED_MODULES = {
@@ -46,6 +55,13 @@ QWEN3_5_PACKED_MODULES = {
     "in_proj_b": ("in_proj_ba", "b"),
     "in_proj_a": ("in_proj_ba", "a"),
 }
+
+
+def _block_rows(num_groups: int, parts: list[int]) -> torch.Tensor:
+    """Row order taking ``num_groups`` interleaved groups of ``parts`` (``[p0, p1, ...]`` per group) to blocks
+    ``[p0 of every group | p1 of every group | ...]``."""
+    idx = torch.arange(num_groups * sum(parts)).view(num_groups, sum(parts))
+    return torch.cat([block.reshape(-1) for block in idx.split(parts, dim=1)])
 
 
 def _load_head_parts(param: torch.Tensor, loaded: torch.Tensor, parts: list[int], offset: int, what: str) -> None:
@@ -172,6 +188,38 @@ class GatedDeltaNet(LayerKind):
         self.out_proj = RowParallelLinear(value_total, hidden_size, bias=False)
         self.conv_state: torch.Tensor | None = None  # [num_slots, conv_dim, K-1], bound by the engine
         self.recurrent_state: torch.Tensor | None = None  # [num_slots, Hv, Dk, Dv]
+        self.rows_layout = layout  # the projections' row order now: "qwen3_5" (blocks) once fused at load
+        self.in_proj: torch.Tensor | None = None  # [N_qkvz + N_ba, H]: both weights' buffer once fused at load
+
+    # ------------------------------------------------------------------------------------------------- loading
+    def process_weights_after_loading(self) -> None:
+        """With :data:`FUSED_PROJECTIONS`: permute this rank's projection rows to blocks (column-parallel sharding
+        keeps whole key-head groups on a rank, so the local permutation is the whole one) and store both weights in
+        one buffer, ``in_proj_qkvz.weight`` / ``in_proj_ba.weight`` becoming views of it (no extra memory)."""
+        qkvz, ba = self.in_proj_qkvz, self.in_proj_ba
+        if not FUSED_PROJECTIONS or self.in_proj is not None:
+            return
+        if (qkvz.fp8_block is not None or ba.fp8_block is not None or qkvz.bias is not None or ba.bias is not None
+                or "forward" in qkvz.__dict__ or "forward" in ba.__dict__
+                or qkvz.weight.dtype != ba.weight.dtype or qkvz.weight.device != ba.weight.device):
+            return  # FP8 / biased / replaced-forward (runtime/parallel) projections keep their own GEMMs
+        wq, wb = qkvz.weight.data, ba.weight.data
+        if self.layout == "qwen3_next":
+            r, dk, dv = self.num_v_heads // self.num_k_heads, self.head_k_dim, self.head_v_dim
+            wq = wq[_block_rows(self.num_k_heads, [dk, dk, r * dv, r * dv]).to(wq.device)]
+            wb = wb[_block_rows(self.num_k_heads, [r, r]).to(wb.device)]
+        fused = torch.cat([wq, wb])
+        n = wq.shape[0]
+        qkvz.weight.data, ba.weight.data = fused[:n], fused[n:]
+        self.in_proj, self.rows_layout = fused, "qwen3_5"
+
+    def _projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(qkvz [T, N_qkvz], ba [T, N_ba])`` in ``self.rows_layout``: one linear over the fused buffer while the
+        two weights are still its views (a later ``.to()`` would move them apart: then two GEMMs again)."""
+        w = self.in_proj
+        if w is not None and self.in_proj_qkvz.weight.data_ptr() == w.data_ptr():
+            return linear(x, w).split([self.in_proj_qkvz.weight.shape[0], self.in_proj_ba.weight.shape[0]], dim=-1)
+        return self.in_proj_qkvz(x), self.in_proj_ba(x)
 
     # ---------------------------------------------------------------------------------------------------- cache
     def state_spec(self) -> StateSpec:
@@ -215,8 +263,7 @@ class GatedDeltaNet(LayerKind):
             raise RuntimeError(f"{self.layer_name or 'GatedDeltaNet'}: no state bound (call bind_state first)")
         T = hidden_states.shape[0]
         heads = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim)
-        mixed, z, b, a = gd.split_projections(self.in_proj_qkvz(hidden_states), self.in_proj_ba(hidden_states),
-                                              self.layout, *heads)
+        mixed, z, b, a = gd.split_projections(*self._projections(hidden_states), self.rows_layout, *heads)
         weight = self.conv1d.weight.squeeze(1)
         if meta.decode_only and gpu.enabled(mixed):
             from . import kernels as ggd  # Triton: imported only on the GPU path
@@ -237,6 +284,11 @@ class GatedDeltaNet(LayerKind):
                 head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, checkpoints=self._checkpoints(meta))
             o = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
             return self.out_proj(o.reshape(T, self.value_dim))
+        if not gpu.enabled(a):
+            # torch's CPU elementwise loops vectorize exp/softplus/sigmoid only over contiguous inputs, and the vector
+            # and scalar loops round differently (1 ulp in fp32): contiguous b, a (as HF's are) keep the bits of the
+            # separate-GEMM path when they are views of the fused projections' output (FUSED_PROJECTIONS)
+            a, b = a.contiguous(), b.contiguous()
         g, beta = gd.gdn_gating(self.A_log, a, self.dt_bias, b)
         if meta.decode_only:
             n = meta.state_slots.shape[0]
