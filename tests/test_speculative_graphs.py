@@ -498,3 +498,46 @@ def test_pinned_ring_rotates_and_equals_one_buffer(ckpts, monkeypatch, ring):
         used += len(seq)
     assert used == len(_FakeCopyEvent.order) > 2 * size
     assert sum(e.waits for e in _FakeCopyEvent.log) > 0  # the hazard check above was exercised on reuse
+
+
+def test_timeline_marks_each_resident_phase(ckpts, monkeypatch):
+    """bench/spec_oracle.py --timeline: with speculative.TIMELINE set, each resident greedy step marks verify,
+    the host read, the settle graph and each chained graph in order (K = 3: two chained steps), the output still
+    equals plain greedy decoding; bench/spec_timeline.Timeline turns the marks into per-phase medians (fake CUDA
+    events on the CPU: each event's time is its mark's index, so every interval is 1)."""
+    from bench import spec_timeline
+    from modelgen.runtime.engine import speculative
+
+    path, _ = ckpts("deepseek")
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    spec, _ = _graphed(path, 3)
+
+    class Event:
+        count = 0
+
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t, Event.count = Event.count, Event.count + 1
+
+        def elapsed_time(self, other):
+            return float(other.t - self.t)
+
+    monkeypatch.setattr(spec_timeline.torch.cuda, "Event", Event)
+    monkeypatch.setattr(spec_timeline.torch.cuda, "synchronize", lambda *a: None)
+    tl = spec_timeline.Timeline()
+    monkeypatch.setattr(speculative, "TIMELINE", tl)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    names = [[n for n, _, _ in marks] for marks in tl.steps]
+    full = ["verify_start", "verify_end", "read_done", "settle_start", "settle_end",
+            "chain1_start", "chain1_end", "chain2_start", "chain2_end"]
+    # the last steps (requests near their end) draft less or not at all: a prefix of the full sequence
+    assert len(names) > 3 and names.count(full) > len(names) // 2
+    assert all(len(n) >= 3 and n == full[:len(n)] for n in names)
+    rep = tl.report()
+    assert rep["steps"] == len(names)
+    assert {"verify", "settle", "chain1", "chain2", "verify_end->read_done", "read_done->settle_start",
+            "chain2_end->next_verify_start"} <= set(rep["gpu_ms"])
+    assert all(v == 1.0 for v in rep["gpu_ms"].values())
+    assert rep["gpu_busy_ms"] == 4.0 and rep["gpu_gap_ms"] >= 4.0
