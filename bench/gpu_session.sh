@@ -9,6 +9,7 @@
 #   bash bench/gpu_session.sh s31a|s31b|s31c|s31d  # issue 29 part 4: GDN verify window kernel, checkpoint rewind, final GPU suite
 #   bash bench/gpu_session.sh s32a|s32c  # issue 29 item 4: the speculative step's host gap (chained drafts advanced on the device)
 #   bash bench/gpu_session.sh s34a  # issue 29: paged decode split rule A/B (Llama-3-8B bs32), gpt-oss bs1 MoE path timings
+#   bash bench/gpu_session.sh s34s  # issue 29 item 4: step timeline (--timeline) + pinned ring A/B (--switch-legs ring)
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -43,6 +44,24 @@ if [ "$phase" = s34a ]; then  # nvidia-h200, ~420 s: the paged decode's split ru
   echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34a.log"; rm -rf "$L"
   cat "$OUT/s34a.log"
+elif [ "$phase" = s34s ]; then
+  # nvidia-h200, <= ~300 s: the graphed speculative GPU tests; bench/spec_oracle.py on the DeepSeek-V3 and Qwen3-Next
+  # shapes (8 layers), K = 3, batch 1 and 8, p 0.8 / 0.9, each resident row with its per-phase CUDA-event timeline
+  # (--timeline: GPU time per phase, GPU gaps between phases) and paired with the same row without the pinned host
+  # buffer ring (--switch-legs ring: cuda_graphs.STEP_PINNED_RING off, one pinned buffer per bucket)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 60 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_speculative.py 2>&1 \
+    | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  for m in deepseek qwen3_next; do
+    timeout -k 10 115 python3 bench/spec_oracle.py --models $m --layers 8 --batches 1 8 --k 3 --p 0.8 0.9 \
+      --host-k --switch-legs ring --timeline --new-tokens 128 --reps 3 --budget-s 90 \
+      --out "$OUT/h200-spec-oracle-$m-s34s.json" 2>&1 | grep -v "Warning\|warn\|it/s" \
+      | grep "tok/s\|replay\|timeline\|Error\|error" | tail -40 > "$L/2-spec-$m.log"
+    echo "[$(( $(date +%s) - t0 ))s] spec oracle $m done" | tee -a "$L/2-spec-$m.log"
+  done
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34s.log"; rm -rf "$L"
+  cat "$OUT/s34s.log"
 elif [ "$phase" = s32c ]; then  # (ran at 606ca24, with --step-legs; both it and the chained-draft advance are gone)
   # nvidia-h200, ~140 s, what was left after a machine was taken back mid-call: the paired oracle rows of the
   # host-filled + two-copy chained advance, p 0.8 (every row was skipped: --budget-s counts from checkpoint creation)

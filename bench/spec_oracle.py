@@ -23,7 +23,10 @@ equal the plain leg's; with ``--components``, the GPU time of each graph a step 
 is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
 after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
-graph); the components of each variant's graphs are timed too. (A ``no-overlap`` variant -- s32a's A/B of the chained
+graph); the components of each variant's graphs are timed too. ``--switch-legs ring`` pairs each resident row the
+same way with a SWITCHES flag off (``ring``: cuda_graphs.STEP_PINNED_RING, the pinned host buffer ring of the step
+graphs). ``--timeline``: each resident row also records a device-side timeline of its steps, GPU time per phase and
+GPU gaps between phases (bench/spec_timeline.py). (A ``no-overlap`` variant -- s32a's A/B of the chained
 draft graph advancing its own inputs -- and a ``loop`` variant -- the GDN layers once per
 token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
 
@@ -50,6 +53,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.mtp import SHAPES, build, free_memory, log, write_head  # noqa: E402
 from modelgen.runtime.engine.llm import LLM  # noqa: E402
 from modelgen.runtime.engine.sampler import SamplingParams  # noqa: E402
+from modelgen.runtime.engine import speculative  # noqa: E402
+
+# --switch-legs: module-level switches of the speculative step (issue 29 item 4), each timed off right after the
+# default row it pairs with (graphs recaptured with the switch off, then back on): name -> (module, attribute).
+SWITCHES = {
+    "ring": ("modelgen.runtime.targets.rocm.cuda_graphs", "STEP_PINNED_RING"),  # pinned host buffer ring
+}
 
 
 def cycle_weights(seed: int, dtype: torch.dtype | None = None):
@@ -189,11 +199,36 @@ def first_diff(a: list[list[int]], b: list[list[int]]) -> int | None:
     return None
 
 
+def _switch(name: str):
+    import importlib
+
+    mod, attr = SWITCHES[name]
+    return importlib.import_module(mod), attr
+
+
 def set_variant(dec, llm, variant: str, resident: bool) -> None:
-    """Recapture the speculative graphs for ``variant`` of the verify step's Gated DeltaNet path (``--gdn-legs``):
-    ``default`` (window kernel + per-token state checkpoints), ``no-ck`` (window kernel, snapshot / re-advance)."""
-    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant == "default")
+    """Recapture the speculative graphs for ``variant``: ``default``; ``no-ck`` (``--gdn-legs``: the verify step's
+    Gated DeltaNet window kernel without per-token state checkpoints, snapshot / re-advance); ``<switch>-off``
+    (``--switch-legs``: that SWITCHES flag False while the graphs are built and the row runs; every other variant
+    sets them all back True)."""
+    for name in SWITCHES:
+        mod, attr = _switch(name)
+        setattr(mod, attr, variant != f"{name}-off")
+    dec.enable_graphs(llm.loaded.options.decode_buckets, resident=resident, checkpoints=variant != "no-ck")
     dec.warmup()
+
+
+def timeline(llm, prompts, new: int) -> dict:
+    """``--timeline``: one more generate call of a resident row with bench/spec_timeline.py's recorder installed
+    (a call of its own: the timed reps record no events)."""
+    from bench.spec_timeline import Timeline
+
+    speculative.TIMELINE = tl = Timeline()
+    try:
+        llm.generate(prompts, SamplingParams(max_new_tokens=new, ignore_eos=True))
+    finally:
+        speculative.TIMELINE = None
+    return tl.report()
 
 
 def run_model(kind: str, args, root: Path, results: dict) -> None:
@@ -220,8 +255,10 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
         dec = llm.speculative
         legs = [(True, p, "default") for p in args.p] + ([(False, p, "default") for p in args.host_p]
                                                           if k in args.host_k else [])
-        if gdn_legs:  # each resident row again in each GDN variant, right after it
-            legs = [(True, p, v) for p in args.p for v in ["default", *gdn_legs]] + legs[len(args.p):]
+        # the switches act on the step graphs, which are CUDA graphs: no paired leg off a GPU
+        extra = gdn_legs + ([f"{name}-off" for name in args.switch_legs] if args.device.startswith("cuda") else [])
+        if extra:  # each resident row again in each GDN variant / with each switch off, right after it
+            legs = [(True, p, v) for p in args.p for v in ["default", *extra]] + legs[len(args.p):]
         current = "default"
         for b in args.batches:
             for resident, p, variant in legs:
@@ -249,6 +286,14 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                 # wall milliseconds per verify step (the prefill step included: one of ~new / tokens-per-step)
                 row["ms_per_step"] = 1e3 * b * (row["mean_tokens_per_verify_step"] or 1) / tps
                 row["plain_ms_per_step"] = 1e3 * b / base
+                if args.timeline and kind_of.startswith("resident"):
+                    row["timeline"] = (timeline(llm, prompts[:b], args.new_tokens) if args.device.startswith("cuda")
+                                       else "no CUDA")
+                    if isinstance(row["timeline"], dict):
+                        t = row["timeline"]
+                        log(f"{kind} k{k} bs{b} p{p} {kind_of} timeline: GPU busy {t['gpu_busy_ms']:.3f} ms, "
+                            f"gaps {t['gpu_gap_ms']:.3f} ms; " + ", ".join(f"{n} {v:.3f}"
+                                                                         for n, v in t["gpu_ms"].items()))
                 out["rows"].append(row)
                 log(f"{kind} k{k} bs{b} p{p} {row['path']:8s}: {tps:,.0f} tok/s vs plain {base:,.0f} = "
                     f"{row['speedup']:.2f}x, acceptance {row['acceptance_rate'] or 0:.2f}, "
@@ -266,6 +311,9 @@ def run_model(kind: str, args, root: Path, results: dict) -> None:
                 out.setdefault("components_ms", {})[key] = {str(b): components(plain, llm, b) for b in args.batches}
                 log(f"{kind} {key} graph replay ms: {out['components_ms'][key]}")
             Path(args.out).write_text(json.dumps(results, indent=2))
+        for name in SWITCHES:  # back to the defaults for the next K's engine
+            mod, attr = _switch(name)
+            setattr(mod, attr, True)
         del llm, dec
         free_memory()
     del plain
@@ -297,6 +345,11 @@ def main() -> int:
     ap.add_argument("--gdn-legs", nargs="*", default=[], choices=["no-ck"],
                     help="Qwen3-Next on a GPU: pair each resident row with these variants of the verify step's GDN "
                          "path (set_variant())")
+    ap.add_argument("--switch-legs", nargs="*", default=[], choices=sorted(SWITCHES),
+                    help="pair each resident row with the same row with this SWITCHES flag off (set_variant())")
+    ap.add_argument("--timeline", action="store_true",
+                    help="on a GPU, each resident row also gets a per-phase CUDA-event timeline of its steps "
+                         "(bench/spec_timeline.py; 'no CUDA' on the CPU)")
     ap.add_argument("--budget-s", type=float, default=None)
     ap.add_argument("--out", default="bench/results/h200-spec-oracle.json")
     args = ap.parse_args()
@@ -305,6 +358,9 @@ def main() -> int:
     results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
                "torch": torch.__version__, "args": {k: v for k, v in vars(args).items() if k != "deadline"},
                "models": {}}
+    if args.timeline and not args.device.startswith("cuda"):
+        results["timeline"] = "no CUDA: --timeline skipped (CUDA events)"
+        log(results["timeline"])
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.models:
             run_model(kind, args, Path(tmp), results)

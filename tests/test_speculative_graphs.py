@@ -446,3 +446,98 @@ def test_device_resident_drafts_read_back_for_an_eager_step(ckpts, monkeypatch):
     assert spec.generate(prompts, [_greedy(n) for n in lengths]) == [r[:n] for r, n in zip(ref, lengths)]
     assert seen["by_reference"] > 0 and seen["read_back"] > 0
     assert spec.blocks.num_free == spec.blocks.num_blocks
+
+
+class _FakeCopyEvent:
+    """A pinned buffer's copy event on the CPU: ``record`` is the copy out of the buffer being queued (pending until
+    the host waits on it), ``synchronize`` the host's wait. Recording a pending event means the buffer was refilled
+    and copied again before its previous copy was known to have run -- the hazard the ring must never create."""
+
+    log: list = []
+
+    def __init__(self):
+        self.id, self.pending, self.waits = len(_FakeCopyEvent.log), False, 0
+        _FakeCopyEvent.log.append(self)
+
+    def synchronize(self):
+        self.waits += int(self.pending)
+        self.pending = False
+
+    def record(self):
+        assert not self.pending, "a ring buffer was reused before its copy event completed"
+        self.pending = True
+        _FakeCopyEvent.order.append(self.id)
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_pinned_ring_rotates_and_equals_one_buffer(ckpts, monkeypatch, ring):
+    """StepGraphs' pinned host ring (cuda_graphs.STEP_PINNED_RING): each bucket's uploads go round its
+    STEP_RING_SIZE buffers in turn, each reuse waits on that buffer's own copy event (never on a newer buffer's),
+    and graphed greedy speculation over oracle drafts corrupted mid-run equals plain greedy decoding either way."""
+    from modelgen.runtime.targets.rocm import cuda_graphs
+
+    path, _ = ckpts("qwen3_next")
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    monkeypatch.setattr(cuda_graphs, "STEP_PINNED_RING", ring)
+    monkeypatch.setattr(_FakeCopyEvent, "log", [])
+    monkeypatch.setattr(_FakeCopyEvent, "order", [], raising=False)
+    monkeypatch.setattr(cuda_graphs, "_new_event", lambda device: _FakeCopyEvent())
+    spec, _ = _graphed(path, 3)
+    spec.speculative.propose_override = _override({tuple(p): r for p, r in zip(PROMPTS, ref)},
+                                                  lambda n, j: n % 3 == 1 and j == 1)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    size = cuda_graphs.STEP_RING_SIZE if ring else 1
+    dec = spec.speculative
+    buckets = [bk for g in (dec.verify_graphs, dec.draft_graphs, dec.chain_graphs) for bk in g._buckets.values()]
+    assert buckets and all(len(bk.ring) == len(bk.ring_events) == size for bk in buckets)
+    used = 0
+    for bk in buckets:  # each bucket's events were recorded in ring order: 0, 1, 2, 0, 1, ...
+        ids = [e.id for e in bk.ring_events]
+        seq = [ids.index(i) for i in _FakeCopyEvent.order if i in ids]
+        assert seq == [j % size for j in range(len(seq))]
+        used += len(seq)
+    assert used == len(_FakeCopyEvent.order) > 2 * size
+    assert sum(e.waits for e in _FakeCopyEvent.log) > 0  # the hazard check above was exercised on reuse
+
+
+def test_timeline_marks_each_resident_phase(ckpts, monkeypatch):
+    """bench/spec_oracle.py --timeline: with speculative.TIMELINE set, each resident greedy step marks verify,
+    the host read, the settle graph and each chained graph in order (K = 3: two chained steps), the output still
+    equals plain greedy decoding; bench/spec_timeline.Timeline turns the marks into per-phase medians (fake CUDA
+    events on the CPU: each event's time is its mark's index, so every interval is 1)."""
+    from bench import spec_timeline
+    from modelgen.runtime.engine import speculative
+
+    path, _ = ckpts("deepseek")
+    ref = _engine(path).generate(PROMPTS, _greedy(16))
+    spec, _ = _graphed(path, 3)
+
+    class Event:
+        count = 0
+
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t, Event.count = Event.count, Event.count + 1
+
+        def elapsed_time(self, other):
+            return float(other.t - self.t)
+
+    monkeypatch.setattr(spec_timeline.torch.cuda, "Event", Event)
+    monkeypatch.setattr(spec_timeline.torch.cuda, "synchronize", lambda *a: None)
+    tl = spec_timeline.Timeline()
+    monkeypatch.setattr(speculative, "TIMELINE", tl)
+    assert spec.generate(PROMPTS, _greedy(16)) == ref
+    names = [[n for n, _, _ in marks] for marks in tl.steps]
+    full = ["verify_start", "verify_end", "read_done", "settle_start", "settle_end",
+            "chain1_start", "chain1_end", "chain2_start", "chain2_end"]
+    # the last steps (requests near their end) draft less or not at all: a prefix of the full sequence
+    assert len(names) > 3 and names.count(full) > len(names) // 2
+    assert all(len(n) >= 3 and n == full[:len(n)] for n in names)
+    rep = tl.report()
+    assert rep["steps"] == len(names)
+    assert {"verify", "settle", "chain1", "chain2", "verify_end->read_done", "read_done->settle_start",
+            "chain2_end->next_verify_start"} <= set(rep["gpu_ms"])
+    assert all(v == 1.0 for v in rep["gpu_ms"].values())
+    assert rep["gpu_busy_ms"] == 4.0 and rep["gpu_gap_ms"] >= 4.0

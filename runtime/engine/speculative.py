@@ -86,6 +86,10 @@ from ..work import Work
 from .sampler import SamplingParams, filter_logits
 from .scheduler import Scheduler, sampling_error
 
+# A phase recorder for resident greedy steps (bench/spec_oracle.py --timeline sets one: ``mark(name)`` records a CUDA
+# event and a host stamp at each phase boundary). None: nothing is recorded (the default, zero cost beyond the test).
+TIMELINE = None
+
 
 @dataclass
 class SpeculativeStats:
@@ -430,9 +434,15 @@ class SpeculativeDecoder:
             with record_function("spec::target_forward_argmax"):
                 tables = loaded.blocks.tables
                 state = [pool.slot(w.seq_id) for w in work] if self.verify_graphs.with_state else None
+                if TIMELINE is not None:
+                    TIMELINE.mark("verify_start")
                 hidden, top, fed = self.verify_graphs.run(work, [tables[w.seq_id] for w in work], state_slots=state,
                                                           head=True)
+                if TIMELINE is not None:
+                    TIMELINE.mark("verify_end")
                 argmax, fed = torch.stack([top, fed]).tolist()  # the step's one device-to-host read
+                if TIMELINE is not None:
+                    TIMELINE.mark("read_done")
             logits = None
             row_at = {i: offsets[i] + n - 1 for i, n in enumerate(real)}
             drafts = [fed[offsets[i] + real[i]: offsets[i] + real[i] + len(d)] for i, d in enumerate(drafts)]
@@ -632,8 +642,12 @@ class SpeculativeDecoder:
         buf = self._draft_buf
         for seq_id in [q for q, e in self.drafted.items() if e.resident]:
             self.release(seq_id)  # unverified drafts of a request left out of this step: the buffer is rewritten
+        if TIMELINE is not None:
+            TIMELINE.mark("settle_start")
         hidden, top, _ = self.draft_graphs.run(work, [tables[w.seq_id] for w in work], hidden=torch.cat(rows),
                                                head=True)
+        if TIMELINE is not None:
+            TIMELINE.mark("settle_end")
         n = len(work)
         ends_at = _index(ends, dev)
         last_hidden = hidden.index_select(0, ends_at)
@@ -654,8 +668,12 @@ class SpeculativeDecoder:
                 step_work = [Work(owners[j].seq_id, [-1 - ((step - 1) * buf.shape[1] + j)],
                                   len(owners[j].tokens) + step - 2) for j in active]
                 h_in = last_hidden if at is None else last_hidden.index_select(0, at)
+                if TIMELINE is not None:
+                    TIMELINE.mark(f"chain{step}_start")
                 chained, top, _ = self.chain_graphs.run(step_work, [tables[w.seq_id] for w in step_work],
                                                         hidden=h_in, head=True)
+                if TIMELINE is not None:
+                    TIMELINE.mark(f"chain{step}_end")
                 if at is None:
                     last_hidden = chained
                     if over is None:
