@@ -42,6 +42,9 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
+    # Read at forward time (the fold of the weights into slot E happens at load either way, values unchanged).
+    "sharedslot": ("qwen3_next", "modelgen.runtime.layers.moe.shared_slot", "SHARED_SLOT",
+                   "Qwen3-Next-80B-A3B shape", 8),
 }
 
 
