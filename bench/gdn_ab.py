@@ -47,6 +47,9 @@ SWITCHES = {
     # is built and loaded after its flip() below, so the two engines hold the two weight layouts side by side
     "gdn_proj": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.layer", "FUSED_PROJECTIONS",
                  "Qwen3-Next-80B-A3B shape", 8),
+    # Read at forward time (the fold of the weights into slot E happens at load either way, values unchanged).
+    "sharedslot": ("qwen3_next", "modelgen.runtime.layers.moe.shared_slot", "SHARED_SLOT",
+                   "Qwen3-Next-80B-A3B shape", 8),
 }
 
 

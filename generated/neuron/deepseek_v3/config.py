@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v3.yaml --target neuron
-# source hash (spec + templates + generator): 2d792865cb8f97bd
+# source hash (spec + templates + generator): 0c75639ee955f665
 # ==================================================================================================================
 """DeepseekV3Config: the HF ``config.json`` fields specs/deepseek_v3.yaml reads, typed, with the spec's defaults.
 

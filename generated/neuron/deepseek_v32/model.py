@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v32.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/deepseek_v32.yaml --target neuron
-# source hash (spec + templates + generator): e161b394e001568c
+# source hash (spec + templates + generator): cc55a073c0906176
 # ==================================================================================================================
 """DeepseekV32 for the neuron target, in vLLM Neuron's style.
 

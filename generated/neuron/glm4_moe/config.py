@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/glm4_moe.yaml --target neuron
-# source hash (spec + templates + generator): 5af84c004e66b262
+# source hash (spec + templates + generator): 8a95b4d8273e6bdf
 # ==================================================================================================================
 """Glm4MoeConfig: the HF ``config.json`` fields specs/glm4_moe.yaml reads, typed, with the spec's defaults.
 

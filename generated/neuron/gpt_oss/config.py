@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/gpt_oss.yaml --target neuron
-# source hash (spec + templates + generator): f7e063afc051b825
+# source hash (spec + templates + generator): 560ee8db1905c88d
 # ==================================================================================================================
 """GptOssConfig: the HF ``config.json`` fields specs/gpt_oss.yaml reads, typed, with the spec's defaults.
 

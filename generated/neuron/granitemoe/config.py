@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/granitemoe.yaml --target neuron
-# source hash (spec + templates + generator): 6a04794514652589
+# source hash (spec + templates + generator): 293ae632995ee058
 # ==================================================================================================================
 """GraniteMoeConfig: the HF ``config.json`` fields specs/granitemoe.yaml reads, typed, with the spec's defaults.
 

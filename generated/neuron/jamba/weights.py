@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/jamba.yaml --target neuron
-# source hash (spec + templates + generator): 39a5bebe643a5a5a
+# source hash (spec + templates + generator): 5cda34398e1bf9d2
 # ==================================================================================================================
 """Checkpoint mappings of JambaForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

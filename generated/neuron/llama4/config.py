@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama4.yaml --target neuron
-# source hash (spec + templates + generator): f90477560a162dc0
+# source hash (spec + templates + generator): 19628cc76f58aab4
 # ==================================================================================================================
 """Llama4Config: the HF ``config.json`` fields specs/llama4.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/llama4.yaml --target neuron
-# source hash (spec + templates + generator): f90477560a162dc0
+# source hash (spec + templates + generator): 19628cc76f58aab4
 # ==================================================================================================================
 """Checkpoint mappings of Llama4ForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

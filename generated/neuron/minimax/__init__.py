@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/minimax.yaml --target neuron
-# source hash (spec + templates + generator): 61ffaad9c8319b2d
+# source hash (spec + templates + generator): 8eb40ba1c52fdebf
 # ==================================================================================================================
 """MiniMax for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, MiniMaxConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/mixtral.yaml --target neuron
-# source hash (spec + templates + generator): 8c2e5f03b8735bc6
+# source hash (spec + templates + generator): 1920e6ad85681262
 # ==================================================================================================================
 """Mixtral for the neuron target, in vLLM Neuron's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): 867046c1217437f6
+# source hash (spec + templates + generator): fb5cb16d861c6a9b
 # ==================================================================================================================
 """Factory for vLLM's ModelRegistry (the vLLM Neuron guide, step 1c): validates the HF config and the NeuronConfig,
 selects the implementation, delegates ``forward``."""

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/nemotron_h.yaml --target neuron
-# source hash (spec + templates + generator): 867046c1217437f6
+# source hash (spec + templates + generator): fb5cb16d861c6a9b
 # ==================================================================================================================
 """Checkpoint mappings of NemotronHForCausalLM (neuron): parameter name -> checkpoint key(s), as the Neuron guide's
 ``load_weights`` builds them. A list of several keys feeds a parameter's loader in that order."""

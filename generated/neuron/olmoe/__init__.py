@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/olmoe.yaml --target neuron
-# source hash (spec + templates + generator): 6b037d0bd4ea89c7
+# source hash (spec + templates + generator): 605953591b9610a0
 # ==================================================================================================================
 """Olmoe for the neuron target (vLLM Neuron plugin layout: config.py, factory.py, model.py). See README.md."""
 from .config import ARCHITECTURES, OlmoeConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_5_moe.yaml --target neuron
-# source hash (spec + templates + generator): 6234a4cccba56d5c
+# source hash (spec + templates + generator): 105439931bad3ad5
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of Qwen35MoeForCausalLM for the neuron target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: neuron) -- DO NOT EDIT.
 # Edit the spec or templates/neuron/ and run: modelgen build specs/qwen3_moe.yaml --target neuron
-# source hash (spec + templates + generator): 63842652dc54547e
+# source hash (spec + templates + generator): 48f38b72783e1105
 # ==================================================================================================================
 """Qwen3MoeConfig: the HF ``config.json`` fields specs/qwen3_moe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/dbrx.yaml --target rocm
-# source hash (spec + templates + generator): e8d2560afeae61a4
+# source hash (spec + templates + generator): 51000dfa6911d58b
 # ==================================================================================================================
 """Weight-loader tables of DbrxForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

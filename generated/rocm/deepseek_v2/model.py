@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v2.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v2.yaml --target rocm
-# source hash (spec + templates + generator): 740ecbc1bfdb532d
+# source hash (spec + templates + generator): 5fd290e32d6c3b46
 # ==================================================================================================================
 """DeepseekV2 for the rocm target, in ATOM's style.
 

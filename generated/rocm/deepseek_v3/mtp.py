@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/deepseek_v3.yaml --target rocm
-# source hash (spec + templates + generator): 2d792865cb8f97bd
+# source hash (spec + templates + generator): 0c75639ee955f665
 # ==================================================================================================================
 """Multi-token-prediction (MTP) draft head of DeepseekV3ForCausalLM for the rocm target (speculative decoding).
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/glm4_moe.yaml --target rocm
-# source hash (spec + templates + generator): 5af84c004e66b262
+# source hash (spec + templates + generator): 8a95b4d8273e6bdf
 # ==================================================================================================================
 """Glm4Moe for the rocm target, in ATOM's style.
 

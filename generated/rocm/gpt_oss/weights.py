@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/gpt_oss.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/gpt_oss.yaml --target rocm
-# source hash (spec + templates + generator): f7e063afc051b825
+# source hash (spec + templates + generator): 560ee8db1905c88d
 # ==================================================================================================================
 """Weight-loader tables of GptOssForCausalLM (rocm): how HF checkpoint names reach the fused parameters."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/jamba.yaml --target rocm
-# source hash (spec + templates + generator): 39a5bebe643a5a5a
+# source hash (spec + templates + generator): 5cda34398e1bf9d2
 # ==================================================================================================================
 """JambaConfig: the HF ``config.json`` fields specs/jamba.yaml reads, typed, with the spec's defaults.
 

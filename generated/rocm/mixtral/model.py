@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/mixtral.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/mixtral.yaml --target rocm
-# source hash (spec + templates + generator): 8c2e5f03b8735bc6
+# source hash (spec + templates + generator): 1920e6ad85681262
 # ==================================================================================================================
 """Mixtral for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/nemotron_h.yaml --target rocm
-# source hash (spec + templates + generator): 867046c1217437f6
+# source hash (spec + templates + generator): fb5cb16d861c6a9b
 # ==================================================================================================================
 """NemotronHConfig: the HF ``config.json`` fields specs/nemotron_h.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen2_moe.yaml --target rocm
-# source hash (spec + templates + generator): e6bd8b268b7f6acd
+# source hash (spec + templates + generator): 8cc8b2c09e3837aa
 # ==================================================================================================================
 """Qwen2Moe for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Qwen2MoeConfig

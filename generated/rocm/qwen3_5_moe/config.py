@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_5_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_5_moe.yaml --target rocm
-# source hash (spec + templates + generator): 6234a4cccba56d5c
+# source hash (spec + templates + generator): 105439931bad3ad5
 # ==================================================================================================================
 """Qwen35MoeConfig: the HF ``config.json`` fields specs/qwen3_5_moe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_moe.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_moe.yaml --target rocm
-# source hash (spec + templates + generator): 63842652dc54547e
+# source hash (spec + templates + generator): 48f38b72783e1105
 # ==================================================================================================================
 """Qwen3Moe for the rocm target, in ATOM's style.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): fd6f1b674d22a43f
+# source hash (spec + templates + generator): bb29085f76c04d70
 # ==================================================================================================================
 """Qwen3Next for the rocm target. See README.md."""
 from .config import ARCHITECTURES, Qwen3NextConfig

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: rocm) -- DO NOT EDIT.
 # Edit the spec or templates/rocm/ and run: modelgen build specs/qwen3_next.yaml --target rocm
-# source hash (spec + templates + generator): fd6f1b674d22a43f
+# source hash (spec + templates + generator): bb29085f76c04d70
 # ==================================================================================================================
 """Qwen3Next for the rocm target, in ATOM's style.
 
@@ -35,7 +35,7 @@ from modelgen.runtime.layers.linear import (
     ReplicatedLinear,
     RowParallelLinear,
 )
-from modelgen.runtime.layers.moe import FusedMoE, TopKRouter
+from modelgen.runtime.layers.moe import FusedMoE, TopKRouter, shared_slot
 from modelgen.runtime.layers.norm import RMSNorm
 from modelgen.runtime.layers.rotary import get_rope
 from modelgen.runtime.loader.checkpoint import Checkpoint
@@ -189,7 +189,16 @@ class Qwen3NextSparseMoeBlock(nn.Module):
         self.shared_expert = Qwen3NextMLP(config, config.shared_expert_intermediate_size)
         self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False)
 
+    def process_weights_after_loading(self) -> None:
+        # The gated shared expert as slot E of the stacked experts and its gate as row E of the router weight (views:
+        # held once), where runtime/layers/moe/shared_slot.py's rules allow (one rank, shared width == experts').
+        shared_slot.fold(self.gate, self.experts, self.shared_expert, self.shared_expert_gate)
+
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if shared_slot.active(self.gate, self.experts, hidden_states):
+            # Triton GPU path: router GEMV over E + 1 rows, route (+ the sigmoid gate), gate-up, down: ~4 launches
+            # instead of ~12 (the separate shared MLP, gate linear, sigmoid, multiply and add are launch-bound at bs1).
+            return shared_slot.forward(self.gate, self.experts, hidden_states)
         topk_weights, topk_ids = self.gate(hidden_states)
         shared = self.shared_expert(hidden_states)
         shared = torch.sigmoid(self.shared_expert_gate(hidden_states)) * shared  # per-token gate of the shared expert

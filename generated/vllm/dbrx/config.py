@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/dbrx.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/dbrx.yaml --target vllm
-# source hash (spec + templates + generator): e8d2560afeae61a4
+# source hash (spec + templates + generator): 51000dfa6911d58b
 # ==================================================================================================================
 """DbrxConfig: the HF ``config.json`` fields specs/dbrx.yaml reads, typed, with the spec's defaults.
 

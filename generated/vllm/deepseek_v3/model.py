@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/deepseek_v3.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/deepseek_v3.yaml --target vllm
-# source hash (spec + templates + generator): 2d792865cb8f97bd
+# source hash (spec + templates + generator): 0c75639ee955f665
 # ==================================================================================================================
 """DeepseekV3 for the vllm target: vLLM's model interface and layer library.
 

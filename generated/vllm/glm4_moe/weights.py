@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm4_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm4_moe.yaml --target vllm
-# source hash (spec + templates + generator): 5af84c004e66b262
+# source hash (spec + templates + generator): 8a95b4d8273e6bdf
 # ==================================================================================================================
 """Weight-loader tables of Glm4MoeForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

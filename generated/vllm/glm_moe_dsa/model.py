@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/glm_moe_dsa.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/glm_moe_dsa.yaml --target vllm
-# source hash (spec + templates + generator): 256a5efdaad3b125
+# source hash (spec + templates + generator): c7d36e698e90fbf2
 # ==================================================================================================================
 """GlmMoeDsa for the vllm target: vLLM's model interface and layer library.
 

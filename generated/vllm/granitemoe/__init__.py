@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/granitemoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/granitemoe.yaml --target vllm
-# source hash (spec + templates + generator): 6a04794514652589
+# source hash (spec + templates + generator): 293ae632995ee058
 # ==================================================================================================================
 """GraniteMoe for the vllm target. See README.md.
 

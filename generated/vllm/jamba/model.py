@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/jamba.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/jamba.yaml --target vllm
-# source hash (spec + templates + generator): 39a5bebe643a5a5a
+# source hash (spec + templates + generator): 5cda34398e1bf9d2
 # ==================================================================================================================
 """Jamba for the vllm target: vLLM's model interface and layer library.
 

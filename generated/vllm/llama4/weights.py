@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/llama4.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/llama4.yaml --target vllm
-# source hash (spec + templates + generator): f90477560a162dc0
+# source hash (spec + templates + generator): 19628cc76f58aab4
 # ==================================================================================================================
 """Weight-loader tables of Llama4ForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

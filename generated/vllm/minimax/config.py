@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/minimax.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/minimax.yaml --target vllm
-# source hash (spec + templates + generator): 61ffaad9c8319b2d
+# source hash (spec + templates + generator): 8eb40ba1c52fdebf
 # ==================================================================================================================
 """MiniMaxConfig: the HF ``config.json`` fields specs/minimax.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/nemotron_h.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/nemotron_h.yaml --target vllm
-# source hash (spec + templates + generator): 867046c1217437f6
+# source hash (spec + templates + generator): fb5cb16d861c6a9b
 # ==================================================================================================================
 """NemotronH for the vllm target. See README.md.
 

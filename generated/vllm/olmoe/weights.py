@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/olmoe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/olmoe.yaml --target vllm
-# source hash (spec + templates + generator): 6b037d0bd4ea89c7
+# source hash (spec + templates + generator): 605953591b9610a0
 # ==================================================================================================================
 """Weight-loader tables of OlmoeForCausalLM (vllm): how HF checkpoint names reach vLLM's fused parameters.
 

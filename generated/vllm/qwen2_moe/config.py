@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen2_moe.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen2_moe.yaml --target vllm
-# source hash (spec + templates + generator): e6bd8b268b7f6acd
+# source hash (spec + templates + generator): 8cc8b2c09e3837aa
 # ==================================================================================================================
 """Qwen2MoeConfig: the HF ``config.json`` fields specs/qwen2_moe.yaml reads, typed, with the spec's defaults.
 

@@ -1,7 +1,7 @@
 # ==================================================================================================================
 # GENERATED FROM specs/qwen3_next.yaml BY modelgen 0.1.0 (target: vllm) -- DO NOT EDIT.
 # Edit the spec or templates/vllm/ and run: modelgen build specs/qwen3_next.yaml --target vllm
-# source hash (spec + templates + generator): fd6f1b674d22a43f
+# source hash (spec + templates + generator): bb29085f76c04d70
 # ==================================================================================================================
 """Qwen3NextConfig: the HF ``config.json`` fields specs/qwen3_next.yaml reads, typed, with the spec's defaults.
 

@@ -53,9 +53,13 @@ def _route_row(
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
     SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr = False,
+    SHARED_GATE: tl.constexpr = False,
 ):
     """One token: logits row -> its top-k weights and expert ids. ``TOPK_SOFTMAX`` (GPT-OSS): top-k of the raw
-    logits, then a softmax over the k selected logits rounded to the logits' dtype (HF softmax(dtype=logits dtype))."""
+    logits, then a softmax over the k selected logits rounded to the logits' dtype (HF softmax(dtype=logits dtype)).
+    ``SHARED_GATE`` (Qwen3-Next's gated shared expert as slot E, runtime/layers/moe/shared_slot.py): the row holds
+    E + 1 logits, the last one the shared_expert_gate's; routing uses the first E, and column TOPK gets id E and
+    weight sigmoid(logit E) rounded to the logits' dtype (HF: F.sigmoid(shared_expert_gate(x)) in the model dtype)."""
     # Experts laid out as [group, expert-in-group] = [NG, PG] (NG = 1 without group-limited routing).
     g = tl.arange(0, BG)[:, None]
     p = tl.arange(0, BP)[None, :]
@@ -113,6 +117,11 @@ def _route_row(
     kmask = kk < TOPK
     tl.store(wrow_ptr + kk, w.to(wrow_ptr.dtype.element_ty), mask=kmask)
     tl.store(idrow_ptr + kk, ids, mask=kmask)
+    if SHARED_GATE:
+        glogit = tl.load(lrow_ptr + NG * PG).to(tl.float32)
+        gw = (1.0 / (1.0 + tl.exp(-glogit))).to(lrow_ptr.dtype.element_ty).to(tl.float32)
+        tl.store(wrow_ptr + TOPK, gw.to(wrow_ptr.dtype.element_ty))
+        tl.store(idrow_ptr + TOPK, tl.full((), NG * PG, tl.int32))
 
 
 @triton.jit
@@ -121,12 +130,13 @@ def _route_kernel(
     NG: tl.constexpr, PG: tl.constexpr, BG: tl.constexpr, BP: tl.constexpr,
     TOPK: tl.constexpr, BK: tl.constexpr, TOPK_GROUP: tl.constexpr,
     SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, RENORM: tl.constexpr, TOPK_SOFTMAX: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, SHARED_GATE: tl.constexpr = False, KOUT: tl.constexpr = 0,
 ):
+    """One program per token; ``KOUT``: columns of the weight / id rows (TOPK, or TOPK + 1 with SHARED_GATE)."""
     pdl.wait(PDL)
     row = tl.program_id(0).to(tl.int64)
-    _route_row(logits_ptr + row * s_l, bias_ptr, w_ptr + row * TOPK, ids_ptr + row * TOPK, scaling,
-               NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM, TOPK_SOFTMAX)
+    _route_row(logits_ptr + row * s_l, bias_ptr, w_ptr + row * KOUT, ids_ptr + row * KOUT, scaling,
+               NG, PG, BG, BP, TOPK, BK, TOPK_GROUP, SIGMOID, HAS_BIAS, RENORM, TOPK_SOFTMAX, SHARED_GATE)
 
 
 @triton.jit
@@ -179,9 +189,12 @@ def _route_meta(E: int, top_k: int, scoring: str, renormalize: bool, n_group, to
 def route(
     logits: torch.Tensor, top_k: int, *, scoring: str, renormalize: bool, n_group: int | None = None,
     topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
-    routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32,
+    routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32, shared_gate: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``runtime.layers.moe.ops.route`` in one launch -> (weights ``[T, k]`` in ``out_dtype``, ids ``[T, k]`` int32).
+
+    ``shared_gate``: ``logits [T, E + 1]``, the last column a shared expert's gate logit; routing over the first E and
+    the results get a column k more: id E, weight ``sigmoid(logit E)`` in the logits' dtype (``_route_row``).
 
     The ids come in descending-score order (the sigmoid reference's ``topk(sorted=False)`` order is unspecified:
     compare ids as sets there). Arguments are validated by the reference's caller (``TopKRouter``).
@@ -189,16 +202,18 @@ def route(
     dtype; ``renormalize`` is ignored (the weights already sum to 1).
     """
     T, E = logits.shape
+    E -= int(shared_gate)
+    kout = top_k + int(shared_gate)
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
-    w = torch.empty((T, top_k), dtype=out_dtype, device=logits.device)
-    ids = torch.empty((T, top_k), dtype=torch.int32, device=logits.device)
+    w = torch.empty((T, kout), dtype=out_dtype, device=logits.device)
+    ids = torch.empty((T, kout), dtype=torch.int32, device=logits.device)
     if T:
         bias = e_score_correction_bias
         _route_kernel[(T,)](
             logits, bias if bias is not None else logits, w, ids, logits.stride(0), float(routed_scaling_factor),
             **_route_meta(E, top_k, scoring, renormalize, n_group, topk_group, bias), num_warps=4 if E >= 256 else 2,
-            **pdl.launch(logits.device),
+            SHARED_GATE=bool(shared_gate), KOUT=kout, **pdl.launch(logits.device),
         )
     return w, ids
 
@@ -214,21 +229,22 @@ def router(
     x: torch.Tensor, weight: torch.Tensor, top_k: int, *, scoring: str, renormalize: bool,
     n_group: int | None = None, topk_group: int | None = None, e_score_correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0, out_dtype: torch.dtype = torch.float32, gemm=None,
-    bias: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None, shared_gate: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``route(x @ weight.T + bias, ...)``: for up to ``FUSED_ROUTER_T`` tokens one launch (logits in ``x.dtype`` as
     ``F.linear`` rounds them; no linear bias, not ``topk_softmax``), else ``gemm(x, weight[, bias])`` (default
-    ``F.linear``) then ``route``. ``bias``: the router linear's own bias (GPT-OSS), part of the logits."""
+    ``F.linear``) then ``route``. ``bias``: the router linear's own bias (GPT-OSS), part of the logits.
+    ``shared_gate``: ``weight [E + 1, H]``, the last row a shared expert's gate (``route``); always two launches."""
     T, H = x.shape
     E = weight.shape[0]
     kw = dict(scoring=scoring, renormalize=renormalize, n_group=n_group, topk_group=topk_group,
               e_score_correction_bias=e_score_correction_bias, routed_scaling_factor=routed_scaling_factor)
     if not (0 < T <= FUSED_ROUTER_T and x.dtype == weight.dtype and x.stride(-1) == 1 and weight.stride(-1) == 1
             and x.dtype in (torch.bfloat16, torch.float16, torch.float32) and bias is None
-            and scoring != "topk_softmax"):
+            and scoring != "topk_softmax" and not shared_gate):
         args = (x, weight) if bias is None else (x, weight, bias)
         logits = gemm(*args) if gemm is not None else torch.nn.functional.linear(*args)
-        return route(logits, top_k, out_dtype=out_dtype, **kw)
+        return route(logits, top_k, out_dtype=out_dtype, shared_gate=shared_gate, **kw)
     w = torch.empty((T, top_k), dtype=out_dtype, device=x.device)
     ids = torch.empty((T, top_k), dtype=torch.int32, device=x.device)
     logits = torch.empty((T, E), dtype=torch.float32, device=x.device)
