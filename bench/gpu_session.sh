@@ -10,6 +10,8 @@
 #   bash bench/gpu_session.sh s32a|s32c  # issue 29 item 4: the speculative step's host gap (chained drafts advanced on the device)
 #   bash bench/gpu_session.sh s34a  # issue 29: paged decode split rule A/B (Llama-3-8B bs32), gpt-oss bs1 MoE path timings
 #   bash bench/gpu_session.sh s34s  # issue 29 item 4: step timeline (--timeline) + pinned ring A/B (--switch-legs ring)
+#   bash bench/gpu_session.sh s34b  # issue 29: MoE/GDN tests; A/B of SHARED_SLOT, FUSED_PROJECTIONS, SORTED_TILE_CANDIDATES
+#   bash bench/gpu_session.sh s34z  # issue 29: every GPU test (but fla's) on the final code; Qwen3-Next + MoE defaults
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
 # codegen: pydantic 2.14.4, pydantic_core 2.50.5, annotated_types 0.8.0, typing_inspection 0.4.5, ruamel.yaml 0.19.1,
@@ -44,6 +46,29 @@ if [ "$phase" = s34a ]; then  # nvidia-h200, ~420 s: the paged decode's split ru
   echo "[$(( $(date +%s) - t0 ))s] gpt-oss done" | tee -a "$L/3-gpt-oss.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34a.log"; rm -rf "$L"
   cat "$OUT/s34a.log"
+elif [ "$phase" = s34b ]; then
+  # nvidia-h200, ~520 s: the MoE / GDN kernel tests (sorted-tile candidates, shared slot, fused projections); then three
+  # paired A/Bs in bench/gdn_ab.py: the gated shared expert as slot E of the fused MoE (SHARED_SLOT, Qwen3-Next shape,
+  # bs1 + bs32, profiles at bs1), the four GDN projections as one GEMV (FUSED_PROJECTIONS, same checkpoint), and the
+  # narrower sorted-path tiles in the small-batch MoE choice (SORTED_TILE_CANDIDATES, gpt-oss-20b shape, bs1)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 150 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu_moe.py tests/test_gpu_moe_bias.py \
+    tests/test_gpu_moe_shared_slot.py tests/test_gdn_fused_projections.py tests/test_gpu_gdn.py -k "not fla" 2>&1 \
+    | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -30 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 175 python3 bench/gdn_ab.py --switch sharedslot --batches 1 32 --reps 4 --profile-batches 1 \
+    --budget-s 150 --out "$OUT/h200-qwen3-next-sharedslot-ab.json" 2>&1 | grep -v "Warning\|it/s" | tail -40 > "$L/2-sharedslot.log"
+  echo "[$(( $(date +%s) - t0 ))s] shared slot A/B done" | tee -a "$L/2-sharedslot.log"
+  timeout -k 10 135 python3 bench/gdn_ab.py --switch gdn_proj --reuse-ckpt --batches 1 32 --reps 4 --profile-batches \
+    --budget-s 115 --out "$OUT/h200-qwen3-next-gdn-proj-ab.json" 2>&1 | grep -v "Warning\|it/s" | tail -16 > "$L/3-gdn-proj.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] gdn proj A/B done" | tee -a "$L/3-gdn-proj.log"
+  timeout -k 10 100 python3 bench/gdn_ab.py --switch moe_tiles --batches 1 --reps 4 --profile-batches 1 --budget-s 80 \
+    --out "$OUT/h200-gpt-oss-moe-tiles-ab.json" 2>&1 | grep -v "Warning\|it/s" | tail -30 > "$L/4-moe-tiles.log"
+  rm -rf /tmp/modelgen-bench-gpt_oss
+  echo "[$(( $(date +%s) - t0 ))s] moe tiles A/B done" | tee -a "$L/4-moe-tiles.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34b.log"; rm -rf "$L"
+  cat "$OUT/s34b.log"
 elif [ "$phase" = s34s ]; then
   # nvidia-h200, <= ~300 s: the graphed speculative GPU tests; bench/spec_oracle.py on the DeepSeek-V3 and Qwen3-Next
   # shapes (8 layers), K = 3, batch 1 and 8, p 0.8 / 0.9, each resident row with its per-phase CUDA-event timeline
