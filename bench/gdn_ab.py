@@ -1,7 +1,8 @@
 """Two settings of a module-level switch as paired legs in one process (H200): by default (``--switch gdn``) the Gated
 DeltaNet decode paths (Qwen3-Next-80B-A3B shape, 8 layers). (Run s29d, at f40c4225, timed a
 ``moe_route`` switch, the gpt-oss router on the routing kernel or torch.topk + softmax: bench/NOTES-moe.md; the kernel
-won and the switch is gone. Add a ``SWITCHES`` entry for the next module flag to time.)
+won and the switch is gone. Run s34b, at 9820b254, timed ``moe_tiles``, three narrower sorted-path tiles among the
+small-batch MoE candidates: 0.995x at gpt-oss-20b bs1, gone too. Add a ``SWITCHES`` entry for the next flag to time.)
 
 Legs: ``fused`` (``runtime/layers/gated_deltanet/kernels.FUSED_DECODE = True``: conv update, then the delta rule with its
 gates computed in the same kernel: two launches per GDN layer before the gated norm) and ``unfused`` (the four-launch
@@ -42,7 +43,6 @@ LEGS = {"fused": True, "unfused": False}
 SWITCHES = {
     "gdn": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.kernels", "FUSED_DECODE",
             "Qwen3-Next-80B-A3B shape", 8),
-    "moe_tiles": ("gpt_oss", "modelgen.runtime.layers.moe.kernels", "SORTED_TILE_CANDIDATES", "gpt-oss-20b shape", 4),
     # read at load time (process_weights_after_loading permutes and fuses the projection weights): each leg's engine
     # is built and loaded after its flip() below, so the two engines hold the two weight layouts side by side
     "gdn_proj": ("qwen3_next", "modelgen.runtime.layers.gated_deltanet.layer", "FUSED_PROJECTIONS",

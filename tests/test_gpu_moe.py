@@ -236,8 +236,7 @@ def test_all_tokens_on_one_expert_and_block_configs(T):
     want = reference(hidden, w13, w2, w, ids)
     configs = [cfg for _, cfg in gm._TABLE] + [dict(BLOCK_M=32, up=(32, 64, 4, 2), down=(64, 32, 4, 2)),
                                                dict(pairs=True, up=(32, 64, 4, 2), down=(8, 512, 4, 1))]
-    sorted_candidates = [dict(gm._TABLE[0][1], **c) for c in gm._SORTED_CANDIDATES]
-    for cfg in configs + gm._PAIR_CANDIDATES + sorted_candidates:
+    for cfg in configs + gm._PAIR_CANDIDATES:
         assert rel(gm.fused_moe(hidden, w13, w2, w, ids, config=cfg), want) < tol(LOW), cfg
 
 

@@ -44,10 +44,7 @@ def _configs():
     from modelgen.runtime.layers.moe import kernels as gm
 
     sorted_cfg = dict(BLOCK_M=16, up=(32, 32, 4, 2), down=(32, 32, 4, 2))
-    # the narrower sorted tiles timed at small batches (gpt-oss's shapes): H = 96 is no multiple of their BLOCK_K /
-    # BLOCK_N, so the masked tails run too
-    tiles = {f"sorted-tile{i}": dict(sorted_cfg, **c) for i, c in enumerate(gm._SORTED_CANDIDATES)}
-    return {"sorted": sorted_cfg, **tiles, "pairs": dict(gm._PAIRS),
+    return {"sorted": sorted_cfg, "pairs": dict(gm._PAIRS),
             **{f"slots{i}": c for i, c in enumerate(gm._PAIR_CANDIDATES) if c.get("down_slots")}}
 
 

@@ -748,13 +748,6 @@ _PAIR_CANDIDATES = [_PAIRS, dict(_PAIRS, down=(8, 1024, 4, 1)), dict(_PAIRS, dow
                     # gate-up with an L2 prefetch 2 / 4 tiles ahead in its K loop (sm_90)
                     dict(_PAIRS, up_prefetch=2), dict(_PAIRS, up_prefetch=4),
                     dict(_PAIRS, up_prefetch=2, down=(8, 128, 4, 3), down_slots=True)]
-# Narrower sorted-path tiles timed beside the table's at small batches. With a few tokens every expert block holds one
-# or two rows, so a launch is one program per (expert, column block) streaming BLOCK_N weight rows: gpt-oss's down
-# projection (H = 2880, 64-column tiles) made 180 programs for 132 SMs (1.4 waves), and its K = 2880 is no multiple
-# of the table's BLOCK_K 128 (a masked tail every row). Switch off: the table's tile only (the s34a choice).
-SORTED_TILE_CANDIDATES = True
-_SORTED_CANDIDATES = [dict(up=(16, 128, 4, 4), down=(32, 128, 4, 4)), dict(up=(16, 64, 4, 4), down=(16, 128, 4, 4)),
-                      dict(up=(32, 64, 4, 4), down=(32, 64, 4, 4))]
 _CHOICE: dict[tuple, dict] = {}
 TIMINGS: dict[tuple, dict[str, float]] = {}  # (T, slots/token, slots, H, I, dtype) -> {path: ms}, for reports
 
@@ -954,8 +947,7 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     forced = settings.get("MODELGEN_MOE")
     if forced in ("pairs", "sorted"):
         return dict(_PAIRS) if forced == "pairs" else sorted_cfg
-    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, SORTED_TILE_CANDIDATES,
-           w13.device)
+    key = (T, KT, L + S, hidden.shape[1], w13.shape[1] // 2, hidden.dtype, topk_weights.dtype, w13.device)
     cfg = _CHOICE.get(key)
     if cfg is not None:
         return cfg
@@ -968,10 +960,6 @@ def _choose(hidden, w13, w2, topk_weights, k, KT, L, S, activation, extra) -> di
     w = torch.rand(T, k, device=hidden.device, generator=g).to(topk_weights.dtype)
     x = torch.randn_like(hidden)
     times, configs = {}, {"sorted": sorted_cfg}
-    if SORTED_TILE_CANDIDATES and hidden.dtype != torch.float32:
-        for c in _SORTED_CANDIDATES:
-            name = "sorted-up{}-down{}".format(*("x".join(map(str, c[p][:2])) for p in ("up", "down")))
-            configs[name] = dict(sorted_cfg, **c)
     for c in _PAIR_CANDIDATES:
         if c["down"][1] <= 2 * next_pow2(w2.shape[2]):  # no K tile wider than twice the row
             name = f"pairs-down{'-slots' if c.get('down_slots') else ''}{'x'.join(map(str, c['down']))}"
