@@ -11,6 +11,7 @@
 #   bash bench/gpu_session.sh s34a  # issue 29: paged decode split rule A/B (Llama-3-8B bs32), gpt-oss bs1 MoE path timings
 #   bash bench/gpu_session.sh s34s  # issue 29 item 4: step timeline (--timeline) + pinned ring A/B (--switch-legs ring)
 #   bash bench/gpu_session.sh s34b  # issue 29: MoE/GDN tests; A/B of SHARED_SLOT, FUSED_PROJECTIONS, SORTED_TILE_CANDIDATES
+#   bash bench/gpu_session.sh s34c  # issue 29: the folded shared expert end to end vs transformers; SHARED_SLOT A/B again
 #   bash bench/gpu_session.sh s34z  # issue 29: every GPU test (but fla's) on the final code; Qwen3-Next + MoE defaults
 #   bash bench/gpu_session.sh 3   # Qwen3-Next bench (torch chunked prefill, HF greedy on its torch GDN path), gpt-oss eager
 # Wheels carried in .whl/ (fla-core; for tests/test_gpu.py::test_modelgen_run_device_cuda, whose CLI subprocess imports
@@ -69,6 +70,20 @@ elif [ "$phase" = s34b ]; then
   echo "[$(( $(date +%s) - t0 ))s] moe tiles A/B done" | tee -a "$L/4-moe-tiles.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34b.log"; rm -rf "$L"
   cat "$OUT/s34b.log"
+elif [ "$phase" = s34c ]; then
+  # nvidia-h200, ~230 s: the folded shared expert through the whole generated Qwen3-Next against transformers (switch
+  # on and off); the SHARED_SLOT A/B again with the budget s34b lacked (its legs were captured but no rep was timed)
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 60 python3 -m pytest -q -rfs -n 4 -p no:cacheprovider tests/test_gpu_moe_shared_slot.py 2>&1 \
+    | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error\|assert" | tail -20 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 215 python3 bench/gdn_ab.py --switch sharedslot --batches 1 32 --reps 4 --profile-batches 1 \
+    --budget-s 195 --out "$OUT/h200-qwen3-next-sharedslot-ab.json" 2>&1 | grep -v "Warning\|it/s" | grep -v "^  " \
+    | tail -40 > "$L/2-sharedslot.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next
+  echo "[$(( $(date +%s) - t0 ))s] shared slot A/B done" | tee -a "$L/2-sharedslot.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34c.log"; rm -rf "$L"
+  cat "$OUT/s34c.log"
 elif [ "$phase" = s34s ]; then
   # nvidia-h200, <= ~300 s: the graphed speculative GPU tests; bench/spec_oracle.py on the DeepSeek-V3 and Qwen3-Next
   # shapes (8 layers), K = 3, batch 1 and 8, p 0.8 / 0.9, each resident row with its per-phase CUDA-event timeline

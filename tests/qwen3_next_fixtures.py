@@ -22,6 +22,10 @@ MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, share
 # name -> (config class, model class, config kwargs, text config kwargs for ConditionalGeneration or None)
 CASES = {
     "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM", dict(TEXT, **MOE, decoder_sparse_step=1), None),
+    # shared width == the experts' (as Qwen3-Next-80B-A3B, 512 == 512): the GPU path folds the shared expert into
+    # slot E of the fused MoE (runtime/layers/moe/shared_slot.py); the 48 above keeps it a separate MLP
+    "qwen3_next_shared_slot": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                               dict(TEXT, **dict(MOE, shared_expert_intermediate_size=32), decoder_sparse_step=1), None),
     "qwen3_next_dense_layer": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
                                dict(TEXT, **MOE, decoder_sparse_step=1, mlp_only_layers=[2]), None),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(TEXT), None),

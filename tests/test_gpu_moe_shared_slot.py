@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW
+from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, cuda_only
 
 pytestmark = KERNEL_MARKS
 
@@ -131,3 +131,41 @@ def test_fold_off_the_gpu_path_keeps_the_unfolded_forward(monkeypatch):
     monkeypatch.undo()
     block.experts.w13_weight.data = block.experts.w13_weight.data.clone()
     assert not shared_slot.active(block.gate, block.experts, x)
+
+
+@cuda_only
+@pytest.mark.parametrize("on", [True, False])
+def test_engine_folded_qwen3_next_matches_transformers(tmp_path, monkeypatch, on):
+    """The whole generated Qwen3-Next on the GPU with its shared experts folded (shared width == the experts'): fp32
+    prefill logits and 16 greedy tokens of the graphed decode equal transformers with the switch on (the folded
+    forward ran, inside the captured graphs) and off (the same folded weights through the unfolded forward)."""
+    from modelgen.runtime.engine.llm import LLM
+    from modelgen.runtime.engine.sampler import SamplingParams
+    from modelgen.runtime.layers.moe import shared_slot
+    from tests.parity_helpers import hf_greedy_forward, hf_logits
+    from tests.qwen3_next_fixtures import make_qwen3_next
+    from tests.test_gpu_gdn import PROMPT, _hf_torch_paths
+    from tests.test_parity_llama import PREFILL_ATOL
+
+    calls = {"folded": 0, "captured": 0}
+    real = shared_slot.forward
+
+    def counting(*a, **kw):
+        calls["folded"] += 1
+        calls["captured"] += torch.cuda.is_current_stream_capturing()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(shared_slot, "SHARED_SLOT", on)
+    monkeypatch.setattr(shared_slot, "forward", counting)
+    _hf_torch_paths(monkeypatch)
+    hf = make_qwen3_next(tmp_path, "qwen3_next_shared_slot")
+    llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=256, max_num_seqs=4)
+    assert llm.backend == "triton"
+    folded = [m for m in llm.model.modules() if getattr(m, "shared_slot", False)]
+    assert len(folded) == hf.config.num_hidden_layers  # every MoE layer folded at load, whatever the switch
+    assert (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item() < PREFILL_ATOL
+    assert llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0] == hf_greedy_forward(hf, PROMPT, 16)
+    if on:
+        assert calls["captured"] > 0
+    else:
+        assert calls["folded"] == 0
