@@ -84,7 +84,7 @@ elif [ "$phase" = s34c ]; then
   echo "[$(( $(date +%s) - t0 ))s] shared slot A/B done" | tee -a "$L/2-sharedslot.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34c.log"; rm -rf "$L"
   cat "$OUT/s34c.log"
-elif [ "$phase" = s34s ]; then
+elif [ "$phase" = s34s ]; then  # (ran at 3a233864; the ring lost and went with its switch: bench/NOTES-mtp.md)
   # nvidia-h200, <= ~300 s: the graphed speculative GPU tests; bench/spec_oracle.py on the DeepSeek-V3 and Qwen3-Next
   # shapes (8 layers), K = 3, batch 1 and 8, p 0.8 / 0.9, each resident row with its per-phase CUDA-event timeline
   # (--timeline: GPU time per phase, GPU gaps between phases) and paired with the same row without the pinned host

@@ -23,9 +23,9 @@ equal the plain leg's; with ``--components``, the GPU time of each graph a step 
 is its wall time less their sum). With ``--gdn-legs`` (Qwen3-Next on a GPU), every resident row is also run, right
 after it, with the verify graph recaptured in each named variant of its Gated DeltaNet path: ``no-ck`` (the window
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
-graph); the components of each variant's graphs are timed too. ``--switch-legs ring`` pairs each resident row the
-same way with a SWITCHES flag off (``ring``: cuda_graphs.STEP_PINNED_RING, the pinned host buffer ring of the step
-graphs). ``--timeline``: each resident row also records a device-side timeline of its steps, GPU time per phase and
+graph); the components of each variant's graphs are timed too. ``--switch-legs NAME`` pairs each resident row the
+same way with a SWITCHES flag off (none now: s34s's ``ring``, a ring of pinned host buffers per step-graph bucket,
+won no row and lost up to 0.46x at Qwen3-Next bs8 p0.9: bench/NOTES-mtp.md; it went). ``--timeline``: each resident row also records a device-side timeline of its steps, GPU time per phase and
 GPU gaps between phases (bench/spec_timeline.py). (A ``no-overlap`` variant -- s32a's A/B of the chained
 draft graph advancing its own inputs -- and a ``loop`` variant -- the GDN layers once per
 token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
@@ -57,9 +57,7 @@ from modelgen.runtime.engine import speculative  # noqa: E402
 
 # --switch-legs: module-level switches of the speculative step (issue 29 item 4), each timed off right after the
 # default row it pairs with (graphs recaptured with the switch off, then back on): name -> (module, attribute).
-SWITCHES = {
-    "ring": ("modelgen.runtime.targets.rocm.cuda_graphs", "STEP_PINNED_RING"),  # pinned host buffer ring
-}
+SWITCHES: dict[str, tuple[str, str]] = {}
 
 
 def cycle_weights(seed: int, dtype: torch.dtype | None = None):

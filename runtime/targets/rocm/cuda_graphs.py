@@ -203,21 +203,6 @@ def has_recurrent_state(model: torch.nn.Module) -> bool:
     return any(layer.holds_request_state() for layer in layer_kinds(model))
 
 
-# Issue 29 item 4: a ring of pinned host buffers per step-graph bucket, so a step's host fill never waits for the GPU
-# to reach the previous copy out of the same buffer (the second chained draft replay's fill used to block the host
-# behind the settle graph). The fill goes to a plain host array, then into the next ring buffer whose copy event has
-# completed (one memcpy of a few hundred int64). False: one pinned buffer, the fill waits on its last copy (the old
-# path). STEP_RING_SIZE: 3 covers a draft phase's settle + K - 1 = 2 chained replays at K = 3 without a wait.
-STEP_PINNED_RING = True
-STEP_RING_SIZE = 3
-
-
-def _new_event(device: torch.device):
-    """A CUDA event for a pinned buffer's copy, None off CUDA (a seam: tests/test_speculative_graphs.py replaces it
-    with a fake that checks every reuse of a ring buffer waited on its event)."""
-    return torch.cuda.Event() if device.type == "cuda" else None
-
-
 def _cuda_capture(pool, fn):
     """Capture ``fn()`` in a CUDA graph on ``pool``: ``(its static outputs, replay)``."""
     graph = torch.cuda.CUDAGraph()
@@ -241,12 +226,7 @@ class _StepBucket:
         n = tab0 + R * width + 3 * B
         cuda = torch.device(device).type == "cuda"
         self.device_buf = torch.zeros(n, dtype=torch.int64, device=device)
-        # The fill's target (h_* views below): plain host memory, copied into a pinned ring buffer before the upload.
-        self.host_buf = torch.zeros(n, dtype=torch.int64)
-        ring = STEP_RING_SIZE if STEP_PINNED_RING else 1
-        self.ring = [torch.zeros(n, dtype=torch.int64, pin_memory=cuda) for _ in range(ring)]
-        self.ring_events = [_new_event(torch.device(device)) for _ in range(ring)]
-        self.ring_at = 0  # the ring buffer the next upload uses
+        self.host_buf = torch.zeros(n, dtype=torch.int64, pin_memory=cuda)
         h, d = self.host_buf.numpy(), self.device_buf
         self.h_ids, self.h_pos, self.h_slot, self.h_dst = (h[i * T:(i + 1) * T] for i in range(4))
         self.h_ctx = h[4 * T:tab0]
@@ -272,21 +252,9 @@ class _StepBucket:
         )
         # A draft head's static input: the target's hidden states of the fed tokens, one row per token slot.
         self.hidden_in = torch.zeros(T, hidden[0], dtype=hidden[1], device=device) if hidden else None
+        self.copied = torch.cuda.Event() if cuda else None
         self.out: torch.Tensor | None = None
         self.replay = None
-
-    def upload(self) -> None:
-        """Copy the filled host buffer to the device through the next pinned ring buffer: wait only until that
-        buffer's previous copy has run (with a ring of 1: the last step's copy), then record its copy event."""
-        i = self.ring_at
-        self.ring_at = (i + 1) % len(self.ring)
-        buf, ev = self.ring[i], self.ring_events[i]
-        if ev is not None:
-            ev.synchronize()  # this pinned buffer's previous copy has left it
-        buf.copy_(self.host_buf)
-        self.device_buf.copy_(buf, non_blocking=True)
-        if ev is not None:
-            ev.record()
 
 
 class StepGraphs:
@@ -446,8 +414,12 @@ class StepGraphs:
         n = len(work)
         batch = next(b for b in self.buckets if n <= b)
         bk = self._buckets.get(batch) or self._capture(batch)
-        m = self._fill(bk, work, tables, state_slots)  # plain host memory: no wait on an earlier copy
-        bk.upload()
+        if bk.copied is not None:
+            bk.copied.synchronize()  # the previous step's copy has left the pinned buffer
+        m = self._fill(bk, work, tables, state_slots)
+        bk.device_buf.copy_(bk.host_buf, non_blocking=True)
+        if bk.copied is not None:
+            bk.copied.record()
         dst = bk.dst[:m]
         if bk.hidden_in is not None:
             bk.hidden_in.index_copy_(0, dst, hidden.to(bk.hidden_in.dtype))
