@@ -70,6 +70,24 @@ elif [ "$phase" = s34b ]; then
   echo "[$(( $(date +%s) - t0 ))s] moe tiles A/B done" | tee -a "$L/4-moe-tiles.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34b.log"; rm -rf "$L"
   cat "$OUT/s34b.log"
+elif [ "$phase" = s34z ]; then
+  # nvidia-h200, ~480 s: every GPU test (but fla's) on the final code of issue 29 part 3; the Qwen3-Next shape
+  # (8 layers) with every default chosen (FUSED_DECODE, FUSED_PROJECTIONS, SHARED_SLOT) at bs1 and bs32; the DeepSeek
+  # speculative rows again on the one-buffer upload (the ring gone), with their timeline
+  L="$OUT/logs"; mkdir -p "$L"
+  timeout -k 10 220 python3 -m pytest -q -rfs -n 8 -p no:cacheprovider tests/test_gpu*.py tests/test_pdl.py -k "not fla" \
+    2>&1 | grep -v Warning | grep "FAILED\|SKIPPED\|ERROR\|passed\|failed\|Error" | tail -40 > "$L/1-tests.log"
+  echo "[$(( $(date +%s) - t0 ))s] tests done" | tee -a "$L/1-tests.log"
+  timeout -k 10 150 python3 bench/arch.py --model qwen3_next --layers 8 --batches 1 32 --systems modelgen \
+    --budget-s 135 --out "$OUT/h200-qwen3-next-s34z.json" 2>&1 | grep -v "Warning\|it/s" | tail -12 > "$L/2-qwen3-next.log"
+  rm -rf /tmp/modelgen-bench-qwen3_next*
+  echo "[$(( $(date +%s) - t0 ))s] qwen3-next done" | tee -a "$L/2-qwen3-next.log"
+  timeout -k 10 110 python3 bench/spec_oracle.py --models deepseek --layers 8 --batches 1 --k 3 --p 0.8 0.9 \
+    --host-k --timeline --new-tokens 128 --reps 3 --budget-s 90 --out "$OUT/h200-spec-oracle-deepseek-s34z.json" 2>&1 \
+    | grep -v "Warning\|warn\|it/s" | grep "tok/s\|replay\|timeline\|Error\|error" | tail -20 > "$L/3-spec.log"
+  echo "[$(( $(date +%s) - t0 ))s] spec oracle done" | tee -a "$L/3-spec.log"
+  for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34z.log"; rm -rf "$L"
+  cat "$OUT/s34z.log"
 elif [ "$phase" = s34c ]; then
   # nvidia-h200, ~230 s: the folded shared expert through the whole generated Qwen3-Next against transformers (switch
   # on and off); the SHARED_SLOT A/B again with the budget s34b lacked (its legs were captured but no rep was timed)
