@@ -70,7 +70,7 @@ elif [ "$phase" = s34b ]; then
   echo "[$(( $(date +%s) - t0 ))s] moe tiles A/B done" | tee -a "$L/4-moe-tiles.log"
   for f in "$L"/*.log; do echo "=== $(basename $f)"; cat "$f"; done > "$OUT/s34b.log"; rm -rf "$L"
   cat "$OUT/s34b.log"
-elif [ "$phase" = s34z ]; then  # (ran at 2b1e4a3: 475 passed)
+elif [ "$phase" = s34z ]; then  # (ran at 73d0b115: 475 passed)
   # nvidia-h200, ~480 s: every GPU test (but fla's) on the final code of issue 29 part 3; the Qwen3-Next shape
   # (8 layers) with every default chosen (FUSED_DECODE, FUSED_PROJECTIONS, SHARED_SLOT) at bs1 and bs32; the DeepSeek
   # speculative rows again on the one-buffer upload (the ring gone), with their timeline
