@@ -2,7 +2,7 @@
 DeltaNet decode paths (Qwen3-Next-80B-A3B shape, 8 layers). (Run s29d, at f40c4225, timed a
 ``moe_route`` switch, the gpt-oss router on the routing kernel or torch.topk + softmax: bench/NOTES-moe.md; the kernel
 won and the switch is gone. Run s34b, at 9820b254, timed ``moe_tiles``, three narrower sorted-path tiles among the
-small-batch MoE candidates: 0.995x at gpt-oss-20b bs1, gone too. Add a ``SWITCHES`` entry for the next flag to time.)
+small-batch MoE candidates: 0.995x at gpt-oss-20b bs1, gone too. Add a ``SWITCHES`` entry for the next flag.)
 
 Legs: ``fused`` (``runtime/layers/gated_deltanet/kernels.FUSED_DECODE = True``: conv update, then the delta rule with its
 gates computed in the same kernel: two launches per GDN layer before the gated norm) and ``unfused`` (the four-launch

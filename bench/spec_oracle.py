@@ -25,10 +25,11 @@ after it, with the verify graph recaptured in each named variant of its Gated De
 kernel without per-token state checkpoints: a rejection restores a snapshot and re-advances through the verify
 graph); the components of each variant's graphs are timed too. ``--switch-legs NAME`` pairs each resident row the
 same way with a SWITCHES flag off (none now: s34s's ``ring``, a ring of pinned host buffers per step-graph bucket,
-won no row and lost up to 0.46x at Qwen3-Next bs8 p0.9: bench/NOTES-mtp.md; it went). ``--timeline``: each resident row also records a device-side timeline of its steps, GPU time per phase and
-GPU gaps between phases (bench/spec_timeline.py). (A ``no-overlap`` variant -- s32a's A/B of the chained
-draft graph advancing its own inputs -- and a ``loop`` variant -- the GDN layers once per
-token slot, the code before ``window_decode`` -- lost in s31a / s31b and went with its switch.)
+won no row -- Qwen3-Next bs8 p0.9 0.92x against 1.38x without -- and went: bench/NOTES-mtp.md). ``--timeline``:
+each resident row also records a device-side timeline of its steps, GPU time per phase and GPU gaps between phases
+(bench/spec_timeline.py). (A ``no-overlap`` variant -- s32a's A/B of the chained draft graph advancing its own
+inputs -- and a ``loop`` variant -- the GDN layers once per token slot, the code before ``window_decode`` -- lost in
+s31a / s31b and went with its switch.)
 
   python bench/spec_oracle.py --models deepseek qwen3_next --layers 8 --batches 1 8 --k 1 2 3 \\
       --p 0.5 0.7 0.8 0.9 --out bench/results/h200-spec-oracle.json

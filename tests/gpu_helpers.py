@@ -32,6 +32,21 @@ def subprocess_env(*front: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(parts)}
 
 
+def count_calls(monkeypatch, module, name: str) -> dict[str, int]:
+    """Replace ``module.name`` with a wrapper that counts its calls (``"calls"``) and those made while a CUDA graph
+    was being captured (``"captured"``): the engine tests' proof that a kernel ran, inside the decode graphs."""
+    counts = {"calls": 0, "captured": 0}
+    real = getattr(module, name)
+
+    def counting(*a, **kw):
+        counts["calls"] += 1
+        counts["captured"] += torch.cuda.is_current_stream_capturing()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, counting)
+    return counts
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """``||a - b|| / ||b||`` in float64; ``a`` must be finite (NaN never passes)."""
     a, b = a.double(), b.double()

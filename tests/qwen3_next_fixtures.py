@@ -25,7 +25,8 @@ CASES = {
     # shared width == the experts' (as Qwen3-Next-80B-A3B, 512 == 512): the GPU path folds the shared expert into
     # slot E of the fused MoE (runtime/layers/moe/shared_slot.py); the 48 above keeps it a separate MLP
     "qwen3_next_shared_slot": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
-                               dict(TEXT, **dict(MOE, shared_expert_intermediate_size=32), decoder_sparse_step=1), None),
+                               dict(TEXT, **MOE, decoder_sparse_step=1) | {"shared_expert_intermediate_size": 32},
+                               None),
     "qwen3_next_dense_layer": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
                                dict(TEXT, **MOE, decoder_sparse_step=1, mlp_only_layers=[2]), None),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(TEXT), None),

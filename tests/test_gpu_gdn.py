@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, count_calls, cuda_only, rel
 
 pytestmark = KERNEL_MARKS
 
@@ -354,17 +354,8 @@ def test_engine_gdn_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     from tests.qwen3_next_fixtures import make_qwen3_next
     from tests.test_parity_llama import PREFILL_ATOL
 
-    calls = {"decode": 0, "captured": 0}
-    entry = "decode_with_gating" if fused else "decode"
-    real = getattr(ggd, entry)
-
-    def counting(*a, **kw):
-        calls["decode"] += 1
-        calls["captured"] += torch.cuda.is_current_stream_capturing()
-        return real(*a, **kw)
-
     monkeypatch.setattr(ggd, "FUSED_DECODE", fused)
-    monkeypatch.setattr(ggd, entry, counting)
+    calls = count_calls(monkeypatch, ggd, "decode_with_gating" if fused else "decode")
     _hf_torch_paths(monkeypatch)
     hf = make_qwen3_next(tmp_path, name)
     llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=256, max_num_seqs=4)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, cuda_only, rel
+from tests.gpu_helpers import DEV, KERNEL_MARKS, LOW, count_calls, cuda_only, rel
 
 pytestmark = KERNEL_MARKS
 
@@ -166,15 +166,7 @@ def test_engine_deepseek_runs_the_kernel_and_matches_transformers(tmp_path, monk
     from tests.parity_helpers import hf_greedy_forward, hf_logits
     from tests.test_parity_llama import PREFILL_ATOL
 
-    calls = {"n": 0, "captured": 0}
-    real = gm.paged_decode
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        calls["captured"] += torch.cuda.is_current_stream_capturing()
-        return real(*a, **kw)
-
-    monkeypatch.setattr(gm, "paged_decode", counting)
+    calls = count_calls(monkeypatch, gm, "paged_decode")
     hf = make_deepseek(tmp_path, name)
     prompt = [(7 * i + 3) % 157 + 3 for i in range(40)]
     llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=128)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, cuda_only, rel
+from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, count_calls, cuda_only, rel
 
 pytestmark = KERNEL_MARKS
 
@@ -367,24 +367,15 @@ def test_engine_moe_runs_the_kernels_and_matches_transformers(tmp_path, monkeypa
     from tests.moe_fixtures import make_moe
     from tests.test_parity_llama import PREFILL_ATOL, hf_greedy, hf_logits
 
-    calls = {"route": 0, "fused_moe": 0, "captured": 0}
-
-    def counting(name_, fn):
-        def wrapper(*a, **kw):
-            calls[name_] += 1
-            calls["captured"] += torch.cuda.is_current_stream_capturing()
-            return fn(*a, **kw)
-        return wrapper
-
-    monkeypatch.setattr(gm, "route", counting("route", gm.route))
-    monkeypatch.setattr(gm, "fused_moe", counting("fused_moe", gm.fused_moe))
+    route_calls = count_calls(monkeypatch, gm, "route")
+    moe_calls = count_calls(monkeypatch, gm, "fused_moe")
     hf = make_moe(tmp_path, name)
     llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=128)
     assert llm.backend == "triton"
     assert (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item() < PREFILL_ATOL
-    assert calls["fused_moe"] > 0 and calls["route"] > 0
+    assert moe_calls["calls"] > 0 and route_calls["calls"] > 0
     assert llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0] == hf_greedy(hf, PROMPT, 16)
-    assert llm.runner.graphs.captures >= 1 and calls["captured"] > 0
+    assert llm.runner.graphs.captures >= 1 and route_calls["captured"] + moe_calls["captured"] > 0
 
 
 @cuda_only

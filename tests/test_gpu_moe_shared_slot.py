@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, cuda_only
+from tests.gpu_helpers import DEV, INTERPRET, KERNEL_MARKS, LOW, count_calls, cuda_only
 
 pytestmark = KERNEL_MARKS
 
@@ -147,16 +147,8 @@ def test_engine_folded_qwen3_next_matches_transformers(tmp_path, monkeypatch, on
     from tests.test_gpu_gdn import PROMPT, _hf_torch_paths
     from tests.test_parity_llama import PREFILL_ATOL
 
-    calls = {"folded": 0, "captured": 0}
-    real = shared_slot.forward
-
-    def counting(*a, **kw):
-        calls["folded"] += 1
-        calls["captured"] += torch.cuda.is_current_stream_capturing()
-        return real(*a, **kw)
-
     monkeypatch.setattr(shared_slot, "SHARED_SLOT", on)
-    monkeypatch.setattr(shared_slot, "forward", counting)
+    folded_calls = count_calls(monkeypatch, shared_slot, "forward")
     _hf_torch_paths(monkeypatch)
     hf = make_qwen3_next(tmp_path, "qwen3_next_shared_slot")
     llm = LLM(tmp_path, target="rocm", dtype="float32", device="cuda", max_model_len=256, max_num_seqs=4)
@@ -164,8 +156,9 @@ def test_engine_folded_qwen3_next_matches_transformers(tmp_path, monkeypatch, on
     folded = [m for m in llm.model.modules() if getattr(m, "shared_slot", False)]
     assert len(folded) == hf.config.num_hidden_layers  # every MoE layer folded at load, whatever the switch
     assert (llm.score(PROMPT).float().cpu() - hf_logits(hf, PROMPT)).abs().max().item() < PREFILL_ATOL
-    assert llm.generate([PROMPT], SamplingParams(max_new_tokens=16, ignore_eos=True))[0] == hf_greedy_forward(hf, PROMPT, 16)
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    assert llm.generate([PROMPT], params)[0] == hf_greedy_forward(hf, PROMPT, 16)
     if on:
-        assert calls["captured"] > 0
+        assert folded_calls["captured"] > 0
     else:
-        assert calls["folded"] == 0
+        assert folded_calls["calls"] == 0
